@@ -1,0 +1,3 @@
+"""agentbench: replay agentic coding workloads against OpenAI-compatible endpoints."""
+
+__version__ = "0.1.0"

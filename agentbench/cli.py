@@ -1,0 +1,121 @@
+"""The ``agentbench`` command line: parse, validate, call one function, print where results
+are. Heavy imports happen inside the commands so ``agentbench --help`` stays instant."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from agentbench.errors import InputError
+
+app = typer.Typer(
+    name="agentbench",
+    help="Replay agentic coding workloads against OpenAI-compatible endpoints.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+traces_app = typer.Typer(help="Read, convert, synthesize and analyse traces.",
+                         no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+
+F = TypeVar("F", bound=Callable[..., Any])
+_STATE = {"debug": False}
+
+
+def guarded(fn: F) -> F:
+    """Bad input becomes one line on stderr and exit code 2 (a traceback with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            if _STATE["debug"]:
+                raise
+            lines = e.lines() if hasattr(e, "lines") else [e.one_line()]
+            for line in lines:
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    _STATE["debug"] = debug
+
+
+@app.command()
+@guarded
+def version() -> None:
+    """Print the agentbench version."""
+    from agentbench import __version__
+
+    typer.echo(__version__)
+
+
+@app.command()
+@guarded
+def validate(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+) -> None:
+    """Check a scenario and print every problem with its key path."""
+    from agentbench.scenario_io import load_scenario
+
+    sc = load_scenario(scenario)
+    typer.echo(f"{scenario}: ok ({sc.name})")
+
+
+@traces_app.command("stats")
+@guarded
+def traces_stats(
+    source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
+    format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
+) -> None:
+    """Sessions, requests, token and time distributions, subagents, potential hit rate."""
+    from agentbench.traces.readers import read_trace
+    from agentbench.traces.stats import format_stats, trace_stats
+
+    st = trace_stats(read_trace(source, format=format))
+    if as_json:
+        typer.echo(json.dumps(st.to_dict(), indent=2))
+    else:
+        typer.echo(format_stats(st))
+
+
+@traces_app.command("convert")
+@guarded
+def traces_convert(
+    source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
+    output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
+    format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
+) -> None:
+    """Write any readable trace in agentbench's native parquet format."""
+    from agentbench.traces.readers import native, read_trace
+
+    trace = read_trace(source, format=format)
+    out = native.write(trace, output)
+    typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

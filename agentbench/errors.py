@@ -1,0 +1,40 @@
+"""Errors that reach the user as one line naming what and where."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad user input (trace file, scenario, argument): printed as one line, exit code 2.
+
+    ``source`` names the file (or dataset), ``where`` the record, line or key path inside
+    it, ``field`` the offending field. Any of them may be empty.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        where: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.where = where
+        self.field = field
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = [p for p in (self.source, self.where) if p]
+        loc = ":".join(parts)
+        fld = f"field '{self.field}': " if self.field else ""
+        return f"{loc}: {fld}{self.message}" if loc else f"{fld}{self.message}"
+
+    def located(self, *, source: str | None = None, where: str | None = None) -> InputError:
+        """The same error with a file or record filled in where it was not known yet."""
+        return InputError(
+            self.message,
+            source=self.source or source,
+            where=self.where or where,
+            field=self.field,
+        )

@@ -1,0 +1,289 @@
+"""The scenario: everything a run needs, validated (pydantic v2, ``extra="forbid"``).
+
+A typo in a scenario is an error with the key's path, never ignored. Every field has a
+description; ``agentbench validate`` prints every problem at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+class OpenAIEndpoint(Strict):
+    """A real server speaking the OpenAI API (vLLM, SGLang, llama.cpp, a router...)."""
+
+    kind: Literal["openai"] = Field("openai", description="A remote OpenAI-compatible server.")
+    name: str | None = Field(None, description="Label in results; defaults to the URL.")
+    url: str = Field(description="Base URL, e.g. http://localhost:8000 (with or without /v1).")
+    api: Literal["chat", "completions"] = Field(
+        "chat", description="/v1/chat/completions (text blocks) or /v1/completions "
+        "(token-id blocks).")
+    model: str = Field(description="Model name sent in the request body.")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key; the key "
+        "itself never appears in a scenario or in results.")
+    headers: dict[str, str] = Field(default_factory=dict,
+                                    description="Extra HTTP headers sent with every request.")
+    extra_body: dict[str, Any] = Field(default_factory=dict,
+                                       description="Extra JSON fields merged into every body.")
+    ignore_eos: bool | None = Field(
+        None, description="Send ignore_eos/min_tokens so outputs follow the trace; None: "
+        "probe whether the server accepts them.")
+    metrics_url: str | None = Field(
+        None, description="Prometheus /metrics URL; None: <url>/metrics when it answers.")
+    timeout_s: float = Field(600.0, gt=0, description="Per-request timeout (whole stream).")
+    stall_timeout_s: float = Field(
+        120.0, gt=0, description="Fail a stream that sends nothing for this long.")
+    max_connections: int = Field(0, ge=0,
+                                 description="Connection pool size; 0 = one per lane.")
+
+
+class SharedTier(Strict):
+    """A distributed KV store shared by all simulated instances (e.g. Mooncake Store)."""
+
+    capacity_blocks: int = Field(gt=0, description="Blocks the shared tier holds (LRU).")
+    load_s_per_token: float = Field(
+        ge=0, description="Seconds to load one cached token from the tier into an instance.")
+
+
+class SimulatedEndpoint(Strict):
+    """The embedded KV-cache-aware serving simulator, started in-process."""
+
+    kind: Literal["simulated"] = Field(description="Start agentbench's serving simulator.")
+    name: str | None = Field(None, description="Label in results; defaults to 'sim'.")
+    api: Literal["chat", "completions"] = Field("chat", description="API the replay uses.")
+    model: str = Field("sim", description="Model name the simulator serves.")
+    preset: str = Field("h200-llama3-70b",
+                        description="Named hardware/model timing preset (see `serve-sim --help`).")
+    instances: int = Field(1, gt=0, description="Inference instances behind the router.")
+    router: Literal["round_robin", "session_affinity", "least_loaded", "cache_aware",
+                    "random"] = Field("round_robin", description="Server-side routing policy.")
+    block_size: int = Field(16, gt=0, description="KV cache block size in tokens.")
+    cache_blocks: int | None = Field(
+        None, gt=0, description="Per-instance GPU KV capacity in blocks; None: the preset's.")
+    cpu_offload_blocks: int = Field(0, ge=0,
+                                    description="Per-instance CPU offload tier capacity.")
+    shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
+    speedup: float = Field(1.0, gt=0,
+                           description="Divide every simulated duration by this (demos).")
+
+
+Endpoint = Annotated[OpenAIEndpoint | SimulatedEndpoint, Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- trace
+
+
+class TraceFilters(Strict):
+    """Which sessions of the source to replay."""
+
+    max_sessions: int | None = Field(None, gt=0, description="Keep the first N root trees.")
+    sessions: list[str] | None = Field(None, description="Keep only these root session ids.")
+    min_turns: int | None = Field(None, ge=0, description="Drop roots with fewer turns.")
+    max_input_tokens: int | None = Field(
+        None, gt=0, description="Drop trees with any turn above this many input tokens.")
+    with_subagents: bool | None = Field(
+        None, description="True: only trees with subagents; False: only without.")
+    shuffle: bool = Field(False, description="Shuffle root order with the run seed.")
+
+
+class TraceSource(Strict):
+    """Where the trace comes from and how to read it."""
+
+    kind: Literal["file"] = Field("file", description="A file, folder or dataset id.")
+    source: str = Field(description="Path (relative to the scenario file) or HF dataset id.")
+    format: str | None = Field(None, description="Reader to use; None: detect from content.")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="Reader options (tokenizer, seed...).")
+    filters: TraceFilters = Field(default_factory=TraceFilters,
+                                  description="Session selection.")
+
+
+class SynthSource(Strict):
+    """A synthetic trace made at run time by a calibrated profile."""
+
+    kind: Literal["synth"] = Field(description="Generate the trace from a profile.")
+    profile: str = Field(description="Synthesis profile, e.g. agentx or codex.")
+    sessions: int = Field(gt=0, description="Root sessions to generate.")
+    seed: int | None = Field(None, description="Generator seed; None: the run seed.")
+    filters: TraceFilters = Field(default_factory=TraceFilters,
+                                  description="Session selection.")
+
+
+TraceSpec = Annotated[TraceSource | SynthSource, Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- load and timing
+
+
+class LanesLoad(Strict):
+    """Closed loop: N lanes each replay one session tree at a time."""
+
+    kind: Literal["lanes"] = Field(description="Closed loop of concurrent agent lanes.")
+    concurrency: int | list[int] = Field(
+        description="Lanes; a list runs a sweep, one stage per value.")
+
+    @model_validator(mode="after")
+    def _positive(self) -> LanesLoad:
+        vals = self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
+        if not vals or any(v <= 0 for v in vals):
+            raise ValueError("concurrency values must be positive integers")
+        return self
+
+
+class RateLoad(Strict):
+    """Open loop: new session trees arrive at a rate or at the trace's own times."""
+
+    kind: Literal["rate"] = Field(description="Open loop of arriving agent sessions.")
+    arrival: Literal["poisson", "constant", "trace"] = Field(
+        "poisson", description="Inter-arrival process; 'trace' uses recorded start times.")
+    rate_per_s: float | list[float] | None = Field(
+        None, description="Session trees per second; a list runs a sweep. Not for 'trace'.")
+    max_concurrency: int | None = Field(None, gt=0,
+                                        description="Cap on trees in flight (None: none).")
+
+    @model_validator(mode="after")
+    def _rate(self) -> RateLoad:
+        if self.arrival == "trace":
+            return self
+        vals = self.rate_per_s if isinstance(self.rate_per_s, list) else [self.rate_per_s]
+        if not vals or any(v is None or v <= 0 for v in vals):
+            raise ValueError("rate_per_s must be given and positive for poisson/constant")
+        return self
+
+
+Load = Annotated[LanesLoad | RateLoad, Field(discriminator="kind")]
+
+
+class Timing(Strict):
+    """When each turn is sent."""
+
+    strategy: Literal["think-only", "original", "api-scaled"] = Field(
+        "think-only", description="think-only: think time after the previous response; "
+        "original: recorded start-to-start; api-scaled: recorded api time x api_scale + think.")
+    time_scale: float = Field(1.0, ge=0, description="Multiply every waiting time by this.")
+    api_scale: float = Field(1.0, ge=0, description="Factor on recorded api time (api-scaled).")
+    idle_cap_s: float | None = Field(
+        10.0, ge=0, description="When nothing is in flight, pull pending timers in to at most "
+        "this far away; None: no cap.")
+
+
+class Warmup(Strict):
+    """Warm the server before measuring."""
+
+    enabled: bool = Field(False, description="Send a warmup request per lane first.")
+    random_start: bool = Field(
+        True, description="Start each lane at a random turn of its first tree, sending that "
+        "turn's full prefix as warmup (AgentX style).")
+
+
+class Limits(Strict):
+    """When the run (or each sweep stage) stops."""
+
+    duration_s: float | None = Field(None, gt=0, description="Wall-clock bound per stage.")
+    max_sessions: int | None = Field(None, gt=0,
+                                     description="Session trees to complete per stage.")
+    max_requests: int | None = Field(None, gt=0, description="Requests to send per stage.")
+    on_deadline: Literal["finish", "cancel"] = Field(
+        "finish", description="At the deadline, let in-flight requests finish or cancel them "
+        "(recorded either way).")
+    recycle: bool = Field(
+        True, description="When the trace runs out before the bound, replay copies of it with "
+        "a per-copy cache-bust salt.")
+
+
+class Prompt(Strict):
+    """How prompts are synthesized from hash ids."""
+
+    shared_prefix_tokens: int = Field(
+        0, ge=0, description="Opt-in system/tool prefix shared by all sessions (tokens).")
+    tokenizer: str | None = Field(
+        None, description="tokenizer.json path or HF id for exact counts; None: approximate.")
+
+
+class Hardware(Strict):
+    """What the endpoint runs on, for per-GPU throughput and cost."""
+
+    gpus: float = Field(1.0, gt=0, description="GPUs serving the endpoint(s) in total.")
+    gpu_hour_usd: float | None = Field(None, ge=0, description="Price of one GPU-hour, $.")
+
+
+class Prices(Strict):
+    """An API price table, $ per million tokens, for API-equivalent cost."""
+
+    input_per_mtok: float = Field(ge=0, description="Uncached input tokens, $/Mtok.")
+    cached_input_per_mtok: float = Field(ge=0, description="Cached input tokens, $/Mtok.")
+    output_per_mtok: float = Field(ge=0, description="Output tokens, $/Mtok.")
+
+
+class SLOs(Strict):
+    """Service-level objectives a request (and an agent) must meet to count as goodput."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="Max TTFT per request, ms.")
+    tpot_ms: float | None = Field(None, gt=0, description="Max TPOT per request, ms.")
+    e2e_ms: float | None = Field(None, gt=0, description="Max end-to-end latency, ms.")
+    agent_makespan_s: float | None = Field(None, gt=0,
+                                           description="Max makespan per session tree, s.")
+
+
+class ServerMetrics(Strict):
+    """Scraping the endpoints' Prometheus /metrics during the run."""
+
+    enabled: bool = Field(True, description="Scrape when the endpoint exposes /metrics.")
+    interval_s: float = Field(1.0, gt=0, description="Seconds between scrapes.")
+
+
+class Output(Strict):
+    """Where results go."""
+
+    dir: str = Field("results", description="Parent folder of run folders.")
+    run_id: str | None = Field(None, description="Run folder name; None: name + timestamp.")
+
+
+class Scenario(Strict):
+    """One agentbench run."""
+
+    name: str = Field(description="Scenario name; appears in run ids and reports.")
+    description: str | None = Field(None, description="Free text for reports.")
+    seed: int = Field(0, description="Seed for every random choice (0 is a seed).")
+    endpoints: list[Endpoint] = Field(min_length=1, description="Endpoint(s) to replay against.")
+    routing: Literal["round_robin", "session_affinity", "least_loaded", "random"] = Field(
+        "session_affinity", description="Client-side routing across several endpoints.")
+    trace: TraceSpec = Field(description="The workload to replay.")
+    load: Load = Field(description="Closed-loop lanes or open-loop arrivals.")
+    timing: Timing = Field(default_factory=Timing, description="Turn timing.")
+    warmup: Warmup = Field(default_factory=Warmup, description="Server warmup.")
+    limits: Limits = Field(default_factory=Limits, description="Run bounds.")
+    prompt: Prompt = Field(default_factory=Prompt, description="Prompt synthesis.")
+    hardware: Hardware = Field(default_factory=Hardware, description="GPUs and their price.")
+    prices: Prices | None = Field(None, description="API price table for comparison.")
+    slos: SLOs = Field(default_factory=SLOs, description="Goodput objectives.")
+    server_metrics: ServerMetrics = Field(default_factory=ServerMetrics,
+                                          description="Prometheus scraping.")
+    output: Output = Field(default_factory=Output, description="Results location.")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Scenario:
+        lim = self.limits
+        if lim.duration_s is None and lim.max_sessions is None and lim.max_requests is None \
+                and lim.recycle:
+            raise ValueError("limits: with recycle on, give duration_s, max_sessions or "
+                             "max_requests so the run ends")
+        return self
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file; raise ``ScenarioError`` listing every problem."""
+    from agentbench.scenario_io import load_scenario as _load
+
+    return _load(path)

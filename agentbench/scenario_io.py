@@ -1,0 +1,102 @@
+"""Loading scenario files: YAML in, a validated ``Scenario`` out, or every problem with
+its key path (and line, when the YAML tells it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentbench.errors import InputError
+
+
+class ScenarioError(InputError):
+    """A scenario with one or more problems; ``problems`` holds (key path, line, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, int | None, str]]) -> None:
+        self.problems = problems
+        first = problems[0]
+        where = f"line {first[1]}" if first[1] else None
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{first[0]}: {first[2]}{more}", source=source, where=where)
+
+    def lines(self) -> list[str]:
+        out = []
+        for path, line, msg in self.problems:
+            loc = f"{self.source}:{line}" if line else f"{self.source}"
+            out.append(f"{loc}: {path}: {msg}")
+        return out
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Line (1-based) of every mapping key and sequence item, by key path."""
+    out: dict[tuple[str, ...], int] = {}
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return out
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                p = (*path, str(k.value))
+                out[p] = k.start_mark.line + 1
+                walk(v, p)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                p = (*path, str(i))
+                out[p] = v.start_mark.line + 1
+                walk(v, p)
+
+    if root is not None:
+        walk(root, ())
+    return out
+
+
+def parse_scenario(text: str, source: str = "<scenario>") -> Any:
+    from pydantic import ValidationError
+
+    from agentbench.scenario import Scenario
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise ScenarioError(source, [("(yaml)", line, str(getattr(e, "problem", e)))]) from None
+    if not isinstance(data, dict):
+        raise ScenarioError(source, [("(root)", None, "a scenario is a YAML mapping")])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        lines = _key_lines(text)
+        problems: list[tuple[str, int | None, str]] = []
+        for err in e.errors():
+            loc = tuple(str(p) for p in err["loc"])
+            # drop discriminator tags pydantic inserts (e.g. 'openai', 'lanes') from the path
+            path = [p for p in loc if not _is_tag(p)]
+            line = None
+            for n in range(len(path), 0, -1):
+                line = lines.get(tuple(path[:n]))
+                if line:
+                    break
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (typo?)"
+            problems.append((".".join(path) or "(root)", line, msg))
+        raise ScenarioError(source, problems) from None
+
+
+def _is_tag(part: str) -> bool:
+    return part in {"openai", "simulated", "file", "synth", "lanes", "rate"} or (
+        part.startswith("function-") or part in {"int", "list[int]", "float", "list[float]"})
+
+
+def load_scenario(path: str | Path) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InputError(f"cannot read scenario ({e.strerror})", source=str(p)) from None
+    return parse_scenario(text, source=str(p))

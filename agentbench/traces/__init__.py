@@ -1,0 +1,12 @@
+"""Traces: the model, readers for the formats people have, synthesis and analysis."""
+
+from agentbench.traces.model import Session, Trace, Turn, as_hash_ids
+
+__all__ = ["Session", "Trace", "Turn", "as_hash_ids", "read_trace"]
+
+
+def read_trace(source: str, format: str | None = None, **options: object) -> Trace:
+    """Read any supported trace source into the one model (format detected when None)."""
+    from agentbench.traces.readers import read_trace as _read
+
+    return _read(source, format=format, **options)

@@ -1,0 +1,155 @@
+"""Weka / kv-cache-tester traces (Claude Code, SemiAnalysis AgentX): one JSON file per
+root session, ``requests`` in order, nested ``type: "subagent"`` markers carrying their
+own ``requests``.
+
+A marker becomes a **spawn** session (Claude Code subagents start from their own system
+prompt). It starts after the last parent request before the marker (``parent_turn``) and
+the next parent request after it waits for it (``join_turn``), unless its status is
+``async_launched``: then it runs in the background (``join_turn`` None).
+
+Timestamps: ``t`` is seconds from the session start. Two conventions exist for the
+requests inside a marker: relative to the subagent's own start (first request at 0), or
+on the parent's clock (first request at or after the marker's ``t``); both are read as
+relative. Files whose ``t`` is in milliseconds (gaps ~1000x the recorded think + API
+time) are detected and converted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentbench.errors import InputError
+from agentbench.traces.model import Session, Trace, Turn
+from agentbench.traces.readers._fields import load_json, opt_num, req_hash_ids, req_int, req_num
+from agentbench.traces.readers import trace_files
+
+REQUEST_TYPES = frozenset({"n", "s", "request", None})
+
+
+def read(source: str | Path, **options: Any) -> Trace:
+    """Read one Weka trace file or a folder of them (one root session per file)."""
+    path = Path(source)
+    sessions: list[Session] = []
+    for file in trace_files(path, (".json",)):
+        doc = load_json(file)
+        try:
+            sessions.extend(read_document(doc, source=str(file)))
+        except InputError as e:
+            raise e.located(source=str(file)) from None
+    trace = Trace(sessions, name=path.stem)
+    trace.validate()
+    return trace
+
+
+def read_document(doc: Any, *, source: str) -> list[Session]:
+    if not isinstance(doc, dict):
+        raise InputError("expected a JSON object with 'requests'")
+    if "requests" not in doc or not isinstance(doc["requests"], list):
+        raise InputError("missing or not a list", field="requests")
+    block_size = req_int(doc, "block_size") if "block_size" in doc else 64
+    if block_size <= 0:
+        raise InputError("must be positive", field="block_size")
+    trace_id = str(doc.get("id") or Path(source).stem)
+    scope = "global" if doc.get("hash_id_scope") == "global" else trace_id
+    models = doc.get("models") or [None]
+    root = Session(
+        session_id=trace_id, parent_id=None, relation="root", parent_turn=None,
+        join_turn=None, model=models[0], source=f"{source}#weka", scope=scope, start_s=0.0,
+    )
+    out = [root]
+    _fill(root, doc["requests"], "requests", block_size, out, marker_t=None)
+    return out
+
+
+def _fill(session: Session, requests: list[Any], where: str, block_size: int,
+          out: list[Session], marker_t: float | None) -> None:
+    """Turn ``requests`` into ``session.turns``; markers become child sessions in ``out``."""
+    scale = _time_scale(requests)
+    # Child clock: subtract the marker time when the child's first request sits on the
+    # parent's clock (at or after the marker).
+    offset = 0.0
+    first = next((r for r in requests if isinstance(r, dict) and r.get("type") != "subagent"),
+                 None)
+    if marker_t is not None and first is not None and marker_t > 0:
+        t0 = first.get("t")
+        if isinstance(t0, int | float) and t0 * scale >= marker_t:
+            offset = marker_t
+    pending: list[tuple[Session, bool]] = []  # children waiting for the next parent turn
+    prev_end: float | None = None
+    n_sub = 0
+    for i, rec in enumerate(requests):
+        here = f"{where}[{i}]"
+        if not isinstance(rec, dict):
+            raise InputError("expected an object", where=here)
+        try:
+            if rec.get("type") == "subagent":
+                n_sub += 1
+                child = _child(session, rec, here, n_sub, block_size, out, scale)
+                blocking = rec.get("status") != "async_launched"
+                pending.append((child, blocking))
+                continue
+            if rec.get("type") not in REQUEST_TYPES:
+                raise InputError(f"unknown request type {rec.get('type')!r}", field="type")
+            idx = len(session.turns)
+            t = req_num(rec, "t", nonneg=True) * scale - offset
+            api = opt_num(rec, "api_time", nonneg=True)
+            think = opt_num(rec, "think_time", nonneg=True)
+            if think is None:
+                think = max(0.0, t - prev_end) if prev_end is not None else 0.0
+            turn = Turn(
+                turn=idx, t=max(t, 0.0), think_s=think, api_s=api,
+                input_tokens=req_int(rec, "in"), output_tokens=req_int(rec, "out"),
+                hash_ids=req_hash_ids(rec), block_size=block_size,
+            )
+            turn.validate()
+        except InputError as e:
+            raise e.located(where=here) from None
+        session.turns.append(turn)
+        prev_end = turn.t + (api or 0.0)
+        for child, blocking in pending:
+            if blocking:
+                child.join_turn = idx
+        pending.clear()
+
+
+def _child(parent: Session, rec: dict[str, Any], where: str, k: int, block_size: int,
+           out: list[Session], scale: float) -> Session:
+    reqs = rec.get("requests")
+    if not isinstance(reqs, list):
+        raise InputError("subagent marker without a requests list", field="requests")
+    marker_t = req_num(rec, "t", nonneg=True) * scale
+    agent = str(rec.get("agent_id") or f"sub{k}")
+    models = rec.get("models") or [parent.model]
+    child = Session(
+        session_id=f"{parent.session_id}/{agent}", parent_id=parent.session_id,
+        relation="spawn", parent_turn=len(parent.turns) - 1 if parent.turns else None,
+        join_turn=None, model=models[0], source=parent.source, scope=parent.scope,
+        start_s=parent.start_s + marker_t,
+    )
+    out.append(child)
+    _fill(child, reqs, f"{where}.requests", block_size, out, marker_t=marker_t)
+    return child
+
+
+def _time_scale(requests: list[Any]) -> float:
+    """1.0 when ``t`` is in seconds, 0.001 when it is in milliseconds.
+
+    Milliseconds show as start-to-start gaps ~1000x the recorded think + API time.
+    """
+    gaps = 0.0
+    spent = 0.0
+    prev: dict[str, Any] | None = None
+    for rec in requests:
+        if not isinstance(rec, dict) or rec.get("type") == "subagent":
+            continue
+        if prev is not None:
+            t0, t1 = prev.get("t"), rec.get("t")
+            api, think = prev.get("api_time"), rec.get("think_time")
+            if all(isinstance(x, int | float) for x in (t0, t1, api, think)):
+                gaps += float(t1) - float(t0)  # type: ignore[arg-type]
+                spent += float(api) + float(think)  # type: ignore[arg-type]
+        prev = rec
+    if spent > 0 and gaps / spent > 100:
+        return 0.001
+    return 1.0

@@ -1,0 +1,178 @@
+"""Trace analysis: the figures ``agentbench traces stats`` prints, and the potential
+prefix hit rate (CONTRACTS §1) that replay records per request.
+
+Potential cached tokens of a turn: the tokens of its longest leading run of blocks
+already sent by an earlier turn in the same hash scope, with an infinite cache. Turns
+are taken in recorded send order (session start + ``t``, ties in source order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agentbench.traces.model import Session, Trace, Turn, iter_turns_in_send_order
+
+PCTS = (50, 90, 99)
+
+
+def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+    """For turns in send order (one hash scope), the length of each turn's leading run of
+    blocks that an *earlier* turn already sent. Vectorised: O(N log N) in total blocks."""
+    n = len(turn_ids)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.fromiter((len(h) for h in turn_ids), dtype=np.int64, count=n)
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    if lengths.sum() == 0:
+        return np.zeros(n, dtype=np.int64)
+    ids = np.concatenate(turn_ids)
+    turn_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    _, first_pos, codes = np.unique(ids, return_index=True, return_inverse=True)
+    seen = turn_of[first_pos][codes] < turn_of  # first sent by an earlier turn
+    unseen_pos = np.flatnonzero(~seen)
+    nxt = np.searchsorted(unseen_pos, starts)
+    first_unseen = np.where(nxt < len(unseen_pos),
+                            unseen_pos[np.minimum(nxt, len(unseen_pos) - 1)], ids.size)
+    return np.minimum(first_unseen, starts + lengths) - starts
+
+
+def potential_cached_tokens(sessions: Sequence[Session]) -> dict[tuple[str, int], int]:
+    """Potential cached tokens of every turn, keyed by (session_id, turn index)."""
+    by_scope: dict[str, list[tuple[Session, Turn]]] = {}
+    for s, t in iter_turns_in_send_order(sessions):
+        by_scope.setdefault(s.scope, []).append((s, t))
+    out: dict[tuple[str, int], int] = {}
+    for items in by_scope.values():
+        runs = leading_seen_blocks([t.hash_ids for _, t in items])
+        for (s, t), run in zip(items, runs, strict=True):
+            out[(s.session_id, t.turn)] = min(int(run) * t.block_size, t.input_tokens)
+    return out
+
+
+def _pcts(values: npt.ArrayLike) -> dict[str, float | None]:
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return {f"p{p}": None for p in PCTS} | {"mean": None}
+    qs = np.percentile(arr, PCTS)
+    return {f"p{p}": float(q) for p, q in zip(PCTS, qs, strict=True)} | {
+        "mean": float(arr.mean())}
+
+
+@dataclass
+class TraceStats:
+    """What ``traces stats`` reports. Token and time distributions as p50/p90/p99 + mean."""
+
+    name: str
+    sessions: int
+    roots: int
+    forks: int
+    spawns: int
+    requests: int
+    turns_per_root: dict[str, float | None]
+    requests_per_tree: dict[str, float | None]
+    input_tokens: dict[str, float | None]
+    output_tokens: dict[str, float | None]
+    input_output_ratio: float | None
+    roots_with_subagents_share: float | None
+    subagents_per_root_with_subagents: dict[str, float | None]
+    think_s: dict[str, float | None]
+    start_to_start_s: dict[str, float | None]
+    context_growth_per_turn: dict[str, float | None]
+    first_turn_input_tokens: dict[str, float | None]
+    last_turn_input_tokens: dict[str, float | None]
+    potential_hit_rate: float | None
+    potential_hit_rate_by_scope: dict[str, float] = field(default_factory=dict)
+    scopes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def trace_stats(trace: Trace) -> TraceStats:
+    """Compute every figure of ``traces stats`` for ``trace``."""
+    sessions = trace.sessions
+    roots = [s for s in sessions if s.parent_id is None]
+    turns = [t for s in sessions for t in s.turns]
+    inp = np.fromiter((t.input_tokens for t in turns), dtype=np.int64, count=len(turns))
+    out = np.fromiter((t.output_tokens for t in turns), dtype=np.int64, count=len(turns))
+    later = [t for s in sessions for t in s.turns[1:]]
+    s2s = [b.t - a.t for s in sessions for a, b in zip(s.turns, s.turns[1:])]
+    growth = [b.input_tokens - a.input_tokens for s in sessions
+              for a, b in zip(s.turns, s.turns[1:])]
+    trees = trace.trees()
+    subs = [len(tree) - 1 for tree in trees]
+    with_subs = [n for n in subs if n > 0]
+    pot = potential_cached_tokens(sessions)
+    by_scope_num: dict[str, int] = {}
+    by_scope_den: dict[str, int] = {}
+    for s in sessions:
+        for t in s.turns:
+            by_scope_num[s.scope] = by_scope_num.get(s.scope, 0) + pot[(s.session_id, t.turn)]
+            by_scope_den[s.scope] = by_scope_den.get(s.scope, 0) + t.input_tokens
+    total_in = int(inp.sum())
+    return TraceStats(
+        name=trace.name,
+        sessions=len(sessions),
+        roots=len(roots),
+        forks=sum(s.relation == "fork" for s in sessions),
+        spawns=sum(s.relation == "spawn" for s in sessions),
+        requests=len(turns),
+        turns_per_root=_pcts([len(s.turns) for s in roots]),
+        requests_per_tree=_pcts([sum(len(s.turns) for s in tree) for tree in trees]),
+        input_tokens=_pcts(inp),
+        output_tokens=_pcts(out),
+        input_output_ratio=float(total_in / out.sum()) if out.sum() else None,
+        roots_with_subagents_share=len(with_subs) / len(roots) if roots else None,
+        subagents_per_root_with_subagents=_pcts(with_subs),
+        think_s=_pcts([t.think_s for t in later]),
+        start_to_start_s=_pcts(s2s),
+        context_growth_per_turn=_pcts(growth),
+        first_turn_input_tokens=_pcts([s.turns[0].input_tokens for s in roots if s.turns]),
+        last_turn_input_tokens=_pcts([s.turns[-1].input_tokens for s in roots if s.turns]),
+        potential_hit_rate=sum(pot.values()) / total_in if total_in else None,
+        potential_hit_rate_by_scope={
+            k: by_scope_num[k] / by_scope_den[k] for k in by_scope_den if by_scope_den[k]},
+        scopes=len(by_scope_den),
+    )
+
+
+def format_stats(st: TraceStats) -> str:
+    """Human-readable table of ``st``."""
+
+    def dist(d: dict[str, float | None], unit: str = "", digits: int = 0) -> str:
+        if d["p50"] is None:
+            return "-"
+        f = f"{{:,.{digits}f}}"
+        return "  ".join(f"{k} {f.format(d[k])}{unit}" for k in ("p50", "p90", "p99", "mean"))
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    lines = [
+        f"trace              {st.name}",
+        f"sessions           {st.sessions:,} (roots {st.roots:,}, forks {st.forks:,}, "
+        f"spawns {st.spawns:,})",
+        f"requests           {st.requests:,}",
+        f"turns per root     {dist(st.turns_per_root, digits=1)}",
+        f"requests per tree  {dist(st.requests_per_tree, digits=1)}",
+        f"input tokens       {dist(st.input_tokens)}",
+        f"output tokens      {dist(st.output_tokens)}",
+        "input:output       " + ("-" if st.input_output_ratio is None
+                                 else f"{st.input_output_ratio:,.1f}:1"),
+        f"roots w/ subagents {pct(st.roots_with_subagents_share)}; subagents per such root "
+        f"{dist(st.subagents_per_root_with_subagents, digits=1)}",
+        f"think time         {dist(st.think_s, ' s', 1)}",
+        f"start-to-start     {dist(st.start_to_start_s, ' s', 1)}",
+        f"context growth     {dist(st.context_growth_per_turn, ' tok/turn')}",
+        f"first-turn input   {dist(st.first_turn_input_tokens)}",
+        f"last-turn input    {dist(st.last_turn_input_tokens)}",
+        f"potential hit rate {pct(st.potential_hit_rate)} (infinite cache, {st.scopes:,} hash "
+        f"scope{'s' if st.scopes != 1 else ''})",
+    ]
+    return "\n".join(lines)

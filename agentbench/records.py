@@ -1,0 +1,84 @@
+"""The raw results schema (CONTRACTS §4, §6): what replay writes and metrics reads.
+
+Times are integer nanoseconds of ``time.perf_counter_ns()`` relative to the run's start
+(``run.json`` holds one wall-clock anchor, "not for latency"). Nullable columns are null
+when the value was not observed (no first token, no ``usage``...).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+REQUESTS_FILE = "requests.parquet"
+SESSIONS_FILE = "sessions.parquet"
+SERVER_METRICS_FILE = "server_metrics.parquet"
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+
+# request status values
+OK = "ok"
+ERROR = "error"
+CANCELLED = "cancelled"
+# phase values
+WARMUP = "warmup"
+MEASURE = "measure"
+
+REQUESTS_SCHEMA = pa.schema([
+    pa.field("request_id", pa.int64(), nullable=False),
+    pa.field("stage", pa.string(), nullable=False),        # sweep stage label, e.g. "c=8"
+    pa.field("phase", pa.string(), nullable=False),        # warmup | measure
+    pa.field("endpoint", pa.string(), nullable=False),     # endpoint label (never a key)
+    pa.field("lane", pa.int32(), nullable=False),
+    pa.field("tree_id", pa.string(), nullable=False),      # root session id + copy, e.g. "t1#0"
+    pa.field("session_id", pa.string(), nullable=False),   # trace session id
+    pa.field("relation", pa.string(), nullable=False),     # root | fork | spawn
+    pa.field("copy", pa.int32(), nullable=False),          # trace copy (cache-bust salt index)
+    pa.field("turn", pa.int32(), nullable=False),
+    pa.field("scheduled_ns", pa.int64(), nullable=False),  # when replay wanted to send
+    pa.field("sent_ns", pa.int64()),                       # request handed to the socket
+    pa.field("first_token_ns", pa.int64()),                # first token-bearing SSE event
+    pa.field("last_token_ns", pa.int64()),                 # last token-bearing SSE event
+    pa.field("end_ns", pa.int64()),                        # stream finished / error stamped
+    pa.field("token_events", pa.int32()),                  # token-bearing SSE events
+    pa.field("token_event_ns", pa.list_(pa.int64())),      # arrival of each such event
+    pa.field("token_event_tokens", pa.list_(pa.int32())),  # tokens each event carried
+    pa.field("prompt_tokens", pa.int64()),                 # usage, as the server reported
+    pa.field("completion_tokens", pa.int64()),             # usage
+    pa.field("cached_tokens", pa.int64()),                 # usage.prompt_tokens_details
+    pa.field("expected_input_tokens", pa.int64(), nullable=False),   # from the trace
+    pa.field("expected_output_tokens", pa.int64(), nullable=False),  # from the trace
+    pa.field("potential_cached_tokens", pa.int64(), nullable=False),  # infinite-cache ceiling
+    pa.field("status", pa.string(), nullable=False),       # ok | error | cancelled
+    pa.field("http_status", pa.int32()),
+    pa.field("error_type", pa.string()),
+    pa.field("error_message", pa.string()),
+])
+
+SESSIONS_SCHEMA = pa.schema([
+    pa.field("stage", pa.string(), nullable=False),
+    pa.field("phase", pa.string(), nullable=False),
+    pa.field("tree_id", pa.string(), nullable=False),
+    pa.field("session_id", pa.string(), nullable=False),
+    pa.field("parent_id", pa.string()),
+    pa.field("relation", pa.string(), nullable=False),
+    pa.field("lane", pa.int32(), nullable=False),
+    pa.field("copy", pa.int32(), nullable=False),
+    pa.field("endpoint", pa.string()),
+    pa.field("turns_planned", pa.int32(), nullable=False),
+    pa.field("turns_done", pa.int32(), nullable=False),
+    pa.field("start_ns", pa.int64()),       # first turn sent
+    pa.field("end_ns", pa.int64()),         # last turn ended (own turns)
+    pa.field("makespan_ns", pa.int64()),    # roots: first turn sent -> whole tree ended
+    pa.field("llm_wait_ns", pa.int64()),    # roots: sum of E2E on the tree's critical path
+    pa.field("input_tokens", pa.int64(), nullable=False),
+    pa.field("output_tokens", pa.int64(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),  # ok | error | cancelled | incomplete
+])
+
+SERVER_METRICS_SCHEMA = pa.schema([
+    pa.field("time_ns", pa.int64(), nullable=False),
+    pa.field("endpoint", pa.string(), nullable=False),
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("labels", pa.map_(pa.string(), pa.string())),
+    pa.field("value", pa.float64(), nullable=False),
+])

@@ -1,0 +1,126 @@
+"""The dependency-free approximate tokenizer, and the synthetic block text built on it.
+
+Replay's prompt builder, the trace readers (text -> tokens -> hash ids) and the serving
+simulator all count tokens with these functions, so a simulated server reports exactly the
+prompt length the trace asked for and hit rates are exact block arithmetic.
+
+The approximate tokenizer splits text into pieces the way GPT-style BPE pre-tokenizers do
+(an optional leading space plus a run of letters, of digits, or of punctuation; runs of
+whitespace) and charges each piece an estimated token count: letters ~1 token per 6
+characters, digits 1 per 3 (cl100k/o200k split numbers in groups of three), punctuation 1
+per 2, whitespace 1 per run. Its error against a real tokenizer is measured in
+``tests/test_tokenize.py``.
+
+Invariants other modules rely on (tested):
+- counting is additive over text that is split at a piece boundary (before a space);
+- a synthetic word (space + 4 lowercase letters) is exactly one piece and one token, so
+  ``block_text(salt, h, n)`` is exactly ``n`` tokens and blocks concatenate additively.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+# An optional space then letters | digits | other non-space; or whitespace runs.
+_PIECE = re.compile(r" ?[^\W\d_]+| ?\d+| ?[^\w\s]+|_+|\s+")
+
+_CONSONANTS = "bcdfghjklmnprstvwz"
+_VOWELS = "aeiou"
+_SYLLABLES = [c + v for c in _CONSONANTS for v in _VOWELS]
+#: 8,100 synthetic words: " " + two consonant-vowel syllables (one token each).
+VOCAB: tuple[str, ...] = tuple(" " + a + b for a in _SYLLABLES for b in _SYLLABLES)
+_VOCAB_INDEX = {w: i for i, w in enumerate(VOCAB)}
+_VOCAB_ARRAY = np.array(VOCAB, dtype=object)
+
+#: Token ids below this are synthetic words (their index in VOCAB); others are hashed.
+SYNTHETIC_VOCAB_SIZE = len(VOCAB)
+#: Chat template cost, in tokens: each message is wrapped as <role> content <end>
+#: (2 tokens) and the reply is primed with <assistant> (1 token).
+CHAT_TOKENS_PER_MESSAGE = 2
+CHAT_TOKENS_REPLY_PRIMER = 1
+
+
+def pieces(text: str) -> list[str]:
+    """Pre-tokenized pieces of ``text`` (concatenating them gives ``text`` back)."""
+    return _PIECE.findall(text)
+
+
+def piece_tokens(piece: str) -> int:
+    """Estimated tokens of one piece."""
+    if piece in _VOCAB_INDEX:
+        return 1
+    core = piece[1:] if piece[:1] == " " and len(piece) > 1 else piece
+    if core.isspace():
+        return 1
+    if core.isdigit():
+        return -(-len(core) // 3)
+    if core[0].isalpha():
+        return max(1, -(-len(core) // 6))
+    return max(1, -(-len(core) // 2))
+
+
+def count_tokens(text: str) -> int:
+    """Approximate token count of ``text``."""
+    return sum(piece_tokens(p) for p in _PIECE.findall(text))
+
+
+def token_ids(text: str) -> list[int]:
+    """Approximate token ids: one id per estimated token, stable across runs.
+
+    Synthetic words map to their vocabulary index; other pieces to a CRC32-derived id,
+    repeated for pieces that count as several tokens (``i``-th copy salted by ``i``).
+    """
+    out: list[int] = []
+    for p in _PIECE.findall(text):
+        idx = _VOCAB_INDEX.get(p)
+        if idx is not None:
+            out.append(idx)
+            continue
+        n = piece_tokens(p)
+        base = zlib.crc32(p.encode())
+        out.extend(SYNTHETIC_VOCAB_SIZE + ((base + i) & 0x7FFFFFFF) for i in range(n))
+    return out
+
+
+def chat_prompt_tokens(contents: Iterable[str]) -> int:
+    """Prompt tokens of a chat request whose messages have these contents."""
+    total = CHAT_TOKENS_REPLY_PRIMER
+    for c in contents:
+        total += CHAT_TOKENS_PER_MESSAGE + count_tokens(c)
+    return total
+
+
+def _block_indices(salt: int, hash_id: int, n: int) -> np.ndarray:
+    rng = np.random.Generator(np.random.PCG64([salt & 0xFFFFFFFFFFFF, hash_id & 0xFFFFFFFFFFFF,
+                                               (hash_id >> 48) & 0xFFFF]))
+    return rng.integers(0, SYNTHETIC_VOCAB_SIZE, size=n)
+
+
+@lru_cache(maxsize=4096)
+def block_text(salt: int, hash_id: int, n_tokens: int) -> str:
+    """The text of one block: ``n_tokens`` synthetic words, fixed by (salt, hash id).
+
+    Equal (salt, hash id) give equal text in every run; different salts (trace copies)
+    give different text, so copies never share cache by accident.
+    """
+    return "".join(_VOCAB_ARRAY[_block_indices(salt, hash_id, n_tokens)])
+
+
+def block_token_ids(salt: int, hash_id: int, n_tokens: int) -> list[int]:
+    """Token ids of ``block_text(salt, hash_id, n_tokens)`` (for the completions API)."""
+    return [int(i) for i in _block_indices(salt, hash_id, n_tokens)]
+
+
+def unique_text(salt: int, key: int, n_tokens: int) -> str:
+    """Text no other request shares (a tail past the last hash id, a cache-bust salt)."""
+    return block_text(salt ^ 0x5EED_0000_0000, key, n_tokens)
+
+
+def words_of(ids: Sequence[int]) -> str:
+    """Text of synthetic token ids (inverse of ``token_ids`` on synthetic words)."""
+    return "".join(_VOCAB_ARRAY[np.asarray(ids, dtype=np.int64)])

@@ -69,9 +69,12 @@ def validate(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 ) -> None:
     """Check a scenario and print every problem with its key path."""
-    from agentbench.scenario_io import load_scenario
+    from agentbench.scenario_io import check_scenario, load_scenario
 
     sc = load_scenario(scenario)
+    _, warnings = check_scenario(sc, scenario.resolve().parent)
+    for w in warnings:
+        typer.echo(f"warning: {scenario}: {w}", err=True)
     typer.echo(f"{scenario}: ok ({sc.name})")
 
 

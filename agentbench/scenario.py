@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Strict(BaseModel):
@@ -133,12 +133,13 @@ class LanesLoad(Strict):
     concurrency: int | list[int] = Field(
         description="Lanes; a list runs a sweep, one stage per value.")
 
-    @model_validator(mode="after")
-    def _positive(self) -> LanesLoad:
-        vals = self.concurrency if isinstance(self.concurrency, list) else [self.concurrency]
-        if not vals or any(v <= 0 for v in vals):
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, v: int | list[int]) -> int | list[int]:
+        vals = v if isinstance(v, list) else [v]
+        if not vals or any(x <= 0 for x in vals):
             raise ValueError("concurrency values must be positive integers")
-        return self
+        return v
 
 
 class RateLoad(Strict):

@@ -3,6 +3,7 @@ its key path (and line, when the YAML tells it)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +94,47 @@ def _is_tag(part: str) -> bool:
         part.startswith("function-") or part in {"int", "list[int]", "float", "list[float]"})
 
 
-def load_scenario(path: str | Path) -> Any:
+def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[tuple[str, int | None, str]], list[str]]:
+    """Problems beyond the schema (files that do not exist, duplicate names) and warnings
+    (an API key variable that is not set). Relative trace paths are resolved against
+    ``base_dir`` (the scenario's folder) in place."""
+    from agentbench.traces.readers import looks_like_hub_id
+
+    lines = _key_lines(text) if text else {}
+    problems: list[tuple[str, int | None, str]] = []
+    warnings: list[str] = []
+    trace = sc.trace
+    if getattr(trace, "kind", None) == "file":
+        src = Path(trace.source).expanduser()
+        cand = src if src.is_absolute() else base_dir / src
+        if cand.exists():
+            trace.source = str(cand.resolve())
+        elif not looks_like_hub_id(trace.source):
+            problems.append(("trace.source", lines.get(("trace", "source")),
+                             f"no such file or folder: {trace.source} (relative paths are "
+                             f"relative to the scenario's folder {base_dir})"))
+    names = [e.name or getattr(e, "url", None) or "sim" for e in sc.endpoints]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            problems.append((f"endpoints.{i}.name", lines.get(("endpoints", str(i))),
+                             f"endpoint label {n!r} used twice; give each a distinct name"))
+    for i, e in enumerate(sc.endpoints):
+        env = getattr(e, "api_key_env", None)
+        if env and not os.environ.get(env):
+            warnings.append(f"endpoints.{i}.api_key_env: environment variable {env} is not set")
+    return problems, warnings
+
+
+def load_scenario(path: str | Path, *, check: bool = True) -> Any:
+    """Read, validate and check a scenario file; raise ``ScenarioError`` with every problem."""
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as e:
         raise InputError(f"cannot read scenario ({e.strerror})", source=str(p)) from None
-    return parse_scenario(text, source=str(p))
+    sc = parse_scenario(text, source=str(p))
+    if check:
+        problems, _ = check_scenario(sc, p.resolve().parent, text)
+        if problems:
+            raise ScenarioError(str(p), problems)
+    return sc

@@ -43,7 +43,7 @@ def detect_format(source: str | Path) -> str:
     """Guess the format of ``source`` from its content."""
     path = Path(source)
     if not path.exists():
-        if _looks_like_hub_id(str(source)):
+        if looks_like_hub_id(str(source)):
             return "hf"
         raise InputError("no such file or folder", source=str(source))
     if path.is_dir():
@@ -115,11 +115,14 @@ def _first_record(path: Path) -> Any:
                          where=f"line {e.lineno} column {e.colno}") from None
 
 
-def _looks_like_hub_id(s: str) -> bool:
+_FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".yaml", ".yml", ".arrow", ".gz")
+
+
+def looks_like_hub_id(s: str) -> bool:
+    """``org/name`` (not a path that merely does not exist, like ``traces/x.jsonl``)."""
     parts = s.split("/")
-    return len(parts) == 2 and all(p and not p.startswith(".") for p in parts) and (
-        not s.startswith(("/", "."))
-    )
+    return (len(parts) == 2 and all(p and not p.startswith((".", "~")) for p in parts)
+            and not s.endswith(_FILE_SUFFIXES))
 
 
 def trace_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:

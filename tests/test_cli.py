@@ -1,0 +1,99 @@
+"""The command line as a user runs it: instant help, stats, convert, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("pandas", "matplotlib", "datasets", "pyarrow", "aiohttp", "numpy")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentbench.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_does_not_import_heavy_libraries() -> None:
+    code = ("import sys, agentbench.cli; "
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    res = run("--help")
+    assert res.returncode == 0 and "traces" in res.stdout and "validate" in res.stdout
+
+
+def test_stats_json_on_the_weka_traces(weka_dir: Path) -> None:
+    res = run("traces", "stats", str(weka_dir), "--json")
+    assert res.returncode == 0, res.stderr
+    st = json.loads(res.stdout)
+    assert st["roots"] == 40 and st["requests"] == 2790 and st["spawns"] == 28
+    assert st["potential_hit_rate"] == pytest.approx(0.951, abs=0.001)
+    for key in ("turns_per_root", "input_tokens", "output_tokens", "think_s",
+                "context_growth_per_turn", "subagents_per_root_with_subagents"):
+        assert set(st[key]) == {"p50", "p90", "p99", "mean"}
+
+
+def test_stats_text_names_every_figure(weka_dir: Path) -> None:
+    res = run("traces", "stats", str(weka_dir))
+    assert res.returncode == 0, res.stderr
+    for word in ("sessions", "requests", "turns per root", "input tokens", "output tokens",
+                 "input:output", "subagents", "think time", "context growth",
+                 "potential hit rate"):
+        assert word in res.stdout
+
+
+def test_convert_then_stats_agree(weka_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trace.parquet"
+    res = run("traces", "convert", str(weka_dir), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    a = json.loads(run("traces", "stats", str(weka_dir), "--json").stdout)
+    b = json.loads(run("traces", "stats", str(out), "--json").stdout)
+    a.pop("name"), b.pop("name")
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ('{"block_size": 64, "requests": [{"t": 0, "in": 10, "out": -1, "hash_ids": []}]}',
+         "requests[0]: field 'out': negative length -1"),
+        ('{"block_size": 64, "requests": [{"t": 0, "in": 10, "out": 5, "hash_ids": [1, 2]}]}',
+         "requests[0]: field 'hash_ids'"),
+        ('{"block_size": 64, "requests": [{"t": 0, "out": 5, "hash_ids": [1]}]}',
+         "requests[0]: field 'in': missing"),
+        ('{"block_size": 64, "requests": [{"t": 0, "in": 10, ', "invalid JSON"),
+    ],
+)
+def test_bad_trace_is_one_line_exit_2(tmp_path: Path, content: str, expect: str) -> None:
+    f = tmp_path / "trace_bad.json"
+    f.write_text(content)
+    res = run("traces", "stats", str(f), "--format", "weka")
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0] and expect in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    f = tmp_path / "t.json"
+    f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')
+    res = run("--debug", "traces", "stats", str(f), "--format", "weka")
+    assert res.returncode != 0 and "Traceback" in res.stderr
+
+
+def test_validate_prints_every_problem(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("name: x\nendpoints:\n  - kind: openai\n    url: http://h\n    modle: m\n"
+                 "trace: {kind: synth, profile: codex, sessions: 2}\n"
+                 "load: {kind: lanes, concurrency: 0}\nlimits: {max_sessions: 2}\n")
+    res = run("validate", str(f))
+    assert res.returncode == 2
+    err = res.stderr
+    assert "endpoints.0.modle: unknown key" in err and "load.concurrency" in err
+    assert f"{f}:5:" in err  # the typo's line

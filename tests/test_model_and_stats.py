@@ -1,0 +1,120 @@
+"""The trace model's checks, the native round trip, and potential hit arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.traces.model import Session, Trace, Turn
+from agentbench.traces.readers import native
+from agentbench.traces.stats import leading_seen_blocks, potential_cached_tokens, trace_stats
+
+
+def turn(i: int, ids: list[int], inp: int, out: int = 10, t: float = 0.0, bs: int = 4) -> Turn:
+    return Turn(turn=i, t=t, think_s=1.0, api_s=0.5, input_tokens=inp, output_tokens=out,
+                hash_ids=np.array(ids, dtype=np.int64), block_size=bs)
+
+
+def session(sid: str, turns: list[Turn], parent: str | None = None, relation: str = "root",
+            pt: int | None = None, jt: int | None = None, start: float = 0.0,
+            scope: str = "s") -> Session:
+    return Session(session_id=sid, parent_id=parent, relation=relation,  # type: ignore[arg-type]
+                   parent_turn=pt, join_turn=jt, model="m", source="test", scope=scope,
+                   start_s=start, turns=turns)
+
+
+def test_leading_seen_blocks_counts_only_leading_runs_from_earlier_turns() -> None:
+    runs = leading_seen_blocks([
+        np.array([1, 2, 3]),      # nothing seen before: 0
+        np.array([1, 2, 3, 4]),   # 1,2,3 seen: 3
+        np.array([1, 9, 3, 4]),   # 1 seen, 9 new -> stops: 1 (3,4 after the break do not count)
+        np.array([5, 5]),         # 5 new (repeats inside one turn do not count): 0
+        np.array([], dtype=np.int64),
+        np.array([1, 2, 3, 4, 9, 5]),  # all seen earlier: 6
+    ])
+    assert runs.tolist() == [0, 3, 1, 0, 0, 6]
+
+
+def test_potential_tokens_cap_at_input_and_respect_scopes() -> None:
+    # block size 4. a/1 re-sends a/0's two blocks: 2 * 4 = 8 tokens. b shares ids with a but
+    # lives in another hash scope: 0. c re-sends blocks 1,2,3, its whole prompt:
+    # min(3 * 4, 11) = 11 (the last block is partial).
+    a = session("a", [turn(0, [1, 2], 8, t=0), turn(1, [1, 2, 3], 10, t=5)])
+    b = session("b", [turn(0, [1, 2], 6, t=1)], scope="other")  # same ids, other scope
+    c = session("c", [turn(0, [1, 2, 3], 11, t=9)])  # whole prompt seen: min(3*4, 11) = 11
+    pot = potential_cached_tokens([a, b, c])
+    assert pot == {("a", 0): 0, ("a", 1): 8, ("b", 0): 0, ("c", 0): 11}
+    st = trace_stats(Trace([a, b, c]))
+    # (0 + 8 + 0 + 11) / (8 + 10 + 6 + 11) = 19 / 35
+    assert st.potential_hit_rate == pytest.approx(19 / 35)
+    assert st.scopes == 2
+
+
+def test_send_order_follows_recorded_time_not_file_order() -> None:
+    late = session("late", [turn(0, [1, 2], 8, t=0)], start=100.0)
+    early = session("early", [turn(0, [1, 2], 8, t=0)], start=0.0)
+    pot = potential_cached_tokens([late, early])
+    assert pot[("early", 0)] == 0 and pot[("late", 0)] == 8
+
+
+def test_validate_names_session_turn_and_field() -> None:
+    bad = session("x", [turn(0, [1, 2, 3], 8)])  # 3 ids, 8 tokens / 4 = 2 blocks allowed
+    with pytest.raises(InputError) as ei:
+        Trace([bad]).validate()
+    assert "session x turn 0" in str(ei.value) and "hash_ids" in str(ei.value)
+
+
+def test_validate_checks_parent_links() -> None:
+    root = session("r", [turn(0, [1], 4), turn(1, [1, 2], 8)])
+    child = session("c", [turn(0, [7], 4)], parent="r", relation="spawn", pt=1, jt=1)
+    with pytest.raises(InputError, match="join_turn"):
+        Trace([root, child]).validate()
+    orphan = session("o", [turn(0, [7], 4)], parent="nobody", relation="fork", pt=0)
+    with pytest.raises(InputError, match="not in trace"):
+        Trace([root, orphan]).validate()
+
+
+def test_trees_group_descendants_under_their_root() -> None:
+    r1 = session("r1", [turn(0, [1], 4), turn(1, [1, 2], 8)])
+    c1 = session("c1", [turn(0, [5], 4)], parent="r1", relation="spawn", pt=0, jt=1)
+    g1 = session("g1", [turn(0, [6], 4)], parent="c1", relation="fork", pt=0)
+    r2 = session("r2", [turn(0, [9], 4)])
+    trees = Trace([r1, c1, r2, g1]).trees()
+    assert [[s.session_id for s in t] for t in trees] == [["r1", "c1", "g1"], ["r2"]]
+
+
+def test_native_round_trip_is_lossless(tmp_path: Path) -> None:
+    r1 = session("r1", [turn(0, [1, 2], 8), turn(1, [1, 2, 3], 10, t=4.25)])
+    r1.turns[1].cached_tokens = 8
+    r1.turns[1].api_s = None
+    c1 = session("r1/a", [turn(0, [5], 4)], parent="r1", relation="spawn", pt=0, jt=None,
+                 start=1.5)
+    empty = session("e", [])
+    tr = Trace([r1, c1, empty], name="demo")
+    path = native.write(tr, tmp_path / "t.parquet")
+    back = native.read(path)
+    assert back == tr
+    assert back.name == "demo"
+    assert back.sessions[0].turns[1].api_s is None
+    assert back.sessions[1].join_turn is None
+
+
+def test_native_round_trip_of_the_weka_traces(weka_trace: Trace, tmp_path: Path) -> None:
+    path = native.write(weka_trace, tmp_path / "w.parquet")
+    back = native.read(path)
+    assert back == weka_trace
+    assert trace_stats(back).to_dict() | {"name": ""} == trace_stats(weka_trace).to_dict() | {
+        "name": ""}
+
+
+def test_a_plain_parquet_file_is_not_a_native_trace(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"a": [1]}), p)
+    with pytest.raises(InputError, match="not an agentbench native trace"):
+        native.read(p)

@@ -84,12 +84,15 @@ def traces_stats(
     source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
+    scale: float | None = typer.Option(
+        None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
+    max_context: int | None = typer.Option(
+        None, "--max-context", help="Cap every prompt at its first N tokens."),
 ) -> None:
     """Sessions, requests, token and time distributions, subagents, potential hit rate."""
-    from agentbench.traces.readers import read_trace
     from agentbench.traces.stats import format_stats, trace_stats
 
-    st = trace_stats(read_trace(source, format=format))
+    st = trace_stats(_read_transformed(source, format, scale, max_context))
     if as_json:
         typer.echo(json.dumps(st.to_dict(), indent=2))
     else:
@@ -102,13 +105,30 @@ def traces_convert(
     source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
     output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
+    scale: float | None = typer.Option(
+        None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
+    max_context: int | None = typer.Option(
+        None, "--max-context", help="Cap every prompt at its first N tokens."),
 ) -> None:
     """Write any readable trace in agentbench's native parquet format."""
-    from agentbench.traces.readers import native, read_trace
+    from agentbench.traces.readers import native
 
-    trace = read_trace(source, format=format)
+    trace = _read_transformed(source, format, scale, max_context)
     out = native.write(trace, output)
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+
+
+def _read_transformed(source: str, format: str | None, scale: float | None,
+                      max_context: int | None) -> Any:
+    from agentbench.traces import transform
+    from agentbench.traces.readers import read_trace
+
+    trace = read_trace(source, format=format)
+    if max_context is not None:
+        trace = transform.truncate(trace, max_context)
+    if scale is not None:
+        trace = transform.scale(trace, scale)
+    return trace
 
 
 def main() -> None:

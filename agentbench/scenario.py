@@ -97,6 +97,15 @@ class TraceFilters(Strict):
     shuffle: bool = Field(False, description="Shuffle root order with the run seed.")
 
 
+class TraceTransform(Strict):
+    """Fit a trace to a small model while keeping its prefix structure."""
+
+    max_context_tokens: int | None = Field(
+        None, gt=0, description="Cap every prompt at its first N tokens (applied first).")
+    scale: float | None = Field(
+        None, gt=0, le=1, description="Multiply input/output lengths and block size by this.")
+
+
 class TraceSource(Strict):
     """Where the trace comes from and how to read it."""
 
@@ -107,6 +116,8 @@ class TraceSource(Strict):
                                     description="Reader options (tokenizer, seed...).")
     filters: TraceFilters = Field(default_factory=TraceFilters,
                                   description="Session selection.")
+    transform: TraceTransform = Field(default_factory=TraceTransform,
+                                      description="Scaling / truncation for small models.")
 
 
 class SynthSource(Strict):
@@ -118,6 +129,8 @@ class SynthSource(Strict):
     seed: int | None = Field(None, description="Generator seed; None: the run seed.")
     filters: TraceFilters = Field(default_factory=TraceFilters,
                                   description="Session selection.")
+    transform: TraceTransform = Field(default_factory=TraceTransform,
+                                      description="Scaling / truncation for small models.")
 
 
 TraceSpec = Annotated[TraceSource | SynthSource, Field(discriminator="kind")]

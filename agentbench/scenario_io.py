@@ -94,14 +94,17 @@ def _is_tag(part: str) -> bool:
         part.startswith("function-") or part in {"int", "list[int]", "float", "list[float]"})
 
 
-def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[tuple[str, int | None, str]], list[str]]:
+Problem = tuple[str, int | None, str]
+
+
+def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Problem], list[str]]:
     """Problems beyond the schema (files that do not exist, duplicate names) and warnings
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
     from agentbench.traces.readers import looks_like_hub_id
 
     lines = _key_lines(text) if text else {}
-    problems: list[tuple[str, int | None, str]] = []
+    problems: list[Problem] = []
     warnings: list[str] = []
     trace = sc.trace
     if getattr(trace, "kind", None) == "file":

@@ -173,7 +173,7 @@ class Trace:
         return out
 
     def trees(self) -> list[list[Session]]:
-        """Each root with all its descendants (depth first, source order): the unit a lane replays."""
+        """Each root with its descendants (depth first, source order): what a lane replays."""
         kids = self.children()
         out = []
         for root in self.roots():

@@ -57,11 +57,12 @@ def potential_cached_tokens(sessions: Sequence[Session]) -> dict[tuple[str, int]
 
 def _pcts(values: npt.ArrayLike) -> dict[str, float | None]:
     arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        return {f"p{p}": None for p in PCTS} | {"mean": None}
-    qs = np.percentile(arr, PCTS)
-    return {f"p{p}": float(q) for p, q in zip(PCTS, qs, strict=True)} | {
-        "mean": float(arr.mean())}
+    out: dict[str, float | None] = {f"p{p}": None for p in PCTS} | {"mean": None}
+    if arr.size:
+        for p, q in zip(PCTS, np.percentile(arr, PCTS), strict=True):
+            out[f"p{p}"] = float(q)
+        out["mean"] = float(arr.mean())
+    return out
 
 
 @dataclass
@@ -102,9 +103,9 @@ def trace_stats(trace: Trace) -> TraceStats:
     inp = np.fromiter((t.input_tokens for t in turns), dtype=np.int64, count=len(turns))
     out = np.fromiter((t.output_tokens for t in turns), dtype=np.int64, count=len(turns))
     later = [t for s in sessions for t in s.turns[1:]]
-    s2s = [b.t - a.t for s in sessions for a, b in zip(s.turns, s.turns[1:])]
+    s2s = [b.t - a.t for s in sessions for a, b in zip(s.turns, s.turns[1:], strict=False)]
     growth = [b.input_tokens - a.input_tokens for s in sessions
-              for a, b in zip(s.turns, s.turns[1:])]
+              for a, b in zip(s.turns, s.turns[1:], strict=False)]
     trees = trace.trees()
     subs = [len(tree) - 1 for tree in trees]
     with_subs = [n for n in subs if n > 0]

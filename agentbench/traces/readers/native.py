@@ -121,17 +121,15 @@ def read(source: str | Path, **options: Any) -> Trace:
         by_id[s.session_id] = s
         out.append(s)
     col = turns_t.column("hash_ids").combine_chunks()
-    if isinstance(col, pa.ChunkedArray):  # pragma: no cover - empty table
-        col = pa.concat_arrays(col.chunks) if col.chunks else pa.array([], pa.large_list(pa.int64()))
     offsets = col.offsets.to_numpy()
     values = col.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     cols = {n: turns_t.column(n).to_pylist() for n in TURNS_SCHEMA.names if n != "hash_ids"}
     for i, sid in enumerate(cols["session_id"]):
-        s = by_id.get(sid)
-        if s is None:
+        owner = by_id.get(sid)
+        if owner is None:
             raise InputError(f"turn of unknown session {sid!r}", source=str(source),
                              where=f"row {i}", field="session_id")
-        s.turns.append(Turn(
+        owner.turns.append(Turn(
             turn=cols["turn"][i], t=cols["t"][i], think_s=cols["think_s"][i],
             api_s=cols["api_s"][i], input_tokens=cols["input_tokens"][i],
             output_tokens=cols["output_tokens"][i],

@@ -1,0 +1,50 @@
+"""The trace a scenario asks for: read or synthesized, transformed, filtered."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from agentbench.traces import transform
+from agentbench.traces.model import Session, Trace
+
+
+def load_scenario_trace(spec: Any, seed: int) -> Trace:
+    """Build the trace of ``scenario.trace`` (a TraceSource or SynthSource)."""
+    if spec.kind == "synth":
+        from agentbench.traces.synth import synthesize
+
+        trace = synthesize(spec.profile, sessions=spec.sessions,
+                           seed=seed if spec.seed is None else spec.seed)
+    else:
+        from agentbench.traces.readers import read_trace
+
+        trace = read_trace(spec.source, format=spec.format, **spec.options)
+    tf = spec.transform
+    if tf.max_context_tokens is not None:
+        trace = transform.truncate(trace, tf.max_context_tokens)
+    if tf.scale is not None:
+        trace = transform.scale(trace, tf.scale)
+    return apply_filters(trace, spec.filters, seed)
+
+
+def apply_filters(trace: Trace, filters: Any, seed: int) -> Trace:
+    """Keep the session trees that pass ``filters`` (a TraceFilters), in order (shuffled
+    with ``seed`` when asked), at most ``max_sessions`` of them."""
+    trees = trace.trees()
+    if filters.sessions is not None:
+        wanted = set(filters.sessions)
+        trees = [t for t in trees if t[0].session_id in wanted]
+    if filters.min_turns is not None:
+        trees = [t for t in trees if len(t[0].turns) >= filters.min_turns]
+    if filters.max_input_tokens is not None:
+        cap = filters.max_input_tokens
+        trees = [t for t in trees if all(turn.input_tokens <= cap for s in t for turn in s.turns)]
+    if filters.with_subagents is not None:
+        trees = [t for t in trees if (len(t) > 1) == filters.with_subagents]
+    if filters.shuffle:
+        random.Random(seed).shuffle(trees)
+    if filters.max_sessions is not None:
+        trees = trees[: filters.max_sessions]
+    sessions: list[Session] = [s for tree in trees for s in tree]
+    return Trace(sessions, name=trace.name)

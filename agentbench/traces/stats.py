@@ -57,7 +57,8 @@ def potential_cached_tokens(sessions: Sequence[Session]) -> dict[tuple[str, int]
 
 def _pcts(values: npt.ArrayLike) -> dict[str, float | None]:
     arr = np.asarray(values, dtype=np.float64)
-    out: dict[str, float | None] = {f"p{p}": None for p in PCTS} | {"mean": None}
+    out: dict[str, float | None] = {f"p{p}": None for p in PCTS}
+    out["mean"] = None
     if arr.size:
         for p, q in zip(PCTS, np.percentile(arr, PCTS), strict=True):
             out[f"p{p}"] = float(q)

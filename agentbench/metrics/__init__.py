@@ -1,0 +1,10 @@
+"""Metrics: pure functions over the stored records of a run (CONTRACTS §5). Nothing here
+talks to the network; everything can be rebuilt from ``results/<run>/`` alone."""
+
+from __future__ import annotations
+
+from agentbench.metrics.format import format_summary
+from agentbench.metrics.records_io import RunRecords, read_records
+from agentbench.metrics.summary import summarize, summarize_records
+
+__all__ = ["RunRecords", "format_summary", "read_records", "summarize", "summarize_records"]

@@ -1,0 +1,111 @@
+"""Prefix-cache hit rate three ways (CONTRACTS §5): from ``usage``, from the server's
+Prometheus counters, and the trace's potential (infinite-cache ceiling)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from agentbench.metrics.stats import ratio
+
+# (hit counter, query counter) pairs, in order of preference; names without "_total"
+# (prometheus_client's parser drops it from family names, scrapes keep it on samples).
+COUNTER_PAIRS = (
+    ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+    ("vllm:prompt_tokens_cached", "vllm:prompt_tokens"),
+    ("llamacpp:prompt_tokens_cached", "llamacpp:prompt_tokens"),
+    ("sglang:cached_tokens", "sglang:prompt_tokens"),
+)
+
+
+def usage_hit_rate(cached: npt.NDArray[np.float64], prompt: npt.NDArray[np.float64]
+                   ) -> dict[str, Any]:
+    """Hit rate = Σ cached_tokens / Σ prompt_tokens over the requests whose ``usage``
+    reported both (dimensionless); the count of requests without them is kept."""
+    has = ~np.isnan(cached) & ~np.isnan(prompt)
+    c = float(cached[has].sum())
+    p = float(prompt[has].sum())
+    return {"value": ratio(c, p), "requests": int(has.sum()),
+            "requests_without_usage": int((~has).sum()),
+            "cached_tokens": c, "prompt_tokens": p}
+
+
+def potential_hit_rate(potential: npt.NDArray[np.float64],
+                       expected_input: npt.NDArray[np.float64]) -> dict[str, Any]:
+    """Potential hit rate = Σ potential_cached_tokens / Σ expected_input_tokens (from the
+    trace, infinite cache; dimensionless)."""
+    return {"value": ratio(float(potential.sum()), float(expected_input.sum())),
+            "potential_tokens": float(potential.sum()),
+            "input_tokens": float(expected_input.sum())}
+
+
+def achieved_over_potential(cached: npt.NDArray[np.float64],
+                            potential: npt.NDArray[np.float64]) -> float | None:
+    """Achieved / potential = Σ cached_tokens / Σ potential_cached_tokens over requests
+    that reported cached_tokens: the share of reusable tokens the engine reused."""
+    has = ~np.isnan(cached)
+    return ratio(float(cached[has].sum()), float(potential[has].sum()))
+
+
+def _norm(name: str) -> str:
+    return name[:-6] if name.endswith("_total") else name
+
+
+def _label_key(m: Any) -> str:
+    items = m.items() if isinstance(m, dict) else (m if m is not None else [])
+    return ",".join(f"{k}={v}" for k, v in sorted(items))
+
+
+def counter_series(server_metrics: pd.DataFrame) -> pd.DataFrame:
+    """The cache counter samples, with a normalised ``counter`` name and a ``series`` key
+    (endpoint + name + labels); other metrics are dropped."""
+    if server_metrics.empty:
+        return server_metrics.assign(counter=pd.Series(dtype=str), series=pd.Series(dtype=str))
+    wanted = {n for pair in COUNTER_PAIRS for n in pair}
+    norm = server_metrics["name"].map(_norm)
+    sm = server_metrics[norm.isin(wanted).to_numpy()].copy()
+    sm["counter"] = norm[norm.isin(wanted)].to_numpy()
+    labels = sm["labels"].map(_label_key)
+    sm["series"] = sm["endpoint"].astype(str) + "|" + sm["counter"] + "|" + labels
+    return sm.sort_values(["series", "time_ns"], kind="stable")
+
+
+def counter_increase(samples: pd.DataFrame, windows: list[tuple[int, int]]) -> float | None:
+    """Increase of one counter (summed over its series) across the windows, Prometheus
+    ``increase`` style: a drop is a reset and counts from zero. Each window is widened to
+    the last scrape at or before its start and the first scrape at or after its end, so the
+    resolution is the scrape interval. None when no series covers a window."""
+    total = 0.0
+    found = False
+    for _, s in samples.groupby("series", sort=False):
+        t = s["time_ns"].to_numpy()
+        v = s["value"].to_numpy(dtype=np.float64)
+        inc = np.diff(v)
+        inc = np.where(inc < 0, v[1:], inc)  # counter reset
+        for a, b in windows:
+            i = int(np.searchsorted(t, a, side="right")) - 1
+            j = int(np.searchsorted(t, b, side="left"))
+            i = max(i, 0)
+            j = min(j, len(t) - 1)
+            if j <= i:
+                continue
+            found = True
+            total += float(inc[i:j].sum())
+    return total if found else None
+
+
+def prometheus_hit_rate(series: pd.DataFrame, windows: list[tuple[int, int]],
+                        endpoint: str | None = None) -> dict[str, Any]:
+    """Hit rate = Δ hits / Δ queries of the first counter pair the server exposes, over
+    the measured windows (warmup before them is excluded to scrape resolution)."""
+    s = series if endpoint is None else series[series["endpoint"] == endpoint]
+    for hits, queries in COUNTER_PAIRS:
+        h = counter_increase(s[s["counter"] == hits], windows)
+        q = counter_increase(s[s["counter"] == queries], windows)
+        if h is not None and q is not None:
+            return {"value": ratio(h, q), "hits": h, "queries": q,
+                    "counters": [hits + "_total", queries + "_total"]}
+    return {"value": None, "hits": None, "queries": None, "counters": None}

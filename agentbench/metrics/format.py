@@ -1,0 +1,75 @@
+"""``format_summary``: one terminal screen of the headline figures after a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _n(x: Any, fmt: str = ",.1f", unit: str = "") -> str:
+    return "-" if x is None else f"{x:{fmt}}{unit}"
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _lat(b: dict[str, Any], key: str) -> str:
+    d = b["latency"][key]
+    return (f"{key[:-3].upper():<14}p50 {_n(d['p50'])}  p90 {_n(d['p90'])}  "
+            f"p99 {_n(d['p99'])}  mean {_n(d['mean'])} ms  (n={d['count']:,})")
+
+
+def _block_lines(b: dict[str, Any]) -> list[str]:
+    r = b["requests"]
+    t = b["throughput"]
+    h = b["hit_rate"]
+    a = b["agents"]
+    g = b["goodput"]
+    c = b["cost"]
+    lines = [
+        f"requests      {r['total']:,} measured: {r['ok']:,} ok, {r['failed']:,} failed, "
+        f"{r['cancelled']:,} cancelled (error rate {_pct(r['error_rate'])}); "
+        f"window {_n(b['window_s'], ',.1f')} s",
+        *(_lat(b, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms")),
+        f"throughput    {_n(t['total_tok_s'], ',.0f')} tok/s (input {_n(t['input_tok_s'], ',.0f')}"
+        f", output {_n(t['output_tok_s'], ',.0f')}); per GPU "
+        f"{_n(t['per_gpu_total_tok_s'], ',.0f')} tok/s; {_n(t['requests_per_s'], ',.2f')} req/s",
+        f"hit rate      usage {_pct(h['usage']['value'])} "
+        f"({h['usage']['requests']:,} requests with usage), "
+        f"server {_pct(h['prometheus']['value'])}, potential {_pct(h['potential']['value'])}, "
+        f"achieved/potential {_pct(h['achieved_over_potential'])}",
+        f"agents        {a['trees']:,} trees, {a['completed']:,} completed; makespan p50 "
+        f"{_n(a['makespan_s']['p50'], ',.1f')} s; LLM wait p50 "
+        f"{_n(a['llm_wait_s']['p50'], ',.1f')} s",
+        f"goodput       requests {_pct(g['requests'])}, agents {_pct(g['agents'])} "
+        f"(SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})",
+    ]
+    if c.get("self_hosted_usd") is not None or c.get("api_equivalent_usd") is not None:
+        lines.append(
+            f"cost          self-hosted ${_n(c['self_hosted_usd'], ',.4f')} "
+            f"(${_n(c['per_agent_usd'], ',.4f')}/agent, "
+            f"${_n(c['per_mtok_total_usd'], ',.3f')}/Mtok); API-equivalent "
+            f"${_n(c['api_equivalent_usd'], ',.4f')}; API/self-hosted "
+            f"{_n(c['api_over_self_hosted'], ',.2f', 'x')}")
+    return lines
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The run's headline figures on one screen (overall, then one line per stage)."""
+    run = summary["run"]
+    head = f"run {run.get('run_id')}" + (f" ({run['name']})" if run.get("name") else "")
+    lines = [head, *_block_lines(summary["overall"])]
+    if summary.get("warmup_requests_excluded"):
+        lines.append(f"warmup        {summary['warmup_requests_excluded']:,} requests excluded")
+    stages = summary.get("stages", {})
+    if len(stages) > 1:
+        lines.append("stages:")
+        for name, b in stages.items():
+            lat = b["latency"]
+            lines.append(
+                f"  {name:<10} {b['requests']['total']:>7,} req  TTFT p50 "
+                f"{_n(lat['ttft_ms']['p50'])} ms  E2E p50 {_n(lat['e2e_ms']['p50'])} ms  "
+                f"{_n(b['throughput']['per_gpu_total_tok_s'], ',.0f')} tok/s/GPU  "
+                f"hit {_pct(b['hit_rate']['usage']['value'])}  "
+                f"goodput {_pct(b['goodput']['requests'])}")
+    return "\n".join(lines)

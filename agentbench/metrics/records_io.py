@@ -1,0 +1,132 @@
+"""Reading one results folder (CONTRACTS §6): the three parquet tables and run.json,
+checked against ``agentbench.records`` so a bad folder is one line naming file and field."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentbench import records as R
+from agentbench.errors import InputError
+
+LIST_COLUMNS = ("token_event_ns", "token_event_tokens")
+
+
+@dataclass
+class Settings:
+    """The parts of the scenario as run that metrics need (hardware, prices, SLOs)."""
+
+    gpus: float = 1.0
+    gpu_hour_usd: float | None = None
+    prices: dict[str, float] | None = None
+    slos: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunRecords:
+    """One run's raw records. ``requests`` holds the scalar columns (one row per request);
+    ``events`` the per-request token-event lists, row-aligned, kept in Arrow because
+    turning millions of lists into Python objects is what makes summaries slow."""
+
+    run_dir: Path
+    requests: pd.DataFrame
+    events: pa.Table
+    sessions: pd.DataFrame
+    server_metrics: pd.DataFrame
+    run: dict[str, Any]
+    settings: Settings
+
+
+def _read_table(path: Path, schema: pa.Schema, required: bool) -> pa.Table:
+    if not path.exists():
+        if required:
+            raise InputError("file not found", source=str(path))
+        return schema.empty_table()
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise InputError(f"not a readable parquet file ({e})", source=str(path)) from None
+    for f in schema:
+        if f.name not in table.column_names:
+            if f.nullable:
+                table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
+                continue
+            raise InputError("column missing", source=str(path), field=f.name)
+        col = table.column(f.name)
+        if col.type != f.type:
+            try:
+                table = table.set_column(table.schema.get_field_index(f.name), f.name,
+                                         col.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise InputError(f"type {col.type}, expected {f.type}", source=str(path),
+                                 field=f.name) from None
+        if not f.nullable and table.column(f.name).null_count:
+            idx = table.column(f.name).is_null().to_numpy(zero_copy_only=False).argmax()
+            raise InputError("null in a required column", source=str(path),
+                             where=f"row {int(idx)}", field=f.name)
+    return table
+
+
+def read_settings(run: dict[str, Any], source: str) -> Settings:
+    """Hardware, prices and SLOs from run.json's scenario (validated by the scenario's own
+    models, so a typo is reported with its key path)."""
+    from pydantic import ValidationError
+
+    from agentbench.scenario import Hardware, Prices, SLOs
+
+    sc = run.get("scenario") or {}
+    if not isinstance(sc, dict):
+        raise InputError("not a mapping", source=source, field="scenario")
+    def check(key: str, model: Any) -> Any:
+        try:
+            return model.model_validate(sc.get(key) or {})
+        except ValidationError as e:
+            err = e.errors()[0]
+            path = ".".join(["scenario", key, *(str(p) for p in err["loc"])])
+            raise InputError(err["msg"], source=source, field=path) from None
+
+    hw = check("hardware", Hardware)
+    prices = check("prices", Prices) if sc.get("prices") else None
+    slos = check("slos", SLOs)
+    return Settings(
+        gpus=hw.gpus, gpu_hour_usd=hw.gpu_hour_usd,
+        prices=prices.model_dump() if prices else None,
+        slos={k: v for k, v in slos.model_dump().items() if v is not None},
+    )
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / R.RUN_FILE
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"not valid JSON ({e})", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("run.json must hold a JSON object", source=str(path))
+    return data
+
+
+def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:
+    """Read ``results/<run>/``; ``requests.parquet`` is required, the rest optional."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise InputError("results folder not found", source=str(d))
+    req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True)
+    events = req.select(list(LIST_COLUMNS)) if with_events else \
+        R.REQUESTS_SCHEMA.empty_table().select(list(LIST_COLUMNS))
+    scalar = [c for c in req.column_names if c not in LIST_COLUMNS]
+    requests = req.select(scalar).to_pandas()
+    sessions = _read_table(d / R.SESSIONS_FILE, R.SESSIONS_SCHEMA, required=False).to_pandas()
+    sm_table = _read_table(d / R.SERVER_METRICS_FILE, R.SERVER_METRICS_SCHEMA, required=False)
+    server_metrics = sm_table.to_pandas()
+    run = read_run_json(d)
+    settings = read_settings(run, str(d / R.RUN_FILE))
+    return RunRecords(d, requests, events, sessions, server_metrics, run, settings)

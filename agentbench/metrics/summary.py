@@ -1,0 +1,252 @@
+"""``summarize(run_dir)``: every metric of CONTRACTS §5 for one results folder, per run,
+per sweep stage, per endpoint, per session tree, per turn index and per context-length
+bucket, written to ``summary.json``. Warmup requests are excluded from every measured
+figure (and counted); failed requests stay in every denominator that counts requests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from agentbench import records as R
+from agentbench.metrics import cache
+from agentbench.metrics.agents import build_trees, request_meets_slos
+from agentbench.metrics.cost import cost_block
+from agentbench.metrics.derive import Derived, derive
+from agentbench.metrics.records_io import RunRecords, Settings, read_records
+from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
+
+SCHEMA_VERSION = 1
+# context-length bucket edges, tokens (TTFT vs context is the agentic curve)
+CONTEXT_EDGES = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
+                 1048576)
+Window = tuple[int, int]
+Mask = npt.NDArray[np.bool_]
+
+
+def stage_windows(d: Derived) -> dict[str, Window]:
+    """Measured window of each stage: first measured send → last measured end, ns (a
+    request never sent counts at its scheduled time)."""
+    df = d.df
+    sched = df["scheduled_ns"].to_numpy(dtype=np.float64)
+    sent = df["sent_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    end = df["end_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    start = np.where(np.isnan(sent), sched, sent)
+    stop = np.fmax(np.where(np.isnan(end), start, end), start)
+    m = d.measured
+    g = pd.DataFrame({"stage": df["stage"].to_numpy()[m], "a": start[m], "b": stop[m]})
+    w = g.groupby("stage", sort=False).agg(a=("a", "min"), b=("b", "max")).sort_values("a")
+    return {str(s): (int(a), int(b)) for s, a, b in zip(w.index, w["a"], w["b"], strict=True)}
+
+
+def _counts(d: Derived, m: Mask) -> dict[str, Any]:
+    status = d.df["status"].to_numpy()
+    failed = m & ~d.ok
+    etype = d.df["error_type"].to_numpy()[failed]
+    codes = d.df["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)[failed]
+    errs = pd.DataFrame({"error_type": pd.Series(etype, dtype=object).fillna("unknown"),
+                         "http_status": codes})
+    vc = errs.value_counts(dropna=False)
+    table = [{"error_type": str(k[0]), "http_status": none_if_nan(k[1]), "count": int(v)}
+             for k, v in zip(vc.index, vc.to_numpy(), strict=True)]
+    return {"total": int(m.sum()), "ok": int((m & d.ok).sum()),
+            "failed": int((m & (status == R.ERROR)).sum()),
+            "cancelled": int((m & (status == R.CANCELLED)).sum()),
+            "error_rate": ratio(float(failed.sum()), float(m.sum())), "errors": table}
+
+
+def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
+          good: Mask, settings: Settings, series: pd.DataFrame,
+          endpoint: str | None = None, gpus: float | None = None) -> dict[str, Any]:
+    """Every §5 metric over the measured requests selected by ``m``; ``windows`` are the
+    measured windows it spans (throughput and cost divide by their total length)."""
+    okm = m & d.ok
+    window_s = sum(b - a for a, b in windows) / 1e9
+    itl_rows = okm[d.itl_row] if d.itl_row.size else np.zeros(0, dtype=bool)
+    known = okm & ~np.isnan(d.cached_tokens)
+    inp = float(d.input_tokens[okm].sum())
+    out = float(np.nansum(d.output_tokens[okm]))
+    cached = float(d.cached_tokens[known].sum())
+    uncached_known = float((d.input_tokens[known] - d.cached_tokens[known]).sum())
+    per_gpu = (lambda x: ratio(x, gpus)) if gpus else (lambda x: None)
+    thr = {
+        "total_tok_s": ratio(inp + out, window_s), "input_tok_s": ratio(inp, window_s),
+        "input_cached_tok_s": ratio(cached, window_s),
+        "input_uncached_tok_s": ratio(uncached_known, window_s),
+        "input_cache_unknown_tok_s": ratio(inp - cached - uncached_known, window_s),
+        "output_tok_s": ratio(out, window_s),
+        "requests_per_s": ratio(float(okm.sum()), window_s),
+    }
+    thr.update({"per_gpu_total_tok_s": per_gpu(thr["total_tok_s"] or 0.0),
+                "per_gpu_input_tok_s": per_gpu(thr["input_tok_s"] or 0.0),
+                "per_gpu_output_tok_s": per_gpu(thr["output_tok_s"] or 0.0)})
+    usage = cache.usage_hit_rate(d.cached_tokens[m], d.prompt_tokens[m])
+    potential = cache.potential_hit_rate(d.potential[m], d.expected_input[m])
+    prom = cache.prometheus_hit_rate(series, windows, endpoint) if windows else \
+        {"value": None}
+    n_trees = len(trees)
+    completed = int(trees["completed"].sum()) if n_trees else 0
+    return {
+        "requests": _counts(d, m),
+        "window_s": window_s,
+        "latency": {"ttft_ms": dist(d.ttft_ms[okm]), "tpot_ms": dist(d.tpot_ms[okm]),
+                    "itl_ms": dist(d.itl_ms[itl_rows]), "e2e_ms": dist(d.e2e_ms[okm]),
+                    "schedule_lag_ms": dist(d.lag_ms[m])},
+        "interactivity_tok_s": dist(d.interactivity[okm]),
+        "output_tokens_from_stream": int((okm & d.output_from_stream).sum()),
+        "tokens": {"input": inp, "input_cached": cached, "input_uncached": uncached_known,
+                   "output": out},
+        "throughput": thr,
+        "hit_rate": {"usage": usage, "prometheus": prom, "potential": potential,
+                     "achieved_over_potential": cache.achieved_over_potential(
+                         d.cached_tokens[m], d.potential[m])},
+        "agents": {
+            "trees": n_trees, "completed": completed,
+            "makespan_s": dist(trees["makespan_s"].to_numpy(dtype=np.float64)),
+            "llm_wait_s": dist(trees["llm_wait_s"].to_numpy(dtype=np.float64)),
+            "llm_wait_share": ratio(float(np.nansum(trees["llm_wait_s"])),
+                                    float(trees["makespan_s"][trees["llm_wait_s"].notna()]
+                                          .sum())) if n_trees else None,
+        },
+        "goodput": {
+            "slos": settings.slos,
+            "requests": ratio(float((m & good).sum()), float(m.sum())),
+            "good_requests": int((m & good).sum()),
+            "good_requests_per_s": ratio(float((m & good).sum()), window_s),
+            "agents": ratio(float(trees["met_slos"].sum()), n_trees) if n_trees else None,
+            "good_agents": int(trees["met_slos"].sum()) if n_trees else 0,
+        },
+        "cost": cost_block(gpu_hour_usd=settings.gpu_hour_usd, gpus=gpus, window_s=window_s,
+                           completed_agents=completed, input_tokens=inp,
+                           cached_input_tokens=cached, output_tokens=out,
+                           prices=settings.prices),
+    }
+
+
+def _group_table(d: Derived, codes: npt.NDArray[np.int64], n: int, m: Mask
+                 ) -> dict[str, Any]:
+    """Per-group columns for the by-turn and by-context tables."""
+    okm = m & d.ok
+    cnt = np.bincount(codes[m], minlength=n)
+    failed = np.bincount(codes[m & ~d.ok], minlength=n)
+    ttft = np.where(okm, d.ttft_ms, np.nan)
+    e2e = np.where(okm, d.e2e_ms, np.nan)
+    tc, tmean, tq = group_quantiles(codes, ttft, n)
+    _, _, eq = group_quantiles(codes, e2e, n, (0.5,))
+    known = m & ~np.isnan(d.cached_tokens) & ~np.isnan(d.prompt_tokens)
+    c = np.bincount(codes[known], weights=d.cached_tokens[known], minlength=n)
+    p = np.bincount(codes[known], weights=d.prompt_tokens[known], minlength=n)
+    pot = np.bincount(codes[m], weights=d.potential[m], minlength=n)
+    exp = np.bincount(codes[m], weights=d.expected_input[m], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols = {"requests": cnt, "failed": failed, "ttft_ms_mean": tmean,
+                **{f"ttft_ms_{q}": tq[:, j] for j, q in enumerate(QNAMES)},
+                "e2e_ms_p50": eq[:, 0], "hit_rate": np.where(p > 0, c / p, np.nan),
+                "usage_requests": np.bincount(codes[known], minlength=n),
+                "potential_hit_rate": np.where(exp > 0, pot / exp, np.nan),
+                "input_tokens_mean": exp / np.maximum(cnt, 1)}
+    return cols
+
+
+def by_turn(d: Derived) -> list[dict[str, Any]]:
+    """Per turn index: requests, failed, TTFT, E2E p50, hit rate (usage) and potential."""
+    m = d.measured
+    turns = d.df["turn"].to_numpy(dtype=np.int64)
+    if not m.any():
+        return []
+    n = int(turns[m].max()) + 1
+    codes = np.clip(turns, 0, n - 1)
+    cols = _group_table(d, codes, n, m)
+    return [{"turn": int(i), **{k: none_if_nan(v[i]) for k, v in cols.items()}}
+            for i in range(n) if cols["requests"][i] > 0]
+
+
+def by_context(d: Derived) -> list[dict[str, Any]]:
+    """Per context-length bucket (expected input tokens, [lo, hi)): as by_turn."""
+    m = d.measured
+    edges = np.asarray(CONTEXT_EDGES, dtype=np.float64)
+    codes = np.clip(np.searchsorted(edges, d.expected_input, side="right") - 1, 0,
+                    len(edges) - 1).astype(np.int64)
+    n = len(edges)
+    cols = _group_table(d, codes, n, m)
+    his = [*CONTEXT_EDGES[1:], None]
+    return [{"context_lo": CONTEXT_EDGES[i], "context_hi": his[i],
+             **{k: none_if_nan(v[i]) for k, v in cols.items()}}
+            for i in range(n) if cols["requests"][i] > 0]
+
+
+def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
+    run = rr.run
+    sc: dict[str, Any] = run["scenario"] if isinstance(run.get("scenario"), dict) else {}
+    endpoints = [str(e) for e in pd.unique(rr.requests["endpoint"])]
+    keys = ("run_id", "agentbench_version", "git_commit", "host", "started_at", "ended_at",
+            "seed")
+    info: dict[str, Any] = {k: run.get(k) for k in keys if k in run}
+    info.setdefault("run_id", rr.run_dir.name)
+    info.update({"name": sc.get("name"), "description": sc.get("description"),
+                 "stages": list(windows), "endpoints": endpoints,
+                 "gpus": rr.settings.gpus, "gpu_hour_usd": rr.settings.gpu_hour_usd,
+                 "prices": rr.settings.prices, "slos": rr.settings.slos})
+    return info
+
+
+def _trees_records(trees: pd.DataFrame) -> list[dict[str, Any]]:
+    cols = ["stage", "tree_id", "endpoint", "requests", "failed", "good", "completed",
+            "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
+            "output_tokens", "cached_tokens", "potential_tokens"]
+    t = trees[[c for c in cols if c in trees.columns]]
+    out: list[dict[str, Any]] = t.astype(object).where(t.notna(), None).to_dict("records")  # type: ignore[assignment]
+    for row in out:
+        for k, v in row.items():
+            if isinstance(v, (np.generic,)):
+                row[k] = v.item()
+    return out
+
+
+def summarize_records(rr: RunRecords) -> dict[str, Any]:
+    """The summary of already-read records (see ``summarize``)."""
+    d = derive(rr.requests, rr.events)
+    s = rr.settings
+    windows = stage_windows(d)
+    good = request_meets_slos(d, s.slos)
+    trees = build_trees(d, rr.sessions, good, s.slos)
+    series = cache.counter_series(rr.server_metrics)
+    all_w = list(windows.values())
+    stage_col = d.df["stage"].to_numpy()
+    ep_col = d.df["endpoint"].to_numpy()
+    m = d.measured
+    summary: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run": _run_info(rr, windows),
+        "warmup_requests_excluded": int((~m).sum()),
+        "overall": block(d, m, all_w, trees, good, s, series, gpus=s.gpus),
+        "stages": {st: block(d, m & (stage_col == st), [w],
+                             trees[trees["stage"] == st], good, s, series, gpus=s.gpus)
+                   for st, w in windows.items()},
+        "endpoints": {str(ep): block(d, m & (ep_col == ep), all_w,
+                                     trees[trees["endpoint"] == ep], good, s, series,
+                                     endpoint=str(ep))
+                      for ep in pd.unique(ep_col[m])},
+        "by_turn": by_turn(d),
+        "by_context": by_context(d),
+        "trees": _trees_records(trees),
+    }
+    return summary
+
+
+def summarize(run_dir: str | Path, *, write: bool = True) -> dict[str, Any]:
+    """Compute every metric of CONTRACTS §5 from ``results/<run>/`` alone and write
+    ``summary.json`` there (unless ``write`` is False). Returns the summary dict."""
+    rr = read_records(run_dir)
+    summary = summarize_records(rr)
+    if write:
+        path = Path(run_dir) / R.SUMMARY_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=1, allow_nan=False))
+        tmp.replace(path)
+    return summary

@@ -1,0 +1,291 @@
+"""Metrics on hand-built records: integer nanoseconds, the arithmetic written out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench import records as R
+from agentbench.errors import InputError
+from agentbench.metrics import format_summary, summarize
+from agentbench.metrics.cache import counter_increase, counter_series
+
+MS = 1_000_000  # ns
+
+
+def req(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "request_id": 0, "stage": "c=1", "phase": "measure", "endpoint": "ep", "lane": 0,
+        "tree_id": "t#0", "session_id": "t", "relation": "root", "copy": 0, "turn": 0,
+        "scheduled_ns": 0, "sent_ns": None, "first_token_ns": None, "last_token_ns": None,
+        "end_ns": None, "token_events": None, "token_event_ns": None,
+        "token_event_tokens": None, "prompt_tokens": None, "completion_tokens": None,
+        "cached_tokens": None, "expected_input_tokens": 0, "expected_output_tokens": 0,
+        "potential_cached_tokens": 0, "status": "ok", "http_status": 200,
+        "error_type": None, "error_message": None,
+    }
+    base.update(kw)
+    return base
+
+
+def sess(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "stage": "c=1", "phase": "measure", "tree_id": "t#0", "session_id": "t",
+        "parent_id": None, "relation": "root", "lane": 0, "copy": 0, "endpoint": "ep",
+        "turns_planned": 1, "turns_done": 1, "start_ns": None, "end_ns": None,
+        "makespan_ns": None, "llm_wait_ns": None, "input_tokens": 0, "output_tokens": 0,
+        "status": "ok",
+    }
+    base.update(kw)
+    return base
+
+
+def write_run(d: Path, requests: list[dict[str, Any]], sessions: list[dict[str, Any]] = (),
+              server: list[dict[str, Any]] = (), scenario: dict[str, Any] | None = None
+              ) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for i, r in enumerate(requests):
+        r.setdefault("request_id", i)
+    pq.write_table(pa.Table.from_pylist(requests, schema=R.REQUESTS_SCHEMA), d / R.REQUESTS_FILE)
+    pq.write_table(pa.Table.from_pylist(list(sessions), schema=R.SESSIONS_SCHEMA),
+                   d / R.SESSIONS_FILE)
+    if server:
+        pq.write_table(pa.Table.from_pylist(list(server), schema=R.SERVER_METRICS_SCHEMA),
+                       d / R.SERVER_METRICS_FILE)
+    (d / R.RUN_FILE).write_text(json.dumps({"scenario": scenario or {"name": "hand"}}))
+    return d
+
+
+SCENARIO = {
+    "name": "hand-built",
+    "hardware": {"gpus": 2, "gpu_hour_usd": 3.6},
+    "prices": {"input_per_mtok": 3.0, "cached_input_per_mtok": 0.3, "output_per_mtok": 15.0},
+    "slos": {"ttft_ms": 80, "tpot_ms": 20},
+}
+
+
+def prom(t_ms: int, name: str, value: float) -> dict[str, Any]:
+    return {"time_ns": t_ms * MS, "endpoint": "ep", "name": name,
+            "labels": [("model_name", "m")], "value": value}
+
+
+@pytest.fixture()
+def hand_run(tmp_path: Path) -> Path:
+    reqs = [
+        # A: TTFT = 100 − 0 = 100 ms; TPOT = (190 − 100) / (10 − 1) = 10 ms; E2E = 200 ms;
+        # events carry 1,2,2,2,3 tokens: ITL = 20/2, 20/2, 20/2, 30/3 = 10 ms each
+        req(turn=0, scheduled_ns=0, sent_ns=0, first_token_ns=100 * MS,
+            last_token_ns=190 * MS, end_ns=200 * MS, token_events=5,
+            token_event_ns=[100 * MS, 120 * MS, 140 * MS, 160 * MS, 190 * MS],
+            token_event_tokens=[1, 2, 2, 2, 3], prompt_tokens=1000, completion_tokens=10,
+            cached_tokens=0, expected_input_tokens=1000, potential_cached_tokens=0),
+        # B: TTFT = 350 − 300 = 50 ms; one token: no TPOT, no ITL; E2E = 60 ms
+        req(turn=1, scheduled_ns=300 * MS, sent_ns=300 * MS, first_token_ns=350 * MS,
+            last_token_ns=350 * MS, end_ns=360 * MS, token_events=1,
+            token_event_ns=[350 * MS], token_event_tokens=[1], prompt_tokens=2000,
+            completion_tokens=1, cached_tokens=900, expected_input_tokens=2000,
+            potential_cached_tokens=1000),
+        # C (spawned subagent, no usage): lag = 402 − 400 = 2 ms; TTFT = 432 − 402 = 30 ms;
+        # output from the stream = 1 + 2 + 3 = 6, TPOT = (482 − 432) / (6 − 1) = 10 ms;
+        # ITL = 25/2 = 12.5, 25/3 = 8.333 ms; E2E = 500 − 402 = 98 ms
+        req(session_id="t/sub", relation="spawn", turn=0, scheduled_ns=400 * MS,
+            sent_ns=402 * MS, first_token_ns=432 * MS, last_token_ns=482 * MS,
+            end_ns=500 * MS, token_events=3, token_event_ns=[432 * MS, 457 * MS, 482 * MS],
+            token_event_tokens=[1, 2, 3], expected_input_tokens=500),
+        # D: failed with HTTP 500
+        req(tree_id="u#0", session_id="u", lane=1, scheduled_ns=100 * MS, sent_ns=100 * MS,
+            end_ns=110 * MS, status="error", http_status=500, error_type="http",
+            error_message="boom", expected_input_tokens=800),
+        # W: warmup, slow; excluded from every measured figure
+        req(phase="warmup", tree_id="w#0", session_id="w", scheduled_ns=-9000 * MS,
+            sent_ns=-9000 * MS, first_token_ns=-4000 * MS, last_token_ns=-3990 * MS,
+            end_ns=-3980 * MS, prompt_tokens=50000, completion_tokens=2, cached_tokens=0,
+            expected_input_tokens=50000, potential_cached_tokens=49000),
+    ]
+    sessions = [
+        sess(makespan_ns=500 * MS, llm_wait_ns=358 * MS, turns_planned=2, turns_done=2),
+        sess(session_id="t/sub", parent_id="t", relation="spawn"),
+        sess(tree_id="u#0", session_id="u", lane=1, makespan_ns=110 * MS, status="error"),
+        sess(phase="warmup", tree_id="w#0", session_id="w"),
+    ]
+    server = [  # Δ queries = 8000 − 5000 = 3000, Δ hits = 1000 − 100 = 900 over [-100, 600]
+        prom(-100, "vllm:prefix_cache_queries_total", 5000),
+        prom(250, "vllm:prefix_cache_queries_total", 6000),
+        prom(600, "vllm:prefix_cache_queries_total", 8000),
+        prom(-100, "vllm:prefix_cache_hits_total", 100),
+        prom(250, "vllm:prefix_cache_hits_total", 400),
+        prom(600, "vllm:prefix_cache_hits_total", 1000),
+        prom(600, "vllm:num_requests_running", 3),
+    ]
+    return write_run(tmp_path / "run", reqs, sessions, server, SCENARIO)
+
+
+def test_latencies(hand_run: Path) -> None:
+    s = summarize(hand_run)["overall"]
+    lat = s["latency"]
+    # TTFT over the ok requests [100, 50, 30]: p50 = 50, mean = 180 / 3 = 60
+    assert lat["ttft_ms"]["count"] == 3
+    assert lat["ttft_ms"]["p50"] == pytest.approx(50)
+    assert lat["ttft_ms"]["mean"] == pytest.approx(60)
+    # TPOT: A = 10, C = 10 (from streamed tokens), B has none
+    assert lat["tpot_ms"]["count"] == 2 and lat["tpot_ms"]["p50"] == pytest.approx(10)
+    assert s["output_tokens_from_stream"] == 1
+    # ITL: [10, 10, 10, 10, 12.5, 8.333]: mean = 60.833 / 6
+    assert lat["itl_ms"]["count"] == 6
+    assert lat["itl_ms"]["mean"] == pytest.approx((40 + 12.5 + 25 / 3) / 6)
+    # E2E [200, 60, 98]: p50 = 98
+    assert lat["e2e_ms"]["p50"] == pytest.approx(98)
+    # schedule lag over the 4 measured requests [0, 0, 2, 0]: mean = 0.5
+    assert lat["schedule_lag_ms"]["mean"] == pytest.approx(0.5)
+    assert s["interactivity_tok_s"]["p50"] == pytest.approx(100)  # 1 / 10 ms
+
+
+def test_counts_failed_and_warmup(hand_run: Path) -> None:
+    summary = summarize(hand_run)
+    r = summary["overall"]["requests"]
+    assert (r["total"], r["ok"], r["failed"], r["cancelled"]) == (4, 3, 1, 0)
+    assert r["error_rate"] == pytest.approx(1 / 4)
+    assert r["errors"] == [{"error_type": "http", "http_status": 500, "count": 1}]
+    assert summary["warmup_requests_excluded"] == 1
+
+
+def test_throughput_and_hit_rates(hand_run: Path) -> None:
+    s = summarize(hand_run)["overall"]
+    # window: first measured send 0 → last end 500 ms = 0.5 s
+    assert s["window_s"] == pytest.approx(0.5)
+    t = s["throughput"]
+    # input = 1000 + 2000 + 500 (C: no usage, trace's expected input) = 3500; output = 17
+    assert t["total_tok_s"] == pytest.approx(3517 / 0.5)
+    assert t["output_tok_s"] == pytest.approx(17 / 0.5)
+    assert t["input_cached_tok_s"] == pytest.approx(900 / 0.5)
+    assert t["input_uncached_tok_s"] == pytest.approx((1000 + 1100) / 0.5)
+    assert t["input_cache_unknown_tok_s"] == pytest.approx(500 / 0.5)
+    assert t["per_gpu_total_tok_s"] == pytest.approx(3517 / 0.5 / 2)
+    h = s["hit_rate"]
+    # usage: (0 + 900) / (1000 + 2000) over the 2 requests that reported it
+    assert h["usage"]["value"] == pytest.approx(0.3)
+    assert (h["usage"]["requests"], h["usage"]["requests_without_usage"]) == (2, 2)
+    # Prometheus: 900 / 3000; potential: 1000 / (1000 + 2000 + 500 + 800)
+    assert h["prometheus"]["value"] == pytest.approx(0.3)
+    assert h["prometheus"]["counters"][0] == "vllm:prefix_cache_hits_total"
+    assert h["potential"]["value"] == pytest.approx(1000 / 4300)
+    # achieved / potential over requests with cached_tokens: 900 / 1000
+    assert h["achieved_over_potential"] == pytest.approx(0.9)
+
+
+def test_agents_goodput_cost(hand_run: Path) -> None:
+    s = summarize(hand_run)
+    o = s["overall"]
+    a = o["agents"]
+    assert (a["trees"], a["completed"]) == (2, 1)
+    assert sorted(t["makespan_s"] for t in s["trees"]) == pytest.approx([0.11, 0.5])
+    assert a["llm_wait_s"]["count"] == 1 and a["llm_wait_s"]["p50"] == pytest.approx(0.358)
+    g = o["goodput"]
+    # SLOs TTFT ≤ 80, TPOT ≤ 20: A misses TTFT (100), D failed → 2 good of 4
+    assert g["requests"] == pytest.approx(0.5) and g["good_requests"] == 2
+    assert g["agents"] == pytest.approx(0.0)  # t#0 holds A, u#0 failed
+    c = o["cost"]
+    # $3.6/GPU-h × 2 GPUs × 0.5 s / 3600 = $0.001
+    assert c["self_hosted_usd"] == pytest.approx(0.001)
+    assert c["per_agent_usd"] == pytest.approx(0.001)
+    assert c["per_mtok_total_usd"] == pytest.approx(0.001 * 1e6 / 3517)
+    assert c["per_mtok_output_usd"] == pytest.approx(0.001 * 1e6 / 17)
+    # API: (3500 − 900) × 3 + 900 × 0.3 + 17 × 15 = 8325 $/Mtok·tok → $0.008325
+    assert c["api_equivalent_usd"] == pytest.approx(0.008325)
+    assert c["api_over_self_hosted"] == pytest.approx(8.325)
+
+
+def test_by_turn_and_context(hand_run: Path) -> None:
+    s = summarize(hand_run)
+    turns = {r["turn"]: r for r in s["by_turn"]}
+    assert turns[0]["requests"] == 3 and turns[0]["failed"] == 1  # A, C, D
+    assert turns[0]["ttft_ms_p50"] == pytest.approx(65)  # median of [100, 30]
+    assert turns[1]["hit_rate"] == pytest.approx(900 / 2000)
+    ctx = {r["context_lo"]: r for r in s["by_context"]}
+    assert ctx[0]["requests"] == 3  # A (1000), C (500), D (800)
+    assert ctx[1024]["requests"] == 1 and ctx[1024]["context_hi"] == 2048  # B (2000)
+    assert ctx[0]["ttft_ms_p50"] == pytest.approx(65)  # median of [100, 30]; D failed
+
+
+def test_summary_json_written_and_formatted(hand_run: Path) -> None:
+    s = summarize(hand_run)
+    on_disk = json.loads((hand_run / R.SUMMARY_FILE).read_text())
+    assert on_disk["overall"]["requests"]["total"] == 4
+    text = format_summary(s)
+    assert "1 failed" in text and "TTFT" in text and "30.0%" in text
+    assert len(text.splitlines()) <= 25
+
+
+def test_stages_and_endpoints(tmp_path: Path) -> None:
+    reqs = [
+        # stage c=1: window 0 → 100 ms
+        req(sent_ns=0, first_token_ns=10 * MS, last_token_ns=10 * MS, end_ns=100 * MS,
+            completion_tokens=1, prompt_tokens=100, expected_input_tokens=100),
+        # stage c=2: window 1000 → 1400 ms, two endpoints
+        req(stage="c=2", tree_id="x#0", scheduled_ns=1000 * MS, sent_ns=1000 * MS,
+            first_token_ns=1020 * MS, last_token_ns=1020 * MS, end_ns=1400 * MS,
+            completion_tokens=1, prompt_tokens=300, expected_input_tokens=300),
+        req(stage="c=2", tree_id="y#0", endpoint="ep2", scheduled_ns=1100 * MS,
+            sent_ns=1100 * MS, first_token_ns=1140 * MS, last_token_ns=1140 * MS,
+            end_ns=1200 * MS, completion_tokens=1, prompt_tokens=100,
+            expected_input_tokens=100),
+    ]
+    s = summarize(write_run(tmp_path / "r", reqs, scenario=SCENARIO))
+    assert list(s["stages"]) == ["c=1", "c=2"]
+    assert s["stages"]["c=1"]["window_s"] == pytest.approx(0.1)
+    assert s["stages"]["c=2"]["window_s"] == pytest.approx(0.4)
+    # overall window = 0.1 + 0.4 s; tokens (100 + 1) + (300 + 1) + (100 + 1) = 503
+    assert s["overall"]["window_s"] == pytest.approx(0.5)
+    assert s["overall"]["throughput"]["total_tok_s"] == pytest.approx(503 / 0.5)
+    assert s["stages"]["c=2"]["throughput"]["total_tok_s"] == pytest.approx(402 / 0.4)
+    assert s["endpoints"]["ep2"]["latency"]["ttft_ms"]["p50"] == pytest.approx(40)
+    assert s["endpoints"]["ep"]["requests"]["total"] == 2
+    assert s["endpoints"]["ep"]["cost"]["self_hosted_usd"] is None  # GPUs are per run
+
+
+def test_counter_reset_and_labels() -> None:
+    sm = pd.DataFrame({
+        "time_ns": [0, 1, 2, 3, 0, 3], "endpoint": ["e"] * 6,
+        "name": ["vllm:prefix_cache_hits_total"] * 4 + ["vllm:prefix_cache_hits_total"] * 2,
+        "labels": [[("engine", "0")]] * 4 + [[("engine", "1")]] * 2,
+        "value": [10.0, 20.0, 5.0, 15.0, 0.0, 7.0],
+    })
+    series = counter_series(sm)
+    # engine 0: +10, reset (counts 5 from zero), +10 = 25; engine 1: +7
+    assert counter_increase(series, [(0, 3)]) == pytest.approx(32)
+    assert counter_increase(series, [(5, 9)]) is None  # no scrape after the window start
+
+
+def test_no_usage_anywhere(tmp_path: Path) -> None:
+    reqs = [req(sent_ns=0, first_token_ns=5 * MS, last_token_ns=5 * MS, end_ns=6 * MS,
+                expected_input_tokens=10, potential_cached_tokens=5)]
+    s = summarize(write_run(tmp_path / "r", reqs))["overall"]
+    assert s["hit_rate"]["usage"]["value"] is None
+    assert s["hit_rate"]["usage"]["requests_without_usage"] == 1
+    assert s["hit_rate"]["potential"]["value"] == pytest.approx(0.5)
+    assert s["hit_rate"]["prometheus"]["value"] is None
+    assert s["cost"]["self_hosted_usd"] is None  # no price configured
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="results folder not found"):
+        summarize(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="requests.parquet"):
+        summarize(tmp_path / "empty")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pq.write_table(pa.table({"request_id": np.arange(3)}), bad / R.REQUESTS_FILE)
+    with pytest.raises(InputError, match="field 'stage'"):
+        summarize(bad)
+    d = write_run(tmp_path / "typo", [req(sent_ns=0, end_ns=1)],
+                  scenario={"hardware": {"gpu": 2}})
+    with pytest.raises(InputError, match=r"scenario\.hardware\.gpu"):
+        summarize(d)

@@ -1,0 +1,233 @@
+"""Mooncake FAST'25 traces: JSONL, one request per line with ``timestamp`` (ms),
+``input_length``, ``output_length`` and ``hash_ids`` (``block_size`` 512 tokens); optional
+``session_id`` and ``delay`` (ms, the think time before the turn, as aiperf's multi-turn
+Mooncake files carry it).
+
+Without ``session_id`` every request is a one-turn root session starting at its timestamp.
+With it, a session's requests become its turns in timestamp order (a later turn may give
+only ``delay``: it then starts ``delay`` after the previous one); think time is ``delay``
+when given, else the start-to-start gap (the trace records no response time). One hash
+scope per file. Reading is columnar so that read + stats stays close to the cost of
+decoding the JSON.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentbench.errors import InputError
+from agentbench.traces.model import Session, Trace, Turn
+from agentbench.traces.readers import trace_files
+from agentbench.traces.readers._fields import opt_num, req_hash_ids, req_int, req_num
+
+BLOCK_SIZE = 512
+_NUMBER = (int, float)
+
+
+def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **_: Any) -> Trace:
+    """Read one Mooncake JSONL file or a folder of them (one hash scope per file)."""
+    path = Path(source)
+    sessions: list[Session] = []
+    # The reader makes millions of small acyclic objects: the cyclic collector's passes
+    # over them would cost more than the parsing.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for file in trace_files(path, (".jsonl", ".json")):
+            sessions.extend(_read_file(file, block_size))
+    finally:
+        if was_enabled:
+            gc.enable()
+    return Trace(sessions, name=path.stem)
+
+
+def read_records(records: Iterable[dict[str, Any]], *, source: str,
+                 block_size: int = BLOCK_SIZE, **_: Any) -> Trace:
+    """Read decoded records (e.g. Hugging Face dataset rows) as one Mooncake file."""
+    cols = _Columns()
+    for i, rec in enumerate(records):
+        cols.add(rec, f"record {i}", source)
+    return Trace(cols.sessions(source, block_size), name=Path(source).name or source)
+
+
+def _read_file(file: Path, block_size: int) -> list[Session]:
+    cols = _Columns()
+    with file.open("rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    try:
+        # one decode of the whole file as an array: twice as fast as line by line
+        recs = json.loads(b"[" + b",".join(line for line in lines if line.strip()) + b"]")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        recs = None
+    if recs is not None:
+        numbers = [n for n, line in enumerate(lines, 1) if line.strip()]
+        for lineno, rec in zip(numbers, recs, strict=True):
+            cols.add(rec, lineno, str(file))
+        return cols.sessions(str(file), block_size)
+    for lineno, line in enumerate(lines, 1):  # locate the bad line
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
+            raise InputError(f"invalid JSON ({msg})", source=str(file),
+                             where=f"line {lineno}") from None
+        cols.add(rec, lineno, str(file))
+    return cols.sessions(str(file), block_size)
+
+
+class _Columns:
+    """Requests of one file, column by column."""
+
+    def __init__(self) -> None:
+        self.ts: list[float] = []
+        self.inp: list[int] = []
+        self.out: list[int] = []
+        self.hashes: list[list[int]] = []
+        self.where: list[str | int] = []
+        self.sid: list[Any] = []
+        self.delay: list[float | None] = []
+        self.has_sessions = False
+
+    def add(self, rec: Any, where: str | int, source: str) -> None:
+        try:
+            ts = rec["timestamp"]
+            inp = rec["input_length"]
+            out = rec["output_length"]
+            h = rec["hash_ids"]
+        except (KeyError, TypeError):
+            ts = inp = out = h = None
+        if (type(ts) not in _NUMBER or type(inp) is not int or type(out) is not int
+                or type(h) is not list or inp < 0 or out < 0 or len(rec) > 4):
+            ts, inp, out, h = self._slow(rec, where, source)
+        elif self.has_sessions:
+            self.sid.append(None)
+            self.delay.append(None)
+        self.ts.append(ts)
+        self.inp.append(inp)
+        self.out.append(out)
+        self.hashes.append(h)
+        self.where.append(where)
+
+    def _slow(self, rec: Any, where_: str | int, source: str
+              ) -> tuple[float, int, int, list[int]]:
+        """Full checks (and optional fields) for a record off the common shape."""
+        where = _where(where_)
+        if not isinstance(rec, dict):
+            raise InputError("expected a JSON object", source=source, where=where)
+        try:
+            sid = rec.get("session_id")
+            delay = opt_num(rec, "delay", nonneg=True)
+            # a later turn of a session may be placed by its delay alone
+            placed = sid is not None and "timestamp" not in rec
+            ts = math.nan if placed else req_num(rec, "timestamp")
+            inp = req_int(rec, "input_length")
+            out = req_int(rec, "output_length")
+            h = req_hash_ids(rec).tolist()
+        except InputError as e:
+            raise e.located(source=source, where=where) from None
+        if (sid is not None or delay is not None) and not self.has_sessions:
+            self.has_sessions = True
+            self.sid = [None] * len(self.ts)
+            self.delay = [None] * len(self.ts)
+        if self.has_sessions:
+            self.sid.append(sid)
+            self.delay.append(delay)
+        return ts, inp, out, h
+
+    def sessions(self, source: str, block_size: int) -> list[Session]:
+        n = len(self.ts)
+        if n == 0:
+            raise InputError("no requests", source=source)
+        lengths = np.fromiter(map(len, self.hashes), dtype=np.int64, count=n)
+        total = int(lengths.sum())
+        types = set(map(type, itertools.chain.from_iterable(self.hashes)))
+        if types - {int}:
+            for i, h in enumerate(self.hashes):
+                if not all(type(v) is int for v in h):
+                    raise InputError("expected a list of integers", source=source,
+                                     where=_where(self.where[i]), field="hash_ids")
+        try:
+            flat = np.fromiter(itertools.chain.from_iterable(self.hashes), dtype=np.int64,
+                               count=total)
+        except OverflowError:
+            raise InputError("hash id outside 64-bit integers", source=source,
+                             field="hash_ids") from None
+        inp = np.asarray(self.inp, dtype=np.int64)
+        allowed = (inp + block_size - 1) // block_size
+        bad = np.flatnonzero(lengths > allowed)
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(
+                f"{lengths[i]} hash ids but {inp[i]} input tokens allow at most {allowed[i]} "
+                f"blocks of {block_size}", source=source, where=_where(self.where[i]),
+                field="hash_ids")
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ts = np.asarray(self.ts, dtype=np.float64)
+        t0 = float(np.nanmin(ts)) if not np.all(np.isnan(ts)) else 0.0
+        stem = Path(source).stem
+        src = f"{source}#mooncake"
+        if not self.has_sessions:
+            start = ((ts - t0) / 1000.0).tolist()
+            out_l = self.out
+            inp_l = self.inp
+            off = offsets.tolist()
+            return [
+                Session(f"{stem}:{i}", None, "root", None, None, None, src, source, start[i],
+                        [Turn(0, 0.0, 0.0, None, inp_l[i], out_l[i], flat[off[i]:off[i + 1]],
+                              block_size)])
+                for i in range(n)
+            ]
+        return self._grouped(ts, t0, flat, offsets, stem, src, source, block_size)
+
+    def _grouped(self, ts: np.ndarray, t0: float, flat: np.ndarray, offsets: np.ndarray,
+                 stem: str, src: str, source: str, block_size: int) -> list[Session]:
+        groups: dict[Any, list[int]] = {}
+        for i, sid in enumerate(self.sid):
+            groups.setdefault(("row", i) if sid is None else sid, []).append(i)
+        out: list[Session] = []
+        for key, rows in groups.items():
+            # place delay-only turns after their predecessor, then order by timestamp
+            for a, b in zip(rows, rows[1:], strict=False):
+                if math.isnan(ts[b]):
+                    d = self.delay[b]
+                    if d is None:
+                        raise InputError("missing (and no delay)", source=source,
+                                         where=_where(self.where[b]), field="timestamp")
+                    ts[b] = ts[a] + d
+            if math.isnan(ts[rows[0]]):
+                raise InputError("missing on a session's first request", source=source,
+                                 where=_where(self.where[rows[0]]), field="timestamp")
+            rows = sorted(rows, key=lambda r: ts[r])
+            first = float(ts[rows[0]])
+            turns = []
+            for k, r in enumerate(rows):
+                d = self.delay[r]
+                if k == 0:
+                    think = 0.0
+                elif d is not None:
+                    think = d / 1000.0
+                else:
+                    think = (float(ts[r]) - float(ts[rows[k - 1]])) / 1000.0
+                turns.append(Turn(k, (float(ts[r]) - first) / 1000.0, think, None,
+                                  self.inp[r], self.out[r], flat[offsets[r]:offsets[r + 1]],
+                                  block_size))
+            sid = f"{stem}:{rows[0]}" if isinstance(key, tuple) else str(key)
+            out.append(Session(sid, None, "root", None, None, None, src, source,
+                               (first - t0) / 1000.0, turns))
+        return out
+
+
+def _where(w: str | int) -> str:
+    return f"line {w}" if isinstance(w, int) else w

@@ -72,6 +72,11 @@ def detect_record_format(rec: Any, *, source: str = "") -> str:
         return "sharegpt"
     if "turns" in keys and "session_id" in keys:
         return "copilot"
+    if isinstance(rec.get("record"), dict) or (  # a Copilot file wrapping its records
+            isinstance(rec.get("records"), list) and rec["records"]):
+        inner = rec["record"] if isinstance(rec.get("record"), dict) else rec["records"][0]
+        if isinstance(inner, dict) and "turns" in inner and "session_id" in inner:
+            return "copilot"
     if "messages" in keys or ("body" in keys and isinstance(rec.get("body"), dict)) or (
         "request" in keys and isinstance(rec.get("request"), dict)
     ):

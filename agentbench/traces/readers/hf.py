@@ -1,0 +1,95 @@
+"""Hugging Face ``datasets``: a dataset saved with ``save_to_disk`` (``load_from_disk``),
+a local data file or folder, or a hub id (``load_dataset``; needs a network or the local
+hub cache). The rows go to the reader that ``detect_record_format`` picks from the first
+row (or to ``record_format=``), through its ``read_records``.
+
+Options: ``split`` (default ``train``, else the only / first split), ``name`` (dataset
+config), ``record_format``; the rest go to the row reader (``tokenizer``, ``seed``, ...).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agentbench.errors import InputError
+from agentbench.traces.model import Trace
+from agentbench.traces.readers import READERS, detect_record_format
+
+_DATA_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv",
+                  ".arrow": "arrow"}
+
+
+def read(source: str | Path, *, split: str | None = None, name: str | None = None,
+         record_format: str | None = None, **options: Any) -> Trace:
+    """Load ``source`` with ``datasets`` and hand its rows to the matching reader."""
+    ds = load(source, split=split, name=name)
+    rows = _rows(ds)
+    first = next(rows, None)
+    if first is None:
+        raise InputError("dataset has no rows", source=str(source))
+    fmt = record_format or detect_record_format(first, source=str(source))
+    if fmt in ("hf", "native") or fmt not in READERS:
+        raise InputError(f"rows cannot be read as {fmt!r}", source=str(source),
+                         field="record_format")
+
+    def all_rows() -> Iterator[dict[str, Any]]:
+        yield first
+        yield from rows
+
+    if fmt == "weka":  # one row per Weka document
+        from agentbench.traces.readers import weka
+
+        sessions = []
+        for i, doc in enumerate(all_rows()):
+            try:
+                sessions.extend(weka.read_document(doc, source=f"{source}[{i}]"))
+            except InputError as e:
+                raise e.located(source=str(source), where=f"row {i}") from None
+        weka_trace = Trace(sessions, name=Path(str(source)).name)
+        weka_trace.validate()
+        return weka_trace
+    module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
+    trace: Trace = module.read_records(all_rows(), source=str(source), **options)
+    return trace
+
+
+def load(source: str | Path, *, split: str | None = None, name: str | None = None) -> Any:
+    """The ``datasets.Dataset`` of ``source`` (one split)."""
+    import datasets
+
+    path = Path(source)
+    try:
+        if path.is_dir() and ((path / "dataset_info.json").exists()
+                              or (path / "dataset_dict.json").exists()
+                              or (path / "state.json").exists()):
+            ds = datasets.load_from_disk(str(path))
+        elif path.is_file():
+            builder = _DATA_BUILDERS.get(path.suffix)
+            if builder is None:
+                raise InputError(f"unknown data file type {path.suffix!r}", source=str(path))
+            ds = datasets.load_dataset(builder, data_files=str(path), name=name)
+        else:
+            ds = datasets.load_dataset(str(source), name=name)
+    except InputError:
+        raise
+    except FileNotFoundError as e:
+        raise InputError(f"dataset not found ({e})", source=str(source)) from None
+    except Exception as e:  # datasets raises many kinds (network, config, schema)
+        raise InputError(f"cannot load dataset: {type(e).__name__}: {e}",
+                         source=str(source)) from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split is None:
+            split = "train" if "train" in ds else next(iter(ds))
+        if split not in ds:
+            raise InputError(f"no split {split!r} (have {', '.join(ds)})", source=str(source),
+                             field="split")
+        return ds[split]
+    return ds
+
+
+def _rows(ds: Any) -> Iterator[dict[str, Any]]:
+    for row in ds:
+        yield dict(row)

@@ -1,0 +1,213 @@
+"""The simulated cluster: N instances behind a router, an optional shared KV tier, and the
+async driver that runs each instance's steps in (scaled) real time.
+
+Simulated time is wall time since start times ``speedup``. Each instance plans a step at
+``max(end of its previous step, now)``, sleeps until the step's end in wall time, then
+commits it; when the event loop falls behind, steps run back to back and the lag shows up
+as real latency, never as lost work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+
+from agentbench.scenario import SimulatedEndpoint
+from agentbench.sim.engine import Instance, SimRequest, first_fit_error
+from agentbench.sim.kvcache import PrefixCache
+from agentbench.sim.presets import Preset, get_preset
+from agentbench.sim.prompt import U64, PromptHasher
+
+
+class SimRejected(Exception):
+    """A request the simulated engine refuses (HTTP 400)."""
+
+
+class Router:
+    """Server-side routing across instances.
+
+    round_robin: in turn; random: seeded uniform; least_loaded: fewest requests (waiting +
+    running); session_affinity: a session sticks to the instance it first went to (chosen
+    least loaded), requests without a session go round robin; cache_aware: the instance
+    with the most leading blocks cached on GPU among those whose load is at most
+    ``max_imbalance`` above the least loaded (ties: least loaded).
+    """
+
+    def __init__(self, policy: str, n: int, max_imbalance: int = 4, seed: int = 0) -> None:
+        self.policy = policy
+        self.n = n
+        self.max_imbalance = max_imbalance
+        self._rr = 0
+        self._rng = random.Random(seed)
+        self.sessions: dict[str, int] = {}
+
+    def _round_robin(self) -> int:
+        i = self._rr % self.n
+        self._rr += 1
+        return i
+
+    def _least_loaded(self, instances: list[Instance]) -> int:
+        start = self._rr
+        self._rr += 1
+        return min(range(self.n), key=lambda i: (instances[i].load, (i - start) % self.n))
+
+    def choose(self, req: SimRequest, instances: list[Instance]) -> int:
+        if self.n == 1:
+            return 0
+        p = self.policy
+        if p == "round_robin":
+            return self._round_robin()
+        if p == "random":
+            return self._rng.randrange(self.n)
+        if p == "least_loaded":
+            return self._least_loaded(instances)
+        if p == "session_affinity":
+            if req.session is None:
+                return self._round_robin()
+            got = self.sessions.get(req.session)
+            if got is None:
+                got = self.sessions[req.session] = self._least_loaded(instances)
+            return got
+        if p == "cache_aware":
+            floor = min(i.load for i in instances) + self.max_imbalance
+            best, best_key = 0, None
+            for i, inst in enumerate(instances):
+                if inst.load > floor:
+                    continue
+                key = (inst.gpu.match(req.hashes, req.match_limit), -inst.load)
+                if best_key is None or key > best_key:
+                    best, best_key = i, key
+            return best
+        raise ValueError(f"unknown router {p!r}")
+
+
+class Cluster:
+    """Instances, router, shared tier, prompt hasher; ``start()`` runs the step loops."""
+
+    def __init__(self, cfg: SimulatedEndpoint,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.cfg = cfg
+        self.preset: Preset = get_preset(cfg.preset,
+                                         max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                         max_num_seqs=cfg.max_num_seqs)
+        self.block_size = cfg.block_size
+        self.speedup = cfg.speedup
+        self.cache_blocks = cfg.cache_blocks or self.preset.cache_blocks(cfg.block_size)
+        tier = cfg.shared_tier
+        self.shared = PrefixCache(tier.capacity_blocks, "shared") if tier else None
+        load = tier.load_s_per_token if tier is not None else None
+        self.instances = [
+            Instance(i, self.preset, cfg.block_size, self.cache_blocks, cfg.cpu_offload_blocks,
+                     self.shared, load, cfg.speedup)
+            for i in range(cfg.instances)]
+        self.router = Router(cfg.router, cfg.instances, cfg.cache_aware_max_imbalance,
+                             cfg.seed)
+        self.hasher = PromptHasher(cfg.block_size)
+        self.clock = clock
+        self._t0 = clock()
+        self._next_id = 0
+        self._wake: list[asyncio.Event] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------ requests
+
+    def now(self) -> float:
+        """Simulated seconds since start."""
+        return (self.clock() - self._t0) * self.speedup
+
+    def make_request(self, tokens: U64, *, max_tokens: int | None, ignore_eos: bool = False,
+                     min_tokens: int = 0, session: str | None = None) -> SimRequest:
+        """A request for the prompt ``tokens`` (mixed token ids, see ``prompt.py``).
+
+        Output length: exactly ``max_tokens`` with ``ignore_eos`` or when ``min_tokens``
+        reaches it; otherwise a simulated EOS after a length drawn (seeded by the prompt)
+        from an exponential distribution with the preset's mean, at least ``min_tokens``,
+        at most ``max_tokens``.
+        """
+        hashes = self.hasher.block_hashes(tokens)
+        n = int(tokens.size)
+        self._next_id += 1
+        seed = hashes[-1] if hashes else n
+        natural = 1 + int(random.Random(seed).expovariate(
+            1.0 / max(1, self.preset.natural_output_tokens)))
+        if ignore_eos and max_tokens is not None:
+            out = max_tokens
+        else:
+            out = max(min_tokens, natural)
+            if max_tokens is not None:
+                out = min(out, max_tokens)
+        out = max(1, out)
+        return SimRequest(
+            rid=self._next_id, prompt_tokens=n, hashes=hashes, output_tokens=out,
+            match_limit=min(len(hashes), (n - 1) // self.block_size),
+            finish_as="length" if max_tokens is not None and out == max_tokens else "stop",
+            session=session)
+
+    def submit(self, req: SimRequest, at: float | None = None) -> Instance:
+        """Route ``req`` and queue it (arriving now, or at simulated time ``at`` on a virtual
+        clock); raise ``SimRejected`` when it can never run."""
+        why = first_fit_error(self.instances[0], req)
+        if why is not None:
+            raise SimRejected(why)
+        req.arrival = self.now() if at is None else at
+        inst = self.instances[self.router.choose(req, self.instances)]
+        inst.add(req)
+        if self._wake:
+            self._wake[inst.index].set()
+        return inst
+
+    def abort(self, req: SimRequest) -> None:
+        """The client went away: free the request's blocks."""
+        if 0 <= req.instance < len(self.instances):
+            self.instances[req.instance].abort(req)
+
+    # ------------------------------------------------------------ driver
+
+    async def start(self) -> None:
+        """Start one step loop per instance in the running event loop."""
+        self._t0 = self.clock()
+        self._wake = [asyncio.Event() for _ in self.instances]
+        self._tasks = [asyncio.create_task(self._drive(inst, ev), name=f"sim-instance-{i}")
+                       for i, (inst, ev) in enumerate(zip(self.instances, self._wake,
+                                                          strict=True))]
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+
+    async def _drive(self, inst: Instance, wake: asyncio.Event) -> None:
+        # A busy instance's steps are back to back in simulated time (a GPU does not idle
+        # between steps): when a wake-up comes late (timer granularity, a loaded event loop)
+        # the next steps run without sleeping until the simulated clock catches up.
+        end_prev = 0.0
+        busy = False
+        speedup, t0, clock = self.speedup, self._t0, self.clock
+        while True:
+            if not inst.has_work():
+                busy = False
+                wake.clear()
+                await wake.wait()
+            start = end_prev if busy else max(end_prev, (clock() - t0) * speedup)
+            dur = inst.plan(start)
+            if dur is None and inst.waiting and not inst.running:
+                start = max(start, inst.waiting[0].arrival)
+                dur = inst.plan(start)
+            if dur is None:  # the head request cannot be admitted on an idle instance
+                req = inst.waiting[0]
+                inst.abort(req)
+                if req.on_progress is not None:
+                    req.on_progress(req)
+                continue
+            end = start + dur
+            delay = t0 + end / speedup - clock()
+            await asyncio.sleep(delay if delay > 0 else 0)
+            inst.commit(end)
+            end_prev = end
+            busy = True

@@ -1,0 +1,296 @@
+"""One simulated inference instance: a vLLM-like continuous-batching scheduler over a paged
+prefix cache, in simulated seconds and free of any clock or I/O.
+
+A step is planned (``plan``: admit waiting requests FCFS, match their prefixes, reserve
+blocks, give every running decode one token and prefills chunks of the token budget) and
+then committed at its end time (``commit``: finished prefills cache their blocks and emit
+their first token, decodes emit one token, finished requests release their blocks). The
+async driver in ``cluster.py`` sleeps between the two; a benchmark may call them
+back-to-back on a virtual clock.
+
+Simplifications (documented): a request reserves blocks for its whole prompt and
+``max_tokens`` at admission, so there is no preemption; prompt blocks enter the prefix cache
+when the prefill completes (not block by block); output blocks are never cached (replayed
+prompts carry the trace's text, not the generated one); tier loads are synchronous and add
+to the step in which the request is admitted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agentbench.sim.kvcache import PrefixCache
+from agentbench.sim.metrics import E2E_BUCKETS, TTFT_BUCKETS, Histogram
+from agentbench.sim.presets import Preset
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request inside the simulator. Times are simulated seconds."""
+
+    rid: int
+    prompt_tokens: int
+    hashes: list[int]  # prefix-chained hashes of the prompt's full blocks
+    output_tokens: int  # tokens it will generate (>= 1)
+    match_limit: int = 0  # blocks a lookup may hit: one prompt token is always computed
+    finish_as: str = "length"  # "length" (max_tokens reached) or "stop" (simulated EOS)
+    session: str | None = None
+    arrival: float = 0.0
+    # set by the engine
+    instance: int = -1
+    cached_tokens: int = 0
+    gpu_hit_tokens: int = 0
+    cpu_hit_tokens: int = 0
+    shared_hit_tokens: int = 0
+    computed: int = 0  # prompt tokens present (cached or prefilled) so far
+    generated: int = 0
+    reserved: int = 0
+    pinned: int | None = None
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    finish_reason: str | None = None
+    aborted: bool = False
+    on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
+
+
+@dataclass
+class InstanceStats:
+    """Cumulative counters of one instance (what /metrics exposes)."""
+
+    requests_admitted: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    hits_gpu: int = 0
+    hits_cpu: int = 0
+    hits_shared: int = 0
+    finished: dict[str, int] = field(default_factory=lambda: {"length": 0, "stop": 0,
+                                                              "abort": 0})
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    steps: int = 0
+    busy_s: float = 0.0
+
+
+class Instance:
+    """A paged KV cache plus a continuous-batching scheduler with a token budget per step."""
+
+    def __init__(self, index: int, preset: Preset, block_size: int, cache_blocks: int,
+                 cpu_blocks: int = 0, shared: PrefixCache | None = None,
+                 shared_load_s_per_token: float | None = None, speedup: float = 1.0) -> None:
+        self.index = index
+        self.speedup = speedup
+        self.preset = preset
+        self.block_size = block_size
+        self.gpu = PrefixCache(cache_blocks, "gpu")
+        self.cpu = PrefixCache(cpu_blocks, "cpu") if cpu_blocks > 0 else None
+        self.shared = shared
+        self.shared_load = (preset.shared_load_s_per_token if shared_load_s_per_token is None
+                            else shared_load_s_per_token)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.stats = InstanceStats()
+        self._plan: list[tuple[SimRequest, int]] = []  # (request, prefill tokens; 0 = decode)
+        self._attn = 4.0 * preset.layers * preset.hidden
+        self._lin = 2.0 * preset.params
+
+    # ------------------------------------------------------------ queue
+
+    @property
+    def load(self) -> int:
+        """Requests on this instance (waiting + running)."""
+        return len(self.waiting) + len(self.running)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def blocks_needed(self, req: SimRequest) -> int:
+        return -(-(req.prompt_tokens + req.output_tokens) // self.block_size)
+
+    def add(self, req: SimRequest) -> None:
+        req.instance = self.index
+        self.waiting.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request wherever it is, releasing its blocks."""
+        if req.finished_at is not None or req.aborted:
+            return
+        req.aborted = True
+        if req in self.waiting:
+            self.waiting.remove(req)
+        elif req in self.running:
+            self.running.remove(req)
+            self._release(req)
+        self.stats.finished["abort"] += 1
+
+    # ------------------------------------------------------------ step
+
+    def _admit(self, req: SimRequest, now: float) -> bool:
+        """Match the prefix in GPU, CPU and shared tiers and reserve blocks; False if full."""
+        hashes, limit = req.hashes, req.match_limit
+        gpu = self.gpu
+        k = gpu.match(hashes, limit)
+        if k:
+            gpu.pin(hashes[k - 1])
+        need = self.blocks_needed(req) - k
+        if not gpu.make_free(need):
+            if k:
+                gpu.unpin(hashes[k - 1])
+            return False
+        gpu.reserved += need
+        req.reserved = need
+        req.pinned = hashes[k - 1] if k else None
+        if k:
+            gpu.touch(hashes[k - 1], now)
+        kc = self.cpu.match(hashes, limit) if self.cpu is not None else 0
+        ks = self.shared.match(hashes, limit) if self.shared is not None else 0
+        bs = self.block_size
+        cpu_blocks = max(0, kc - k)
+        shared_blocks = max(0, ks - max(k, kc))
+        if kc and self.cpu is not None:
+            self.cpu.touch(hashes[kc - 1], now)
+        if ks and self.shared is not None:
+            self.shared.touch(hashes[ks - 1], now)
+        req.gpu_hit_tokens = k * bs
+        req.cpu_hit_tokens = cpu_blocks * bs
+        req.shared_hit_tokens = shared_blocks * bs
+        req.cached_tokens = (k + cpu_blocks + shared_blocks) * bs
+        req.computed = req.cached_tokens
+        req.admitted_at = now
+        st = self.stats
+        st.requests_admitted += 1
+        st.prompt_tokens += req.prompt_tokens
+        st.prefix_queries += req.prompt_tokens
+        st.prefix_hits += req.cached_tokens
+        st.hits_gpu += req.gpu_hit_tokens
+        st.hits_cpu += req.cpu_hit_tokens
+        st.hits_shared += req.shared_hit_tokens
+        return True
+
+    def plan(self, now: float) -> float | None:
+        """Choose the next step's work at ``now``; return its duration (None: nothing to do)."""
+        p = self.preset
+        budget = p.max_num_batched_tokens
+        plan: list[tuple[SimRequest, int]] = []
+        flops = 0.0
+        kv_read = 0.0
+        load_s = 0.0
+        attn, lin = self._attn, self._lin
+        for r in self.running:
+            if r.computed >= r.prompt_tokens:  # decoding
+                if budget <= 0:
+                    break
+                ctx = r.prompt_tokens + r.generated
+                plan.append((r, 0))
+                budget -= 1
+                flops += lin + ctx * attn
+                kv_read += ctx
+        for r in self.running:
+            if r.computed < r.prompt_tokens and budget > 0:
+                n = min(r.prompt_tokens - r.computed, budget)
+                plan.append((r, n))
+                budget -= n
+                flops += n * lin + n * (r.computed + n / 2) * attn
+                kv_read += r.computed + n
+        while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
+            r = self.waiting[0]
+            if r.arrival > now or not self._admit(r, now):
+                break
+            self.waiting.popleft()
+            self.running.append(r)
+            load_s += r.cpu_hit_tokens * p.cpu_load_s_per_token \
+                + r.shared_hit_tokens * self.shared_load
+            n = min(r.prompt_tokens - r.computed, budget)
+            plan.append((r, n))
+            budget -= n
+            flops += n * lin + n * (r.computed + n / 2) * attn
+            kv_read += r.computed + n
+        self._plan = plan
+        if not plan:
+            return None
+        mem = p.weight_bytes + kv_read * p.kv_bytes_per_token
+        dur = max(flops * p.s_per_flop, mem * p.s_per_byte) + p.step_overhead_s + load_s
+        self.stats.steps += 1
+        self.stats.busy_s += dur
+        return dur
+
+    def commit(self, now: float) -> list[SimRequest]:
+        """Apply the planned step, ending at ``now``; return the requests that finished."""
+        done: list[SimRequest] = []
+        st = self.stats
+        for r, n in self._plan:
+            if r.aborted:
+                continue
+            if n:
+                r.computed += n
+                if r.computed < r.prompt_tokens:
+                    continue
+                self._cache_prompt(r, now)
+                r.first_token_at = now
+                st.ttft.observe((now - r.arrival) / self.speedup)
+            r.generated += 1
+            st.generation_tokens += 1
+            if r.generated >= r.output_tokens:
+                r.finished_at = now
+                r.finish_reason = r.finish_as
+                done.append(r)
+            if r.on_progress is not None:
+                r.on_progress(r)
+        self._plan = []
+        if done:
+            finished = set(map(id, done))
+            self.running = [r for r in self.running if id(r) not in finished]
+            for r in done:
+                self._release(r)
+                st.finished[r.finish_as] += 1
+                st.e2e.observe((now - r.arrival) / self.speedup)
+        return done
+
+    def _cache_prompt(self, r: SimRequest, now: float) -> None:
+        """Prefill done: the prompt's full blocks enter the GPU cache (and write-through tiers)."""
+        hashes = r.hashes
+        n_full = len(hashes)
+        gpu = self.gpu
+        k0 = r.gpu_hit_tokens // self.block_size
+        gpu.reserved -= n_full - k0
+        r.reserved -= n_full - k0
+        if n_full:
+            gpu.insert(hashes, n_full, now)
+            gpu.pin(hashes[n_full - 1])
+            if r.pinned is not None:
+                gpu.unpin(r.pinned)
+            r.pinned = hashes[n_full - 1]
+            gpu.touch(hashes[n_full - 1], now)
+            if self.cpu is not None:
+                self.cpu.insert(hashes, n_full, now, make_room=True)
+            if self.shared is not None:
+                self.shared.insert(hashes, n_full, now, make_room=True)
+
+    def _release(self, r: SimRequest) -> None:
+        if r.pinned is not None:
+            self.gpu.unpin(r.pinned)
+            r.pinned = None
+        self.gpu.reserved -= r.reserved
+        r.reserved = 0
+
+    # ------------------------------------------------------------ gauges
+
+    def kv_usage(self) -> float:
+        """Share of GPU blocks held by running requests (vLLM's kv_cache_usage_perc)."""
+        pinned = [r.pinned for r in self.running if r.pinned is not None]
+        used = self.gpu.referenced_blocks(pinned) + self.gpu.reserved
+        return min(1.0, used / self.gpu.capacity)
+
+
+def first_fit_error(inst: Instance, req: SimRequest) -> str | None:
+    """Why ``req`` can never run on ``inst`` (None when it can)."""
+    need = inst.blocks_needed(req)
+    if need > inst.gpu.capacity:
+        return (f"This request needs {need:,} KV blocks ({req.prompt_tokens:,} prompt + "
+                f"{req.output_tokens:,} output tokens) but an instance holds "
+                f"{inst.gpu.capacity:,} blocks of {inst.block_size} tokens.")
+    return None

@@ -1,0 +1,311 @@
+"""The simulator's OpenAI-compatible HTTP surface (aiohttp), shaped like vLLM's.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming SSE, one token
+per event, or a single JSON body), ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
+``usage`` always carries ``prompt_tokens_details.cached_tokens``. With
+``stream_options.include_usage`` both endpoints end the stream with a chunk whose
+``choices`` is ``[]`` and which carries ``usage``, then ``data: [DONE]`` (as vLLM does).
+``ignore_eos``/``min_tokens``/``max_tokens`` (or ``max_completion_tokens``) set the output
+length. The session key for ``session_affinity`` routing is the ``X-Session-ID`` header,
+else the body's ``user`` field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from agentbench.scenario import SimulatedEndpoint
+from agentbench.sim.cluster import Cluster, SimRejected
+from agentbench.sim.engine import SimRequest
+from agentbench.sim.metrics import render
+from agentbench.sim.prompt import U64
+from agentbench.tokenize import VOCAB
+
+SESSION_HEADER = "X-Session-ID"
+_CLUSTER = web.AppKey("cluster", Cluster)
+_NV = len(VOCAB)
+
+
+class _BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def _error(message: str, status: int = 400, kind: str = "BadRequestError") -> web.Response:
+    return web.json_response({"object": "error", "message": message, "type": kind,
+                              "param": None, "code": status}, status=status)
+
+
+def _content(value: Any, where: str) -> str:
+    """A message's content as text: a string, null, or a list of text parts."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for p in value:
+            if isinstance(p, dict) and isinstance(p.get("text"), str):
+                parts.append(p["text"])
+            elif isinstance(p, str):
+                parts.append(p)
+            else:
+                raise _BadRequest(f"{where}: only text content parts are supported")
+        return "".join(parts)
+    raise _BadRequest(f"{where}: content must be a string, null or a list of text parts")
+
+
+def _opt_int(body: dict[str, Any], key: str, minimum: int) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise _BadRequest(f"{key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+async def _body(request: web.Request, cluster: Cluster) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _BadRequest(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise _BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != cluster.cfg.model:
+        raise _BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
+    n = body.get("n", 1)
+    if n != 1:
+        raise _BadRequest("n > 1 is not supported by the simulator")
+    return body
+
+
+def _session(request: web.Request, body: dict[str, Any]) -> str | None:
+    s = request.headers.get(SESSION_HEADER)
+    if s:
+        return s
+    user = body.get("user")
+    return user if isinstance(user, str) and user else None
+
+
+def _make(cluster: Cluster, request: web.Request, body: dict[str, Any], tokens: U64,
+          max_key: str) -> SimRequest:
+    max_tokens = _opt_int(body, max_key, 1)
+    if max_tokens is None and max_key == "max_completion_tokens":
+        max_tokens = _opt_int(body, "max_tokens", 1)
+    min_tokens = _opt_int(body, "min_tokens", 0) or 0
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise _BadRequest(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})")
+    if tokens.size == 0:
+        raise _BadRequest("prompt is empty")
+    return cluster.make_request(tokens, max_tokens=max_tokens,
+                                ignore_eos=bool(body.get("ignore_eos", False)),
+                                min_tokens=min_tokens, session=_session(request, body))
+
+
+def _usage(req: SimRequest) -> dict[str, Any]:
+    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens
+            + req.generated, "completion_tokens": req.generated,
+            "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+
+
+def _word(req: SimRequest, i: int) -> str:
+    return VOCAB[(req.rid * 7919 + i) % _NV]
+
+
+async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req: SimRequest,
+               chat: bool) -> web.StreamResponse:
+    progress = asyncio.Event()
+    req.on_progress = lambda _r: progress.set()
+    try:
+        cluster.submit(req)
+    except SimRejected as e:
+        return _error(str(e))
+    created = int(time.time())
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-sim{req.rid}"
+    model = json.dumps(cluster.cfg.model)
+    try:
+        if not body.get("stream", False):
+            while req.finished_at is None and not req.aborted:
+                progress.clear()
+                await progress.wait()
+            if req.aborted:
+                return _error("request aborted by the engine", 500, "InternalServerError")
+            text = "".join(_word(req, i) for i in range(req.generated))
+            if chat:
+                choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
+                                                                 "content": text},
+                                          "logprobs": None, "finish_reason": req.finish_reason}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None,
+                          "finish_reason": req.finish_reason, "stop_reason": None}
+            return web.json_response({
+                "id": rid, "object": "chat.completion" if chat else "text_completion",
+                "created": created, "model": cluster.cfg.model, "choices": [choice],
+                "usage": _usage(req)})
+        return await _stream(request, cluster, body, req, chat, rid, created, model, progress)
+    finally:
+        if req.finished_at is None:
+            cluster.abort(req)
+
+
+async def _stream(request: web.Request, cluster: Cluster, body: dict[str, Any],
+                  req: SimRequest, chat: bool, rid: str, created: int, model: str,
+                  progress: asyncio.Event) -> web.StreamResponse:
+    opts = body.get("stream_options") or {}
+    include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                       "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{model},' \
+           '"choices":[{"index":0,'
+    # vLLM sends the role-only chunk with the first output, not before it.
+    pending = (head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
+               '"finish_reason":null}]}\n\n') if chat else ""
+    if chat:
+        open_, mid = head + '"delta":{"content":"', '"},"logprobs":null,"finish_reason":'
+        close = "}]}\n\n"
+    else:
+        open_, mid = head + '"text":"', '","logprobs":null,"finish_reason":'
+        close = ',"stop_reason":null}]}\n\n'
+    sent = 0
+    while True:
+        n = req.generated
+        if n > sent:
+            last = req.finished_at is not None and n == req.generated
+            parts = [pending]
+            pending = ""
+            for i in range(sent, n):
+                fin = f'"{req.finish_reason}"' if last and i == n - 1 else "null"
+                parts.append(open_ + _word(req, i) + mid + fin + close)
+            await resp.write("".join(parts).encode())
+            sent = n
+        if req.aborted:
+            err = {"object": "error", "message": "request aborted by the engine",
+                   "type": "InternalServerError", "param": None, "code": 500}
+            await resp.write(f"data: {json.dumps({'error': err})}\n\n".encode())
+            break
+        if req.finished_at is not None and sent == req.generated:
+            break
+        if req.generated == sent:
+            progress.clear()
+            await progress.wait()
+    if include_usage and not req.aborted:
+        usage = {"id": rid, "object": obj, "created": created, "model": cluster.cfg.model,
+                 "choices": [], "usage": _usage(req)}
+        await resp.write(f"data: {json.dumps(usage)}\n\n".encode())
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    cluster = request.app[_CLUSTER]
+    try:
+        body = await _body(request, cluster)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _BadRequest("messages must be a non-empty list")
+        pairs = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise _BadRequest(f"messages[{i}] must be an object")
+            role = m.get("role")
+            pairs.append((role if isinstance(role, str) else "user",
+                          _content(m.get("content"), f"messages[{i}].content")))
+        tokens = cluster.hasher.chat_tokens(pairs)
+        req = _make(cluster, request, body, tokens, "max_completion_tokens")
+    except _BadRequest as e:
+        return _error(str(e), e.status, e.kind)
+    return await _run(request, cluster, body, req, chat=True)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    cluster = request.app[_CLUSTER]
+    try:
+        body = await _body(request, cluster)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            tokens = cluster.hasher.text_tokens(prompt)
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                              for t in prompt):
+            tokens = cluster.hasher.id_tokens(prompt)
+        else:
+            raise _BadRequest("prompt must be a string or a list of token ids (one prompt)")
+        req = _make(cluster, request, body, tokens, "max_tokens")
+    except _BadRequest as e:
+        return _error(str(e), e.status, e.kind)
+    return await _run(request, cluster, body, req, chat=False)
+
+
+async def models(request: web.Request) -> web.Response:
+    cluster = request.app[_CLUSTER]
+    return web.json_response({"object": "list", "data": [{
+        "id": cluster.cfg.model, "object": "model", "created": int(cluster._t0),
+        "owned_by": "agentbench-sim", "root": cluster.preset.name,
+        "max_model_len": cluster.cache_blocks * cluster.block_size}]})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    cluster = request.app[_CLUSTER]
+    return web.Response(text=render(cluster.cfg.model, cluster.instances),
+                        content_type="text/plain", charset="utf-8")
+
+
+def make_app(cluster: Cluster) -> web.Application:
+    """The aiohttp application serving ``cluster``."""
+    app = web.Application(client_max_size=1 << 30)
+    app[_CLUSTER] = cluster
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@dataclass
+class SimHandle:
+    """A running simulator: ``url`` (base, the API is under /v1) and ``close()``."""
+
+    url: str
+    cluster: Cluster
+    runner: web.AppRunner
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+        await self.cluster.close()
+
+
+async def start_simulator(cfg: SimulatedEndpoint, host: str = "127.0.0.1",
+                          port: int = 0) -> SimHandle:
+    """Start the simulator in the running event loop; ``port=0`` picks a free port."""
+    cluster = Cluster(cfg)
+    await cluster.start()
+    runner = web.AppRunner(make_app(cluster), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        await cluster.close()
+        raise
+    bound = runner.addresses[0]
+    url_host = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
+    return SimHandle(url=f"http://{url_host}:{bound[1]}", cluster=cluster, runner=runner)

@@ -131,6 +131,38 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
     return trace
 
 
+@app.command()
+@guarded
+def run(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    output: Path | None = typer.Option(None, "--output", "-o",
+                                       help="Parent folder of run folders (output.dir)."),
+    run_id: str | None = typer.Option(None, "--run-id", help="Run folder name (output.run_id)."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress",
+                                         help="Progress bar; default: when stderr is a TTY."),
+) -> None:
+    """Replay a scenario against its endpoints, write results/<run-id>/, print a summary."""
+    from agentbench.replay import run as replay_run
+    from agentbench.scenario_io import load_scenario
+
+    sc = load_scenario(scenario)
+    if output is not None:
+        sc.output.dir = str(output)
+    if run_id is not None:
+        sc.output.run_id = run_id
+    res = replay_run(sc, progress=progress,
+                     on_start=lambda d: typer.echo(f"results: {d}", err=True))
+    try:
+        from agentbench.metrics import format_summary, summarize
+    except ImportError:  # metrics not installed: a minimal summary from the records
+        from agentbench.replay.quicksummary import quick_summary
+
+        typer.echo(quick_summary(res.run_dir))
+    else:
+        typer.echo(format_summary(summarize(res.run_dir)))
+    typer.echo(f"results: {res.run_dir}")
+
+
 def main() -> None:
     """Console entry point."""
     try:

@@ -1,0 +1,20 @@
+"""Replay (CONTRACTS §3, §4, §6): drive a trace's session trees against OpenAI-compatible
+endpoints and write raw records as they complete.
+
+Layering: replay never imports ``agentbench.metrics`` or ``agentbench.report``; every
+figure is derived later from the records it writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agentbench.replay.runner import RunResult, run_scenario, stages_of
+
+__all__ = ["RunResult", "run", "run_scenario", "stages_of"]
+
+
+def run(scenario: Any, **kwargs: Any) -> RunResult:
+    """Run ``scenario`` to completion in a fresh event loop (Ctrl-C leaves results written)."""
+    return asyncio.run(run_scenario(scenario, **kwargs))

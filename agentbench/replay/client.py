@@ -1,0 +1,125 @@
+"""The HTTP hot path: send one pre-built body, stamp chunk arrivals, return the record.
+
+Only timestamps and raw bytes are taken while the stream runs; events, tokens and
+``usage`` are read afterwards from the stored chunks (:mod:`agentbench.replay.sse`).
+Failures are data: every outcome (HTTP error, refused connection, reset, stall, timeout,
+cancellation) ends as fields of the record, never as an exception to the caller, except
+that a cancellation is re-raised after the record is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from agentbench import records
+
+perf_ns = time.perf_counter_ns
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as it happened; ``chunks``/``chunk_ns`` hold the raw stream until the
+    writer turns them into columns (``agentbench.replay.writer``)."""
+
+    request_id: int
+    stage: str
+    phase: str
+    endpoint: str
+    lane: int
+    tree_id: str
+    session_id: str
+    relation: str
+    copy: int
+    turn: int
+    scheduled_ns: int
+    expected_input_tokens: int
+    expected_output_tokens: int
+    potential_cached_tokens: int
+    sent_ns: int | None = None
+    end_ns: int | None = None
+    http_status: int | None = None
+    status: str = records.OK
+    error_type: str | None = None
+    error_message: str | None = None
+    chunks: list[bytes] = field(default_factory=list)
+    chunk_ns: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where and how one endpoint is called."""
+
+    label: str
+    url: str
+    headers: Mapping[str, str]
+    timeout: aiohttp.ClientTimeout
+    secrets: tuple[str, ...] = ()
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    for s in secrets:
+        if s:
+            text = text.replace(s, "<redacted>")
+    return text
+
+
+async def send(http: aiohttp.ClientSession, target: Target, body: bytes, tree_id: str,
+               rec: RequestRecord, t0_ns: int) -> None:
+    """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``)."""
+    headers = {**target.headers, "X-Session-ID": tree_id}
+    chunks = rec.chunks
+    times = rec.chunk_ns
+    try:
+        rec.sent_ns = perf_ns() - t0_ns
+        async with http.post(target.url, data=body, headers=headers,
+                             timeout=target.timeout) as resp:
+            rec.http_status = resp.status
+            if resp.status != 200:
+                text = (await resp.content.read(2000)).decode("utf-8", "replace")
+                rec.end_ns = perf_ns() - t0_ns
+                _fail(rec, f"http_{resp.status}", text.strip() or resp.reason or "", target)
+                return
+            read = resp.content.readany
+            while True:
+                chunk = await read()
+                if not chunk:
+                    break
+                times.append(perf_ns() - t0_ns)
+                chunks.append(chunk)
+        rec.end_ns = perf_ns() - t0_ns
+    except asyncio.CancelledError:
+        rec.end_ns = perf_ns() - t0_ns
+        rec.status = records.CANCELLED
+        rec.error_type = "cancelled"
+        rec.error_message = "cancelled at the deadline"
+        raise
+    except aiohttp.SocketTimeoutError as e:
+        rec.end_ns = perf_ns() - t0_ns
+        _fail(rec, "stall_timeout", f"no data for {target.timeout.sock_read} s ({e})", target)
+    except aiohttp.ConnectionTimeoutError as e:
+        rec.end_ns = perf_ns() - t0_ns
+        _fail(rec, "connect_timeout", str(e), target)
+    except TimeoutError:
+        rec.end_ns = perf_ns() - t0_ns
+        _fail(rec, "timeout", f"request took longer than {target.timeout.total} s", target)
+    except aiohttp.ClientConnectorError as e:
+        rec.end_ns = perf_ns() - t0_ns
+        _fail(rec, "connect_error", str(e), target)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+            aiohttp.ClientOSError) as e:
+        rec.end_ns = perf_ns() - t0_ns
+        _fail(rec, "disconnected", f"{type(e).__name__}: {e}", target)
+    except Exception as e:  # any other failure is data too
+        rec.end_ns = perf_ns() - t0_ns
+        _fail(rec, type(e).__name__, str(e), target)
+
+
+def _fail(rec: RequestRecord, kind: str, message: str, target: Target) -> None:
+    rec.status = records.ERROR
+    rec.error_type = kind
+    rec.error_message = redact(message[:1000], target.secrets)

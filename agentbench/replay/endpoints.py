@@ -1,0 +1,172 @@
+"""Endpoints at run time: URL, headers (API key from its env var, never written), one
+aiohttp connection pool each, a pre-encoded body template, and client-side routing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from agentbench.errors import InputError
+from agentbench.replay.client import Target
+from agentbench.replay.prompts import BodyTemplate, body_template
+from agentbench.replay.schedule import choice_rng
+
+SENSITIVE_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization", "cookie")
+
+
+@dataclass
+class LiveEndpoint:
+    """One endpoint while the run goes."""
+
+    label: str
+    api: str
+    base_url: str  # without /v1
+    target: Target
+    template: BodyTemplate
+    http: aiohttp.ClientSession
+    metrics_url: str | None
+    ignore_eos: bool
+    inflight: int = 0
+    sim_handle: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def split_base(url: str) -> str:
+    u = url.rstrip("/")
+    return u[:-3] if u.endswith("/v1") else u
+
+
+def api_path(api: str) -> str:
+    return "/v1/chat/completions" if api == "chat" else "/v1/completions"
+
+
+def secrets_of(cfg: Any) -> tuple[str, ...]:
+    """Values that must never reach results: the API key and sensitive header values."""
+    out: list[str] = []
+    env = getattr(cfg, "api_key_env", None)
+    if env and os.environ.get(env):
+        out.append(os.environ[env])
+    for k, v in (getattr(cfg, "headers", None) or {}).items():
+        if k.lower() in SENSITIVE_HEADERS and v:
+            out.append(v)
+    return tuple(out)
+
+
+async def open_endpoint(cfg: Any, index: int, n_lanes_hint: int) -> LiveEndpoint:
+    """Start (simulated) or connect to (openai) one endpoint."""
+    handle = None
+    if cfg.kind == "simulated":
+        try:
+            from agentbench.sim import start_simulator  # type: ignore[attr-defined]
+        except ImportError as e:
+            raise InputError(f"the serving simulator is not available ({e})",
+                             where=f"endpoints[{index}]", field="kind") from None
+        handle = await start_simulator(cfg, host="127.0.0.1", port=0)
+        base = split_base(str(handle.url))
+        label = cfg.name or "sim"
+        headers: dict[str, str] = {}
+        timeout = aiohttp.ClientTimeout(total=600.0, sock_read=120.0)
+        metrics_url: str | None = base + "/metrics"
+        max_conn = 0
+    else:
+        base = split_base(cfg.url)
+        label = cfg.name or cfg.url
+        headers = dict(cfg.headers)
+        if cfg.api_key_env:
+            key = os.environ.get(cfg.api_key_env)
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s)
+        metrics_url = cfg.metrics_url or base + "/metrics"
+        max_conn = cfg.max_connections
+    headers.setdefault("Content-Type", "application/json")
+    headers.setdefault("Accept", "text/event-stream")
+    secrets = secrets_of(cfg)
+    connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
+                                     ttl_dns_cache=None, enable_cleanup_closed=False)
+    http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
+    target = Target(label, base + api_path(cfg.api), headers, timeout, secrets)
+    ep = LiveEndpoint(label=label, api=cfg.api, base_url=base, target=target,
+                      template=body_template(cfg.api, cfg.model, {}, False), http=http,
+                      metrics_url=metrics_url, ignore_eos=False, sim_handle=handle)
+    extra = dict(getattr(cfg, "extra_body", {}) or {})
+    want = getattr(cfg, "ignore_eos", True)
+    if want is None:
+        want = await probe_ignore_eos(ep, cfg.model, extra)
+        ep.notes.append(f"ignore_eos probe: {'accepted' if want else 'not accepted'}")
+    ep.ignore_eos = bool(want)
+    try:
+        ep.template = body_template(cfg.api, cfg.model, extra, ep.ignore_eos)
+    except ValueError as e:
+        raise InputError(str(e), where=f"endpoints[{index}]", field="extra_body") from None
+    return ep
+
+
+async def probe_ignore_eos(ep: LiveEndpoint, model: str, extra: dict[str, Any]) -> bool:
+    """Whether the server accepts ``ignore_eos``/``min_tokens`` (a 2xx to a 1-token request)."""
+    body: dict[str, Any] = {"model": model, "max_tokens": 1, "min_tokens": 1,
+                            "ignore_eos": True, "stream": False, **extra}
+    if ep.api == "chat":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    try:
+        async with ep.http.post(ep.target.url, data=json.dumps(body).encode(),
+                                headers=dict(ep.target.headers),
+                                timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            await resp.read()
+            return 200 <= resp.status < 300
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def close_endpoint(ep: LiveEndpoint) -> None:
+    with contextlib.suppress(Exception):
+        await ep.http.close()
+    if ep.sim_handle is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ep.sim_handle.close(), 30)
+
+
+class Router:
+    """Client-side routing across endpoints: round_robin (per request), session_affinity
+    (a session tree sticks to the endpoint it got at its start, trees assigned in turn),
+    least_loaded (fewest requests in flight), random (seeded)."""
+
+    def __init__(self, policy: str, endpoints: list[LiveEndpoint], seed: int) -> None:
+        self.policy = policy
+        self.endpoints = endpoints
+        self._rr = 0
+        self._trees = 0
+        self._rng = choice_rng(seed, "routing")
+
+    def tree_endpoint(self) -> int:
+        """The sticky endpoint of a new tree (used by session_affinity)."""
+        i = self._trees % len(self.endpoints)
+        self._trees += 1
+        return i
+
+    def pick(self, sticky: int) -> int:
+        n = len(self.endpoints)
+        if n == 1:
+            return 0
+        if self.policy == "session_affinity":
+            return sticky
+        if self.policy == "round_robin":
+            i = self._rr % n
+            self._rr += 1
+            return i
+        if self.policy == "least_loaded":
+            start = self._rr % n
+            self._rr += 1
+            order = [(start + k) % n for k in range(n)]
+            return min(order, key=lambda i: self.endpoints[i].inflight)
+        if self.policy == "random":
+            return int(self._rng.integers(0, n))
+        raise ValueError(f"unknown routing policy {self.policy!r}")

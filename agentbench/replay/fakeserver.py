@@ -1,0 +1,204 @@
+"""A small OpenAI-compatible streaming server with set TTFT and ITL, and faults on demand.
+
+For replay tests (fidelity: known TTFT/ITL; faults: 500, 429, reset mid-stream, stall,
+malformed SSE) and client benchmarks. Prompt tokens are counted with
+``agentbench.tokenize`` (``chat_prompt_tokens`` for chat, the id count for completions),
+so a replay that lays prompts out right sees exactly the trace's input tokens reported.
+Each output token is one synthetic word (one token), ``tokens_per_event`` per SSE event.
+
+Run standalone (prints ``PORT <n>`` once listening)::
+
+    python -m agentbench.replay.fakeserver --port 0 --ttft 0.05 --itl 0.005
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from agentbench import tokenize
+
+FAULTS = ("http500", "http429", "reset", "stall", "malformed", "error_event", "no_done")
+
+
+@dataclass
+class ServerConfig:
+    """Timing and behaviour of the fake server."""
+
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    tokens_per_event: int = 1
+    count_prompt: bool = True
+    keep_requests: bool = True
+    fault: Callable[[int, dict[str, Any]], str | None] | None = None
+    stall_s: float = 3600.0
+
+
+@dataclass
+class Received:
+    n: int
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    prompt_tokens: int
+    t_ns: int
+
+
+@dataclass
+class FakeServer:
+    cfg: ServerConfig
+    received: list[Received] = field(default_factory=list)
+    count: int = 0
+    prompt_tokens_total: int = 0
+    runner: web.AppRunner | None = None
+    url: str = ""
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/completions", self._handle)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/v1/models", self._models)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self.runner = web.AppRunner(self.app(), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.url = f"http://{host}:{sock.getsockname()[1]}"
+        return self.url
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        text = ("# TYPE fake_requests_total counter\n"
+                f"fake_requests_total {self.count}\n"
+                "# TYPE fake_prompt_tokens_total counter\n"
+                f"fake_prompt_tokens_total {self.prompt_tokens_total}\n")
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        t_recv = time.perf_counter()
+        raw = await request.read()
+        n = self.count
+        self.count += 1
+        chat = request.path.endswith("/chat/completions")
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            return web.json_response({"error": {"message": "body must be an object"}},
+                                     status=400)
+        if self.cfg.count_prompt:
+            if chat:
+                prompt = tokenize.chat_prompt_tokens(
+                    str(m.get("content") or "") for m in body.get("messages", []))
+            else:
+                p = body.get("prompt")
+                prompt = len(p) if isinstance(p, list) else tokenize.count_tokens(str(p))
+        else:
+            prompt = 1000
+        self.prompt_tokens_total += prompt
+        if self.cfg.keep_requests:
+            self.received.append(Received(n, request.path, dict(request.headers), raw, prompt,
+                                          time.perf_counter_ns()))
+        fault = self.cfg.fault(n, body) if self.cfg.fault else None
+        if fault == "http500":
+            return web.json_response({"error": {"message": "internal error"}}, status=500)
+        if fault == "http429":
+            return web.json_response({"error": {"message": "rate limited"}}, status=429)
+        out_n = int(body.get("max_tokens") or 16)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        base = ('{"id":"x","object":"chat.completion.chunk","created":0,"model":"fake",'
+                if chat else '{"id":"x","object":"text_completion","created":0,"model":"fake",')
+        usage = (f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{out_n},'
+                 f'"total_tokens":{prompt + out_n},'
+                 f'"prompt_tokens_details":{{"cached_tokens":0}}}}')
+        if chat:
+            await resp.write(("data: " + base + '"choices":[{"index":0,"delta":{"role":'
+                              '"assistant","content":""},"finish_reason":null}]}\n\n').encode())
+        sent = 0
+        k = 0
+        loop = asyncio.get_running_loop()
+        t_first = t_recv + self.cfg.ttft_s
+        while sent < out_n:
+            m = min(self.cfg.tokens_per_event, out_n - sent)
+            target = t_first + k * self.cfg.itl_s
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if fault == "reset" and sent >= out_n // 2:
+                tr = request.transport
+                if tr is not None:
+                    tr.abort()
+                return resp
+            if fault == "stall" and sent >= out_n // 2:
+                await asyncio.sleep(self.cfg.stall_s)
+            if fault == "malformed" and sent >= out_n // 2:
+                await resp.write(b"data: {not json at all\n\n")
+                fault = None
+            if fault == "error_event" and sent >= out_n // 2:
+                await resp.write(b'data: {"error":{"message":"engine died"}}\n\n')
+                await resp.write_eof()
+                return resp
+            words = "".join(tokenize.VOCAB[(n * 7 + sent + i) % 8100] for i in range(m))
+            last = sent + m >= out_n
+            if chat:
+                ev = (base + '"choices":[{"index":0,"delta":{"content":' + json.dumps(words)
+                      + '},"finish_reason":' + ('"length"' if last else "null") + "}]}")
+            else:
+                ev = (base + '"choices":[{"index":0,"text":' + json.dumps(words)
+                      + ',"finish_reason":' + ('"length"' if last else "null") + "}]"
+                      + ("," + usage if last else "") + "}")
+            await resp.write(("data: " + ev + "\n\n").encode())
+            sent += m
+            k += 1
+        del loop
+        if chat:
+            await resp.write(("data: " + base + '"choices":[],' + usage + "}\n\n").encode())
+        if fault != "no_done":
+            await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--ttft", type=float, default=0.0, help="seconds to the first token")
+    ap.add_argument("--itl", type=float, default=0.0, help="seconds between token events")
+    ap.add_argument("--tokens-per-event", type=int, default=1)
+    ap.add_argument("--no-count-prompt", action="store_true",
+                    help="report 1000 prompt tokens instead of counting (cheaper)")
+    args = ap.parse_args(argv)
+    cfg = ServerConfig(ttft_s=args.ttft, itl_s=args.itl, tokens_per_event=args.tokens_per_event,
+                       count_prompt=not args.no_count_prompt, keep_requests=False)
+
+    async def serve() -> None:
+        srv = FakeServer(cfg)
+        url = await srv.start(args.host, args.port)
+        print(f"PORT {url.rsplit(':', 1)[1]}", flush=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Prompts from hash ids (CONTRACTS §3): a block cache of pre-encoded, already JSON-safe
+fragments, and request bodies assembled by joining bytes.
+
+Each hash id maps to a fixed block of synthetic text (chat) or token ids (completions),
+fixed by ``(salt, hash id)`` through :func:`agentbench.tokenize.block_text`. The salt
+encodes the run seed, the trace copy and the hash scope, so copies never share cache by
+accident. Memory grows with unique blocks: fragments are cached per salt and dropped when
+the last tree using that salt ends.
+
+Layout. A chat request is one user message whose content is the turn's blocks in order,
+then a unique tail for tokens past the last hash id; the chat template's
+``chat_prompt_tokens`` overhead (2 per message + 1 reply primer) and the opt-in shared
+prefix are taken off the end of the content, so a server that counts like
+``agentbench.tokenize`` reports exactly the trace's input tokens. Since every request is
+one message of blocks, turn k+1's content starts with turn k's content for as long as
+their leading hash ids agree (block text of n tokens is a prefix of the same block with
+more tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agentbench import tokenize
+from agentbench.traces.model import Turn
+
+#: Salt of the opt-in shared prefix (the same for every copy, so it is shared on purpose).
+SHARED_PREFIX_SALT = 0x5A4ED
+_CONTENT = "@@AB_CONTENT@@"
+_MAX_TOKENS = "@@AB_MAX_TOKENS@@"
+
+
+def salt_for(seed: int, copy: int, scope: str) -> int:
+    """The block salt of one trace copy within one hash scope (48 bits, stable across runs)."""
+    h = hashlib.blake2b(f"{seed}\x00{copy}\x00{scope}".encode(), digest_size=6).digest()
+    return int.from_bytes(h, "little")
+
+
+def tail_key(session_id: str, turn: int) -> int:
+    """Key of a turn's unique tail: no other request of the copy shares it."""
+    h = hashlib.blake2b(f"{session_id}\x00{turn}".encode(), digest_size=6).digest()
+    return int.from_bytes(h, "little")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One piece of a prompt: ``n`` tokens of block ``key`` (a hash id), or of a unique tail
+    (``tail=True``) or of the shared prefix (``shared=True``)."""
+
+    key: int
+    n: int
+    tail: bool = False
+    shared: bool = False
+
+
+def layout(turn: Turn, session_id: str, overhead: int, shared_prefix: int) -> list[Segment]:
+    """Segments of a turn's prompt content: shared prefix, blocks, unique tail, with
+    ``overhead + shared_prefix`` tokens taken off the end so the total stays the trace's
+    input tokens."""
+    n, bs = turn.input_tokens, turn.block_size
+    segs: list[Segment] = []
+    if shared_prefix:
+        segs.append(Segment(0, shared_prefix, shared=True))
+    ids = turn.hash_ids
+    for i in range(len(ids)):
+        segs.append(Segment(int(ids[i]), min(bs, n - i * bs)))
+    tail = n - len(ids) * bs
+    if tail > 0:
+        segs.append(Segment(tail_key(session_id, turn.turn), tail, tail=True))
+    cut = overhead + shared_prefix
+    while cut > 0 and segs:
+        last = segs[-1]
+        if last.shared:
+            break
+        if last.n > cut:
+            segs[-1] = Segment(last.key, last.n - cut, last.tail)
+            cut = 0
+        else:
+            cut -= last.n
+            segs.pop()
+    return segs
+
+
+class BlockCache:
+    """Pre-encoded fragments keyed by (salt, hash id, tokens); one dict per salt so a finished
+    trace copy's blocks can be dropped (``release``) and memory follows the live trees."""
+
+    def __init__(self, api: str) -> None:
+        if api not in ("chat", "completions"):
+            raise ValueError(f"unknown api {api!r}")
+        self.api = api
+        self._salts: dict[int, dict[tuple[int, int, bool], bytes]] = {}
+        self._refs: dict[int, int] = {}
+
+    def acquire(self, salt: int) -> None:
+        self._refs[salt] = self._refs.get(salt, 0) + 1
+
+    def release(self, salt: int) -> None:
+        left = self._refs.get(salt, 0) - 1
+        if left <= 0:
+            self._refs.pop(salt, None)
+            self._salts.pop(salt, None)
+        else:
+            self._refs[salt] = left
+
+    def n_fragments(self) -> int:
+        return sum(len(d) for d in self._salts.values())
+
+    def fragment(self, salt: int, seg: Segment) -> bytes:
+        if seg.shared:
+            salt = SHARED_PREFIX_SALT
+        d = self._salts.get(salt)
+        if d is None:
+            d = self._salts[salt] = {}
+        k = (seg.key, seg.n, seg.tail)
+        frag = d.get(k)
+        if frag is None:
+            frag = d[k] = self._make(salt, seg)
+        return frag
+
+    def _make(self, salt: int, seg: Segment) -> bytes:
+        if self.api == "chat":
+            text = (tokenize.unique_text(salt, seg.key, seg.n) if seg.tail
+                    else tokenize.block_text(salt, seg.key, seg.n))
+            # synthetic words are ASCII letters and spaces: already JSON-safe
+            return text.encode("ascii")
+        if seg.tail:
+            ids = tokenize.block_token_ids(salt ^ 0x5EED_0000_0000, seg.key, seg.n)
+        else:
+            ids = tokenize.block_token_ids(salt, seg.key, seg.n)
+        return ",".join(map(str, ids)).encode("ascii")
+
+    def content(self, salt: int, segs: Sequence[Segment]) -> bytes:
+        """The prompt content: text (chat) or comma-separated token ids (completions)."""
+        frags = [self.fragment(salt, s) for s in segs]
+        sep = b"" if self.api == "chat" else b","
+        return sep.join(frags)
+
+
+@dataclass(frozen=True, slots=True)
+class BodyTemplate:
+    """A request body split around the parts that change per request, pre-encoded once per
+    endpoint: ``head + content + mid + max_tokens + tail``."""
+
+    head: bytes
+    mid: bytes
+    tail: bytes
+
+    def render(self, content: bytes, max_tokens: int) -> bytes:
+        return b"".join((self.head, content, self.mid, str(max_tokens).encode(), self.tail))
+
+
+def body_template(api: str, model: str, extra_body: dict[str, Any],
+                  ignore_eos: bool) -> BodyTemplate:
+    """Pre-encode the fixed fields of every body (``extra_body`` may override them)."""
+    fields: dict[str, Any] = {"model": model}
+    if api == "chat":
+        fields["messages"] = [{"role": "user", "content": _CONTENT}]
+    else:
+        fields["prompt"] = _CONTENT
+    fields["max_tokens"] = _MAX_TOKENS
+    if ignore_eos:
+        fields["min_tokens"] = _MAX_TOKENS
+        fields["ignore_eos"] = True
+    fields["stream"] = True
+    fields["stream_options"] = {"include_usage": True}
+    for k, v in extra_body.items():
+        if k in ("messages", "prompt", "stream"):
+            raise ValueError(f"extra_body may not set {k!r}")
+        fields[k] = v
+    text = json.dumps(fields, separators=(",", ":"))
+    content_ph = f'"{_CONTENT}"'
+    head, rest = text.split(content_ph, 1)
+    if api == "chat":
+        head += '"'
+        rest = '"' + rest
+    else:
+        head += "["
+        rest = "]" + rest
+    max_ph = f'"{_MAX_TOKENS}"'
+    if max_ph in rest:
+        mid, tail = rest.split(max_ph, 1)
+        tail_b = tail.replace(max_ph, "{MAXTOK}")
+    else:  # extra_body replaced max_tokens with a fixed value
+        mid, tail_b = rest, ""
+    if "{MAXTOK}" in tail_b:
+        # min_tokens repeats max_tokens: keep it as a second slot rendered by RepeatTemplate
+        return _TwoSlotTemplate(head.encode(), mid.encode(), tail_b.encode())
+    return BodyTemplate(head.encode(), mid.encode(), tail_b.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class _TwoSlotTemplate(BodyTemplate):
+    """A body whose ``min_tokens`` repeats ``max_tokens``."""
+
+    def render(self, content: bytes, max_tokens: int) -> bytes:
+        n = str(max_tokens).encode()
+        return b"".join((self.head, content, self.mid, n, self.tail.replace(b"{MAXTOK}", n)))
+
+
+def chat_overhead() -> int:
+    """Template tokens of a one-message chat request."""
+    return tokenize.CHAT_TOKENS_PER_MESSAGE + tokenize.CHAT_TOKENS_REPLY_PRIMER
+
+
+def decode_chat_content(body: bytes) -> str:
+    """The user message content of a chat body (tests and checks; not on the hot path)."""
+    return str(json.loads(body)["messages"][0]["content"])
+
+
+def decode_prompt_ids(body: bytes) -> np.ndarray:
+    return np.asarray(json.loads(body)["prompt"], dtype=np.int64)

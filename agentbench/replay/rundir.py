@@ -1,0 +1,97 @@
+"""The run folder and ``run.json``: the scenario as run (secrets redacted), version, git
+commit, host, wall-clock anchor (not for latency), seed, stages and outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentbench import records
+from agentbench.replay.endpoints import SENSITIVE_HEADERS
+
+
+def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
+    """``<parent>/<run_id>``; a default id is ``<name>-<UTC timestamp>`` made unique."""
+    base = Path(parent)
+    base.mkdir(parents=True, exist_ok=True)
+    rid = run_id or f"{_safe(name)}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+    path = base / rid
+    n = 1
+    while path.exists() and any(path.iterdir()):
+        path = base / f"{rid}-{n}"
+        n += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "run"
+
+
+def git_commit() -> str | None:
+    """The commit of the agentbench checkout, when it is one (with '-dirty' if modified)."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                              text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=here, capture_output=True, text=True, timeout=5)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
+    """The scenario as JSON data with sensitive header values and secret strings removed."""
+    data = scenario.model_dump(mode="json")
+    for ep in data.get("endpoints", []):
+        for k in list(ep.get("headers") or {}):
+            if k.lower() in SENSITIVE_HEADERS:
+                ep["headers"][k] = "<redacted>"
+    text = json.dumps(data)
+    for s in secrets:
+        if s:
+            text = text.replace(json.dumps(s)[1:-1], "<redacted>")
+    return json.loads(text)
+
+
+def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path) -> dict[str, Any]:
+    from agentbench import __version__
+
+    return {
+        "run_id": run_dir.name,
+        "agentbench_version": __version__,
+        "git_commit": git_commit(),
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+                 "python": platform.python_version(), "cpus": os.cpu_count()},
+        "seed": scenario.seed,
+        "scenario": redacted_scenario(scenario, secrets),
+        "start_wall": datetime.now(UTC).isoformat(),
+        "end_wall": None,
+        "clock": {"kind": "time.perf_counter_ns, relative to the run start",
+                  "anchor_wall_ns": time.time_ns(),
+                  "anchor_note": "wall-clock time at perf_ns 0; for humans, not for latency"},
+        "status": "running",
+        "stages": [],
+        "endpoints": [],
+        "files": [records.REQUESTS_FILE, records.SESSIONS_FILE, records.SERVER_METRICS_FILE],
+    }
+
+
+def write_run_json(run_dir: Path, info: dict[str, Any], secrets: tuple[str, ...]) -> None:
+    text = json.dumps(info, indent=2, default=str)
+    for s in secrets:
+        if s:
+            text = text.replace(s, "<redacted>")
+    tmp = run_dir / (records.RUN_FILE + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, run_dir / records.RUN_FILE)

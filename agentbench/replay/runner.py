@@ -1,0 +1,289 @@
+"""A whole run: trace in, endpoints up, stages of lanes (closed loop) or arrivals (open
+loop), results written as they arrive, everything closed and ``run.json`` finished
+whatever happens (deadline, Ctrl-C, crash)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentbench.replay.endpoints import LiveEndpoint, Router, close_endpoint, open_endpoint
+from agentbench.replay.progress import Progress
+from agentbench.replay.prompts import BlockCache
+from agentbench.replay.rundir import make_run_dir, run_info, write_run_json
+from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
+from agentbench.replay.scrape import scrape_loop
+from agentbench.replay.timers import Timers
+from agentbench.replay.tree import RunContext, StageOver, TreeRun, TreeSpec, tree_specs
+from agentbench.replay.writer import ResultsWriter
+from agentbench.traces.model import Trace
+from agentbench.traces.stats import potential_cached_tokens
+
+
+@dataclass
+class Stage:
+    """One sweep stage: a label, closed-loop lanes or an open-loop arrival rate."""
+
+    label: str
+    lanes: int | None = None
+    rate_per_s: float | None = None
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    info: dict[str, Any]
+
+
+def stages_of(load: Any) -> list[Stage]:
+    if load.kind == "lanes":
+        vals = load.concurrency if isinstance(load.concurrency, list) else [load.concurrency]
+        return [Stage(f"c={v}", lanes=v) for v in vals]
+    if load.arrival == "trace":
+        return [Stage("trace")]
+    rates = load.rate_per_s if isinstance(load.rate_per_s, list) else [load.rate_per_s]
+    return [Stage(f"r={r:g}", rate_per_s=r) for r in rates]
+
+
+class TreeSource:
+    """Trees in order; when the trace runs out, the next copy (a fresh cache-bust salt) when
+    recycling is on. Each stage restarts at the first tree with copies never used before."""
+
+    def __init__(self, specs: list[TreeSpec], recycle: bool) -> None:
+        self.specs = specs
+        self.recycle = recycle
+        self._pos = 0
+        self._base = 0
+        self._max_copy = -1
+
+    def restart(self) -> None:
+        self._base = self._max_copy + 1
+        self._pos = 0
+
+    def next(self) -> tuple[TreeSpec, int] | None:
+        n = len(self.specs)
+        if n == 0 or (not self.recycle and self._pos >= n):
+            return None
+        spec, copy = self.specs[self._pos % n], self._base + self._pos // n
+        self._pos += 1
+        self._max_copy = max(self._max_copy, copy)
+        return spec, copy
+
+
+def load_trace(scenario: Any) -> Trace:
+    from agentbench.traces.load import load_scenario_trace
+
+    return load_scenario_trace(scenario.trace, scenario.seed)
+
+
+async def run_scenario(scenario: Any, *, trace: Trace | None = None,
+                       progress: bool | None = None,
+                       on_request: Callable[[dict[str, Any]], None] | None = None,
+                       on_start: Callable[[Path], None] | None = None) -> RunResult:
+    """Replay ``scenario`` and write ``results/<run-id>/``; return where it went."""
+    if trace is None:
+        trace = load_trace(scenario)
+    specs = tree_specs(trace)
+    potential = potential_cached_tokens(trace.sessions)
+    run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
+    from agentbench.replay.endpoints import secrets_of
+
+    secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
+    info = run_info(scenario, secrets, run_dir)
+    info["trace"] = {"name": trace.name, "trees": len(specs), "sessions": len(trace.sessions),
+                     "requests": trace.n_requests()}
+    if scenario.prompt.tokenizer:
+        info.setdefault("notes", []).append(
+            "prompt.tokenizer is not used by replay: prompts are synthetic words counted by "
+            "agentbench.tokenize; exact counts hold for servers counting that way and for "
+            "the completions API (token ids)")
+    write_run_json(run_dir, info, secrets)
+    if on_start is not None:
+        on_start(run_dir)
+    writer = ResultsWriter(run_dir)
+    t0 = time.perf_counter_ns()
+    cap = scenario.timing.idle_cap_s
+    timers = Timers(t0, None if cap is None else int(cap * NS))
+    endpoints: list[LiveEndpoint] = []
+    stop_bg = asyncio.Event()
+    bg: list[asyncio.Task[Any]] = []
+    bar: Progress | None = None
+    status = "crashed"
+    current = {"stage": ""}
+    try:
+        max_lanes = max((s.lanes or 1) for s in stages_of(scenario.load))
+        for i, cfg in enumerate(scenario.endpoints):
+            endpoints.append(await open_endpoint(cfg, i, max_lanes))
+        info["endpoints"] = [{"label": e.label, "api": e.api, "ignore_eos": e.ignore_eos,
+                              "notes": e.notes} for e in endpoints]
+        ctx = RunContext(
+            t0_ns=t0, seed=scenario.seed, strategy=scenario.timing.strategy,
+            time_scale=scenario.timing.time_scale, api_scale=scenario.timing.api_scale,
+            shared_prefix_tokens=scenario.prompt.shared_prefix_tokens, timers=timers,
+            writer=writer, endpoints=endpoints,
+            router=Router(scenario.routing, endpoints, scenario.seed),
+            caches={api: BlockCache(api) for api in {e.api for e in endpoints}},
+            potential=potential, on_request=on_request,
+            single_api=endpoints[0].api if len({e.api for e in endpoints}) == 1 else None)
+        if scenario.server_metrics.enabled:
+            for e in endpoints:
+                if e.metrics_url:
+                    bg.append(asyncio.ensure_future(scrape_loop(
+                        e.http, e.metrics_url, e.label, scenario.server_metrics.interval_s,
+                        timers.now_ns, writer.add_server_samples, stop_bg)))
+        bar = Progress(None, enabled=progress)
+        bg.append(asyncio.ensure_future(bar.loop(ctx, lambda: current["stage"], stop_bg)))
+        bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
+        source = TreeSource(specs, scenario.limits.recycle)
+        for k, stage in enumerate(stages_of(scenario.load)):
+            current["stage"] = stage.label
+            source.restart()
+            t_start = timers.now_ns()
+            await _run_stage(ctx, scenario, stage, k, source, trace)
+            info["stages"].append({"label": stage.label, "start_ns": t_start,
+                                   "end_ns": timers.now_ns(), "lanes": stage.lanes,
+                                   "rate_per_s": stage.rate_per_s})
+            write_run_json(run_dir, info, secrets)
+        status = "completed"
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        status = "interrupted"
+        raise
+    finally:
+        stop_bg.set()
+        if bg:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*bg, return_exceptions=True), 15)
+        for e in endpoints:
+            await close_endpoint(e)
+        if bar is not None:
+            bar.close()
+        writer.close()
+        info["status"] = status
+        info["end_wall"] = __import__("datetime").datetime.now(
+            __import__("datetime").UTC).isoformat()
+        info["duration_ns"] = time.perf_counter_ns() - t0
+        info["idle_pulled_in_ns"] = timers.pulled_in_ns
+        info["requests_written"] = writer.n_requests
+        write_run_json(run_dir, info, secrets)
+    return RunResult(run_dir, info)
+
+
+async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+        writer.flush()
+
+
+async def _run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
+                     trace: Trace) -> None:
+    """Run one stage until its bound; at the deadline stop sending, and let in-flight
+    requests finish or cancel them (``limits.on_deadline``)."""
+    lim = sc.limits
+    ctx.stage = stage.label
+    ctx.stopping = False
+    ctx.requests_sent = 0
+    ctx.max_requests = lim.max_requests
+    tasks: set[asyncio.Task[Any]] = set()
+    warm = sc.warmup.enabled and k == 0
+
+    stop_now = ctx.stop
+    if stage.lanes is not None:
+        body = asyncio.ensure_future(_lanes(ctx, sc, stage.lanes, source, warm, tasks))
+    else:
+        body = asyncio.ensure_future(_arrivals(ctx, sc, stage, k, source, trace, tasks))
+    try:
+        deadline = lim.duration_s
+        done, _ = await asyncio.wait({body}, timeout=deadline)
+        if not done:
+            stop_now()
+            if lim.on_deadline == "cancel":
+                for t in list(tasks):
+                    t.cancel()
+            await asyncio.gather(body, return_exceptions=True)
+        elif body.exception() is not None:
+            raise body.exception()  # type: ignore[misc]
+    except BaseException:
+        stop_now()
+        for t in list(tasks):
+            t.cancel()
+        body.cancel()
+        await asyncio.gather(body, *tasks, return_exceptions=True)
+        raise
+
+
+async def _lanes(ctx: RunContext, sc: Any, n: int, source: TreeSource, warm: bool,
+                 tasks: set[asyncio.Task[Any]]) -> None:
+    started = 0
+    max_sessions = sc.limits.max_sessions
+
+    async def lane(i: int) -> None:
+        nonlocal started
+        first = True
+        while not ctx.stopping:
+            if max_sessions is not None and started >= max_sessions:
+                return
+            item = source.next()
+            if item is None:
+                return
+            started += 1
+            spec, copy = item
+            warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns),
+                                           sc.warmup.random_start) if warm and first else None)
+            first = False
+            await TreeRun(ctx, spec, copy, i, warm_turn).run()
+
+    for i in range(n):
+        t = asyncio.ensure_future(lane(i))
+        tasks.add(t)
+    await asyncio.gather(*tasks, return_exceptions=False)
+
+
+async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
+                    trace: Trace, tasks: set[asyncio.Task[Any]]) -> None:
+    load = sc.load
+    starts = [r.start_s for r in trace.roots()]
+    offsets = arrival_offsets_ns(load.arrival, stage.rate_per_s, sc.seed, k, starts,
+                                 sc.timing.time_scale)
+    cap = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+    t_stage = ctx.timers.now_ns()
+    duration_ns = int(sc.limits.duration_s * NS) if sc.limits.duration_s else None
+    for arrivals, off in enumerate(offsets):
+        if ctx.stopping:
+            break
+        if sc.limits.max_sessions is not None and arrivals >= sc.limits.max_sessions:
+            break
+        if duration_ns is not None and off > duration_ns:
+            break
+        target = t_stage + off
+        try:
+            await ctx.timers.wait_until(target, pullable=False)
+        except StageOver:
+            break
+        if cap is not None:
+            await cap.acquire()
+        item = source.next()
+        if item is None:
+            if cap is not None:
+                cap.release()
+            break
+        spec, copy = item
+        tr = TreeRun(ctx, spec, copy, arrivals, None)
+
+        async def one(tr: TreeRun = tr, start: int = target) -> None:
+            try:
+                await tr.run(start_ns=start)
+            finally:
+                if cap is not None:
+                    cap.release()
+
+        t = asyncio.ensure_future(one())
+        tasks.add(t)
+        t.add_done_callback(tasks.discard)
+    while tasks:
+        await asyncio.gather(*list(tasks), return_exceptions=True)

@@ -1,0 +1,178 @@
+"""Reading a finished OpenAI SSE stream from its raw chunks and their arrival times.
+
+The HTTP loop only stores ``(arrival_ns, bytes)`` per chunk; this pure function, run after
+the stream ended, finds the events, stamps each with the arrival of the chunk that
+completed it, and tells which carry tokens. A token-bearing event is one whose delta
+carries non-empty ``content``, ``reasoning_content`` / ``reasoning``, ``text``
+(completions) or ``tool_calls`` (CONTRACTS §5): found with a byte pattern (keys can only
+appear unescaped as keys), so only the ``usage`` event is JSON-decoded in the common case.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentbench import tokenize
+
+# "content":"x (non-empty string), "tool_calls":[ {  — JSON allows whitespace around ':'.
+_TOKEN_RE = re.compile(
+    rb'"(?:content|reasoning_content|reasoning|text)"\s*:\s*"(?!")|"tool_calls"\s*:\s*\[\s*\{')
+_USAGE_RE = re.compile(rb'"usage"\s*:\s*\{')
+_EVENT_SPLIT = re.compile(rb"\r?\n\r?\n")
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """What a stream said: token-bearing event times and token counts, usage, errors."""
+
+    token_event_ns: list[int] = field(default_factory=list)
+    token_event_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    done: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+def parse_stream(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
+    """Events of an SSE stream, each stamped with its completing chunk's arrival (ns)."""
+    out = StreamResult()
+    pending = b""
+    token_texts: list[bytes] = []
+    usage_event: bytes | None = None
+    for chunk, t in zip(chunks, times, strict=True):
+        data = pending + chunk if pending else chunk
+        parts = _EVENT_SPLIT.split(data)
+        pending = parts.pop()
+        for ev in parts:
+            if not ev:
+                continue
+            kind = _event(ev, out)
+            if kind == 1:
+                out.token_event_ns.append(t)
+                token_texts.append(ev)
+            if kind and _USAGE_RE.search(ev):
+                usage_event = ev
+            if out.error_type:
+                return out
+    if pending.strip():
+        kind = _event(pending.strip(), out)
+        if kind == 1 and times:
+            out.token_event_ns.append(times[-1])
+            token_texts.append(pending)
+        if kind and _USAGE_RE.search(pending):
+            usage_event = pending
+    if usage_event is not None and out.error_type is None:
+        _read_usage(usage_event, out)
+    if out.error_type is None and not out.done:
+        out.error_type = "incomplete_stream"
+        out.error_message = "stream ended without data: [DONE]"
+    out.token_event_tokens = _tokens_per_event(token_texts, out.completion_tokens)
+    return out
+
+
+def _event(ev: bytes, out: StreamResult) -> int:
+    """0: no tokens (comment, role-only, usage, [DONE]); 1: token-bearing; sets errors."""
+    data = b""
+    for line in ev.splitlines():
+        if line.startswith(b"data:"):
+            data += line[5:].strip()
+        elif line and not line.startswith((b":", b"event:", b"id:", b"retry:")):
+            out.error_type = "malformed_sse"
+            out.error_message = f"not an SSE line: {line[:80]!r}"
+            return 0
+    if not data:
+        return 0
+    if data == b"[DONE]":
+        out.done = True
+        return 0
+    if not (data.startswith(b"{") and data.endswith(b"}")):
+        out.error_type = "malformed_sse"
+        out.error_message = f"event data is not a JSON object: {data[:80]!r}"
+        return 0
+    if data.startswith(b'{"error"') or re.match(rb'\{\s*"error"\s*:', data):
+        out.error_type = "stream_error"
+        out.error_message = data[:500].decode("utf-8", "replace")
+        return 0
+    return 1 if _TOKEN_RE.search(data) else 2
+
+
+def _read_usage(ev: bytes, out: StreamResult) -> None:
+    data = b"".join(line[5:].strip() for line in ev.splitlines() if line.startswith(b"data:"))
+    try:
+        obj = json.loads(data)
+    except ValueError as e:
+        out.error_type = "malformed_sse"
+        out.error_message = f"usage event is not valid JSON: {e}"
+        return
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    if not isinstance(usage, dict):
+        return
+    out.prompt_tokens = _int(usage.get("prompt_tokens"))
+    out.completion_tokens = _int(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        out.cached_tokens = _int(details.get("cached_tokens"))
+    if out.cached_tokens is None and "cached_tokens" in usage:  # some servers, flat
+        out.cached_tokens = _int(usage.get("cached_tokens"))
+
+
+def _int(v: object) -> int | None:
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _tokens_per_event(events: list[bytes], completion_tokens: int | None) -> list[int]:
+    """Tokens each event carried: 1 each when that matches ``usage`` (the usual case);
+    otherwise the events' text is counted with the approximate tokenizer and scaled so the
+    counts sum to ``usage.completion_tokens``."""
+    n = len(events)
+    if n == 0:
+        return []
+    if completion_tokens is None or completion_tokens == n:
+        return [1] * n
+    est = [max(1, _event_text_tokens(ev)) for ev in events]
+    total = sum(est)
+    if completion_tokens <= n:
+        return [1] * n
+    scaled = [e * completion_tokens / total for e in est]
+    counts = [max(1, int(s)) for s in scaled]
+    short = completion_tokens - sum(counts)
+    order = sorted(range(n), key=lambda i: scaled[i] - int(scaled[i]), reverse=True)
+    i = 0
+    while short > 0:
+        counts[order[i % n]] += 1
+        short -= 1
+        i += 1
+    while short < 0:  # rounding up to 1 overshot: take back from the largest
+        j = max(range(n), key=lambda k: counts[k])
+        if counts[j] <= 1:
+            break
+        counts[j] -= 1
+        short += 1
+    return counts
+
+
+def _event_text_tokens(ev: bytes) -> int:
+    data = b"".join(line[5:].strip() for line in ev.splitlines() if line.startswith(b"data:"))
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return 1
+    texts: list[str] = []
+    for ch in obj.get("choices") or []:
+        if not isinstance(ch, dict):
+            continue
+        if isinstance(ch.get("text"), str):
+            texts.append(ch["text"])
+        delta = ch.get("delta") or {}
+        for k in ("content", "reasoning_content", "reasoning"):
+            if isinstance(delta.get(k), str):
+                texts.append(delta[k])
+        for call in delta.get("tool_calls") or []:
+            fn = (call or {}).get("function") or {}
+            texts.append(str(fn.get("arguments") or "") + str(fn.get("name") or ""))
+    return tokenize.count_tokens("".join(texts))

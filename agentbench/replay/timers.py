@@ -1,0 +1,114 @@
+"""One timer heap for every waiting turn of a run, with the idle-gap cap.
+
+Waiters sleep until an absolute target (ns from the run start). When nothing is in flight
+and the earliest pending think timer is more than ``idle_cap_ns`` away, every pending
+think timer is pulled in by the same amount (their spacing kept), so a replay does not
+sit idle through long recorded tool gaps. Arrival timers (open loop) are never pulled in:
+they define the load. A waiter gets back its effective target, which becomes the
+request's ``scheduled_ns``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+
+
+class Timers:
+    def __init__(self, t0_ns: int, idle_cap_ns: int | None) -> None:
+        self.t0_ns = t0_ns
+        self.idle_cap_ns = idle_cap_ns
+        self.inflight = 0
+        self._starting = 0  # fired waiters that have not resumed yet
+        self._heap: list[list[object]] = []  # [target_ns, seq, future, pullable]
+        self._seq = itertools.count()
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed_for: int | None = None
+        self.pulled_in_ns = 0  # total shift applied (reported in run.json)
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns() - self.t0_ns
+
+    async def wait_until(self, target_ns: int, pullable: bool = True) -> int:
+        """Sleep until ``target_ns``; return the effective target (after any pull-in)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        entry: list[object] = [target_ns, next(self._seq), fut, pullable]
+        heapq.heappush(self._heap, entry)
+        if pullable:
+            self._check_idle()
+        self._arm()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            entry[2] = None
+            raise
+        finally:
+            if fut.done() and not fut.cancelled():
+                self._starting -= 1
+
+    def request_started(self) -> None:
+        self.inflight += 1
+
+    def request_ended(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0 and self.idle_cap_ns is not None:
+            asyncio.get_running_loop().call_soon(self._check_idle)
+
+    def _check_idle(self) -> None:
+        if self.idle_cap_ns is None or self.inflight or self._starting:
+            return
+        live = [e for e in self._heap if e[2] is not None and e[3]]
+        if not live:
+            return
+        earliest = min(int(e[0]) for e in live)  # type: ignore[call-overload]
+        limit = self.now_ns() + self.idle_cap_ns
+        if earliest <= limit:
+            return
+        shift = earliest - limit
+        for e in live:
+            e[0] = int(e[0]) - shift  # type: ignore[call-overload]
+        heapq.heapify(self._heap)
+        self.pulled_in_ns += shift
+        self._arm()
+
+    def _arm(self) -> None:
+        while self._heap and self._heap[0][2] is None:
+            heapq.heappop(self._heap)
+        if not self._heap:
+            return
+        first = int(self._heap[0][0])  # type: ignore[call-overload]
+        if self._armed_for is not None and self._armed_for <= first:
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        loop = asyncio.get_running_loop()
+        delay = (first - self.now_ns()) / 1e9
+        self._armed_for = first
+        self._handle = loop.call_at(loop.time() + max(0.0, delay), self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._armed_for = None
+        now = self.now_ns()
+        heap = self._heap
+        while heap and (heap[0][2] is None or int(heap[0][0]) <= now):  # type: ignore[call-overload]
+            target, _, fut, _ = heapq.heappop(heap)
+            if fut is not None and not fut.done():  # type: ignore[attr-defined]
+                self._starting += 1
+                fut.set_result(target)  # type: ignore[attr-defined]
+        self._arm()
+
+    def abort_all(self, exc: type[BaseException]) -> None:
+        """End every pending wait by raising ``exc()`` in it (a stage ended)."""
+        for e in self._heap:
+            fut = e[2]
+            if fut is not None and not fut.done():  # type: ignore[attr-defined]
+                fut.set_exception(exc())  # type: ignore[attr-defined]
+        self._heap.clear()
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = None
+        self._armed_for = None

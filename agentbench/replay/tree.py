@@ -1,0 +1,303 @@
+"""Replaying one session tree inside its lane (CONTRACTS §3): the root's turns in order,
+forks and spawns started when their parent reaches ``parent_turn``, a parent turn with
+``join_turn`` waiting for its children, background children running beside it.
+
+A join turn is sent at ``max(children ended, its own timing target)``: in recorded traces
+the join turn's think time already covers the subagents' run, so it is not added again
+after them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentbench import records
+from agentbench.replay.client import RequestRecord, send
+from agentbench.replay.endpoints import LiveEndpoint, Router
+from agentbench.replay.prompts import BlockCache, chat_overhead, layout, salt_for
+from agentbench.replay.schedule import turn_target_ns
+from agentbench.replay.timers import Timers
+from agentbench.replay.writer import ResultsWriter
+from agentbench.traces.model import Session, Trace
+
+
+@dataclass
+class TreeSpec:
+    """A root session with its descendants, and the links replay needs."""
+
+    root: Session
+    sessions: list[Session]
+    children_after: dict[str, dict[int | None, list[Session]]]  # parent id -> parent_turn ->
+    joins: dict[str, dict[int, list[str]]]  # parent id -> join turn -> child ids
+
+
+def tree_specs(trace: Trace) -> list[TreeSpec]:
+    out = []
+    for sessions in trace.trees():
+        after: dict[str, dict[int | None, list[Session]]] = {}
+        joins: dict[str, dict[int, list[str]]] = {}
+        for s in sessions[1:]:
+            assert s.parent_id is not None
+            after.setdefault(s.parent_id, {}).setdefault(s.parent_turn, []).append(s)
+            if s.join_turn is not None:
+                joins.setdefault(s.parent_id, {}).setdefault(s.join_turn, []).append(
+                    s.session_id)
+        out.append(TreeSpec(sessions[0], sessions, after, joins))
+    return out
+
+
+class StageOver(Exception):
+    """Raised in a waiting turn when its stage ended (deadline or request budget)."""
+
+
+@dataclass
+class RunContext:
+    """What every tree of a run shares."""
+
+    t0_ns: int
+    seed: int
+    strategy: str
+    time_scale: float
+    api_scale: float
+    shared_prefix_tokens: int
+    timers: Timers
+    writer: ResultsWriter
+    endpoints: list[LiveEndpoint]
+    router: Router
+    caches: dict[str, BlockCache]
+    potential: dict[tuple[str, int], int]
+    single_api: str | None = None  # the API of every endpoint, when they agree
+    request_ids: itertools.count = field(default_factory=itertools.count)
+    stage: str = ""
+    stopping: bool = False
+    max_requests: int | None = None
+    requests_sent: int = 0
+    sessions_done: int = 0
+    trees_done: int = 0
+    on_request: Callable[[dict[str, Any]], None] | None = None
+
+    def take_request(self) -> bool:
+        """Count one request against the stage's budget; False once the stage is over."""
+        if self.stopping:
+            return False
+        if self.max_requests is not None and self.requests_sent >= self.max_requests:
+            return False
+        self.requests_sent += 1
+        if self.max_requests is not None and self.requests_sent >= self.max_requests:
+            self.stop()  # the last one goes; everything still waiting ends
+        return True
+
+    def stop(self) -> None:
+        """End the stage: no new requests; waiting turns and arrivals end now."""
+        if not self.stopping:
+            self.stopping = True
+            self.timers.abort_all(StageOver)
+
+
+@dataclass
+class SessionState:
+    session: Session
+    first_turn: int
+    endpoint: str | None = None
+    turns_done: int = 0
+    start_ns: int | None = None
+    end_ns: int | None = None
+    llm_wait_ns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    errors: int = 0
+    cancelled: bool = False
+    phases: set[str] = field(default_factory=set)
+
+
+class TreeRun:
+    """One copy of a tree in one lane."""
+
+    def __init__(self, ctx: RunContext, spec: TreeSpec, copy: int, lane: int,
+                 warm_turn: int | None) -> None:
+        self.ctx = ctx
+        self.spec = spec
+        self.copy = copy
+        self.lane = lane
+        self.warm_turn = warm_turn
+        self.tree_id = f"{spec.root.session_id}#{copy}"
+        self.stage = ctx.stage
+        self.sticky = ctx.router.tree_endpoint()
+        self.salts = {s.scope: salt_for(ctx.seed, copy, s.scope) for s in spec.sessions}
+        self.states: dict[str, SessionState] = {}
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    async def run(self, start_ns: int | None = None) -> None:
+        """Replay the whole tree from ``start_ns`` (default: now); session rows are written
+        whatever happens."""
+        for c in self.ctx.caches.values():
+            for salt in self.salts.values():
+                c.acquire(salt)
+        start = self.ctx.timers.now_ns() if start_ns is None else start_ns
+        first = self.warm_turn or 0
+        try:
+            await self._session(self.spec.root, start, first)
+        finally:
+            for t in self.tasks:
+                if not t.done():
+                    t.cancel()
+            if self.tasks:
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+            for c in self.ctx.caches.values():
+                for salt in self.salts.values():
+                    c.release(salt)
+            self._write_sessions()
+            self.ctx.trees_done += 1
+
+    async def _session(self, sess: Session, ready_ns: int, first: int) -> int:
+        """Run one session's turns from ``first``; return when its own last turn ended."""
+        ctx = self.ctx
+        st = SessionState(sess, first)
+        self.states[sess.session_id] = st
+        kids_after = self.spec.children_after.get(sess.session_id, {})
+        joins = self.spec.joins.get(sess.session_id, {})
+        started: dict[str, asyncio.Task[int]] = {}
+        if first == 0:
+            self._start_children(kids_after.get(None, []), ready_ns, started)
+        prev = None
+        prev_sent: int | None = None
+        session_start = ready_ns
+        first_t = sess.turns[first].t if first < len(sess.turns) else 0.0
+        try:
+            for k in range(first, len(sess.turns)):
+                turn = sess.turns[k]
+                own_target = turn_target_ns(
+                    ctx.strategy, turn, prev=prev, ready_ns=ready_ns, prev_sent_ns=prev_sent,
+                    session_start_ns=session_start, first_t=first_t,
+                    time_scale=ctx.time_scale, api_scale=ctx.api_scale)
+                target = own_target
+                joined = [started[c] for c in joins.get(k, []) if c in started]
+                if joined:
+                    await asyncio.gather(*joined, return_exceptions=True)
+                    ends = [(t.result(), cid) for cid, t in started.items()
+                            if t in joined and not t.cancelled() and t.exception() is None]
+                    if ends:
+                        last_end, last_id = max(ends)
+                        if last_end > own_target:
+                            st.llm_wait_ns += self.states[last_id].llm_wait_ns
+                        target = max(own_target, last_end)
+                if ctx.stopping:
+                    break
+                # build the prompt while waiting is still ahead (outside schedule lag when
+                # there is think time); mixed-API endpoint sets build it after routing
+                content = self._content(sess, k, ctx.single_api) if ctx.single_api else None
+                try:
+                    scheduled = await ctx.timers.wait_until(target)
+                except StageOver:
+                    break
+                if not ctx.take_request():
+                    break
+                phase = records.WARMUP if (self.warm_turn is not None and
+                                           sess is self.spec.root and k == self.warm_turn) \
+                    else records.MEASURE
+                rec = await self._request(sess, st, k, scheduled, phase, content)
+                prev, prev_sent = turn, rec.sent_ns
+                ready_ns = rec.end_ns if rec.end_ns is not None else ctx.timers.now_ns()
+                self._start_children(kids_after.get(k, []), ready_ns, started)
+        except BaseException:
+            for t in started.values():
+                t.cancel()
+            raise
+        finally:
+            if started:
+                # background children (and any not joined) finish with the session
+                await asyncio.gather(*started.values(), return_exceptions=True)
+        return st.end_ns if st.end_ns is not None else ready_ns
+
+    def _start_children(self, kids: list[Session], ready_ns: int,
+                        started: dict[str, asyncio.Task[int]]) -> None:
+        for child in kids:
+            task = asyncio.ensure_future(self._session(child, ready_ns, 0))
+            started[child.session_id] = task
+            self.tasks.append(task)
+
+    def _content(self, sess: Session, k: int, api: str) -> bytes:
+        overhead = chat_overhead() if api == "chat" else 0
+        segs = layout(sess.turns[k], sess.session_id, overhead, self.ctx.shared_prefix_tokens)
+        return self.ctx.caches[api].content(self.salts[sess.scope], segs)
+
+    async def _request(self, sess: Session, st: SessionState, k: int, scheduled: int,
+                       phase: str, content: bytes | None) -> RequestRecord:
+        ctx = self.ctx
+        turn = sess.turns[k]
+        ep = ctx.endpoints[ctx.router.pick(self.sticky)]
+        if content is None:
+            content = self._content(sess, k, ep.api)
+        body = ep.template.render(content, max(1, turn.output_tokens))
+        rec = RequestRecord(
+            request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
+            endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,
+            session_id=sess.session_id, relation=sess.relation, copy=self.copy, turn=k,
+            scheduled_ns=scheduled, expected_input_tokens=turn.input_tokens,
+            expected_output_tokens=turn.output_tokens,
+            potential_cached_tokens=ctx.potential.get((sess.session_id, k), 0))
+        ep.inflight += 1
+        ctx.timers.request_started()
+        try:
+            await send(ep.http, ep.target, body, self.tree_id, rec, ctx.t0_ns)
+        finally:
+            ep.inflight -= 1
+            ctx.timers.request_ended()
+            row = ctx.writer.add_request(rec)
+            st.phases.add(phase)
+            if st.endpoint is None:
+                st.endpoint = ep.label
+            if st.start_ns is None:
+                st.start_ns = row["sent_ns"]
+            st.end_ns = row["end_ns"]
+            st.turns_done += 1
+            if row["status"] == records.CANCELLED:
+                st.cancelled = True
+            elif row["status"] != records.OK:
+                st.errors += 1
+            if row["sent_ns"] is not None and row["end_ns"] is not None:
+                st.llm_wait_ns += row["end_ns"] - row["sent_ns"]
+            st.input_tokens += row["prompt_tokens"] or 0
+            st.output_tokens += row["completion_tokens"] or 0
+            if ctx.on_request is not None:
+                ctx.on_request(row)
+        return rec
+
+    def _write_sessions(self) -> None:
+        tree_end = max((s.end_ns for s in self.states.values() if s.end_ns is not None),
+                       default=None)
+        for sess in self.spec.sessions:
+            st = self.states.get(sess.session_id)
+            if st is None and self.warm_turn:
+                continue  # skipped by the warm start: it happened before the lane joined
+            planned = len(sess.turns) - (st.first_turn if st else 0)
+            if st is None:
+                st = SessionState(sess, 0)
+            if st.cancelled:
+                status = records.CANCELLED
+            elif st.errors:
+                status = records.ERROR
+            elif st.turns_done < planned:
+                status = "incomplete"
+            else:
+                status = records.OK
+            is_root = sess.parent_id is None
+            makespan = (tree_end - st.start_ns if is_root and st.start_ns is not None
+                        and tree_end is not None else None)
+            self.ctx.writer.add_session({
+                "stage": self.stage,
+                "phase": records.WARMUP if st.phases == {records.WARMUP} else records.MEASURE,
+                "tree_id": self.tree_id, "session_id": sess.session_id,
+                "parent_id": sess.parent_id, "relation": sess.relation, "lane": self.lane,
+                "copy": self.copy, "endpoint": st.endpoint, "turns_planned": planned,
+                "turns_done": st.turns_done, "start_ns": st.start_ns, "end_ns": st.end_ns,
+                "makespan_ns": makespan,
+                "llm_wait_ns": st.llm_wait_ns if is_root and st.turns_done else None,
+                "input_tokens": st.input_tokens, "output_tokens": st.output_tokens,
+                "status": status,
+            })
+            self.ctx.sessions_done += 1

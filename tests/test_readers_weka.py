@@ -1,0 +1,123 @@
+"""Weka reader timestamp conventions: kv-cache-tester's own (subagent ``t`` relative to the
+subagent start, seconds), and the tolerated variants (parent's clock, milliseconds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.traces.readers import read_trace
+
+
+def req(t: float, n: int, think: float | None = None, api: float | None = None) -> dict:
+    r: dict[str, Any] = {"t": t, "type": "n", "in": n * 64, "out": 5,
+                         "hash_ids": list(range(1, n + 1))}
+    if think is not None:
+        r["think_time"] = think
+    if api is not None:
+        r["api_time"] = api
+    return r
+
+
+def doc(requests: list[dict]) -> dict:
+    return {"id": "tr", "block_size": 64, "hash_id_scope": "local", "requests": requests}
+
+
+def read_doc(tmp_path: Path, d: dict) -> Any:
+    f = tmp_path / "tr.json"
+    f.write_text(json.dumps(d))
+    return read_trace(f, format="weka")
+
+
+def marker(t: float, reqs: list[dict], agent: str = "a1", **kw: Any) -> dict:
+    return {"t": t, "type": "subagent", "agent_id": agent, "requests": reqs, **kw}
+
+
+def test_subagent_t_relative_to_the_subagent_start(tmp_path: Path) -> None:
+    """kv-cache-tester: nested requests' t count from the subagent start (marker t)."""
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2), req(10.0, 3),
+        marker(20.0, [req(0.0, 1), req(4.0, 2)]),
+        req(60.0, 4),
+    ]))
+    root, child = tr.sessions
+    assert child.start_s == 20.0
+    assert [t.t for t in child.turns] == [0.0, 4.0]
+    assert (child.parent_turn, child.join_turn) == (1, 2)
+
+
+def test_subagent_t_on_the_parent_clock_reads_the_same(tmp_path: Path) -> None:
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2), req(10.0, 3),
+        marker(20.0, [req(20.0, 1), req(24.0, 2)]),
+        req(60.0, 4),
+    ]))
+    child = tr.sessions[1]
+    assert child.start_s == 20.0
+    assert [t.t for t in child.turns] == [0.0, 4.0]
+
+
+def test_nested_subagents_on_the_parent_clock(tmp_path: Path) -> None:
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2),
+        marker(20.0, [req(20.0, 1), marker(30.0, [req(30.0, 1), req(33.0, 2)], agent="g"),
+                      req(50.0, 2)]),
+        req(60.0, 4),
+    ]))
+    by = tr.by_id()
+    grandchild = by["tr/a1/g"]
+    assert grandchild.start_s == 30.0  # 20 (child start) + 10 on the child's own clock
+    assert [t.t for t in grandchild.turns] == [0.0, 3.0]
+    assert (grandchild.parent_turn, grandchild.join_turn) == (0, 1)
+
+
+def test_milliseconds_are_detected_from_recorded_think_and_api_time(tmp_path: Path) -> None:
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2, think=0.0, api=2.0), req(5000.0, 3, think=3.0, api=1.5),
+        req(9500.0, 4, think=3.0, api=1.0),
+    ]))
+    assert [t.t for t in tr.sessions[0].turns] == [0.0, 5.0, 9.5]
+
+
+def test_seconds_with_long_idle_gaps_stay_seconds(tmp_path: Path) -> None:
+    # think_time holds the idle gap, as in the real traces: gaps match think + api
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2, think=0.0, api=8.8), req(13.0, 3, think=4.2, api=3.0),
+        req(3075.0, 4, think=3059.0, api=2.0),
+    ]))
+    assert [t.t for t in tr.sessions[0].turns] == [0.0, 13.0, 3075.0]
+
+
+def test_async_launched_subagent_runs_in_the_background(tmp_path: Path) -> None:
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2), marker(5.0, [req(0.0, 1)], status="async_launched"), req(9.0, 3),
+    ]))
+    child = tr.sessions[1]
+    assert (child.parent_turn, child.join_turn) == (0, None)
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d["requests"][1].pop("in"), "in"),
+    (lambda d: d["requests"][1].__setitem__("out", -3), "out"),
+    (lambda d: d["requests"][1].__setitem__("hash_ids", list(range(50))), "hash_ids"),
+])
+def test_bad_requests_name_the_request_and_field(tmp_path: Path, mutate: Any,
+                                                 field: str) -> None:
+    d = doc([req(0.0, 2), req(10.0, 3)])
+    mutate(d)
+    with pytest.raises(InputError) as e:
+        read_doc(tmp_path, d)
+    assert e.value.field == field and e.value.where == "requests[1]"
+    assert e.value.source and e.value.source.endswith("tr.json")
+
+
+def test_truncated_json_is_an_input_error(tmp_path: Path) -> None:
+    f = tmp_path / "tr.json"
+    f.write_text(json.dumps(doc([req(0.0, 2)]))[:-10])
+    with pytest.raises(InputError, match="invalid JSON") as e:
+        read_trace(f, format="weka")
+    assert e.value.where and e.value.where.startswith("line 1")

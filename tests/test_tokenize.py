@@ -3,6 +3,7 @@ exact-tokenizer path (a tokenizer.json trained here, never downloaded)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -38,10 +39,8 @@ def corpus() -> dict[str, list[str]]:
                 doc = inspect.getdoc(obj)
                 if doc and len(doc) > 200:
                     prose.append(doc)
-        try:
+        with contextlib.suppress(OSError, TypeError):
             code.append(inspect.getsource(mod))
-        except (OSError, TypeError):
-            pass
     rng = random.Random(0)
 
     def obj(depth: int = 0) -> object:

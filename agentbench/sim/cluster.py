@@ -108,6 +108,7 @@ class Cluster:
         self.hasher = PromptHasher(cfg.block_size)
         self.clock = clock
         self._t0 = clock()
+        self.created = int(time.time())
         self._next_id = 0
         self._wake: list[asyncio.Event] = []
         self._tasks: list[asyncio.Task[None]] = []

@@ -252,7 +252,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 async def models(request: web.Request) -> web.Response:
     cluster = request.app[_CLUSTER]
     return web.json_response({"object": "list", "data": [{
-        "id": cluster.cfg.model, "object": "model", "created": int(cluster._t0),
+        "id": cluster.cfg.model, "object": "model", "created": cluster.created,
         "owned_by": "agentbench-sim", "root": cluster.preset.name,
         "max_model_len": cluster.cache_blocks * cluster.block_size}]})
 

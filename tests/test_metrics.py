@@ -185,7 +185,7 @@ def test_agents_goodput_cost(hand_run: Path) -> None:
     o = s["overall"]
     a = o["agents"]
     assert (a["trees"], a["completed"]) == (2, 1)
-    assert sorted(t["makespan_s"] for t in s["trees"]) == pytest.approx([0.11, 0.5])
+    assert sorted(s["trees"]["makespan_s"]) == pytest.approx([0.11, 0.5])
     assert a["llm_wait_s"]["count"] == 1 and a["llm_wait_s"]["p50"] == pytest.approx(0.358)
     g = o["goodput"]
     # SLOs TTFT ≤ 80, TPOT ≤ 20: A misses TTFT (100), D failed → 2 good of 4
@@ -254,7 +254,7 @@ def test_counter_reset_and_labels() -> None:
     sm = pd.DataFrame({
         "time_ns": [0, 1, 2, 3, 0, 3], "endpoint": ["e"] * 6,
         "name": ["vllm:prefix_cache_hits_total"] * 4 + ["vllm:prefix_cache_hits_total"] * 2,
-        "labels": [[("engine", "0")]] * 4 + [[("engine", "1")]] * 2,
+        "labels": ["engine=0"] * 4 + ["engine=1"] * 2,
         "value": [10.0, 20.0, 5.0, 15.0, 0.0, 7.0],
     })
     series = counter_series(sm)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from agentbench import records as R
 from agentbench.metrics.derive import Derived
+from agentbench.metrics.stats import group_quantiles
 
 NS_PER_S = 1e9
 
@@ -35,39 +36,50 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     the root's sessions row (replay knows the critical path); without one, makespan is
     last end − first send over the tree's requests and LLM wait is unknown."""
     m = d.measured
-    df = d.df
-    sent = df["sent_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    end = df["end_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    cached = np.nan_to_num(d.cached_tokens)
-    prompt_known = np.where(np.isnan(d.cached_tokens), 0.0, np.nan_to_num(d.prompt_tokens))
-    r = pd.DataFrame({
-        "stage": df["stage"].to_numpy()[m], "tree_id": df["tree_id"].to_numpy()[m],
-        "endpoint": df["endpoint"].to_numpy()[m],
-        "requests": 1, "failed": (~d.ok[m]).astype(np.int64), "good": good[m].astype(np.int64),
-        "sent": sent[m], "end": end[m], "ttft_ms": d.ttft_ms[m],
-        "input_tokens": np.where(d.ok, d.input_tokens, 0.0)[m],
-        "output_tokens": np.where(d.ok, np.nan_to_num(d.output_tokens), 0.0)[m],
-        "cached_tokens": cached[m], "prompt_tokens_with_cache": prompt_known[m],
-        "potential_tokens": d.potential[m], "expected_input_tokens": d.expected_input[m],
-    })
-    r.loc[r["failed"] == 1, "ttft_ms"] = np.nan
-    if r.empty:
+    n = len(d.tree_keys)
+    code = d.tree_code[m]
+    sent = d.sent_ns[m]
+    end = d.end_ns[m]
+
+    def total(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return np.bincount(code, weights=np.asarray(x, dtype=np.float64), minlength=n)
+
+    first_sent = np.full(n, np.inf)
+    np.fmin.at(first_sent, code, np.where(np.isnan(sent), np.inf, sent))
+    last_end = np.full(n, -np.inf)
+    np.fmax.at(last_end, code, np.where(np.isnan(end), -np.inf, end))
+    ok = d.ok[m]
+    _, _, ttft_q = group_quantiles(code, np.where(ok, d.ttft_ms[m], np.nan), n, (0.5,))
+    cached = d.cached_tokens[m]
+    known = ~np.isnan(cached)
+    first_row = np.full(n, len(code), dtype=np.int64)
+    np.minimum.at(first_row, code, np.arange(len(code)))
+    present = np.bincount(code, minlength=n) > 0
+    ep = np.asarray(d.endpoints, dtype=object)[d.ep_code[m]]
+    trees = d.tree_keys.copy()
+    first_ep = ep[np.minimum(first_row, len(ep) - 1)] if len(ep) else np.full(n, "", object)
+    trees["endpoint"] = pd.Series(first_ep, dtype=object).where(present, None).to_numpy()
+    trees["requests"] = np.bincount(code, minlength=n)
+    trees["failed"] = np.bincount(code[~ok], minlength=n)
+    trees["good"] = np.bincount(code[good[m]], minlength=n)
+    trees["ttft_p50_ms"] = ttft_q[:, 0]
+    trees["input_tokens"] = total(np.where(ok, d.input_tokens[m], 0.0))
+    trees["output_tokens"] = total(np.where(ok, np.nan_to_num(d.output_tokens[m]), 0.0))
+    trees["cached_tokens"] = total(np.where(known, cached, 0.0))
+    trees["prompt_tokens_with_cache"] = total(np.where(known, np.nan_to_num(d.prompt_tokens[m]),
+                                                       0.0))
+    trees["potential_tokens"] = total(d.potential[m])
+    trees["expected_input_tokens"] = total(d.expected_input[m])
+    trees["first_sent"] = first_sent
+    trees["last_end"] = last_end
+    trees = trees[present].reset_index(drop=True)
+    if trees.empty:
         return _empty_trees()
-    g = r.groupby(["stage", "tree_id"], sort=False)
-    trees = g.agg(
-        endpoint=("endpoint", "first"), requests=("requests", "sum"), failed=("failed", "sum"),
-        good=("good", "sum"), first_sent=("sent", "min"), last_end=("end", "max"),
-        ttft_p50_ms=("ttft_ms", "median"), input_tokens=("input_tokens", "sum"),
-        output_tokens=("output_tokens", "sum"), cached_tokens=("cached_tokens", "sum"),
-        prompt_tokens_with_cache=("prompt_tokens_with_cache", "sum"),
-        potential_tokens=("potential_tokens", "sum"),
-        expected_input_tokens=("expected_input_tokens", "sum"),
-    ).reset_index()
     trees["makespan_s"] = (trees["last_end"] - trees["first_sent"]) / NS_PER_S
     trees["llm_wait_s"] = np.nan
     trees["completed"] = trees["failed"] == 0
-    roots = sessions[(sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE)] \
-        if not sessions.empty else sessions
+    roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
+                     .to_numpy(dtype=bool)] if not sessions.empty else sessions
     if not roots.empty:
         s = roots[["stage", "tree_id", "makespan_ns", "llm_wait_ns", "status", "endpoint",
                    "lane"]].rename(columns={"endpoint": "root_endpoint"})

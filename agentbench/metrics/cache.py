@@ -54,22 +54,16 @@ def _norm(name: str) -> str:
     return name[:-6] if name.endswith("_total") else name
 
 
-def _label_key(m: Any) -> str:
-    items = m.items() if isinstance(m, dict) else (m if m is not None else [])
-    return ",".join(f"{k}={v}" for k, v in sorted(items))
-
-
 def counter_series(server_metrics: pd.DataFrame) -> pd.DataFrame:
     """The cache counter samples, with a normalised ``counter`` name and a ``series`` key
     (endpoint + name + labels); other metrics are dropped."""
-    if server_metrics.empty:
-        return server_metrics.assign(counter=pd.Series(dtype=str), series=pd.Series(dtype=str))
+    names = pd.Series(server_metrics["name"].unique(), dtype=object)
     wanted = {n for pair in COUNTER_PAIRS for n in pair}
-    norm = server_metrics["name"].map(_norm)
-    sm = server_metrics[norm.isin(wanted).to_numpy()].copy()
-    sm["counter"] = norm[norm.isin(wanted)].to_numpy()
-    labels = sm["labels"].map(_label_key)
-    sm["series"] = sm["endpoint"].astype(str) + "|" + sm["counter"] + "|" + labels
+    keep = {n: _norm(n) for n in names if _norm(n) in wanted}
+    sm = server_metrics[server_metrics["name"].isin(list(keep)).to_numpy()].copy()
+    sm["counter"] = sm["name"].map(keep).astype(object)
+    sm["series"] = (sm["endpoint"].astype(str) + "|" + sm["name"].astype(str) + "|"
+                    + sm["labels"].astype(str))
     return sm.sort_values(["series", "time_ns"], kind="stable")
 
 
@@ -101,7 +95,7 @@ def prometheus_hit_rate(series: pd.DataFrame, windows: list[tuple[int, int]],
                         endpoint: str | None = None) -> dict[str, Any]:
     """Hit rate = Δ hits / Δ queries of the first counter pair the server exposes, over
     the measured windows (warmup before them is excluded to scrape resolution)."""
-    s = series if endpoint is None else series[series["endpoint"] == endpoint]
+    s = series if endpoint is None else series[(series["endpoint"] == endpoint).to_numpy()]
     for hits, queries in COUNTER_PAIRS:
         h = counter_increase(s[s["counter"] == hits], windows)
         q = counter_increase(s[s["counter"] == queries], windows)

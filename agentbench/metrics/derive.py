@@ -66,22 +66,27 @@ def streamed_tokens(events: pa.Table) -> FloatArray:
 
 def itl_ms(events: pa.Table) -> tuple[FloatArray, npt.NDArray[np.int64]]:
     """ITL: each gap between consecutive token-bearing events of a request, divided by the
-    tokens the later event carried, ms. Returns (values, request row of each value)."""
+    tokens the later event carried, ms. Returns (values in request order, number of values
+    of each request)."""
     ns = events.column("token_event_ns").combine_chunks()
     tok = events.column("token_event_tokens").combine_chunks()
-    t = pc.list_flatten(ns).to_numpy(zero_copy_only=False).astype(np.float64)
-    k = pc.list_flatten(tok).to_numpy(zero_copy_only=False).astype(np.float64)
-    if len(t) != len(k):
+    t = pc.list_flatten(ns).to_numpy(zero_copy_only=False)
+    k = pc.list_flatten(tok).to_numpy(zero_copy_only=False)
+    lengths = pc.fill_null(pc.list_value_length(ns), 0).to_numpy(zero_copy_only=False)
+    if len(t) != len(k) or not np.array_equal(
+            lengths, pc.fill_null(pc.list_value_length(tok), 0).to_numpy(zero_copy_only=False)):
         raise ValueError("token_event_ns and token_event_tokens differ in length")
+    per_request = np.maximum(lengths.astype(np.int64) - 1, 0)
     if t.size < 2:
-        return np.zeros(0), np.zeros(0, dtype=np.int64)
-    parent = pc.list_parent_indices(ns).to_numpy(zero_copy_only=False).astype(np.int64)
-    same = parent[1:] == parent[:-1]
-    gaps = np.diff(t)[same]
-    toks = k[1:][same]
+        return np.zeros(0), per_request
+    starts = np.cumsum(lengths)[:-1]
+    valid = np.ones(t.size - 1, dtype=bool)
+    valid[starts[(starts > 0) & (starts < t.size)] - 1] = False  # gap into the next request
+    gaps = (t[1:] - t[:-1])[valid].astype(np.float64)
+    toks = k[1:][valid].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         vals = np.where(toks > 0, gaps / toks, np.nan) / NS_PER_MS
-    return vals, parent[1:][same]
+    return vals, per_request
 
 
 @dataclass
@@ -104,31 +109,61 @@ class Derived:
     potential: FloatArray
     expected_input: FloatArray
     itl_ms: FloatArray
-    itl_row: npt.NDArray[np.int64]
+    itl_count: npt.NDArray[np.int64]  # ITL values of each request (they are in row order)
+    sent_ns: FloatArray               # raw stamps as float64 (NaN = null), converted once
+    end_ns: FloatArray
+    scheduled_ns: FloatArray
+    stage_code: npt.NDArray[np.int64]   # index into ``stages``
+    stages: list[str]
+    ep_code: npt.NDArray[np.int64]      # index into ``endpoints``
+    endpoints: list[str]
+    tree_code: npt.NDArray[np.int64]    # index into ``tree_keys`` ((stage, tree_id) pairs)
+    tree_keys: pd.DataFrame
+
+
+def _codes(col: pd.Series) -> tuple[npt.NDArray[np.int64], list[str]]:
+    codes, uniques = pd.factorize(col, sort=False)
+    return codes.astype(np.int64), [str(u) for u in uniques]
 
 
 def derive(requests: pd.DataFrame, events: pa.Table) -> Derived:
     """Compute every per-request metric once; blocks and groups then select rows."""
     df = requests
     n = len(df)
-    status = df["status"].to_numpy()
-    ok = status == R.OK
-    measured = df["phase"].to_numpy() == R.MEASURE
+    ok = (df["status"] == R.OK).to_numpy(dtype=bool)
+    measured = (df["phase"] == R.MEASURE).to_numpy(dtype=bool)
+    stage_code, stages = _codes(df["stage"])
+    ep_code, endpoints = _codes(df["endpoint"])
+    tid_code, tids = _codes(df["tree_id"])
+    tree_code, pair = pd.factorize(stage_code * max(len(tids), 1) + tid_code, sort=False)
+    pair = np.asarray(pair, dtype=np.int64)
+    tree_keys = pd.DataFrame({
+        "stage": np.asarray(stages, dtype=object)[pair // max(len(tids), 1)],
+        "tree_id": np.asarray(tids, dtype=object)[pair % max(len(tids), 1)]})
     completion = _f(df["completion_tokens"])
     has_events = events.num_rows == n and n > 0
-    streamed = streamed_tokens(events) if has_events else np.full(n, np.nan)
+    streamed = np.full(n, np.nan)
+    missing = np.flatnonzero(np.isnan(completion))  # usage absent: count streamed tokens
+    if has_events and missing.size:
+        streamed[missing] = streamed_tokens(events.take(pa.array(missing)))
     from_stream = np.isnan(completion) & ~np.isnan(streamed)
     out_tok = np.where(np.isnan(completion), streamed, completion)
     prompt = _f(df["prompt_tokens"])
     expected_in = _f(df["expected_input_tokens"])
-    tpot = tpot_ms(df["first_token_ns"], df["last_token_ns"], out_tok)
-    itl, itl_row = itl_ms(events) if has_events else (np.zeros(0), np.zeros(0, np.int64))
+    itl, itl_count = itl_ms(events) if has_events else (np.zeros(0), np.zeros(n, np.int64))
+    sent = _f(df["sent_ns"])
+    first = _f(df["first_token_ns"])
+    end = _f(df["end_ns"])
+    sched = _f(df["scheduled_ns"])
+    last = _f(df["last_token_ns"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tok > 1, (last - first) / (out_tok - 1), np.nan) / NS_PER_MS
     return Derived(
         df=df, measured=measured, ok=ok,
-        ttft_ms=ttft_ms(df["sent_ns"], df["first_token_ns"]),
-        tpot_ms=tpot,
-        e2e_ms=e2e_ms(df["sent_ns"], df["end_ns"]),
-        lag_ms=schedule_lag_ms(df["scheduled_ns"], df["sent_ns"]),
+        ttft_ms=(first - sent) / NS_PER_MS,  # = ttft_ms(); columns converted once
+        tpot_ms=tpot,                        # = tpot_ms()
+        e2e_ms=(end - sent) / NS_PER_MS,     # = e2e_ms()
+        lag_ms=(sent - sched) / NS_PER_MS,   # = schedule_lag_ms()
         interactivity=interactivity_tok_s(tpot),
         input_tokens=np.where(np.isnan(prompt), expected_in, prompt),
         output_tokens=out_tok,
@@ -137,5 +172,7 @@ def derive(requests: pd.DataFrame, events: pa.Table) -> Derived:
         prompt_tokens=prompt,
         potential=_f(df["potential_cached_tokens"]),
         expected_input=expected_in,
-        itl_ms=itl, itl_row=itl_row,
+        itl_ms=itl, itl_count=itl_count, sent_ns=sent, end_ns=end, scheduled_ns=sched,
+        stage_code=stage_code, stages=stages, ep_code=ep_code, endpoints=endpoints,
+        tree_code=tree_code.astype(np.int64), tree_keys=tree_keys,
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agentbench import records as R
@@ -73,6 +74,19 @@ def _read_table(path: Path, schema: pa.Schema, required: bool) -> pa.Table:
     return table
 
 
+def labels_as_text(table: pa.Table) -> pa.Table:
+    """Replace the ``labels`` map column by its text form ``k=v,k=v`` (in stored order):
+    hashable, filterable, and cheap to convert for millions of samples."""
+    col = table.column("labels").combine_chunks()
+    if table.num_rows == 0:
+        text = pa.array([], pa.string())
+    else:
+        kv = pc.binary_join_element_wise(col.keys, col.items, "=")
+        lists = pa.ListArray.from_arrays(col.offsets, kv)
+        text = pc.fill_null(pc.binary_join(lists, ","), "")
+    return table.set_column(table.schema.get_field_index("labels"), "labels", text)
+
+
 def read_settings(run: dict[str, Any], source: str) -> Settings:
     """Hardware, prices and SLOs from run.json's scenario (validated by the scenario's own
     models, so a typo is reported with its key path)."""
@@ -126,7 +140,7 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     requests = req.select(scalar).to_pandas()
     sessions = _read_table(d / R.SESSIONS_FILE, R.SESSIONS_SCHEMA, required=False).to_pandas()
     sm_table = _read_table(d / R.SERVER_METRICS_FILE, R.SERVER_METRICS_SCHEMA, required=False)
-    server_metrics = sm_table.to_pandas()
+    server_metrics = labels_as_text(sm_table).to_pandas()
     run = read_run_json(d)
     settings = read_settings(run, str(d / R.RUN_FILE))
     return RunRecords(d, requests, events, sessions, server_metrics, run, settings)

@@ -18,13 +18,15 @@ FloatArray = npt.NDArray[np.float64]
 def dist(values: npt.ArrayLike) -> dict[str, Any]:
     """count, mean, p50, p90, p95, p99 of the non-NaN values (None when there are none)."""
     arr = np.asarray(values, dtype=np.float64)
-    arr = arr[~np.isnan(arr)]
+    nan = np.isnan(arr)
+    if nan.any() or arr is values:
+        arr = arr[~nan]  # a copy we may reorder
     out: dict[str, Any] = {"count": int(arr.size)}
     if arr.size == 0:
         out.update({"mean": None, **dict.fromkeys(QNAMES)})
         return out
     out["mean"] = float(arr.mean())
-    qs = np.percentile(arr, [q * 100 for q in QUANTILES])
+    qs = np.percentile(arr, [q * 100 for q in QUANTILES], overwrite_input=True)
     out.update({k: float(v) for k, v in zip(QNAMES, qs, strict=True)})
     return out
 
@@ -41,8 +43,15 @@ def group_quantiles(codes: npt.NDArray[np.int64], values: FloatArray, n_groups: 
     sums = np.bincount(c, weights=v, minlength=n_groups)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    order = np.lexsort((v, c))
-    sv = v[order]
+    # sort by (group, value): order the values once, then a stable sort by group (a radix
+    # sort when codes fit 16 bits; else one int64 argsort of group × n + rank(value))
+    by_value = np.argsort(v)
+    if n_groups < 2**15:
+        sv = v[by_value[np.argsort(c[by_value].astype(np.int16), kind="stable")]]
+    else:
+        rank = np.empty(v.size, dtype=np.int64)
+        rank[by_value] = np.arange(v.size, dtype=np.int64)
+        sv = v[np.argsort(c.astype(np.int64) * max(v.size, 1) + rank)]
     starts = np.zeros(n_groups, dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
     out = np.full((n_groups, len(quantiles)), np.nan)

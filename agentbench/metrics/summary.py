@@ -32,42 +32,67 @@ Mask = npt.NDArray[np.bool_]
 def stage_windows(d: Derived) -> dict[str, Window]:
     """Measured window of each stage: first measured send → last measured end, ns (a
     request never sent counts at its scheduled time)."""
-    df = d.df
-    sched = df["scheduled_ns"].to_numpy(dtype=np.float64)
-    sent = df["sent_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
-    end = df["end_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
+    sched, sent, end = d.scheduled_ns, d.sent_ns, d.end_ns
     start = np.where(np.isnan(sent), sched, sent)
     stop = np.fmax(np.where(np.isnan(end), start, end), start)
     m = d.measured
-    g = pd.DataFrame({"stage": df["stage"].to_numpy()[m], "a": start[m], "b": stop[m]})
+    g = pd.DataFrame({"stage": np.asarray(d.stages, dtype=object)[d.stage_code[m]],
+                      "a": start[m], "b": stop[m]})
     w = g.groupby("stage", sort=False).agg(a=("a", "min"), b=("b", "max")).sort_values("a")
     return {str(s): (int(a), int(b)) for s, a, b in zip(w.index, w["a"], w["b"], strict=True)}
 
 
 def _counts(d: Derived, m: Mask) -> dict[str, Any]:
-    status = d.df["status"].to_numpy()
     failed = m & ~d.ok
-    etype = d.df["error_type"].to_numpy()[failed]
-    codes = d.df["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)[failed]
+    idx = np.flatnonzero(failed)
+    fdf = d.df.iloc[idx]
+    status = fdf["status"].to_numpy(dtype=object)
+    etype = fdf["error_type"].to_numpy(dtype=object)
+    codes = fdf["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)
     errs = pd.DataFrame({"error_type": pd.Series(etype, dtype=object).fillna("unknown"),
                          "http_status": codes})
     vc = errs.value_counts(dropna=False)
     table = [{"error_type": str(k[0]), "http_status": none_if_nan(k[1]), "count": int(v)}
              for k, v in zip(vc.index, vc.to_numpy(), strict=True)]
     return {"total": int(m.sum()), "ok": int((m & d.ok).sum()),
-            "failed": int((m & (status == R.ERROR)).sum()),
-            "cancelled": int((m & (status == R.CANCELLED)).sum()),
+            "failed": int((status == R.ERROR).sum()),
+            "cancelled": int((status == R.CANCELLED).sum()),
             "error_rate": ratio(float(failed.sum()), float(m.sum())), "errors": table}
 
 
+class ItlGroups:
+    """ITL values of the successful measured requests, grouped by (stage, endpoint) once,
+    so a block gathers its groups instead of masking every ITL value again."""
+
+    def __init__(self, d: Derived) -> None:
+        n_ep = max(len(d.endpoints), 1)
+        code = np.where(d.measured & d.ok, d.stage_code * n_ep + d.ep_code, -1)
+        per_value = np.repeat(code, d.itl_count)
+        n = (len(d.stages) * n_ep) if len(d.stages) else 0
+        keep = per_value >= 0
+        vals, codes = d.itl_ms[keep], per_value[keep]
+        order = np.argsort(codes.astype(np.int32 if n >= 2**15 else np.int16), kind="stable")
+        self.values = vals[order]
+        counts = np.bincount(codes, minlength=n)
+        self.bounds = np.concatenate([[0], np.cumsum(counts)])
+        self.n_ep = n_ep
+
+    def select(self, stage: int | None = None, endpoint: int | None = None
+               ) -> npt.NDArray[np.float64]:
+        n = len(self.bounds) - 1
+        parts = [self.values[self.bounds[g]:self.bounds[g + 1]] for g in range(n)
+                 if (stage is None or g // self.n_ep == stage)
+                 and (endpoint is None or g % self.n_ep == endpoint)]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+
 def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
-          good: Mask, settings: Settings, series: pd.DataFrame,
+          good: Mask, settings: Settings, series: pd.DataFrame, itl: npt.NDArray[np.float64],
           endpoint: str | None = None, gpus: float | None = None) -> dict[str, Any]:
     """Every §5 metric over the measured requests selected by ``m``; ``windows`` are the
     measured windows it spans (throughput and cost divide by their total length)."""
     okm = m & d.ok
     window_s = sum(b - a for a, b in windows) / 1e9
-    itl_rows = okm[d.itl_row] if d.itl_row.size else np.zeros(0, dtype=bool)
     known = okm & ~np.isnan(d.cached_tokens)
     inp = float(d.input_tokens[okm].sum())
     out = float(np.nansum(d.output_tokens[okm]))
@@ -95,7 +120,7 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
         "requests": _counts(d, m),
         "window_s": window_s,
         "latency": {"ttft_ms": dist(d.ttft_ms[okm]), "tpot_ms": dist(d.tpot_ms[okm]),
-                    "itl_ms": dist(d.itl_ms[itl_rows]), "e2e_ms": dist(d.e2e_ms[okm]),
+                    "itl_ms": dist(itl), "e2e_ms": dist(d.e2e_ms[okm]),
                     "schedule_lag_ms": dist(d.lag_ms[m])},
         "interactivity_tok_s": dist(d.interactivity[okm]),
         "output_tokens_from_stream": int((okm & d.output_from_stream).sum()),
@@ -195,16 +220,20 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
     return info
 
 
-def _trees_records(trees: pd.DataFrame) -> list[dict[str, Any]]:
-    cols = ["stage", "tree_id", "endpoint", "requests", "failed", "good", "completed",
-            "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
-            "output_tokens", "cached_tokens", "potential_tokens"]
-    t = trees[[c for c in cols if c in trees.columns]]
-    out: list[dict[str, Any]] = t.astype(object).where(t.notna(), None).to_dict("records")  # type: ignore[assignment]
-    for row in out:
-        for k, v in row.items():
-            if isinstance(v, (np.generic,)):
-                row[k] = v.item()
+TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "completed",
+                "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
+                "output_tokens", "cached_tokens", "potential_tokens")
+
+
+def _trees_columns(trees: pd.DataFrame) -> dict[str, list[Any]]:
+    """Per-tree table, column-wise (compact JSON for tens of thousands of trees)."""
+    out: dict[str, list[Any]] = {}
+    for c in TREE_COLUMNS:
+        col = trees[c] if c in trees.columns else pd.Series([None] * len(trees))
+        if col.dtype.kind == "f":
+            out[c] = [None if v != v else v for v in col.to_numpy(dtype=np.float64).tolist()]
+        else:
+            out[c] = col.astype(object).where(col.notna(), None).tolist()
     return out
 
 
@@ -217,24 +246,26 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
     trees = build_trees(d, rr.sessions, good, s.slos)
     series = cache.counter_series(rr.server_metrics)
     all_w = list(windows.values())
-    stage_col = d.df["stage"].to_numpy()
-    ep_col = d.df["endpoint"].to_numpy()
+    itl = ItlGroups(d)
+    stage_col = d.stage_code
+    ep_col = d.ep_code
     m = d.measured
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run": _run_info(rr, windows),
         "warmup_requests_excluded": int((~m).sum()),
-        "overall": block(d, m, all_w, trees, good, s, series, gpus=s.gpus),
-        "stages": {st: block(d, m & (stage_col == st), [w],
-                             trees[trees["stage"] == st], good, s, series, gpus=s.gpus)
+        "overall": block(d, m, all_w, trees, good, s, series, itl.select(), gpus=s.gpus),
+        "stages": {st: block(d, m & (stage_col == d.stages.index(st)), [w],
+                             trees[(trees["stage"] == st).to_numpy(dtype=bool)], good, s,
+                             series, itl.select(stage=d.stages.index(st)), gpus=s.gpus)
                    for st, w in windows.items()},
-        "endpoints": {str(ep): block(d, m & (ep_col == ep), all_w,
-                                     trees[trees["endpoint"] == ep], good, s, series,
-                                     endpoint=str(ep))
-                      for ep in pd.unique(ep_col[m])},
+        "endpoints": {ep: block(d, m & (ep_col == i), all_w,
+                                trees[(trees["endpoint"] == ep).to_numpy(dtype=bool)], good, s,
+                                series, itl.select(endpoint=i), endpoint=ep)
+                      for i, ep in enumerate(d.endpoints) if (m & (ep_col == i)).any()},
         "by_turn": by_turn(d),
         "by_context": by_context(d),
-        "trees": _trees_records(trees),
+        "trees": _trees_columns(trees),
     }
     return summary
 
@@ -247,6 +278,6 @@ def summarize(run_dir: str | Path, *, write: bool = True) -> dict[str, Any]:
     if write:
         path = Path(run_dir) / R.SUMMARY_FILE
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=1, allow_nan=False))
+        tmp.write_text(json.dumps(summary, allow_nan=False, separators=(",", ":")))
         tmp.replace(path)
     return summary

@@ -51,9 +51,11 @@ class OpenAIEndpoint(Strict):
 class SharedTier(Strict):
     """A distributed KV store shared by all simulated instances (e.g. Mooncake Store)."""
 
-    capacity_blocks: int = Field(gt=0, description="Blocks the shared tier holds (LRU).")
-    load_s_per_token: float = Field(
-        ge=0, description="Seconds to load one cached token from the tier into an instance.")
+    capacity_blocks: int = Field(gt=0, description="Blocks the shared tier holds (LRU); every "
+                                 "instance writes its prompts' full blocks through to it.")
+    load_s_per_token: float | None = Field(
+        None, ge=0, description="Simulated seconds to load one cached token from the tier into "
+        "an instance (instead of recomputing it); None: the preset's figure.")
 
 
 class SimulatedEndpoint(Strict):
@@ -67,15 +69,26 @@ class SimulatedEndpoint(Strict):
                         description="Named hardware/model timing preset (see `serve-sim --help`).")
     instances: int = Field(1, gt=0, description="Inference instances behind the router.")
     router: Literal["round_robin", "session_affinity", "least_loaded", "cache_aware",
-                    "random"] = Field("round_robin", description="Server-side routing policy.")
+                    "random"] = Field(
+        "round_robin", description="Server-side routing policy; session_affinity keys on the "
+        "X-Session-ID request header, else the body's `user` field.")
     block_size: int = Field(16, gt=0, description="KV cache block size in tokens.")
     cache_blocks: int | None = Field(
         None, gt=0, description="Per-instance GPU KV capacity in blocks; None: the preset's.")
-    cpu_offload_blocks: int = Field(0, ge=0,
-                                    description="Per-instance CPU offload tier capacity.")
+    cpu_offload_blocks: int = Field(
+        0, ge=0, description="Per-instance CPU offload tier capacity in blocks (write-through, "
+        "LRU); 0: none.")
     shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
     speedup: float = Field(1.0, gt=0,
                            description="Divide every simulated duration by this (demos).")
+    max_num_batched_tokens: int | None = Field(
+        None, gt=0, description="Token budget of one engine step; None: the preset's.")
+    max_num_seqs: int | None = Field(
+        None, gt=0, description="Most requests running at once per instance; None: the preset's.")
+    cache_aware_max_imbalance: int = Field(
+        4, ge=0, description="cache_aware router: only instances with at most this many more "
+        "requests than the least loaded one compete on cached blocks.")
+    seed: int = Field(0, description="Seed of the random router.")
 
 
 Endpoint = Annotated[OpenAIEndpoint | SimulatedEndpoint, Field(discriminator="kind")]

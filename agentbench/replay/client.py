@@ -71,7 +71,8 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
 async def send(http: aiohttp.ClientSession, target: Target, body: bytes, tree_id: str,
                rec: RequestRecord, t0_ns: int) -> None:
     """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``)."""
-    headers = {**target.headers, "X-Session-ID": tree_id}
+    headers = {**target.headers, "X-Session-ID": tree_id,
+               "X-Request-ID": str(rec.request_id)}
     chunks = rec.chunks
     times = rec.chunk_ns
     try:

@@ -59,20 +59,40 @@ class Segment:
     shared: bool = False
 
 
-def layout(turn: Turn, session_id: str, overhead: int, shared_prefix: int) -> list[Segment]:
-    """Segments of a turn's prompt content: shared prefix, blocks, unique tail, with
+def layout(turn: Turn, session_id: str, overhead: int, shared_prefix: int,
+           next_turn: Turn | None = None) -> list[Segment]:
+    """Segments of a turn's prompt content: shared prefix, blocks, tail, with
     ``overhead + shared_prefix`` tokens taken off the end so the total stays the trace's
-    input tokens."""
+    input tokens.
+
+    Tokens past the last hash id (sources that hash only whole blocks) are the start of
+    the blocks the session's next turn adds when that turn extends this one (so turn k+1
+    starts with turn k's prompt byte for byte, as a growing conversation does); otherwise
+    unique text no other request shares.
+    """
     n, bs = turn.input_tokens, turn.block_size
     segs: list[Segment] = []
     if shared_prefix:
         segs.append(Segment(0, shared_prefix, shared=True))
     ids = turn.hash_ids
-    for i in range(len(ids)):
+    m = len(ids)
+    for i in range(m):
         segs.append(Segment(int(ids[i]), min(bs, n - i * bs)))
-    tail = n - len(ids) * bs
-    if tail > 0:
-        segs.append(Segment(tail_key(session_id, turn.turn), tail, tail=True))
+    left = n - m * bs
+    if left > 0 and next_turn is not None and next_turn.block_size == bs \
+            and len(next_turn.hash_ids) > m and np.array_equal(next_turn.hash_ids[:m], ids):
+        nids, nn = next_turn.hash_ids, next_turn.input_tokens
+        j = m
+        while left > 0 and j < len(nids):
+            room = min(bs, nn - j * bs)
+            take = min(left, room)
+            segs.append(Segment(int(nids[j]), take))
+            left -= take
+            j += 1
+            if take < room:
+                break
+    if left > 0:
+        segs.append(Segment(tail_key(session_id, turn.turn), left, tail=True))
     cut = overhead + shared_prefix
     while cut > 0 and segs:
         last = segs[-1]

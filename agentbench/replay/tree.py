@@ -222,7 +222,9 @@ class TreeRun:
 
     def _content(self, sess: Session, k: int, api: str) -> bytes:
         overhead = chat_overhead() if api == "chat" else 0
-        segs = layout(sess.turns[k], sess.session_id, overhead, self.ctx.shared_prefix_tokens)
+        nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
+        segs = layout(sess.turns[k], sess.session_id, overhead, self.ctx.shared_prefix_tokens,
+                      nxt)
         return self.ctx.caches[api].content(self.salts[sess.scope], segs)
 
     async def _request(self, sess: Session, st: SessionState, k: int, scheduled: int,

@@ -1,0 +1,83 @@
+"""Hugging Face datasets reader: tiny datasets built here (never the network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.traces.readers import detect_format, read_trace
+
+datasets = pytest.importorskip("datasets")
+
+MOONCAKE = [
+    {"timestamp": 0, "input_length": 1024, "output_length": 10, "hash_ids": [0, 1]},
+    {"timestamp": 2000, "input_length": 1536, "output_length": 20, "hash_ids": [0, 1, 2]},
+]
+SHAREGPT = [{"conversations": [
+    {"from": "human", "value": "Write a haiku about caches."},
+    {"from": "gpt", "value": "Warm blocks stay resident."},
+    {"from": "human", "value": "Another."},
+    {"from": "gpt", "value": "Prefix shared, nothing recomputed."},
+]}]
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never download: the libraries read these flags at import, so set both."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True, raising=False)
+
+
+def test_saved_dataset_folder_routes_rows_to_the_detected_reader(tmp_path: Path) -> None:
+    folder = tmp_path / "mc"
+    datasets.Dataset.from_list(MOONCAKE).save_to_disk(str(folder))
+    assert detect_format(folder) == "hf"
+    tr = read_trace(folder)
+    direct = tmp_path / "mc.jsonl"
+    direct.write_text("".join(json.dumps(r) + "\n" for r in MOONCAKE))
+    ref = read_trace(direct)
+    assert [s.start_s for s in tr.sessions] == [s.start_s for s in ref.sessions] == [0.0, 2.0]
+    assert [s.turns[0].hash_ids.tolist() for s in tr.sessions] == [[0, 1], [0, 1, 2]]
+    assert [s.turns for s in tr.sessions] == [s.turns for s in ref.sessions]
+
+
+def test_dataset_dict_split_and_sharegpt_rows(tmp_path: Path) -> None:
+    folder = tmp_path / "sg"
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(SHAREGPT)}).save_to_disk(
+        str(folder))
+    tr = read_trace(folder, format="hf", seed=3)
+    ref_file = tmp_path / "sg.json"
+    ref_file.write_text(json.dumps(SHAREGPT))
+    ref = read_trace(ref_file, seed=3)
+    assert [t.input_tokens for t in tr.sessions[0].turns] == [
+        t.input_tokens for t in ref.sessions[0].turns]
+    assert [t.think_s for t in tr.sessions[0].turns] == [t.think_s for t in ref.sessions[0].turns]
+    with pytest.raises(InputError, match="no split") as e:
+        read_trace(folder, format="hf", split="train2")
+    assert e.value.field == "split"
+
+
+def test_local_data_file_through_load_dataset(tmp_path: Path) -> None:
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in MOONCAKE))
+    tr = read_trace(f, format="hf")
+    assert tr.n_requests() == 2 and tr.sessions[1].turns[0].input_tokens == 1536
+
+
+def test_bad_rows_and_missing_datasets_are_input_errors(tmp_path: Path) -> None:
+    folder = tmp_path / "bad"
+    datasets.Dataset.from_list([*MOONCAKE, {**MOONCAKE[0], "input_length": -3}]).save_to_disk(
+        str(folder))
+    with pytest.raises(InputError) as e:
+        read_trace(folder)
+    assert (e.value.where, e.value.field) == ("record 2", "input_length")
+    with pytest.raises(InputError, match="cannot load dataset|not found"):
+        read_trace("nobody/no-such-dataset-here", format="hf")

@@ -1,0 +1,139 @@
+"""The Python API: ``agentbench.load(run_dir)`` and ``agentbench.compare(r1, r2, ...)``.
+
+    import agentbench
+    r = agentbench.load("results/quickstart-…")
+    r.requests          # one row per request, with ttft_ms, tpot_ms, e2e_ms... added
+    r.summary["overall"]["latency"]["ttft_ms"]["p50"]
+    agentbench.compare(r, agentbench.load("results/other"))
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentbench import records as R
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from agentbench.metrics.records_io import RunRecords
+
+
+@dataclass
+class Run:
+    """One results folder: raw tables as DataFrames, and its summary (CONTRACTS §5)."""
+
+    path: Path
+    summary: dict[str, Any]
+    _records: RunRecords | None = field(default=None, repr=False)
+    _requests: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return str(self.summary.get("run", {}).get("run_id") or self.path.name)
+
+    @property
+    def records(self) -> RunRecords:
+        """The raw records as read by the metrics (token events kept in Arrow)."""
+        if self._records is None:
+            from agentbench.metrics.records_io import read_records
+
+            self._records = read_records(self.path)
+        return self._records
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """Requests (warmup included, see ``phase``), plus per-request metrics: ttft_ms,
+        tpot_ms, e2e_ms, schedule_lag_ms, output_tokens, context_tokens."""
+        if self._requests is None:
+            from agentbench.metrics.derive import derive
+
+            rec = self.records
+            d = derive(rec.requests, rec.events)
+            self._requests = rec.requests.assign(
+                ttft_ms=d.ttft_ms, tpot_ms=d.tpot_ms, e2e_ms=d.e2e_ms,
+                schedule_lag_ms=d.lag_ms, output_tokens=d.output_tokens,
+                context_tokens=d.expected_input)
+        return self._requests
+
+    @property
+    def sessions(self) -> pd.DataFrame:
+        return self.records.sessions
+
+    @property
+    def server_metrics(self) -> pd.DataFrame:
+        """Scraped Prometheus samples; ``labels`` as text ``k=v,k=v``."""
+        return self.records.server_metrics
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        return dict(self.records.run.get("scenario") or {})
+
+    def __repr__(self) -> str:
+        o = self.summary.get("overall", {})
+        ttft = o.get("latency", {}).get("ttft_ms", {}).get("p50")
+        n = o.get("requests", {}).get("total")
+        return f"Run({self.name!r}, requests={n}, ttft_p50_ms={ttft})"
+
+    def _repr_markdown_(self) -> str:
+        from agentbench.metrics import format_summary
+
+        return "```\n" + format_summary(self.summary) + "\n```"
+
+
+def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
+    """Open ``results/<run>/``. The summary is read from summary.json when it is newer
+    than the records, else computed (and written) by ``agentbench.metrics.summarize``."""
+    from agentbench.errors import InputError
+    from agentbench.metrics import summarize
+
+    p = Path(run_dir)
+    sp = p / R.SUMMARY_FILE
+    rp = p / R.REQUESTS_FILE
+    summary = None
+    if not refresh and sp.exists() and rp.exists() and sp.stat().st_mtime >= rp.stat().st_mtime:
+        try:
+            summary = json.loads(sp.read_text())
+        except ValueError as e:
+            raise InputError(f"not valid JSON ({e})", source=str(sp)) from None
+    from agentbench.metrics.summary import SCHEMA_VERSION
+
+    if summary is None or summary.get("schema_version") != SCHEMA_VERSION:
+        summary = summarize(p)
+    return Run(p, summary)
+
+
+@dataclass
+class Comparison:
+    """Runs side by side: ``table`` (DataFrame of headline metrics with ratios against the
+    first run) and ``headlines`` (one published-style sentence per later run)."""
+
+    runs: list[Run]
+    table: pd.DataFrame
+    headlines: list[str]
+
+    def __str__(self) -> str:
+        return "\n".join([self.table.to_string(), "", *self.headlines])
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        heads = "".join(f"<li>{escape(h)}</li>" for h in self.headlines)
+        return self.table.to_html(escape=True) + f"<ul>{heads}</ul>"
+
+
+def compare(*runs: Run | str | Path, block: str = "overall") -> Comparison:
+    """Compare runs (``Run`` objects or results folders) against the first one."""
+    from agentbench.report.compare import comparison_table, headline, run_labels
+
+    rs = [r if isinstance(r, Run) else load(r) for r in runs]
+    if len(rs) < 2:
+        raise ValueError("compare needs at least two runs")
+    sums = [r.summary for r in rs]
+    labels = run_labels(sums)
+    heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
+             for lab, s in zip(labels[1:], sums[1:], strict=True)]
+    return Comparison(rs, comparison_table(sums, block=block), heads)

@@ -1,0 +1,106 @@
+"""Named headline metrics: where each lives in a summary block, its unit, and which way is
+better. Shared by comparisons, reports and the gate so a name means one figure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    label: str
+    path: tuple[str, ...]        # keys inside a summary block ("overall", a stage...)
+    unit: str                    # "ms", "s", "tok/s", "$", "" (a share: shown as %)
+    better: str                  # "lower" | "higher"
+    share: bool = False          # a fraction in [0, 1]: differences are in points
+
+    def value(self, block: dict[str, Any]) -> float | None:
+        """This metric's value in a summary block, None when absent."""
+        cur: Any = block
+        for k in self.path:
+            if not isinstance(cur, dict) or cur.get(k) is None:
+                return None
+            cur = cur[k]
+        return float(cur)
+
+
+def _lat(kind: str, label: str) -> list[Metric]:
+    return [Metric(f"{kind}_{q}", f"{q.upper()} {label}", ("latency", f"{kind}_ms", q), "ms",
+                   "lower") for q in ("p50", "p90", "p95", "p99", "mean")]
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in [
+    *_lat("ttft", "TTFT"), *_lat("tpot", "TPOT"), *_lat("itl", "ITL"), *_lat("e2e", "E2E"),
+    Metric("schedule_lag_p99", "P99 schedule lag", ("latency", "schedule_lag_ms", "p99"), "ms",
+           "lower"),
+    Metric("interactivity_p50", "P50 interactivity", ("interactivity_tok_s", "p50"), "tok/s",
+           "higher"),
+    Metric("throughput", "throughput", ("throughput", "total_tok_s"), "tok/s", "higher"),
+    Metric("throughput_per_gpu", "throughput/GPU", ("throughput", "per_gpu_total_tok_s"),
+           "tok/s", "higher"),
+    Metric("output_throughput", "output throughput", ("throughput", "output_tok_s"), "tok/s",
+           "higher"),
+    Metric("requests_per_s", "requests/s", ("throughput", "requests_per_s"), "req/s",
+           "higher"),
+    Metric("hit_rate", "hit rate", ("hit_rate", "usage", "value"), "", "higher", True),
+    Metric("hit_rate_server", "hit rate (server)", ("hit_rate", "prometheus", "value"), "",
+           "higher", True),
+    Metric("hit_rate_potential", "potential hit rate", ("hit_rate", "potential", "value"), "",
+           "higher", True),
+    Metric("achieved_over_potential", "achieved/potential",
+           ("hit_rate", "achieved_over_potential"), "", "higher", True),
+    Metric("goodput", "goodput", ("goodput", "requests"), "", "higher", True),
+    Metric("agent_goodput", "agent goodput", ("goodput", "agents"), "", "higher", True),
+    Metric("error_rate", "error rate", ("requests", "error_rate"), "", "lower", True),
+    Metric("makespan_p50", "P50 agent makespan", ("agents", "makespan_s", "p50"), "s",
+           "lower"),
+    Metric("llm_wait_p50", "P50 agent LLM wait", ("agents", "llm_wait_s", "p50"), "s",
+           "lower"),
+    Metric("cost_per_agent", "$/agent", ("cost", "per_agent_usd"), "$", "lower"),
+    Metric("cost_per_mtok", "$/Mtok", ("cost", "per_mtok_total_usd"), "$", "lower"),
+    Metric("api_over_self_hosted", "API/self-hosted cost", ("cost", "api_over_self_hosted"),
+           "x", "higher"),
+]}
+
+# the side-by-side comparison, in the order the published results use
+HEADLINE = ("throughput", "throughput_per_gpu", "ttft_p50", "ttft_p90", "e2e_p50", "tpot_p50",
+            "hit_rate", "hit_rate_server", "goodput", "makespan_p50", "cost_per_mtok",
+            "error_rate")
+
+
+def format_value(m: Metric, v: float | None) -> str:
+    """A metric's value for tables: shares as %, times and rates with their unit."""
+    if v is None:
+        return "-"
+    if m.share:
+        return f"{100 * v:.1f}%"
+    if m.unit == "$":
+        return f"${v:,.4f}" if abs(v) < 1 else f"${v:,.2f}"
+    if m.unit == "x":
+        return f"{v:.2f}x"
+    digits = 0 if abs(v) >= 100 else (1 if abs(v) >= 10 else 2)
+    return f"{v:,.{digits}f} {m.unit}".strip()
+
+
+def _times(r: float) -> str:
+    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
+def change_phrase(m: Metric, base: float | None, cand: float | None) -> str | None:
+    """The published form of a change: 'throughput 3.8x', 'P50 TTFT 46x lower',
+    'hit rate 1.7% → 92.2%'. None when either side is missing."""
+    if base is None or cand is None:
+        return None
+    if m.share:
+        return f"{m.label} {format_value(m, base)} → {format_value(m, cand)}"
+    if base == 0 or cand == 0:
+        return f"{m.label} {format_value(m, base)} → {format_value(m, cand)}"
+    if abs(cand / base - 1) < 0.005:
+        return f"{m.label} unchanged"
+    if m.better == "higher":
+        r = cand / base
+        return f"{m.label} {_times(r)}" if r >= 1 else f"{m.label} {_times(1 / r)} lower"
+    r = base / cand
+    return f"{m.label} {_times(r)} lower" if r >= 1 else f"{m.label} {_times(1 / r)} higher"

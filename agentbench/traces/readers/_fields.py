@@ -82,6 +82,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             except json.JSONDecodeError as e:
                 raise InputError(f"invalid JSON ({e.msg})", source=str(path),
                                  where=f"line {lineno}") from None
+            except UnicodeDecodeError:
+                raise InputError("not UTF-8 text", source=str(path),
+                                 where=f"line {lineno}") from None
             if not isinstance(rec, dict):
                 raise InputError("expected a JSON object", source=str(path),
                                  where=f"line {lineno}")

@@ -7,7 +7,8 @@ Chains of ``parent_chat_id`` become sessions: a request continues its parent's s
 when a parent has several children (in timestamp order), the first continues the session
 and each later one becomes a **fork** session starting after the parent's turn
 (``parent_turn``), inheriting its context. A child whose parent is not in the file (cut
-off by the trace window) starts a root session. Think time is the start-to-start gap
+off by the trace window) starts a root session; a child sent before its parent is an
+error. Think time is the start-to-start gap
 from the parent (no response time is recorded). One hash scope per file.
 """
 
@@ -112,6 +113,9 @@ def build_sessions(rows: Iterable[tuple[str, dict[str, Any]]], source: str,
         forks: list[Item] = []
         r: _Req | None = head
         while r is not None:
+            if prev is not None and r.ts < prev.ts:
+                raise InputError(f"{r.ts} is before its parent's {prev.ts}", source=source,
+                                 where=r.where, field="timestamp")
             turn = r.turn
             turn.turn = len(s.turns)
             turn.t = r.ts - head.ts

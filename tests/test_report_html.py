@@ -1,0 +1,147 @@
+"""The report in a real browser: headless Chromium (Debian ``chromium``) opens report.html
+over the DevTools protocol; the page loads with no console error or exception, every image
+decodes, no script exists, and a screenshot is saved. Skipped only when chromium is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agentbench.metrics.demo import write_demo_run
+from agentbench.report.render import render
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (Debian: apt-get install -y chromium)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         "--remote-debugging-port=0", "--window-size=1200,2400"]
+TIMEOUT_S = 60
+
+
+class Page:
+    """A minimal DevTools client: send commands, collect events."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.next_id = 0
+        self.events: list[dict[str, Any]] = []
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.loaded = asyncio.Event()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            if "id" in data and data["id"] in self.waiting:
+                self.waiting.pop(data["id"]).set_result(data)
+            elif "method" in data:
+                self.events.append(data)
+                if data["method"] == "Page.loadEventFired":
+                    self.loaded.set()
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[self.next_id] = fut
+        await self.ws.send_json({"id": self.next_id, "method": method, "params": params})
+        reply = await asyncio.wait_for(fut, TIMEOUT_S)
+        assert "error" not in reply, reply
+        return reply["result"]  # type: ignore[no-any-return]
+
+
+async def _inspect(url: str, shot: Path) -> dict[str, Any]:
+    profile = tempfile.mkdtemp(prefix="agentbench-chromium-")
+    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = Path(profile) / "DevToolsActivePort"
+        for _ in range(TIMEOUT_S * 10):  # chromium writes it when the port is open
+            if port_file.exists() and port_file.read_text().strip():
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"chromium exited with {proc.returncode}")
+            await asyncio.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
+                targets = await r.json()
+            ws_url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+            async with http.ws_connect(ws_url, max_msg_size=0) as ws:
+                page = Page(ws)
+                for domain in ("Page", "Runtime", "Log"):
+                    await page.send(f"{domain}.enable")
+                await page.send("Page.navigate", url=url)
+                await asyncio.wait_for(page.loaded.wait(), TIMEOUT_S)
+                images = (await page.send(
+                    "Runtime.evaluate", returnByValue=True,
+                    expression="Array.from(document.images).map(i => "
+                               "[i.complete, i.naturalWidth, i.naturalHeight, i.alt])"))
+                scripts = (await page.send("Runtime.evaluate", returnByValue=True,
+                                           expression="document.scripts.length"))
+                png = await page.send("Page.captureScreenshot", format="png",
+                                      captureBeyondViewport=True)
+                shot.write_bytes(base64.b64decode(png["data"]))
+                page.reader.cancel()
+                return {"events": page.events, "images": images["result"]["value"],
+                        "scripts": scripts["result"]["value"]}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _errors(events: list[dict[str, Any]]) -> list[Any]:
+    """Exceptions, console.error/assert calls, and error-level log entries (failed loads)."""
+    def bad(e: dict[str, Any]) -> bool:
+        m, p = e["method"], e.get("params", {})
+        return (m == "Runtime.exceptionThrown"
+                or (m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"))
+                or (m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error"))
+
+    return [e for e in events if bad(e)]
+
+
+@pytest.mark.timeout(180)
+def test_report_renders_in_chromium(tmp_path: Path) -> None:
+    cfg: dict[str, Any] = {"trees": 6, "turns": 12, "concurrency": (2, 6)}
+    runs = [write_demo_run(tmp_path / f"r{i}", seed=i, hit=h, **cfg)
+            for i, h in enumerate((0.1, 0.9, 0.95))]
+    for name, dirs in (("one", runs[:1]), ("three", runs)):
+        html, _ = render(dirs, tmp_path / name)
+        shot = tmp_path / f"{name}.png"
+        res = asyncio.run(asyncio.wait_for(_inspect(html.resolve().as_uri(), shot),
+                                           TIMEOUT_S * 2))
+        assert _errors(res["events"]) == []
+        assert res["scripts"] == 0
+        imgs = res["images"]
+        assert len(imgs) >= 8
+        broken = [alt for complete, w, h, alt in imgs if not (complete and w > 100 and h > 100)]
+        assert broken == []
+        data = shot.read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 20_000
+
+
+def test_broken_image_is_detected(tmp_path: Path) -> None:
+    """The check above can fail: a page with a broken image and a console error."""
+    page = tmp_path / "bad.html"
+    page.write_text('<!DOCTYPE html><html><body><img alt="bad" src="data:image/png;base64,'
+                    'AAAA"><img alt="missing" src="nothere.png">'
+                    "<script>console.error('boom')</script></body></html>")
+    res = asyncio.run(asyncio.wait_for(_inspect(page.as_uri(), tmp_path / "bad.png"),
+                                       TIMEOUT_S * 2))
+    assert _errors(res["events"])
+    assert [w for _, w, _, _ in res["images"]] == [0, 0]

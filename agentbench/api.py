@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentbench import records as R
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -87,6 +85,7 @@ class Run:
 def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     """Open ``results/<run>/``. The summary is read from summary.json when it is newer
     than the records, else computed (and written) by ``agentbench.metrics.summarize``."""
+    from agentbench import records as R
     from agentbench.errors import InputError
     from agentbench.metrics import summarize
 

@@ -110,6 +110,8 @@ class Cluster:
         self._t0 = clock()
         self.created = int(time.time())
         self._next_id = 0
+        #: When a list, every finished request is appended to it (benchmarks, tests).
+        self.finished_log: list[SimRequest] | None = None
         self._wake: list[asyncio.Event] = []
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -209,6 +211,8 @@ class Cluster:
             end = start + dur
             delay = t0 + end / speedup - clock()
             await asyncio.sleep(delay if delay > 0 else 0)
-            inst.commit(end)
+            done = inst.commit(end)
+            if done and self.finished_log is not None:
+                self.finished_log.extend(done)
             end_prev = end
             busy = True

@@ -92,21 +92,35 @@ class Instance:
         self.shared_load = (preset.shared_load_s_per_token if shared_load_s_per_token is None
                             else shared_load_s_per_token)
         self.waiting: deque[SimRequest] = deque()
-        self.running: list[SimRequest] = []
+        self.decoding: list[SimRequest] = []
+        self.prefilling: list[SimRequest] = []
         self.stats = InstanceStats()
-        self._plan: list[tuple[SimRequest, int]] = []  # (request, prefill tokens; 0 = decode)
+        self._decode_ctx = 0  # sum of context tokens over self.decoding
+        self._dec_batch: list[SimRequest] = []  # decodes of the planned step
+        self._prefill_plan: list[tuple[SimRequest, int]] = []  # (request, prompt tokens)
+        self._dirty = False  # an aborted request still sits in decoding/prefilling
         self._attn = 4.0 * preset.layers * preset.hidden
         self._lin = 2.0 * preset.params
+        self._s_flop, self._s_byte = preset.s_per_flop, preset.s_per_byte
+        self._kvb, self._wb = preset.kv_bytes_per_token, preset.weight_bytes
+        self._overhead = preset.step_overhead_s
 
     # ------------------------------------------------------------ queue
 
     @property
+    def running(self) -> list[SimRequest]:
+        """Admitted requests (prefilling or decoding), aborted ones excluded."""
+        return [r for r in self.prefilling + self.decoding if not r.aborted]
+
+    @property
     def load(self) -> int:
         """Requests on this instance (waiting + running)."""
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.decoding) + len(self.prefilling)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        if self._dirty:
+            self._purge()
+        return bool(self.waiting or self.decoding or self.prefilling)
 
     def blocks_needed(self, req: SimRequest) -> int:
         return -(-(req.prompt_tokens + req.output_tokens) // self.block_size)
@@ -120,12 +134,19 @@ class Instance:
         if req.finished_at is not None or req.aborted:
             return
         req.aborted = True
-        if req in self.waiting:
-            self.waiting.remove(req)
-        elif req in self.running:
-            self.running.remove(req)
+        if req.admitted_at is None:
+            if req in self.waiting:
+                self.waiting.remove(req)
+        else:  # leaves decoding/prefilling at the next purge (a planned step may hold it)
             self._release(req)
+            self._dirty = True
         self.stats.finished["abort"] += 1
+
+    def _purge(self) -> None:
+        self.decoding = [r for r in self.decoding if not r.aborted]
+        self.prefilling = [r for r in self.prefilling if not r.aborted]
+        self._decode_ctx = sum(r.prompt_tokens + r.generated for r in self.decoding)
+        self._dirty = False
 
     # ------------------------------------------------------------ step
 
@@ -172,36 +193,55 @@ class Instance:
         return True
 
     def plan(self, now: float) -> float | None:
-        """Choose the next step's work at ``now``; return its duration (None: nothing to do)."""
+        """Choose the next step's work at ``now``; return its duration (None: nothing to do).
+
+        As vLLM v1: running requests first (each decode 1 token, each unfinished prefill a
+        chunk of what is left of the token budget), then waiting requests FCFS while budget,
+        sequence slots and KV blocks last.
+        """
+        if self._dirty:
+            self._purge()
         p = self.preset
         budget = p.max_num_batched_tokens
-        plan: list[tuple[SimRequest, int]] = []
-        flops = 0.0
-        kv_read = 0.0
-        load_s = 0.0
         attn, lin = self._attn, self._lin
-        for r in self.running:
-            if r.computed >= r.prompt_tokens:  # decoding
-                if budget <= 0:
-                    break
-                ctx = r.prompt_tokens + r.generated
-                plan.append((r, 0))
-                budget -= 1
-                flops += lin + ctx * attn
-                kv_read += ctx
-        for r in self.running:
-            if r.computed < r.prompt_tokens and budget > 0:
-                n = min(r.prompt_tokens - r.computed, budget)
-                plan.append((r, n))
-                budget -= n
-                flops += n * lin + n * (r.computed + n / 2) * attn
-                kv_read += r.computed + n
-        while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
-            r = self.waiting[0]
+        dec = self.decoding
+        if len(dec) <= budget:
+            batch = dec[:]
+            ctx = self._decode_ctx
+        else:
+            batch = dec[:budget]
+            ctx = sum(r.prompt_tokens + r.generated for r in batch)
+        flops = len(batch) * lin + ctx * attn
+        if not self.prefilling and not self.waiting:  # decode-only step (the common case)
+            self._dec_batch = batch
+            self._prefill_plan = []
+            if not batch:
+                return None
+            dur = max(flops * self._s_flop, (self._wb + ctx * self._kvb) * self._s_byte) \
+                + self._overhead
+            self.stats.steps += 1
+            self.stats.busy_s += dur
+            return dur
+        budget -= len(batch)
+        kv_read = float(ctx)
+        load_s = 0.0
+        plan: list[tuple[SimRequest, int]] = []
+        for r in self.prefilling:
+            if budget <= 0:
+                break
+            n = min(r.prompt_tokens - r.computed, budget)
+            plan.append((r, n))
+            budget -= n
+            flops += n * lin + n * (r.computed + n / 2) * attn
+            kv_read += r.computed + n
+        waiting = self.waiting
+        while waiting and budget > 0 \
+                and len(self.decoding) + len(self.prefilling) < p.max_num_seqs:
+            r = waiting[0]
             if r.arrival > now or not self._admit(r, now):
                 break
-            self.waiting.popleft()
-            self.running.append(r)
+            waiting.popleft()
+            self.prefilling.append(r)
             load_s += r.cpu_hit_tokens * p.cpu_load_s_per_token \
                 + r.shared_hit_tokens * self.shared_load
             n = min(r.prompt_tokens - r.computed, budget)
@@ -209,11 +249,12 @@ class Instance:
             budget -= n
             flops += n * lin + n * (r.computed + n / 2) * attn
             kv_read += r.computed + n
-        self._plan = plan
-        if not plan:
+        self._dec_batch = batch
+        self._prefill_plan = plan
+        if not batch and not plan:
             return None
-        mem = p.weight_bytes + kv_read * p.kv_bytes_per_token
-        dur = max(flops * p.s_per_flop, mem * p.s_per_byte) + p.step_overhead_s + load_s
+        mem = self._wb + kv_read * self._kvb
+        dur = max(flops * self._s_flop, mem * self._s_byte) + self._overhead + load_s
         self.stats.steps += 1
         self.stats.busy_s += dur
         return dur
@@ -222,32 +263,57 @@ class Instance:
         """Apply the planned step, ending at ``now``; return the requests that finished."""
         done: list[SimRequest] = []
         st = self.stats
-        for r, n in self._plan:
+        emitted = 0
+        for r in self._dec_batch:
             if r.aborted:
                 continue
-            if n:
-                r.computed += n
-                if r.computed < r.prompt_tokens:
-                    continue
-                self._cache_prompt(r, now)
-                r.first_token_at = now
-                st.ttft.observe((now - r.arrival) / self.speedup)
             r.generated += 1
-            st.generation_tokens += 1
+            emitted += 1
             if r.generated >= r.output_tokens:
                 r.finished_at = now
                 r.finish_reason = r.finish_as
                 done.append(r)
             if r.on_progress is not None:
                 r.on_progress(r)
-        self._plan = []
-        if done:
-            finished = set(map(id, done))
-            self.running = [r for r in self.running if id(r) not in finished]
-            for r in done:
-                self._release(r)
-                st.finished[r.finish_as] += 1
-                st.e2e.observe((now - r.arrival) / self.speedup)
+        self._decode_ctx += emitted
+        n_dec_done = len(done)
+        started: list[SimRequest] = []
+        for r, n in self._prefill_plan:
+            if r.aborted:
+                continue
+            r.computed += n
+            if r.computed < r.prompt_tokens:
+                continue
+            self._cache_prompt(r, now)
+            r.first_token_at = now
+            st.ttft.observe((now - r.arrival) / self.speedup)
+            r.generated = 1
+            emitted += 1
+            started.append(r)
+            if r.output_tokens <= 1:
+                r.finished_at = now
+                r.finish_reason = r.finish_as
+                done.append(r)
+            if r.on_progress is not None:
+                r.on_progress(r)
+        st.generation_tokens += emitted
+        self._dec_batch = []
+        self._prefill_plan = []
+        if started:
+            ids = set(map(id, started))
+            self.prefilling = [r for r in self.prefilling if id(r) not in ids]
+            for r in started:
+                if r.finished_at is None:
+                    self.decoding.append(r)
+                    self._decode_ctx += r.prompt_tokens + 1
+        if n_dec_done:
+            ids = set(map(id, done[:n_dec_done]))
+            self.decoding = [r for r in self.decoding if id(r) not in ids]
+            self._decode_ctx -= sum(r.prompt_tokens + r.generated for r in done[:n_dec_done])
+        for r in done:
+            self._release(r)
+            st.finished[r.finish_as] += 1
+            st.e2e.observe((now - r.arrival) / self.speedup)
         return done
 
     def _cache_prompt(self, r: SimRequest, now: float) -> None:
@@ -281,7 +347,8 @@ class Instance:
 
     def kv_usage(self) -> float:
         """Share of GPU blocks held by running requests (vLLM's kv_cache_usage_perc)."""
-        pinned = [r.pinned for r in self.running if r.pinned is not None]
+        pinned = [r.pinned for r in self.decoding + self.prefilling
+                  if r.pinned is not None and not r.aborted]
         used = self.gpu.referenced_blocks(pinned) + self.gpu.reserved
         return min(1.0, used / self.gpu.capacity)
 

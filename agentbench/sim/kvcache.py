@@ -20,19 +20,13 @@ import heapq
 from collections.abc import Sequence
 
 
-class _Block:
-    __slots__ = ("parent", "children", "touch", "pins", "depth")
-
-    def __init__(self, parent: int | None, touch: float, depth: int) -> None:
-        self.parent = parent
-        self.children = 0
-        self.touch = touch
-        self.pins = 0
-        self.depth = depth
-
-
 class PrefixCache:
-    """``capacity`` blocks; ``reserved`` blocks are held by running requests (not cached)."""
+    """``capacity`` blocks; ``reserved`` blocks are held by running requests (not cached).
+
+    Per-block state lives in parallel dicts keyed by block hash (parent, children count,
+    last touch, depth; pins only for pinned blocks) so that inserting a request's new blocks
+    is a few C-level ``dict.update`` calls rather than a Python loop.
+    """
 
     def __init__(self, capacity: int, name: str = "gpu") -> None:
         if capacity <= 0:
@@ -41,25 +35,29 @@ class PrefixCache:
         self.name = name
         self.reserved = 0
         self.evictions = 0
-        self._blocks: dict[int, _Block] = {}
+        self._touch: dict[int, float] = {}  # presence + last use
+        self._parent: dict[int, int | None] = {}
+        self._children: dict[int, int] = {}
+        self._depth: dict[int, int] = {}
+        self._pins: dict[int, int] = {}
         self._heap: list[tuple[float, int, int, int]] = []  # (touch, -depth, seq, hash)
         self._seq = 0
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return len(self._touch)
 
     def __contains__(self, h: int) -> bool:
-        return h in self._blocks
+        return h in self._touch
 
     @property
     def free(self) -> int:
         """Blocks neither cached nor reserved."""
-        return self.capacity - len(self._blocks) - self.reserved
+        return self.capacity - len(self._touch) - self.reserved
 
     def match(self, hashes: Sequence[int], limit: int | None = None) -> int:
         """Number of leading blocks of ``hashes[:limit]`` that are cached."""
         hi = len(hashes) if limit is None else min(limit, len(hashes))
-        blocks = self._blocks
+        blocks = self._touch
         if hi == 0 or hashes[0] not in blocks:
             return 0
         if hashes[hi - 1] in blocks:
@@ -75,20 +73,24 @@ class PrefixCache:
 
     def touch(self, h: int, now: float) -> None:
         """Mark block ``h`` (and so its whole prefix) used at ``now``."""
-        b = self._blocks[h]
-        if now > b.touch:
-            b.touch = now
-        if b.children == 0 and b.pins == 0:
-            self._push(h, b)
+        if now > self._touch[h]:
+            self._touch[h] = now
+        if not self._children[h] and h not in self._pins:
+            self._push(h)
 
     def pin(self, h: int) -> None:
-        self._blocks[h].pins += 1
+        if h not in self._touch:
+            raise KeyError(h)
+        self._pins[h] = self._pins.get(h, 0) + 1
 
     def unpin(self, h: int) -> None:
-        b = self._blocks[h]
-        b.pins -= 1
-        if b.pins == 0 and b.children == 0:
-            self._push(h, b)
+        n = self._pins[h] - 1
+        if n:
+            self._pins[h] = n
+            return
+        del self._pins[h]
+        if not self._children[h]:
+            self._push(h)
 
     def insert(self, hashes: Sequence[int], end: int, now: float, *,
                make_room: bool = False) -> int:
@@ -114,40 +116,47 @@ class PrefixCache:
             end = k + min(need, max(0, self.free))
             if end == k:
                 return 0
-        blocks = self._blocks
+        new = list(hashes[k:end])
+        self._touch.update(dict.fromkeys(new, now))
+        self._parent.update(zip(new, [parent, *new[:-1]], strict=True))
+        self._depth.update(zip(new, range(k, end), strict=True))
+        self._children.update(dict.fromkeys(new, 1))
+        self._children[new[-1]] = 0
         if parent is not None:
-            blocks[parent].children += 1
-        for i in range(k, end):
-            b = _Block(parent, now, i)
-            h = hashes[i]
-            blocks[h] = b
-            if i + 1 < end:
-                b.children = 1
-            parent = h
-        self._push(hashes[end - 1], blocks[hashes[end - 1]])
+            self._children[parent] += 1
+        self._push(new[-1])
         return end - k
 
     def evict(self, n: int) -> int:
         """Evict up to ``n`` unpinned leaf blocks in LRU order; return how many went."""
         done = 0
         heap = self._heap
-        blocks = self._blocks
+        touch_of, parent_of, children, depth_of, pins = (
+            self._touch, self._parent, self._children, self._depth, self._pins)
         while done < n and heap:
-            touch, _, _, h = heapq.heappop(heap)
-            b = blocks.get(h)
-            if b is None or b.children or b.pins or b.touch != touch:
+            t, _, _, h = heapq.heappop(heap)
+            if touch_of.get(h) != t or children[h] or h in pins:
                 continue  # stale entry
-            del blocks[h]
-            done += 1
-            if b.parent is not None:
-                p = blocks[b.parent]
-                p.children -= 1
-                if b.touch > p.touch:
-                    p.touch = b.touch
-                if p.children == 0 and p.pins == 0:
-                    self._push(b.parent, p)
+            while True:  # evict h, then walk up while the parent is the next LRU leaf
+                del touch_of[h], children[h], depth_of[h]
+                p = parent_of.pop(h)
+                done += 1
+                if p is None:
+                    break
+                c = children[p] - 1
+                children[p] = c
+                if touch_of[p] < t:
+                    touch_of[p] = t
+                if c or p in pins:
+                    break
+                pt = touch_of[p]
+                if done < n and (not heap or (pt, -depth_of[p]) <= heap[0][:2]):
+                    h, t = p, pt
+                    continue
+                self._push(p)
+                break
         self.evictions += done
-        if len(heap) > 4 * len(blocks) + 1024:
+        if len(heap) > 4 * len(touch_of) + 1024:
             self._rebuild_heap()
         return done
 
@@ -160,38 +169,38 @@ class PrefixCache:
     def referenced_blocks(self, deepest: Sequence[int]) -> int:
         """Distinct cached blocks on the paths above the given (pinned) deepest blocks."""
         seen: set[int] = set()
-        blocks = self._blocks
+        parent_of = self._parent
         for h in deepest:
             cur: int | None = h
-            while cur is not None and cur not in seen and cur in blocks:
+            while cur is not None and cur not in seen and cur in parent_of:
                 seen.add(cur)
-                cur = blocks[cur].parent
+                cur = parent_of[cur]
         return len(seen)
 
     def lru_order(self) -> list[int]:
-        """Hashes in the order they would be evicted now (for tests; O(n log n))."""
-        order: list[int] = []
+        """Hashes in the order they would be evicted now (for tests; O(n^2))."""
         clone = PrefixCache(self.capacity, self.name)
-        for h, b in self._blocks.items():
-            nb = _Block(b.parent, b.touch, b.depth)
-            nb.children, nb.pins = b.children, b.pins
-            clone._blocks[h] = nb
+        clone._touch, clone._parent = dict(self._touch), dict(self._parent)
+        clone._children, clone._depth = dict(self._children), dict(self._depth)
+        clone._pins = dict(self._pins)
         clone._rebuild_heap()
+        order: list[int] = []
         while True:
-            before = set(clone._blocks)
+            before = list(clone._touch)
             if clone.evict(1) == 0:
                 break
-            order.extend(before - set(clone._blocks))
+            order.extend(h for h in before if h not in clone._touch)
         return order
 
-    def _push(self, h: int, b: _Block) -> None:
+    def _push(self, h: int) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (b.touch, -b.depth, self._seq, h))
+        heapq.heappush(self._heap, (self._touch[h], -self._depth[h], self._seq, h))
 
     def _rebuild_heap(self) -> None:
         self._heap = []
-        for h, b in self._blocks.items():
-            if b.children == 0 and b.pins == 0:
+        children, pins = self._children, self._pins
+        for h, t in self._touch.items():
+            if not children[h] and h not in pins:
                 self._seq += 1
-                self._heap.append((b.touch, -b.depth, self._seq, h))
+                self._heap.append((t, -self._depth[h], self._seq, h))
         heapq.heapify(self._heap)

@@ -84,6 +84,8 @@ def test_session_id_groups_turns_in_timestamp_order(tmp_path: Path) -> None:
     ('{"timestamp": "soon", "input_length": 10, "output_length": 1, "hash_ids": [1]}',
      "line 2", "timestamp"),
     ('[1, 2]', "line 2", None),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [18446744073709551616]}',
+     "line 2", "hash_ids"),
 ])
 def test_bad_lines_name_file_line_and_field(tmp_path: Path, line: str, where: str,
                                             field: str | None) -> None:
@@ -122,3 +124,11 @@ def test_read_plus_stats_stays_close_to_json_decoding(tmp_path: Path) -> None:
         best_json, best_read = min(best_json, t1 - t0), min(best_read, t2 - t1)
     assert len(decoded) == 20_000
     assert best_read < 6 * best_json, (best_read, best_json)
+
+
+def test_unknown_reader_option_is_an_input_error(tmp_path: Path) -> None:
+    f = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}])
+    with pytest.raises(InputError, match="unknown option 'tokeniser'") as e:
+        read_trace(f, tokeniser="x")
+    assert e.value.field == "tokeniser"

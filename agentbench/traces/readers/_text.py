@@ -194,3 +194,10 @@ def _looks_jsonl(p: Any) -> bool:
         return True
     except json.JSONDecodeError:
         return False
+
+
+def reject_unknown(options: dict[str, Any], fmt: str) -> None:
+    """A misspelt reader option is an error, not silently ignored."""
+    if options:
+        name = next(iter(options))
+        raise InputError(f"unknown option {name!r} for the {fmt} reader", field=name)

@@ -22,12 +22,14 @@ from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import trace_files
 from agentbench.traces.readers._fields import iter_jsonl, req_hash_ids, req_int, req_num
+from agentbench.traces.readers._text import reject_unknown
 
 BLOCK_SIZE = 16
 
 
-def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **_: Any) -> Trace:
+def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
     """Read a Bailian JSONL file or a folder of them (one hash scope per file)."""
+    reject_unknown(options, "bailian")
     path = Path(source)
     sessions: list[Session] = []
     for file in trace_files(path, (".jsonl", ".json")):
@@ -39,8 +41,9 @@ def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **_: Any) -> Trace
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str,
-                 block_size: int = BLOCK_SIZE, **_: Any) -> Trace:
+                 block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
     """Read decoded records (e.g. Hugging Face dataset rows) as one Bailian file."""
+    reject_unknown(options, "bailian")
     rows = ((f"record {i}", rec) for i, rec in enumerate(records))
     trace = Trace(build_sessions(rows, source, block_size), name=Path(source).name or source)
     trace.validate()

@@ -29,11 +29,16 @@ from agentbench.errors import InputError
 from agentbench.traces.model import HashIds, Session, Trace, Turn
 from agentbench.traces.readers import trace_files
 from agentbench.traces.readers._fields import opt_num, req_int
-from agentbench.traces.readers._text import DEFAULT_BLOCK_SIZE, iter_file_records
+from agentbench.traces.readers._text import (
+    DEFAULT_BLOCK_SIZE,
+    iter_file_records,
+    reject_unknown,
+)
 
 
-def read(source: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **_: Any) -> Trace:
+def read(source: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **options: Any) -> Trace:
     """Read a Copilot sessions file (JSON / JSONL) or a folder of them."""
+    reject_unknown(options, "copilot")
     path = Path(source)
     sessions: list[Session] = []
     for file in trace_files(path, (".json", ".jsonl")):
@@ -44,8 +49,9 @@ def read(source: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **_: Any) 
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str,
-                 block_size: int = DEFAULT_BLOCK_SIZE, **_: Any) -> Trace:
+                 block_size: int = DEFAULT_BLOCK_SIZE, **options: Any) -> Trace:
     """Read decoded session records (e.g. Hugging Face dataset rows)."""
+    reject_unknown(options, "copilot")
     rows = ((f"record {i}", rec) for i, rec in enumerate(records))
     trace = Trace(_sessions(rows, source, block_size), name=Path(source).name or source)
     trace.validate()

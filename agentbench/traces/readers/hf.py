@@ -41,6 +41,9 @@ def read(source: str | Path, *, split: str | None = None, name: str | None = Non
 
     if fmt == "weka":  # one row per Weka document
         from agentbench.traces.readers import weka
+        from agentbench.traces.readers._text import reject_unknown
+
+        reject_unknown(options, "weka")
 
         sessions = []
         for i, doc in enumerate(all_rows()):

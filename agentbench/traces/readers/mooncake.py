@@ -27,13 +27,15 @@ from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import trace_files
 from agentbench.traces.readers._fields import opt_num, req_hash_ids, req_int, req_num
+from agentbench.traces.readers._text import reject_unknown
 
 BLOCK_SIZE = 512
 _NUMBER = (int, float)
 
 
-def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **_: Any) -> Trace:
+def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
     """Read one Mooncake JSONL file or a folder of them (one hash scope per file)."""
+    reject_unknown(options, "mooncake")
     path = Path(source)
     sessions: list[Session] = []
     # The reader makes millions of small acyclic objects: the cyclic collector's passes
@@ -50,8 +52,9 @@ def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **_: Any) -> Trace
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str,
-                 block_size: int = BLOCK_SIZE, **_: Any) -> Trace:
+                 block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
     """Read decoded records (e.g. Hugging Face dataset rows) as one Mooncake file."""
+    reject_unknown(options, "mooncake")
     cols = _Columns()
     for i, rec in enumerate(records):
         cols.add(rec, f"record {i}", source)
@@ -161,8 +164,10 @@ class _Columns:
             flat = np.fromiter(itertools.chain.from_iterable(self.hashes), dtype=np.int64,
                                count=total)
         except OverflowError:
+            i = next(i for i, h in enumerate(self.hashes)
+                     if any(not -(1 << 63) <= v < (1 << 63) for v in h))
             raise InputError("hash id outside 64-bit integers", source=source,
-                             field="hash_ids") from None
+                             where=_where(self.where[i]), field="hash_ids") from None
         inp = np.asarray(self.inp, dtype=np.int64)
         allowed = (inp + block_size - 1) // block_size
         bad = np.flatnonzero(lengths > allowed)

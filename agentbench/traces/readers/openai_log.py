@@ -35,6 +35,7 @@ from agentbench.traces.readers._text import (
     iter_file_records,
     message_token_ids,
     primer_ids,
+    reject_unknown,
 )
 from agentbench.traces.tokenizers import get_tokenizer
 
@@ -152,7 +153,8 @@ def _digest(prev: bytes, role: str, text: str) -> bytes:
 
 def build(rows: Iterable[tuple[str, str, dict[str, Any]]], *, name: str, scope: str,
           tokenizer: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
-          session_key: str | None = None, **_: Any) -> Trace:
+          session_key: str | None = None, **options: Any) -> Trace:
+    reject_unknown(options, "openai-log")
     tok = get_tokenizer(tokenizer)
     reqs: list[_Req] = []
     for file, where, rec in rows:

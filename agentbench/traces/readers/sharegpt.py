@@ -30,6 +30,7 @@ from agentbench.traces.readers._text import (
     iter_file_records,
     message_token_ids,
     primer_ids,
+    reject_unknown,
 )
 from agentbench.traces.tokenizers import get_tokenizer
 
@@ -55,8 +56,9 @@ def read_records(records: Iterable[dict[str, Any]], *, source: str, **options: A
 
 def build(records: Iterable[tuple[str, str, dict[str, Any]]], *, name: str, scope: str,
           tokenizer: str | None = None, seed: int = 0,
-          block_size: int = DEFAULT_BLOCK_SIZE, **_: Any) -> Trace:
+          block_size: int = DEFAULT_BLOCK_SIZE, **options: Any) -> Trace:
     """Sessions from (file, where, record) triples; one hash scope for all of them."""
+    reject_unknown(options, "sharegpt")
     tok = get_tokenizer(tokenizer)
     rng = np.random.default_rng(seed)
     sessions: list[Session] = []

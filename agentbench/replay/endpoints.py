@@ -63,7 +63,7 @@ async def open_endpoint(cfg: Any, index: int, n_lanes_hint: int) -> LiveEndpoint
     handle = None
     if cfg.kind == "simulated":
         try:
-            from agentbench.sim import start_simulator  # type: ignore[attr-defined]
+            from agentbench.sim import start_simulator
         except ImportError as e:
             raise InputError(f"the serving simulator is not available ({e})",
                              where=f"endpoints[{index}]", field="kind") from None

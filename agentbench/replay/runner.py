@@ -107,6 +107,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         on_start(run_dir)
     writer = ResultsWriter(run_dir)
     t0 = time.perf_counter_ns()
+    info["clock"]["t0_perf_ns"] = t0  # to line up with server-side logs on the same host
     cap = scenario.timing.idle_cap_s
     timers = Timers(t0, None if cap is None else int(cap * NS))
     endpoints: list[LiveEndpoint] = []

@@ -10,6 +10,8 @@ appear unescaped as keys), so only the ``usage`` event is JSON-decoded in the co
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -39,7 +41,53 @@ class StreamResult:
 
 
 def parse_stream(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
-    """Events of an SSE stream, each stamped with its completing chunk's arrival (ns)."""
+    """Events of an SSE stream, each stamped with its completing chunk's arrival (ns).
+
+    A well-formed stream (every event one ``data: {...}`` or ``data: [DONE]`` line) is read
+    in a few passes over the joined bytes; anything else takes the event-by-event path,
+    which also names what is malformed."""
+    fast = _parse_fast(chunks, times)
+    return fast if fast is not None else _parse_events(chunks, times)
+
+
+def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult | None:
+    body = b"".join(chunks)
+    if b"\r" in body:
+        return None
+    evs = body.split(b"\n\n")
+    if evs.pop():  # bytes after the last separator: an unfinished event
+        return None
+    done = bool(evs) and evs[-1] == b"data: [DONE]"
+    objs = evs[:-1] if done else evs
+    for e in objs:
+        if not (e.startswith(b"data: {") and e.endswith(b"}")) or e.startswith(
+                b'data: {"error"') or b"\n" in e:
+            return None
+    out = StreamResult(done=done)
+    if not done:
+        out.error_type = "incomplete_stream"
+        out.error_message = "stream ended without data: [DONE]"
+    search = _TOKEN_RE.search
+    flags = [search(ev) is not None for ev in evs]
+    tok = [ev for ev, f in zip(evs, flags, strict=True) if f]
+    if len(chunks) == 1:
+        out.token_event_ns = [times[0]] * len(tok)
+    else:
+        chunk_ends = list(itertools.accumulate(map(len, chunks)))
+        ev_ends = itertools.accumulate(len(ev) + 2 for ev in evs)
+        out.token_event_ns = [times[bisect.bisect_left(chunk_ends, e)]
+                              for e, f in zip(ev_ends, flags, strict=True) if f]
+    for ev in reversed(evs[-4:]):
+        if _USAGE_RE.search(ev):
+            _read_usage(ev, out)
+            if out.error_type == "malformed_sse":
+                return out
+            break
+    out.token_event_tokens = _tokens_per_event(tok, out.completion_tokens)
+    return out
+
+
+def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
     out = StreamResult()
     pending = b""
     token_texts: list[bytes] = []

@@ -126,6 +126,10 @@ class ResultsWriter:
                 run_dir / (records.SERVER_METRICS_FILE + SPOOL_SUFFIX),
                 records.SERVER_METRICS_SCHEMA),
         }
+        for spool in self._spools.values():
+            # pyarrow initialises its conversion machinery lazily (~0.3 s): pay that now,
+            # not in the first flush in the middle of the run
+            pa.RecordBatch.from_pylist([], schema=spool.schema)
         self.n_requests = 0
         self.n_errors = 0
         self.recent_ttft_ms: deque[float] = deque(maxlen=256)

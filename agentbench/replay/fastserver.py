@@ -1,0 +1,203 @@
+"""A lean OpenAI-style SSE server on bare asyncio (no framework), for fidelity tests and
+client benchmarks where the server must cost far less than the client.
+
+It reads a request's ``max_tokens`` with a byte search (no JSON decoding) and answers with
+a chunked SSE stream of that many one-token events (or ``--tokens`` when given). With
+``--ttft``/``--itl`` zero the whole answer goes out in one write (like nginx serving a
+file); ``--per-event`` writes every event separately so each costs the client a read.
+Timing is relative: the first token ``ttft`` after the request arrived, each next one
+``itl`` after the previous write, so no gap is ever shorter than asked. ``--log`` records
+when each timed stream's first and last token events were written (``perf_counter_ns``,
+the same clock as the client's on one machine), so a test can tell the client's own
+delay apart from a late server.
+
+    python -m agentbench.replay.fastserver --port 0 --ttft 0.05 --itl 0.005   # prints PORT n
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import time
+from typing import TextIO
+
+_MAX_TOKENS = re.compile(rb'"max_tokens"\s*:\s*(\d+)')
+_CHAT_BASE = b'{"id":"x","object":"chat.completion.chunk","created":0,"model":"fast",'
+_COMP_BASE = b'{"id":"x","object":"text_completion","created":0,"model":"fast",'
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _usage(prompt: int, n: int) -> bytes:
+    return (b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,'
+            b'"prompt_tokens_details":{"cached_tokens":0}}' % (prompt, n, prompt + n))
+
+
+def events(chat: bool, n: int, prompt: int = 1000) -> list[bytes]:
+    """The SSE events of an answer with ``n`` one-token events (role event first for chat)."""
+    out = []
+    if chat:
+        out.append(b"data: " + _CHAT_BASE + b'"choices":[{"index":0,"delta":{"role":'
+                   b'"assistant","content":""},"finish_reason":null}]}\n\n')
+    for i in range(n):
+        fin = b'"length"' if i == n - 1 else b"null"
+        if chat:
+            ev = (_CHAT_BASE + b'"choices":[{"index":0,"delta":{"content":" tok"},'
+                  b'"finish_reason":' + fin + b"}]}")
+        else:
+            ev = (_COMP_BASE + b'"choices":[{"index":0,"text":" tok","finish_reason":' + fin
+                  + b"}]" + (b"," + _usage(prompt, n) if i == n - 1 else b"") + b"}")
+        out.append(b"data: " + ev + b"\n\n")
+    if chat:
+        out.append(b"data: " + _CHAT_BASE + b'"choices":[],' + _usage(prompt, n) + b"}\n\n")
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+class _Conn(asyncio.Protocol):
+    def __init__(self, srv: FastServer) -> None:
+        self.srv = srv
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._next()
+
+    def _next(self) -> None:
+        if self.busy:
+            return
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buf[:end]
+        m = re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head)
+        length = int(m.group(1)) if m else 0
+        if len(self.buf) < end + 4 + length:
+            return
+        body = self.buf[end + 4:end + 4 + length]
+        self.buf = self.buf[end + 4 + length:]
+        t_recv = time.perf_counter()
+        line = head.split(b"\r\n", 1)[0]
+        if line.startswith(b"GET /metrics"):
+            text = b"# TYPE fast_requests_total counter\nfast_requests_total %d\n" % (
+                self.srv.count)
+            self._write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d"
+                        b"\r\n\r\n%s" % (len(text), text))
+            self._next()
+            return
+        if not line.startswith(b"POST"):
+            self._write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            self._next()
+            return
+        self.srv.count += 1
+        chat = b"/chat/" in line
+        n = self.srv.tokens
+        if n is None:
+            mt = _MAX_TOKENS.search(body)
+            n = int(mt.group(1)) if mt else 16
+        evs = self.srv.cached_events(chat, n)
+        if self.srv.ttft_s == 0 and self.srv.itl_s == 0 and not self.srv.per_event:
+            self._write(_HEAD + _chunk(b"".join(evs)) + b"0\r\n\r\n")
+            self._next()
+            return
+        self.busy = True
+        rid = re.search(rb"(?i)\r\nx-request-id:\s*(\S+)", head)
+        asyncio.ensure_future(self._stream(evs, chat, t_recv, rid.group(1) if rid else b"-"))
+
+    async def _stream(self, evs: list[bytes], chat: bool, t_recv: float, rid: bytes) -> None:
+        srv = self.srv
+        first_ns = last_ns = 0
+        i = 0
+        if chat:  # role-only event at once
+            self._write(_HEAD + _chunk(evs[0]))
+            i = 1
+        else:
+            self._write(_HEAD)
+        delay = srv.ttft_s - (time.perf_counter() - t_recv)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        last = len(evs) - (2 if chat else 1)  # token events end here
+        while i < last:
+            last_ns = time.perf_counter_ns()
+            first_ns = first_ns or last_ns
+            self._write(_chunk(evs[i]))
+            i += 1
+            if i < last and srv.itl_s > 0:
+                await asyncio.sleep(srv.itl_s)
+        self._write(_chunk(b"".join(evs[i:])) + b"0\r\n\r\n")
+        if srv.log is not None:  # when each token event was written: the server's truth
+            srv.log.write(f"{rid.decode()} {first_ns} {last_ns} {last - (1 if chat else 0)}\n")
+            srv.log.flush()
+        self.busy = False
+        self._next()
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+
+class FastServer:
+    def __init__(self, ttft_s: float = 0.0, itl_s: float = 0.0, tokens: int | None = None,
+                 per_event: bool = False, log: TextIO | None = None) -> None:
+        self.log = log
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.tokens = tokens
+        self.per_event = per_event
+        self.count = 0
+        self._events: dict[tuple[bool, int], list[bytes]] = {}
+        self.server: asyncio.base_events.Server | None = None
+
+    def cached_events(self, chat: bool, n: int) -> list[bytes]:
+        key = (chat, n)
+        evs = self._events.get(key)
+        if evs is None:
+            evs = self._events[key] = events(chat, n)
+        return evs
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: _Conn(self), host, port, backlog=4096)
+        return int(self.server.sockets[0].getsockname()[1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Lean SSE server for client benchmarks.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--ttft", type=float, default=0.0)
+    ap.add_argument("--itl", type=float, default=0.0)
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="events per answer (default: the request's max_tokens)")
+    ap.add_argument("--per-event", action="store_true", help="one write per SSE event")
+    ap.add_argument("--log", default=None,
+                    help="append 'request-id first_ns last_ns events' per timed stream "
+                         "(perf_counter_ns of the writes)")
+    args = ap.parse_args(argv)
+
+    async def serve() -> None:
+        log = open(args.log, "a") if args.log else None  # noqa: SIM115 - lives as long as we do
+        srv = FastServer(args.ttft, args.itl, args.tokens, args.per_event, log)
+        port = await srv.start(args.host, args.port)
+        print(f"PORT {port}", flush=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Failures are data: HTTP 500 and 429, a refused connection, a reset mid-stream, a stall
+past the timeout, malformed SSE, an error event and a stream without [DONE] each become a
+request record with the error, and the run goes on to the end."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench import records
+from agentbench.replay import run_scenario
+from agentbench.replay.fakeserver import FakeServer, ServerConfig
+from agentbench.scenario import Scenario
+from agentbench.traces.model import Session, Trace, Turn
+
+FAULT_TYPES = {
+    "http500": "http_500",
+    "http429": "http_429",
+    "reset": "disconnected",
+    "stall": "stall_timeout",
+    "malformed": "malformed_sse",
+    "error_event": "stream_error",
+    "no_done": "incomplete_stream",
+}
+
+
+def trace(turns: int) -> Trace:
+    ts = [Turn(turn=k, t=float(k), think_s=0.0, api_s=None, input_tokens=40 + 16 * k,
+               output_tokens=10, hash_ids=np.arange(1, k + 3, dtype=np.int64), block_size=16)
+          for k in range(turns)]
+    return Trace([Session("s", None, "root", None, None, None, "test", "x", 0.0, ts)])
+
+
+def scenario(url: str, out: Any, stall_s: float = 0.3) -> Scenario:
+    return Scenario.model_validate({
+        "name": "faults",
+        "endpoints": [{"kind": "openai", "url": url, "model": "m", "ignore_eos": True,
+                       "stall_timeout_s": stall_s, "timeout_s": 10}],
+        "trace": {"kind": "file", "source": "unused"},
+        "load": {"kind": "lanes", "concurrency": 1},
+        "timing": {"time_scale": 0.0},
+        "limits": {"recycle": False},
+        "output": {"dir": str(out), "run_id": "run"},
+        "server_metrics": {"enabled": False},
+    })
+
+
+@pytest.mark.timeout(60)
+async def test_each_fault_is_a_record_and_the_run_goes_on(tmp_path):  # type: ignore[no-untyped-def]
+    faults = list(FAULT_TYPES)
+    # request n gets fault n (n < 7), then three clean requests
+    cfg = ServerConfig(ttft_s=0.0, itl_s=0.001, stall_s=2.0,
+                       fault=lambda n, body: faults[n] if n < len(faults) else None)
+    srv = FakeServer(cfg)
+    await srv.start()
+    try:
+        res = await asyncio.wait_for(
+            run_scenario(scenario(srv.url, tmp_path), trace=trace(10), progress=False), 50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    req = req.sort_values("turn")
+    assert len(req) == 10
+    got = dict(zip(req.turn[:7], req.error_type[:7], strict=True))
+    assert got == dict(enumerate(FAULT_TYPES.values()))
+    assert (req.status[:7] == records.ERROR).all()
+    assert (req.status[7:] == records.OK).all()
+    assert req.error_message[:7].str.len().gt(0).all()
+    assert (req.end_ns >= req.sent_ns).all()
+    # the reset and the stall happened after some tokens arrived: those are kept
+    by = req.set_index("error_type")
+    assert by.loc["disconnected", "token_events"] >= 4
+    assert by.loc["stall_timeout", "token_events"] >= 4
+    stall = by.loc["stall_timeout"]
+    assert 0.3e9 <= stall.end_ns - stall.last_token_ns < 2e9
+    assert by.loc["http_429", "http_status"] == 429
+    run = (res.run_dir / records.RUN_FILE).read_text()
+    assert '"status": "completed"' in run
+
+
+@pytest.mark.timeout(60)
+async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = await asyncio.wait_for(run_scenario(
+        scenario(f"http://127.0.0.1:{port}", tmp_path), trace=trace(3), progress=False), 50)
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    assert len(req) == 3
+    assert (req.error_type == "connect_error").all()
+    assert req.http_status.isna().all()
+    ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert list(ses.status) == [records.ERROR]

@@ -1,0 +1,230 @@
+"""Replay's pure pieces on hand-built inputs: SSE reading, prompt layout and bodies,
+schedules and the idle-gap cap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from agentbench import tokenize
+from agentbench.replay import prompts, schedule, sse
+from agentbench.replay.fastserver import events
+from agentbench.replay.timers import Timers
+from agentbench.traces.model import Turn
+
+# ---------------------------------------------------------------- SSE
+
+
+def ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chat_delta(**delta: object) -> bytes:
+    return ev({"choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
+
+USAGE = ev({"choices": [], "usage": {"prompt_tokens": 90, "completion_tokens": 3,
+                                     "prompt_tokens_details": {"cached_tokens": 64}}})
+DONE = b"data: [DONE]\n\n"
+
+
+def test_ttft_skips_role_only_and_empty_events() -> None:
+    chunks = [chat_delta(role="assistant", content=""), chat_delta(content=""),
+              chat_delta(content="a"), chat_delta(reasoning_content="b"),
+              chat_delta(tool_calls=[{"index": 0, "function": {"arguments": "{"}}]), USAGE, DONE]
+    r = sse.parse_stream(chunks, [10, 20, 30, 40, 50, 60, 70])
+    assert r.token_event_ns == [30, 40, 50]  # TTFT event at 30, never the role event at 10
+    assert r.token_event_tokens == [1, 1, 1]
+    assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (90, 3, 64)
+    assert r.done and r.error_type is None
+
+
+def test_event_split_across_chunks_takes_the_completing_chunk_time() -> None:
+    body = chat_delta(content="a") + chat_delta(content="b") + USAGE + DONE
+    cut = body.index(b"\n\n") - 5  # first event completes in the second chunk
+    r = sse.parse_stream([body[:cut], body[cut:cut + 40], body[cut + 40:]], [1, 2, 3])
+    assert r.token_event_ns[0] == 2
+    assert r.completion_tokens == 3 and r.done
+
+
+def test_whitespace_json_and_crlf_separators() -> None:
+    a = b'data: {"choices": [{"delta": {"content": "hi"}}]}\r\n\r\n'
+    r = sse.parse_stream([a, b"data: [DONE]\r\n\r\n"], [5, 6])
+    assert r.token_event_ns == [5] and r.done
+
+
+def test_completions_usage_on_the_finish_chunk() -> None:
+    evs = events(False, 4, prompt=77)
+    r = sse.parse_stream(evs, list(range(len(evs))))
+    assert r.token_event_ns == [0, 1, 2, 3]
+    assert (r.prompt_tokens, r.completion_tokens) == (77, 4)
+
+
+def test_multi_token_events_follow_usage() -> None:
+    usage = ev({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 6}})
+    chunks = [chat_delta(content=" baco dika"), chat_delta(content=" fumo lapi seto tiru"),
+              usage, DONE]
+    r = sse.parse_stream(chunks, [1, 2, 3, 4])
+    assert r.token_event_tokens == [2, 4]  # approximate counts, scaled to usage's 6
+
+
+@pytest.mark.parametrize(("chunks", "kind"), [
+    ([chat_delta(content="a"), b"data: {not json\n\n", DONE], "malformed_sse"),
+    ([b"garbage line\n\n", DONE], "malformed_sse"),
+    ([chat_delta(content="a"), b'data: {"error": {"message": "boom"}}\n\n'], "stream_error"),
+    ([chat_delta(content="a"), USAGE], "incomplete_stream"),
+    ([chat_delta(content="a"), b'data: {"choices": [], "usage": {"x": \n\n', DONE],
+     "malformed_sse"),
+])
+def test_bad_streams_are_named(chunks: list[bytes], kind: str) -> None:
+    r = sse.parse_stream(chunks, list(range(len(chunks))))
+    assert r.error_type == kind and r.error_message
+
+
+def test_fast_and_event_paths_agree() -> None:
+    evs = events(True, 20)
+    t = list(range(len(evs)))
+    assert sse.parse_stream(evs, t) == sse._parse_events(evs, t)
+    whole = [b"".join(evs)]
+    assert sse.parse_stream(whole, [9]).token_event_ns == [9] * 20
+
+# ---------------------------------------------------------------- prompts
+
+
+def turn(k: int, ids: list[int], n: int, block: int = 16) -> Turn:
+    return Turn(turn=k, t=0.0, think_s=0.0, api_s=None, input_tokens=n, output_tokens=1,
+                hash_ids=np.asarray(ids, dtype=np.int64), block_size=block)
+
+
+def test_layout_counts_and_tail_continues_into_next_turn() -> None:
+    t0 = turn(0, [1, 2], 16 * 2 + 5)  # two blocks + a 5-token tail
+    t1 = turn(1, [1, 2, 3], 16 * 3 + 2)
+    cache = prompts.BlockCache("chat")
+    c0 = cache.content(7, prompts.layout(t0, "s", prompts.chat_overhead(), 0, t1)).decode()
+    c1 = cache.content(7, prompts.layout(t1, "s", prompts.chat_overhead(), 0, None)).decode()
+    # 37 - 3 template tokens = 34: the chat request counts exactly the trace's 37
+    assert tokenize.chat_prompt_tokens([c0]) == 37
+    assert tokenize.chat_prompt_tokens([c1]) == 50
+    assert c1.startswith(c0)  # the tail of turn 0 is the start of block 3
+    # without a next turn extending it, the tail is unique text
+    c0u = cache.content(7, prompts.layout(t0, "s", 3, 0, None)).decode()
+    assert c0u[:32 * 5] == c0[:32 * 5] and c0u != c0
+
+
+def test_layout_shared_prefix_and_completions_ids() -> None:
+    t = turn(0, [4, 5, 6], 40)  # last block partial (8 tokens)
+    segs = prompts.layout(t, "s", 0, 10)
+    assert segs[0].shared and sum(s.n for s in segs) == 40
+    cache = prompts.BlockCache("completions")
+    ids = [int(x) for x in cache.content(3, segs).split(b",")]
+    assert len(ids) == 40
+    assert ids[10:26] == tokenize.block_token_ids(3, 4, 16)
+    other = [int(x) for x in cache.content(4, segs).split(b",")]
+    assert other[:10] == ids[:10] and other[10:] != ids[10:]  # only the prefix is shared
+
+
+def test_block_cache_memory_follows_live_salts() -> None:
+    cache = prompts.BlockCache("chat")
+    cache.acquire(1)
+    cache.acquire(2)
+    cache.content(1, [prompts.Segment(5, 16)])
+    cache.content(2, [prompts.Segment(5, 16)])
+    assert cache.n_fragments() == 2
+    cache.release(1)
+    assert cache.n_fragments() == 1
+
+
+def test_salts_differ_by_copy_and_scope() -> None:
+    a = prompts.salt_for(0, 0, "x")
+    assert a == prompts.salt_for(0, 0, "x")
+    assert len({a, prompts.salt_for(0, 1, "x"), prompts.salt_for(0, 0, "y"),
+                prompts.salt_for(1, 0, "x")}) == 4
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_body_template(api: str) -> None:
+    tpl = prompts.body_template(api, "m", {"temperature": 0}, ignore_eos=True)
+    content = b" baco dika" if api == "chat" else b"1,2,3"
+    body = json.loads(tpl.render(content, 17))
+    assert body["max_tokens"] == body["min_tokens"] == 17 and body["ignore_eos"] is True
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["temperature"] == 0 and body["model"] == "m"
+    if api == "chat":
+        assert body["messages"] == [{"role": "user", "content": " baco dika"}]
+    else:
+        assert body["prompt"] == [1, 2, 3]
+    plain = json.loads(prompts.body_template(api, "m", {}, ignore_eos=False).render(content, 5))
+    assert "ignore_eos" not in plain and "min_tokens" not in plain
+    with pytest.raises(ValueError):
+        prompts.body_template(api, "m", {"stream": False}, ignore_eos=False)
+
+# ---------------------------------------------------------------- schedules
+
+
+def test_poisson_is_seeded_and_has_the_rate() -> None:
+    a = list(zip(range(2000), schedule.arrival_offsets_ns("poisson", 10.0, 0, 0), strict=False))
+    b = list(zip(range(2000), schedule.arrival_offsets_ns("poisson", 10.0, 0, 0), strict=False))
+    c = list(zip(range(50), schedule.arrival_offsets_ns("poisson", 10.0, 1, 0), strict=False))
+    assert a == b and a[:50] != c
+    offs = np.array([o for _, o in a])
+    assert offs[0] == 0 and np.all(np.diff(offs) >= 0)
+    assert abs(offs[-1] / 1e9 / 1999 - 0.1) < 0.01  # mean gap 1/rate
+
+
+def test_constant_and_trace_arrivals() -> None:
+    it = schedule.arrival_offsets_ns("constant", 4.0, 0, 0)
+    assert [next(it) for _ in range(3)] == [0, 250_000_000, 500_000_000]
+    offs = list(schedule.arrival_offsets_ns("trace", None, 0, 0, [5.0, 3.0, 4.0], 0.5))
+    assert offs == [0, 500_000_000, 1_000_000_000]
+
+
+def test_turn_targets() -> None:
+    prev = Turn(0, 10.0, 0.0, 2.0, 1, 1, np.zeros(0, np.int64), 16)
+    cur = Turn(1, 15.0, 3.0, 1.0, 1, 1, np.zeros(0, np.int64), 16)
+    kw = dict(prev=prev, ready_ns=1_000, prev_sent_ns=500, session_start_ns=100, first_t=10.0,
+              time_scale=0.5, api_scale=2.0)
+    # think-only: ready + 3 s x 0.5
+    assert schedule.turn_target_ns("think-only", cur, **kw) == 1_000 + 1_500_000_000
+    # original: start + (15 - 10) s x 0.5
+    assert schedule.turn_target_ns("original", cur, **kw) == 100 + 2_500_000_000
+    # api-scaled: prev sent + (2 s x 2 + 3 s) x 0.5
+    assert schedule.turn_target_ns("api-scaled", cur, **kw) == 500 + 3_500_000_000
+    # never before the previous response ended
+    assert schedule.turn_target_ns("original", cur, **{**kw, "ready_ns": 9 * 10**9}) == 9 * 10**9
+
+
+def test_warmup_start_is_seeded() -> None:
+    picks = [schedule.warmup_start_turn(0, lane, 40, True) for lane in range(20)]
+    assert picks == [schedule.warmup_start_turn(0, lane, 40, True) for lane in range(20)]
+    assert len(set(picks)) > 5 and all(0 <= p < 40 for p in picks)
+    assert schedule.warmup_start_turn(0, 3, 40, False) == 0
+
+
+@pytest.mark.timeout(10)
+async def test_idle_cap_pulls_timers_in_keeping_their_spacing() -> None:
+    timers = Timers(0, idle_cap_ns=20_000_000)
+    timers.request_started()  # busy while both timers are set: nothing is pulled in yet
+    now = timers.now_ns()
+    a = asyncio.ensure_future(timers.wait_until(now + 100 * 10**9))
+    b = asyncio.ensure_future(timers.wait_until(now + 100 * 10**9 + 30_000_000))
+    await asyncio.sleep(0)
+    assert timers.pulled_in_ns == 0
+    timers.request_ended()  # idle now: both move by the same amount
+    got = await asyncio.wait_for(asyncio.gather(a, b), 5)
+    assert 15_000_000 <= got[0] - now <= 100_000_000  # pulled in to ~20 ms
+    assert got[1] - got[0] == 30_000_000
+    assert timers.pulled_in_ns > 99 * 10**9
+
+
+@pytest.mark.timeout(10)
+async def test_no_pull_in_while_a_request_is_in_flight() -> None:
+    timers = Timers(0, idle_cap_ns=1_000_000)
+    timers.request_started()
+    now = timers.now_ns()
+    w = asyncio.ensure_future(timers.wait_until(now + 50_000_000))
+    got = await asyncio.wait_for(w, 5)
+    assert got == now + 50_000_000 and timers.pulled_in_ns == 0
+    assert timers.now_ns() >= got

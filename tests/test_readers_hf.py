@@ -81,3 +81,22 @@ def test_bad_rows_and_missing_datasets_are_input_errors(tmp_path: Path) -> None:
     assert (e.value.where, e.value.field) == ("record 2", "input_length")
     with pytest.raises(InputError, match="cannot load dataset|not found"):
         read_trace("nobody/no-such-dataset-here", format="hf")
+
+
+def test_weka_documents_as_rows(tmp_path: Path) -> None:
+    doc = {"id": "w1", "block_size": 64, "hash_id_scope": "local", "requests": [
+        {"t": 0.0, "type": "n", "in": 130, "out": 2, "hash_ids": [1, 2, 3]},
+        {"t": 1.0, "type": "subagent", "agent_id": "a", "requests": [
+            {"t": 0.0, "type": "n", "in": 10, "out": 1, "hash_ids": [9]}]},
+        {"t": 2.0, "type": "n", "in": 200, "out": 2, "hash_ids": [1, 2, 3, 4]}]}
+    folder = tmp_path / "weka"
+    datasets.Dataset.from_list([doc, {**doc, "id": "w2"}]).save_to_disk(str(folder))
+    tr = read_trace(folder)
+    f = tmp_path / "w1.json"
+    f.write_text(json.dumps(doc))
+    ref = read_trace(f)
+    assert [s.session_id for s in tr.sessions] == ["w1", "w1/a", "w2", "w2/a"]
+    assert [s.turns for s in tr.sessions[:2]] == [s.turns for s in ref.sessions]
+    assert (tr.sessions[1].parent_turn, tr.sessions[1].join_turn) == (0, 1)
+    with pytest.raises(InputError, match="unknown option"):
+        read_trace(folder, tokenizer="x")

@@ -1,0 +1,45 @@
+"""Format detection from content (no format given)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.traces.readers import detect_format
+
+SAMPLES: dict[str, tuple[str, object, bool]] = {
+    # format: (file name, content, as JSONL)
+    "mooncake": ("m.jsonl", [{"timestamp": 0, "input_length": 5, "output_length": 1,
+                              "hash_ids": [1]}], True),
+    "bailian": ("b.jsonl", [{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5,
+                             "input_length": 5, "output_length": 1, "turn": 1,
+                             "hash_ids": [1]}], True),
+    "sharegpt": ("s.jsonl", [{"conversations": [{"from": "human", "value": "hi"}]}], True),
+    "openai-log": ("o.jsonl", [{"timestamp": 1.0, "body": {"messages": []}}], True),
+    "copilot": ("c.json", {"window_start": "2026-06-01",
+                           "records": [{"session_id": "s", "turns": []}]}, False),
+    "weka": ("w.json", {"id": "w", "block_size": 64, "requests": []}, False),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_detected_from_content(tmp_path: Path, fmt: str) -> None:
+    name, content, lines = SAMPLES[fmt]
+    f = tmp_path / name
+    f.write_text("\n".join(json.dumps(r) for r in content) if lines  # type: ignore[attr-defined]
+                 else json.dumps(content))
+    assert detect_format(f) == fmt
+    # the name does not decide: the same content under another suffix
+    g = tmp_path / "trace.data"
+    g.write_bytes(f.read_bytes())
+    assert detect_format(g) == fmt
+
+
+def test_unknown_content_is_an_input_error(tmp_path: Path) -> None:
+    f = tmp_path / "x.jsonl"
+    f.write_text('{"foo": 1}\n')
+    with pytest.raises(InputError, match="cannot detect"):
+        detect_format(f)

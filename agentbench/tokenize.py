@@ -115,15 +115,20 @@ def token_ids(text: str) -> list[int]:
     repeated for pieces that count as several tokens (``i``-th copy salted by ``i``).
     """
     out: list[int] = []
+    extend = out.extend
     for p in _PIECE.findall(text):
-        idx = _VOCAB_INDEX.get(p)
-        if idx is not None:
-            out.append(idx)
-            continue
-        n = piece_tokens(p)
-        base = zlib.crc32(p.encode())
-        out.extend(SYNTHETIC_VOCAB_SIZE + ((base + i) & 0x7FFFFFFF) for i in range(n))
+        extend(_piece_ids(p))
     return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _piece_ids(piece: str) -> tuple[int, ...]:
+    idx = _VOCAB_INDEX.get(piece)
+    if idx is not None:
+        return (idx,)
+    base = zlib.crc32(piece.encode())
+    return tuple(SYNTHETIC_VOCAB_SIZE + ((base + i) & 0x7FFFFFFF)
+                 for i in range(piece_tokens(piece)))
 
 
 def chat_prompt_tokens(contents: Iterable[str]) -> int:

@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import trace_files
@@ -192,13 +194,16 @@ def build(rows: Iterable[tuple[str, str, dict[str, Any]]], *, name: str, scope: 
             groups.append(g)
         g.append(r)
         tails[prefixes[-1]] = g
-    encoded: dict[tuple[str, str], list[int]] = {}
+    encoded: dict[tuple[str, str], np.ndarray] = {}
 
-    def enc(role: str, text: str) -> list[int]:
+    def enc(role: str, text: str) -> np.ndarray:
         ids = encoded.get((role, text))
         if ids is None:
-            ids = encoded[(role, text)] = message_token_ids(tok.encode(text), role)
+            ids = encoded[(role, text)] = np.asarray(
+                message_token_ids(tok.encode(text), role), dtype=np.int64)
         return ids
+
+    primer = np.asarray(primer_ids(), dtype=np.int64)
 
     sessions = []
     stem = Path(name).stem or "log"
@@ -206,12 +211,10 @@ def build(rows: Iterable[tuple[str, str, dict[str, Any]]], *, name: str, scope: 
         hasher = PromptHasher(block_size)
         turns: list[Turn] = []
         for k, r in enumerate(g):
-            prompt: list[int] = []
-            if r.tools:
-                prompt.extend([OTHER_ROLE_ID, *tok.encode(r.tools)])
-            for role, text in r.role_texts:
-                prompt.extend(enc(role, text))
-            prompt.extend(primer_ids())
+            parts = [np.asarray([OTHER_ROLE_ID, *tok.encode(r.tools)], dtype=np.int64)
+                     ] if r.tools else []
+            parts.extend(enc(role, text) for role, text in r.role_texts)
+            prompt = np.concatenate([*parts, primer])
             prev = g[k - 1] if k else None
             think = 0.0 if prev is None else max(0.0, r.ts - (
                 prev.end if prev.end is not None else prev.ts))

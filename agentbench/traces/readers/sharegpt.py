@@ -106,18 +106,19 @@ def _session(rec: dict[str, Any], file: str, where: str, scope: str, tok: Any,
              block_size: int, rng: np.random.Generator, index: int) -> Session | None:
     messages = _messages(rec)
     hasher = PromptHasher(block_size)
-    history: list[int] = []
+    history: list[np.ndarray] = []  # token ids of each message so far
+    primer = np.asarray(primer_ids(), dtype=np.int64)
     turns: list[Turn] = []
     for role, text in messages:
         ids = tok.encode(text)
         if role == "assistant":
-            prompt = history + primer_ids()
+            prompt = np.concatenate([*history, primer])
             turns.append(Turn(
                 turn=len(turns), t=0.0, think_s=0.0, api_s=None, input_tokens=len(prompt),
                 output_tokens=len(ids), hash_ids=hasher.hash_ids(prompt),
                 block_size=block_size,
             ))
-        history.extend(message_token_ids(ids, role))
+        history.append(np.asarray(message_token_ids(ids, role), dtype=np.int64))
     if not turns:
         return None
     think = draw_think_times(rng, len(turns) - 1)

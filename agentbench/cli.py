@@ -118,6 +118,24 @@ def traces_convert(
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
 
 
+@traces_app.command("synth")
+@guarded
+def traces_synth(
+    profile: str = typer.Option(..., "--profile", "-p",
+                                help="Profile: agentx, codex, or a profile YAML file."),
+    sessions: int = typer.Option(..., "--sessions", "-n", help="Root sessions to generate."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Random seed (0 is a seed)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
+) -> None:
+    """Synthesize a trace calibrated to a published agentic workload (native parquet)."""
+    from agentbench.traces.readers import native
+    from agentbench.traces.synth import synthesize
+
+    trace = synthesize(profile, sessions, seed)
+    out = native.write(trace, output)
+    typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+
+
 def _read_transformed(source: str, format: str | None, scale: float | None,
                       max_context: int | None) -> Any:
     from agentbench.traces import transform

@@ -1,0 +1,238 @@
+"""The synthetic trace generator: agent sessions with real prefix structure.
+
+Each session starts from a system+tools prefix and a first message; every later turn
+re-sends the previous context plus the previous output plus new tool results, so a turn's
+hash ids extend the previous turn's. Only whole blocks carry hash ids (the partial last
+block is a unique tail, as in the Weka traces), so the block that straddles the old end of
+context and the new content is a new block. Compaction replaces the history by a summary
+after the (still cached) system prefix. The potential hit rate is whatever this structure
+gives; nothing forces it.
+
+Memory: every turn's ``hash_ids`` is a view ``buffer[:n_blocks]`` of one array per
+session segment (a segment ends at a compaction), so a session costs its unique blocks.
+
+Determinism: root session ``i`` draws from ``SeedSequence(seed).spawn(...)[i + 1]`` and
+hash ids are numbered in generation order, so the same (profile, sessions, seed) gives an
+equal trace, and a smaller ``sessions`` gives a prefix of a larger one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from agentbench.errors import InputError
+from agentbench.traces.model import HashIds, Session, Trace, Turn
+from agentbench.traces.synth.profile import (
+    Children,
+    Compaction,
+    EndToStart,
+    Profile,
+    SessionShape,
+    load_profile,
+)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+class _Ids:
+    """Hands out fresh hash ids, numbered in generation order."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self, k: int) -> IntArray:
+        out = np.arange(self.next, self.next + k, dtype=np.int64)
+        self.next += k
+        return out
+
+
+@dataclass
+class _Prefix:
+    """Leading tokens a session starts from and the hash ids of its whole blocks."""
+
+    tokens: int
+    ids: HashIds
+
+
+@dataclass
+class _Drawn:
+    """One session's turns before timing is laid out."""
+
+    inputs: IntArray
+    outputs: IntArray
+    hash_ids: list[HashIds]
+    think: FloatArray
+    api: FloatArray
+
+
+def synthesize(profile: str | Profile, sessions: int, seed: int) -> Trace:
+    """A trace of ``sessions`` root sessions (with their subagents/forks) drawn from
+    ``profile`` (a shipped name such as ``agentx`` or ``codex``, a YAML path, or a Profile)."""
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    if sessions < 0:
+        raise InputError(f"must be >= 0, got {sessions}", field="sessions")
+    bs = int(prof.block_size.value)
+    ids = _Ids()
+    seqs = np.random.SeedSequence(seed).spawn(sessions + 1)
+    shared: _Prefix | None = None
+    if prof.shared_prefix_across_sessions.value:
+        rng0 = np.random.default_rng(seqs[0])
+        shared = _new_prefix(prof.root, rng0, ids, bs)
+    out: list[Session] = []
+    source = f"synth:{prof.name}(seed={seed})"
+    for i in range(sessions):
+        rng = np.random.default_rng(seqs[i + 1])
+        out.extend(_tree(prof, rng, f"{prof.name}-{i:06d}", ids, bs, shared, source))
+    return Trace(out, name=f"synth-{prof.name}-n{sessions}-s{seed}")
+
+
+def _new_prefix(shape: SessionShape, rng: np.random.Generator, ids: _Ids, bs: int) -> _Prefix:
+    tokens = int(np.rint(shape.system_prefix_tokens.sample(rng, 1)[0]))
+    return _Prefix(tokens, ids.take(tokens // bs))
+
+
+def _count(dist_sample: FloatArray) -> int:
+    return max(1, int(np.rint(dist_sample[0])))
+
+
+def _tree(prof: Profile, rng: np.random.Generator, root_id: str, ids: _Ids, bs: int,
+          shared: _Prefix | None, source: str) -> list[Session]:
+    """One root session with its children (root first, children in launch order)."""
+    scope = "global" if shared is not None else root_id
+    model = str(prof.model.value)
+    n = _count(prof.root.turns.sample(rng, 1))
+    prefix = shared if shared is not None else _new_prefix(prof.root, rng, ids, bs)
+    root = _draw_session(prof.root, rng, n, prefix, prefix, prof.compaction, ids, bs)
+    kids: list[tuple[str, Children, int, int | None, _Drawn]] = []
+    for kind, spec in (("sub", prof.subagents), ("fork", prof.forks)):
+        if spec is None or rng.random() >= float(spec.share_of_roots.value):
+            continue
+        m = _count(spec.per_root.sample(rng, 1))
+        sib_prefix = _new_prefix(spec.session, rng, ids, bs) if (
+            kind == "sub" and spec.siblings_share_prefix.value) else None
+        pt = -1
+        for _ in range(m):
+            if pt < 0 or rng.random() >= float(spec.same_launch_share.value):
+                pt = int(rng.integers(0, max(n - 1, 1)))
+            blocking = n > 1 and rng.random() < float(spec.blocking_share.value)
+            join = pt + 1 if blocking else None
+            cn = _count(spec.session.turns.sample(rng, 1))
+            if kind == "fork":  # inherits the parent's context after turn pt
+                start = _Prefix(int(root.inputs[pt] + root.outputs[pt]), root.hash_ids[pt])
+                keep = prefix
+            else:
+                keep = sib_prefix or _new_prefix(spec.session, rng, ids, bs)
+                start = keep
+            drawn = _draw_session(spec.session, rng, cn, start, keep, prof.compaction, ids, bs)
+            kids.append((kind, spec, pt, join, drawn))
+    # Root timeline: a turn that joins children waits for the last of them to end.
+    t = np.zeros(n, dtype=np.float64)
+    launch: dict[int, float] = {}
+    for k in range(n):
+        if k:
+            ready = t[k - 1] + root.api[k - 1]
+            for j, (_, _, _, join, d) in enumerate(kids):
+                if join == k:
+                    ready = max(ready, launch[j] + _duration(d))
+            t[k] = ready + root.think[k]
+        for j, (_, _, pt, _, _) in enumerate(kids):
+            if pt == k:
+                launch[j] = float(t[k] + root.api[k])
+    out = [_session(root_id, None, "root", None, None, model, source, scope, 0.0, root, bs, t)]
+    counters = {"sub": 0, "fork": 0}
+    for j, (kind, _, pt, join, d) in enumerate(kids):
+        counters[kind] += 1
+        sid = f"{root_id}/{kind}{counters[kind]:03d}"
+        rel = "spawn" if kind == "sub" else "fork"
+        out.append(_session(sid, root_id, rel, pt, join, model, source, scope, float(launch[j]),
+                            d, bs, _plain_times(d)))
+    return out
+
+
+def _draw_session(shape: SessionShape, rng: np.random.Generator, n: int, start: _Prefix,
+                  keep: _Prefix, comp: Compaction | None, ids: _Ids, bs: int) -> _Drawn:
+    """Token counts, hash ids and think/API times of one session of ``n`` turns.
+
+    ``start`` is what turn 0 begins with (system prefix, or the parent's context for a
+    fork); ``keep`` is what survives a compaction (the system prefix).
+    """
+    first = int(np.rint(shape.first_message_tokens.sample(rng, 1)[0]))
+    outputs = np.rint(shape.output_tokens.sample(rng, n)).astype(np.int64)
+    tools = np.rint(shape.tool_result_tokens.sample(rng, max(n - 1, 0))).astype(np.int64)
+    inputs = np.empty(n, dtype=np.int64)
+    inputs[0] = start.tokens + first
+    np.cumsum(outputs[:-1] + tools, out=inputs[1:])
+    inputs[1:] += inputs[0]
+    seg_of = np.zeros(n, dtype=np.int64)
+    seg_base = [start]
+    if comp is not None and n > 1 and inputs.max() > float(comp.trigger_tokens.value):
+        trigger = float(comp.trigger_tokens.value)
+        for k in range(1, n):
+            nxt = inputs[k - 1] + outputs[k - 1] + tools[k - 1]
+            seg = seg_of[k - 1]
+            if nxt > trigger:
+                nxt = keep.tokens + int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
+                seg += 1
+                seg_base.append(keep)
+            inputs[k] = nxt
+            seg_of[k] = seg
+    hash_ids: list[HashIds] = []
+    blocks = inputs // bs
+    for seg, base in enumerate(seg_base):
+        idx = np.flatnonzero(seg_of == seg)
+        need = int(blocks[idx].max()) - len(base.ids)
+        buf = np.concatenate([base.ids, ids.take(need)])
+        hash_ids.extend(buf[: blocks[k]] for k in idx)
+    think, api = _times(shape, rng, n)
+    return _Drawn(inputs, outputs, hash_ids, think, api)
+
+
+def _times(shape: SessionShape, rng: np.random.Generator, n: int) -> tuple[FloatArray, FloatArray]:
+    """(think_s, api_s) per turn; think_s[0] = 0 (a session starts with its request)."""
+    timing = shape.timing
+    if isinstance(timing, EndToStart):
+        think = timing.think_s.sample(rng, n)
+        api = timing.api_s.sample(rng, n)
+    else:
+        # gap k is start(k) -> start(k+1) = api(k) + think(k+1); the last gap sets the
+        # last turn's API time only.
+        gap = timing.gap_s.sample(rng, n)
+        share = timing.api_share.sample(rng, n)
+        api = gap * share
+        think = np.empty(n, dtype=np.float64)
+        think[1:] = gap[:-1] - api[:-1]
+    think[0] = 0.0
+    return think, api
+
+
+def _plain_times(d: _Drawn) -> FloatArray:
+    """Turn start times of a session nobody waits inside: start(k+1) = end(k) + think(k+1)."""
+    t = np.zeros(len(d.inputs), dtype=np.float64)
+    np.cumsum(d.api[:-1] + d.think[1:], out=t[1:])
+    return t
+
+
+def _duration(d: _Drawn) -> float:
+    t = _plain_times(d)
+    return float(t[-1] + d.api[-1])
+
+
+def _turns(d: _Drawn, t: FloatArray, bs: int) -> list[Turn]:
+    return [
+        Turn(turn=k, t=float(t[k]), think_s=float(d.think[k]), api_s=float(d.api[k]),
+             input_tokens=int(d.inputs[k]), output_tokens=int(d.outputs[k]),
+             hash_ids=d.hash_ids[k], block_size=bs)
+        for k in range(len(d.inputs))
+    ]
+
+
+def _session(sid: str, parent: str | None, relation: str, pt: int | None, join: int | None,
+             model: str, source: str, scope: str, start_s: float, d: _Drawn, bs: int,
+             t: FloatArray) -> Session:
+    return Session(session_id=sid, parent_id=parent, relation=relation,  # type: ignore[arg-type]
+                   parent_turn=pt, join_turn=join, model=model, source=source, scope=scope,
+                   start_s=start_s, turns=_turns(d, t, bs))

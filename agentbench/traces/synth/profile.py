@@ -1,0 +1,224 @@
+"""Synthetic-trace profiles: every generator parameter as data, each with its source.
+
+A profile is one YAML file under ``profiles/``. Distributions are drawn with numpy;
+each carries a ``source`` string that says where its numbers come from (a published
+figure, a measurement of the shared Weka sample, or a calibration run), so the
+generator code holds no workload numbers of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from pathlib import Path
+from statistics import NormalDist
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentbench.errors import InputError
+
+Z90 = NormalDist().inv_cdf(0.9)  # standard-normal quantile of p90: lognormal sigma from p50/p90
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _DistBase(Strict):
+    source: str = Field(description="Where the numbers come from (publication, measurement).")
+    min: float | None = Field(None, description="Draws below are raised to this value.")
+    max: float | None = Field(None, description="Draws above are lowered to this value.")
+
+    def sample(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        out = self._draw(rng, n)
+        if self.min is not None or self.max is not None:
+            np.clip(out, self.min, self.max, out=out)
+        return out
+
+    def _draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        raise NotImplementedError
+
+
+class LogNormal(_DistBase):
+    """Lognormal given its median and either its p90 or its sigma (of the log)."""
+
+    kind: Literal["lognormal"]
+    median: float = Field(gt=0, description="Median of the draws.")
+    p90: float | None = Field(None, gt=0, description="p90 of the draws (sets sigma).")
+    sigma: float | None = Field(None, ge=0, description="Std of log(draw).")
+
+    @model_validator(mode="after")
+    def _one_spread(self) -> LogNormal:
+        if (self.p90 is None) == (self.sigma is None):
+            raise ValueError("give exactly one of p90 or sigma")
+        if self.p90 is not None and self.p90 < self.median:
+            raise ValueError("p90 must be at least the median")
+        return self
+
+    @property
+    def log_sigma(self) -> float:
+        """sigma = ln(p90 / median) / z_0.9 when given by p90."""
+        if self.sigma is not None:
+            return self.sigma
+        assert self.p90 is not None
+        return math.log(self.p90 / self.median) / Z90
+
+    def _draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        return rng.lognormal(math.log(self.median), self.log_sigma, n)
+
+
+class Quantiles(_DistBase):
+    """An empirical distribution given by quantiles (percent -> value, 0 and 100 included),
+    drawn by inverse CDF, interpolating linearly (in log space when ``log``)."""
+
+    kind: Literal["quantiles"]
+    points: dict[float, float] = Field(description="Percentile (0..100) -> value.")
+    log: bool = Field(False, description="Interpolate log(value) (heavy right tails).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Quantiles:
+        ps = sorted(self.points)
+        if len(ps) < 2 or ps[0] != 0 or ps[-1] != 100:
+            raise ValueError("points need percentiles 0 and 100")
+        vals = [self.points[p] for p in ps]
+        if any(b < a for a, b in zip(vals, vals[1:], strict=False)):
+            raise ValueError("values must not decrease with the percentile")
+        if self.log and vals[0] <= 0:
+            raise ValueError("log interpolation needs positive values")
+        return self
+
+    def _draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        ps = np.array(sorted(self.points), dtype=np.float64)
+        vs = np.array([self.points[p] for p in sorted(self.points)], dtype=np.float64)
+        u = rng.random(n) * 100.0
+        if self.log:
+            return np.exp(np.interp(u, ps, np.log(vs)))
+        return np.interp(u, ps, vs)
+
+
+class Constant(_DistBase):
+    kind: Literal["constant"]
+    value: float
+
+    def _draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        return np.full(n, self.value, dtype=np.float64)
+
+
+Dist = Annotated[LogNormal | Quantiles | Constant, Field(discriminator="kind")]
+
+
+class Value(Strict):
+    """A scalar parameter and where it comes from."""
+
+    value: Any
+    source: str
+
+
+class EndToStart(Strict):
+    """Timing drawn as think time (before a turn) and API time (of a turn) separately."""
+
+    kind: Literal["end_to_start"]
+    think_s: Dist
+    api_s: Dist
+
+
+class StartToStart(Strict):
+    """Timing drawn as the start-to-start gap between calls, split into the API time of the
+    earlier call and the think (tool) time before the next one by ``api_share``."""
+
+    kind: Literal["start_to_start"]
+    gap_s: Dist
+    api_share: Dist
+
+
+Timing = Annotated[EndToStart | StartToStart, Field(discriminator="kind")]
+
+
+class SessionShape(Strict):
+    """How one session's turns are drawn.
+
+    Context of turn 0 = system prefix + first message; turn k+1 re-sends turn k's
+    context plus turn k's output plus new tool results.
+    """
+
+    turns: Dist
+    system_prefix_tokens: Dist
+    first_message_tokens: Dist
+    output_tokens: Dist
+    tool_result_tokens: Dist
+    timing: Timing
+
+
+class Compaction(Strict):
+    """Context compaction: when the next context would pass ``trigger_tokens`` it becomes the
+    system prefix plus a summary (the prefix stays cached, the history is a new run)."""
+
+    trigger_tokens: Value
+    summary_tokens: Dist
+
+
+class Children(Strict):
+    """Subagents (spawns) or forks of root sessions."""
+
+    share_of_roots: Value = Field(description="Share of roots that have at least one.")
+    per_root: Dist = Field(description="How many a root with children has (rounded, >= 1).")
+    same_launch_share: Value = Field(
+        description="Chance that a child starts at the same parent turn as the previous one "
+        "(parallel launches).")
+    blocking_share: Value = Field(
+        description="Share whose parent waits for them at the next turn (else background).")
+    session: SessionShape
+    siblings_share_prefix: Value = Field(
+        description="Spawns of one root share one system prefix (same subagent prompt).")
+
+
+class Profile(Strict):
+    name: str
+    description: str
+    published: str = Field(description="Key in agentbench/traces/published.yaml.")
+    model: Value
+    block_size: Value
+    shared_prefix_across_sessions: Value
+    root: SessionShape
+    compaction: Compaction | None = None
+    subagents: Children | None = None
+    forks: Children | None = None
+
+
+def profile_names() -> list[str]:
+    """Profiles shipped with agentbench."""
+    folder = resources.files("agentbench.traces.synth") / "profiles"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A shipped profile by name (``agentx``, ``codex``) or a profile YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        text, source = path.read_text(), str(path)
+    else:
+        res = resources.files("agentbench.traces.synth") / "profiles" / f"{name_or_path}.yaml"
+        if not res.is_file():
+            raise InputError(f"unknown synth profile {str(name_or_path)!r} "
+                             f"(known: {', '.join(profile_names())})", field="profile")
+        text, source = res.read_text(), f"profiles/{name_or_path}.yaml"
+    try:
+        data = yaml.safe_load(text)
+        return Profile.model_validate(data)
+    except yaml.YAMLError as e:
+        raise InputError(f"not valid YAML ({e})", source=source) from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise InputError(err["msg"], source=source, where=where) from None
+
+
+def published_targets(profile: Profile) -> dict[str, Any]:
+    """The published figures this profile is calibrated against."""
+    text = (resources.files("agentbench.traces") / "published.yaml").read_text()
+    data: dict[str, Any] = yaml.safe_load(text)[profile.published]
+    return data

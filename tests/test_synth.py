@@ -1,0 +1,241 @@
+"""The synthetic generator: its stats match the published figures of each profile, it is
+deterministic, and its hash ids have real agent prefix structure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from agentbench.cli import app
+from agentbench.errors import InputError
+from agentbench.traces.readers import native
+from agentbench.traces.stats import TraceStats, trace_stats
+from agentbench.traces.synth import Profile, load_profile, profile_names, synthesize
+from agentbench.traces.synth.profile import published_targets
+
+N = 500  # sessions per profile for the fidelity checks (the issue's figure)
+
+
+@pytest.fixture(scope="module")
+def agentx() -> tuple[TraceStats, dict[str, Any]]:
+    trace = synthesize("agentx", N, 0)
+    trace.validate()
+    return trace_stats(trace), published_targets(load_profile("agentx"))
+
+
+@pytest.fixture(scope="module")
+def codex() -> tuple[TraceStats, dict[str, Any]]:
+    trace = synthesize("codex", N, 0)
+    trace.validate()
+    return trace_stats(trace), published_targets(load_profile("codex"))
+
+
+def near(value: float | None, target: float, rel: float) -> bool:
+    assert value is not None
+    return abs(value - target) <= rel * target
+
+
+def test_profiles_shipped() -> None:
+    assert {"agentx", "codex"} <= set(profile_names())
+
+
+def test_agentx_matches_published(agentx: tuple[TraceStats, dict[str, Any]]) -> None:
+    st, pub = agentx
+    assert st.roots == N
+    assert near(st.turns_per_root["p50"], pub["turns_per_session_median"], 0.10), st.turns_per_root
+    assert near(st.input_tokens["p50"], pub["input_tokens_median"], 0.10), st.input_tokens
+    assert near(st.output_tokens["p50"], pub["output_tokens_median"], 0.10), st.output_tokens
+    assert st.potential_hit_rate is not None
+    assert st.potential_hit_rate > pub["potential_hit_rate_min"], st.potential_hit_rate
+    assert st.roots_with_subagents_share is not None
+    assert abs(st.roots_with_subagents_share - pub["sessions_with_subagents_share"]) <= 0.05
+    assert near(st.subagents_per_root_with_subagents["p50"],
+                pub["subagents_per_session_with_subagents_median"], 0.10)
+    assert st.spawns > 0 and st.forks == 0
+
+
+def test_codex_matches_published(codex: tuple[TraceStats, dict[str, Any]]) -> None:
+    st, pub = codex
+    calls = pub["calls_per_trace"]
+    assert near(st.turns_per_root["p50"], calls["median"], 0.10), st.turns_per_root
+    assert near(st.turns_per_root["p90"], calls["p90"], 0.10), st.turns_per_root
+    # p99 of 500 sessions rests on its 5 largest: more slack.
+    assert near(st.turns_per_root["p99"], calls["p99"], 0.15), st.turns_per_root
+    assert near(st.first_turn_input_tokens["mean"], pub["starting_context_mean"], 0.10)
+    assert near(st.last_turn_input_tokens["mean"], pub["ending_context_mean"], 0.10)
+    assert near(st.input_output_ratio, pub["input_output_ratio"], 0.10), st.input_output_ratio
+    assert st.potential_hit_rate is not None
+    assert abs(st.potential_hit_rate - pub["potential_hit_rate"]) <= 0.05, st.potential_hit_rate
+    delay = pub["inter_call_delay_s"]
+    assert delay["convention"] == "start-to-start"
+    for key, pct in (("median", "p50"), ("p90", "p90"), ("p99", "p99")):
+        assert near(st.start_to_start_s[pct], delay[key], 0.10), (key, st.start_to_start_s)
+    assert st.spawns == 0 and st.forks == 0
+
+
+@pytest.mark.parametrize("name", ["agentx", "codex"])
+def test_deterministic_and_seeded(name: str) -> None:
+    a = synthesize(name, 20, 0)
+    assert a == synthesize(name, 20, 0)
+    b = synthesize(name, 20, 1)
+    assert a != b
+    # a smaller trace is the prefix of a larger one (per-session random streams)
+    c = synthesize(name, 40, 0)
+    assert c.sessions[: len(a.sessions)] == a.sessions
+
+
+def test_turns_extend_previous_context_in_one_buffer() -> None:
+    trace = synthesize("codex", 30, 3)
+    for s in trace.sessions:
+        bs = s.turns[0].block_size
+        for a, b in zip(s.turns, s.turns[1:], strict=False):
+            # b re-sends a's whole blocks, then new ones; a's partial tail has no id
+            assert len(a.hash_ids) == a.input_tokens // bs
+            assert np.array_equal(b.hash_ids[: len(a.hash_ids)], a.hash_ids)
+            assert b.input_tokens >= a.input_tokens + a.output_tokens
+            assert np.shares_memory(a.hash_ids, b.hash_ids)  # views, not copies
+    ids = np.concatenate([s.turns[-1].hash_ids for s in trace.sessions])
+    assert len(np.unique(ids)) == len(ids)  # sessions share nothing (own scopes)
+    assert len({s.scope for s in trace.sessions}) == 30
+
+
+def test_start_to_start_is_api_plus_think() -> None:
+    trace = synthesize("codex", 10, 5)
+    for s in trace.sessions:
+        assert s.turns[0].t == 0.0 and s.turns[0].think_s == 0.0
+        for a, b in zip(s.turns, s.turns[1:], strict=False):
+            assert a.api_s is not None
+            assert b.t - a.t == pytest.approx(a.api_s + b.think_s)
+
+
+def test_subagents_are_spawns_with_sibling_prefix() -> None:
+    trace = synthesize("agentx", 60, 2)
+    by_id = trace.by_id()
+    kids = trace.children()
+    assert kids, "60 AgentX roots should have subagents"
+    for pid, children in kids.items():
+        parent = by_id[pid]
+        prefix0 = children[0].turns[0].hash_ids
+        for c in children:
+            assert c.relation == "spawn" and c.scope == parent.scope
+            assert c.parent_turn is not None
+            assert c.join_turn in (None, c.parent_turn + 1)
+            first = c.turns[0].hash_ids
+            # fresh context: shares nothing with the parent's prompts...
+            assert not np.isin(first, parent.turns[-1].hash_ids).any()
+            # ...but its system prompt with its siblings
+            assert first[0] == prefix0[0]
+            # starts when the parent's turn ended; the joining turn waits for it
+            pt = parent.turns[c.parent_turn]
+            assert c.start_s == pytest.approx(pt.t + (pt.api_s or 0.0))
+            if c.join_turn is not None:
+                end = c.start_s + c.turns[-1].t + (c.turns[-1].api_s or 0.0)
+                assert parent.turns[c.join_turn].t >= end - 1e-9
+
+
+def _variant(name: str, **changes: Any) -> Profile:
+    d = load_profile(name).model_dump()
+    for path, value in changes.items():
+        node = d
+        parts = path.split("__")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = value
+    return Profile.model_validate(d)
+
+
+def _common(a: np.ndarray, b: np.ndarray) -> int:
+    m = min(len(a), len(b))
+    diff = np.flatnonzero(a[:m] != b[:m])
+    return int(diff[0]) if len(diff) else m
+
+
+def test_compaction_breaks_prefix_but_keeps_system_prompt() -> None:
+    prof = _variant("agentx", compaction__trigger_tokens__value=100_000, subagents=None)
+    trace = synthesize(prof, 40, 0)
+    trace.validate()
+    breaks = 0
+    for s in trace.sessions:
+        # blocks of the system prompt: what turn 0 shares with every later turn
+        first = s.turns[0].hash_ids
+        for k, (a, b) in enumerate(zip(s.turns, s.turns[1:], strict=False)):
+            kept = _common(a.hash_ids, b.hash_ids)
+            if kept == len(a.hash_ids):
+                assert b.input_tokens >= a.input_tokens + a.output_tokens
+                continue
+            breaks += 1
+            # the history is replaced by a summary; the system prompt stays cached
+            assert a.input_tokens + a.output_tokens > 100_000 or kept < len(a.hash_ids)
+            assert 0 < kept == _common(first, b.hash_ids) < len(first)
+            seen = np.concatenate([t.hash_ids for t in s.turns[: k + 1]])
+            assert not np.isin(b.hash_ids[kept:], seen).any()
+    assert breaks > 0
+
+
+def test_forks_inherit_parent_context() -> None:
+    spec = load_profile("agentx").model_dump()["subagents"]
+    spec["share_of_roots"] = {"value": 1.0, "source": "test"}
+    prof = _variant("agentx", forks=spec, subagents=None)
+    trace = synthesize(prof, 10, 4)
+    trace.validate()
+    by_id = trace.by_id()
+    forks = [s for s in trace.sessions if s.relation == "fork"]
+    assert forks
+    for f in forks:
+        assert f.parent_id is not None and f.parent_turn is not None
+        parent_ids = by_id[f.parent_id].turns[f.parent_turn].hash_ids
+        assert np.array_equal(f.turns[0].hash_ids[: len(parent_ids)], parent_ids)
+    st = trace_stats(trace)
+    assert st.forks == len(forks) and st.spawns == 0
+
+
+def test_shared_prefix_across_sessions_is_opt_in() -> None:
+    prof = _variant("codex", shared_prefix_across_sessions={"value": True, "source": "test"})
+    trace = synthesize(prof, 5, 0)
+    assert {s.scope for s in trace.sessions} == {"global"}
+    firsts = [s.turns[0].hash_ids for s in trace.sessions]
+    n_prefix = int(prof.root.system_prefix_tokens.sample(np.random.default_rng(0), 1)[0]) // 64
+    for f in firsts[1:]:
+        assert np.array_equal(f[:n_prefix], firsts[0][:n_prefix])
+        assert f[n_prefix] != firsts[0][n_prefix]
+
+
+def test_bad_profile_and_sessions() -> None:
+    with pytest.raises(InputError, match="unknown synth profile"):
+        synthesize("nope", 1, 0)
+    with pytest.raises(InputError, match="sessions"):
+        synthesize("codex", -1, 0)
+    assert synthesize("codex", 0, 0).sessions == []
+
+
+def test_bad_profile_yaml_names_key(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    d = load_profile("codex").model_dump()
+    d["root"]["turns"]["medain"] = 3
+    import yaml
+
+    p.write_text(yaml.safe_dump(d))
+    with pytest.raises(InputError) as e:
+        load_profile(p)
+    assert "root.turns" in str(e.value)
+
+
+def test_cli_synth_then_stats(tmp_path: Path) -> None:
+    out = tmp_path / "codex.parquet"
+    runner = CliRunner()
+    r = runner.invoke(app, ["traces", "synth", "--profile", "codex", "--sessions", "12",
+                            "--seed", "0", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "12 sessions" in r.output
+    assert native.read(out) == synthesize("codex", 12, 0)
+    r = runner.invoke(app, ["traces", "stats", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "roots 12" in r.output
+    r = runner.invoke(app, ["traces", "synth", "--profile", "nope", "--sessions", "1",
+                            "-o", str(out)])
+    assert r.exit_code == 2
+    assert "unknown synth profile" in r.output

@@ -126,7 +126,7 @@ def _piece_ids(piece: str) -> tuple[int, ...]:
     idx = _VOCAB_INDEX.get(piece)
     if idx is not None:
         return (idx,)
-    base = zlib.crc32(piece.encode())
+    base = zlib.crc32(piece.encode("utf-8", "surrogatepass"))  # JSON may hold lone surrogates
     return tuple(SYNTHETIC_VOCAB_SIZE + ((base + i) & 0x7FFFFFFF)
                  for i in range(piece_tokens(piece)))
 

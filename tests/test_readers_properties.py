@@ -235,3 +235,30 @@ def test_arbitrary_damage_is_input_error_or_a_valid_trace(data: st.DataObject,
         assert str(e) and "\n" not in str(e)
         return
     tr.validate()
+
+
+@SETTINGS
+@given(st.data())
+def test_openai_log_regroups_interleaved_conversations(data: st.DataObject) -> None:
+    """Each conversation's requests resend its history plus new messages; interleaved in
+    time, they regroup into one session per conversation, turns in order."""
+    k = data.draw(st.integers(1, 4))
+    rows, expect = [], []
+    for c in range(k):
+        msgs = [{"role": "system", "content": f"agent {c}: " + data.draw(TEXT)}]
+        times = sorted(data.draw(st.lists(st.floats(0, 1e4, allow_nan=False), min_size=1,
+                                          max_size=6, unique=True)))
+        for ts in times:
+            msgs = [*msgs, {"role": "user", "content": data.draw(TEXT)}]
+            rows.append({"timestamp": ts, "body": {"model": "m", "max_tokens": 7,
+                                                   "messages": msgs}})
+            msgs = [*msgs, {"role": "assistant", "content": data.draw(TEXT)}]
+        expect.append(len(times))
+    order = data.draw(st.permutations(range(len(rows))))
+    tr = read_text("o.jsonl", jsonl([rows[i] for i in order]), "openai-log", block_size=4)
+    assert sorted(len(s.turns) for s in tr.sessions) == sorted(expect)
+    for s in tr.sessions:
+        for a, b in zip(s.turns, s.turns[1:], strict=False):
+            assert b.t >= a.t and b.input_tokens > a.input_tokens
+            assert b.hash_ids[: a.input_tokens // 4].tolist() == a.hash_ids[
+                : a.input_tokens // 4].tolist()

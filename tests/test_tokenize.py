@@ -142,6 +142,8 @@ def test_exact_tokenizer_from_a_local_tokenizer_json(tmp_path: Path) -> None:
     assert exact.count(sample) == len(ids) > 0
     assert get_tokenizer(str(tmp_path)).encode(sample) == ids  # a folder holding one
     assert get_tokenizer(None).count(sample) == T.count_tokens(sample)
+    # a lone surrogate (legal in a JSON string) is tokenized, not an exception
+    assert exact.count("a\ud800b") > 0 and T.count_tokens("a\ud800b") > 0
 
 
 def test_bad_tokenizer_specs_are_input_errors(tmp_path: Path) -> None:

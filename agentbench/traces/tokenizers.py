@@ -44,7 +44,11 @@ class HFTokenizer:
         self.name = name
 
     def encode(self, text: str) -> list[int]:
-        ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        try:
+            ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
+        except UnicodeEncodeError:  # lone surrogates (legal in JSON strings): as U+FFFD
+            text = text.encode("utf-8", "replace").decode("utf-8")
+            ids = self._tok.encode(text, add_special_tokens=False).ids
         return ids
 
     def count(self, text: str) -> int:

@@ -46,7 +46,7 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         try:
             ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
-        except UnicodeEncodeError:  # lone surrogates (legal in JSON strings): as U+FFFD
+        except (UnicodeEncodeError, TypeError):  # lone surrogates (legal in JSON): as U+FFFD
             text = text.encode("utf-8", "replace").decode("utf-8")
             ids = self._tok.encode(text, add_special_tokens=False).ids
         return ids

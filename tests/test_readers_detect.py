@@ -43,3 +43,11 @@ def test_unknown_content_is_an_input_error(tmp_path: Path) -> None:
     f.write_text('{"foo": 1}\n')
     with pytest.raises(InputError, match="cannot detect"):
         detect_format(f)
+
+
+def test_missing_local_file_is_not_taken_for_a_hub_id(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="no such file"):
+        detect_format("traces/missing.jsonl")
+    assert detect_format("org/dataset-name") == "hf"

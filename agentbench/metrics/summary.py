@@ -209,8 +209,8 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
     run = rr.run
     sc: dict[str, Any] = run["scenario"] if isinstance(run.get("scenario"), dict) else {}
     endpoints = [str(e) for e in pd.unique(rr.requests["endpoint"])]
-    keys = ("run_id", "agentbench_version", "git_commit", "host", "started_at", "ended_at",
-            "seed")
+    keys = ("run_id", "agentbench_version", "git_commit", "host", "start_wall", "end_wall",
+            "status", "seed", "trace")
     info: dict[str, Any] = {k: run.get(k) for k in keys if k in run}
     info.setdefault("run_id", rr.run_dir.name)
     info.update({"name": sc.get("name"), "description": sc.get("description"),

@@ -289,3 +289,35 @@ def test_bad_input(tmp_path: Path) -> None:
                   scenario={"hardware": {"gpu": 2}})
     with pytest.raises(InputError, match=r"scenario\.hardware\.gpu"):
         summarize(d)
+
+
+def test_only_warmup_and_empty(tmp_path: Path) -> None:
+    reqs = [req(phase="warmup", sent_ns=0, first_token_ns=MS, last_token_ns=MS, end_ns=2 * MS)]
+    s = summarize(write_run(tmp_path / "w", reqs))
+    assert s["overall"]["requests"]["total"] == 0 and s["warmup_requests_excluded"] == 1
+    assert s["overall"]["latency"]["ttft_ms"]["p50"] is None
+    assert s["stages"] == {} and s["by_turn"] == [] and s["trees"]["tree_id"] == []
+    assert "0 measured" in format_summary(s)
+    s = summarize(write_run(tmp_path / "e", []))
+    assert s["overall"]["requests"]["total"] == 0
+
+
+def test_cancelled_and_unsent(tmp_path: Path) -> None:
+    reqs = [
+        req(sent_ns=0, first_token_ns=10 * MS, last_token_ns=20 * MS, end_ns=30 * MS,
+            completion_tokens=3, prompt_tokens=10, cached_tokens=0, expected_input_tokens=10),
+        # cancelled at the deadline after its first token: counted, not in latencies
+        req(tree_id="v#0", scheduled_ns=5 * MS, sent_ns=5 * MS, first_token_ns=8 * MS,
+            end_ns=40 * MS, status="cancelled", expected_input_tokens=10),
+        # never sent (connection refused before sending): counted at its scheduled time
+        req(tree_id="x#0", scheduled_ns=50 * MS, status="error", error_type="connect",
+            http_status=None, expected_input_tokens=10),
+    ]
+    s = summarize(write_run(tmp_path / "c", reqs))["overall"]
+    r = s["requests"]
+    assert (r["total"], r["ok"], r["failed"], r["cancelled"]) == (3, 1, 1, 1)
+    assert r["error_rate"] == pytest.approx(2 / 3)
+    assert {e["error_type"] for e in r["errors"]} == {"connect", "unknown"}
+    assert s["latency"]["ttft_ms"]["count"] == 1
+    assert s["window_s"] == pytest.approx(0.05)  # first send 0 → the unsent one at 50 ms
+    assert s["goodput"]["requests"] == pytest.approx(1 / 3)

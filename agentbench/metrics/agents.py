@@ -75,7 +75,8 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     trees = trees[present].reset_index(drop=True)
     if trees.empty:
         return _empty_trees()
-    trees["makespan_s"] = (trees["last_end"] - trees["first_sent"]) / NS_PER_S
+    span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S
+    trees["makespan_s"] = np.where(np.isfinite(span), span, np.nan)  # never sent: unknown
     trees["llm_wait_s"] = np.nan
     trees["completed"] = trees["failed"] == 0
     roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))

@@ -16,11 +16,11 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def dist(values: npt.ArrayLike) -> dict[str, Any]:
-    """count, mean, p50, p90, p95, p99 of the non-NaN values (None when there are none)."""
+    """count, mean, p50, p90, p95, p99 of the finite values (None when there are none)."""
     arr = np.asarray(values, dtype=np.float64)
-    nan = np.isnan(arr)
-    if nan.any() or arr is values:
-        arr = arr[~nan]  # a copy we may reorder
+    bad = ~np.isfinite(arr)
+    if bad.any() or arr is values:
+        arr = arr[~bad]  # a copy we may reorder
     out: dict[str, Any] = {"count": int(arr.size)}
     if arr.size == 0:
         out.update({"mean": None, **dict.fromkeys(QNAMES)})

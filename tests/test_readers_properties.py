@@ -262,3 +262,31 @@ def test_openai_log_regroups_interleaved_conversations(data: st.DataObject) -> N
             assert b.t >= a.t and b.input_tokens > a.input_tokens
             assert b.hash_ids[: a.input_tokens // 4].tolist() == a.hash_ids[
                 : a.input_tokens // 4].tolist()
+
+
+@SETTINGS
+@given(st.data())
+def test_copilot_prefix_sharing_follows_the_segments(data: st.DataObject) -> None:
+    """Calls that resend the previous call's segments and append new ones: the potential
+    cached tokens of a call are the whole blocks of the segments it resends."""
+    from agentbench.traces.stats import potential_cached_tokens
+
+    bs = data.draw(st.sampled_from([4, 16, 64]))
+    segs: list[dict] = []
+    calls = []
+    for k in range(data.draw(st.integers(1, 6))):
+        resent = sum(s["token_len"] for s in segs)
+        for _ in range(data.draw(st.integers(1, 3))):
+            segs = [*segs, {"type": data.draw(st.sampled_from(["System", "UserMessage",
+                                                                "ToolResult"])),
+                            "role": "user", "sequenceId": len(segs),
+                            "token_len": data.draw(st.integers(1, 200))}]
+        prompt = sum(s["token_len"] for s in segs) + data.draw(st.integers(0, 30))
+        calls.append(({"message_id": f"m{k}", "timestamp": float(k), "duration_ms": 10,
+                       "tokens": {"prompt": prompt, "completion": 1, "cached": 0},
+                       "message_metadata": list(segs)}, resent))
+    doc = {"session_id": "s", "turns": [{"llm_calls": [c for c, _ in calls],
+                                          "tool_batches": []}]}
+    tr = read_text("c.json", json.dumps(doc), "copilot", block_size=bs)
+    pot = potential_cached_tokens(tr.sessions)
+    assert [pot[("s", k)] for k in range(len(calls))] == [(r // bs) * bs for _, r in calls]

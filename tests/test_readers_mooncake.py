@@ -132,3 +132,13 @@ def test_unknown_reader_option_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unknown option 'tokeniser'") as e:
         read_trace(f, tokeniser="x")
     assert e.value.field == "tokeniser"
+
+
+def test_a_session_id_in_two_files_is_an_input_error(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_jsonl(tmp_path / f"{name}.jsonl", [
+            {"session_id": "s", "timestamp": 0, "input_length": 5, "output_length": 1,
+             "hash_ids": [1]}])
+    with pytest.raises(InputError, match="used again") as e:
+        read_trace(tmp_path, format="mooncake")
+    assert e.value.field == "session_id" and e.value.source == str(tmp_path / "b.jsonl")

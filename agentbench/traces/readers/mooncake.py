@@ -48,7 +48,17 @@ def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **options: Any) ->
     finally:
         if was_enabled:
             gc.enable()
+    _unique_ids(sessions)
     return Trace(sessions, name=path.stem)
+
+
+def _unique_ids(sessions: list[Session]) -> None:
+    seen: set[str] = set()
+    for s in sessions:
+        if s.session_id in seen:
+            raise InputError(f"session id {s.session_id!r} used again", source=s.scope,
+                             field="session_id")
+        seen.add(s.session_id)
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str,
@@ -58,7 +68,9 @@ def read_records(records: Iterable[dict[str, Any]], *, source: str,
     cols = _Columns()
     for i, rec in enumerate(records):
         cols.add(rec, f"record {i}", source)
-    return Trace(cols.sessions(source, block_size), name=Path(source).name or source)
+    sessions = cols.sessions(source, block_size)
+    _unique_ids(sessions)
+    return Trace(sessions, name=Path(source).name or source)
 
 
 def _read_file(file: Path, block_size: int) -> list[Session]:

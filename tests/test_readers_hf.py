@@ -100,3 +100,12 @@ def test_weka_documents_as_rows(tmp_path: Path) -> None:
     assert (tr.sessions[1].parent_turn, tr.sessions[1].join_turn) == (0, 1)
     with pytest.raises(InputError, match="unknown option"):
         read_trace(folder, tokenizer="x")
+
+
+def test_read_records_routes_plain_records(tmp_path: Path) -> None:
+    from agentbench.traces.readers import hf
+
+    tr = hf.read_records(iter(MOONCAKE), source="rows")
+    assert tr.n_requests() == 2 and tr.sessions[0].turns[0].block_size == 512
+    with pytest.raises(InputError, match="no rows"):
+        hf.read_records([], source="rows")

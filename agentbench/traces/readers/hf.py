@@ -10,7 +10,7 @@ config), ``record_format``; the rest go to the row reader (``tokenizer``, ``seed
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,19 @@ def read(source: str | Path, *, split: str | None = None, name: str | None = Non
          record_format: str | None = None, **options: Any) -> Trace:
     """Load ``source`` with ``datasets`` and hand its rows to the matching reader."""
     ds = load(source, split=split, name=name)
-    rows = _rows(ds)
+    return read_records(_rows(ds), source=str(source), record_format=record_format, **options)
+
+
+def read_records(records: Iterable[dict[str, Any]], *, source: str,
+                 record_format: str | None = None, **options: Any) -> Trace:
+    """Route decoded records to the reader of their format (detected from the first)."""
+    rows = iter(records)
     first = next(rows, None)
     if first is None:
-        raise InputError("dataset has no rows", source=str(source))
-    fmt = record_format or detect_record_format(first, source=str(source))
+        raise InputError("dataset has no rows", source=source)
+    fmt = record_format or detect_record_format(first, source=source)
     if fmt in ("hf", "native") or fmt not in READERS:
-        raise InputError(f"rows cannot be read as {fmt!r}", source=str(source),
+        raise InputError(f"rows cannot be read as {fmt!r}", source=source,
                          field="record_format")
 
     def all_rows() -> Iterator[dict[str, Any]]:
@@ -44,18 +50,17 @@ def read(source: str | Path, *, split: str | None = None, name: str | None = Non
         from agentbench.traces.readers._text import reject_unknown
 
         reject_unknown(options, "weka")
-
         sessions = []
         for i, doc in enumerate(all_rows()):
             try:
                 sessions.extend(weka.read_document(doc, source=f"{source}[{i}]"))
             except InputError as e:
-                raise e.located(source=str(source), where=f"row {i}") from None
-        weka_trace = Trace(sessions, name=Path(str(source)).name)
+                raise e.located(source=source, where=f"row {i}") from None
+        weka_trace = Trace(sessions, name=Path(source).name)
         weka_trace.validate()
         return weka_trace
     module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
-    trace: Trace = module.read_records(all_rows(), source=str(source), **options)
+    trace: Trace = module.read_records(all_rows(), source=source, **options)
     return trace
 
 

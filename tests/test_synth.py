@@ -239,3 +239,51 @@ def test_cli_synth_then_stats(tmp_path: Path) -> None:
                             "-o", str(out)])
     assert r.exit_code == 2
     assert "unknown synth profile" in r.output
+
+
+def _plain_leading_seen(turn_ids: list[np.ndarray]) -> list[int]:
+    """The definition, block by block: leading blocks some earlier turn sent."""
+    seen: set[int] = set()
+    out = []
+    for ids in turn_ids:
+        run = 0
+        for x in ids.tolist():
+            if x not in seen:
+                break
+            run += 1
+        out.append(run)
+        seen.update(ids.tolist())
+    return out
+
+
+def test_leading_seen_blocks_matches_definition() -> None:
+    from agentbench.traces.stats import leading_seen_blocks
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):  # small random traces: shared prefixes, repeats, shuffles
+        pool = rng.integers(0, 12, size=rng.integers(1, 8))
+        turns = []
+        for _ in range(rng.integers(1, 10)):
+            base = turns[rng.integers(len(turns))] if turns and rng.random() < 0.6 else pool
+            cut = rng.integers(0, len(base) + 1)
+            tail = rng.integers(0, 12, size=rng.integers(0, 5))
+            turns.append(np.concatenate([base[:cut], tail]).astype(np.int64))
+        assert leading_seen_blocks(turns).tolist() == _plain_leading_seen(turns)
+    spec = load_profile("agentx").model_dump()["subagents"]
+    prof = _variant("agentx", forks=spec, compaction__trigger_tokens__value=120_000)
+    trace = synthesize(prof, 8, 1)
+    from agentbench.traces.model import iter_turns_in_send_order
+
+    ids = [t.hash_ids for _, t in iter_turns_in_send_order(trace.sessions)]
+    assert leading_seen_blocks(ids).tolist() == _plain_leading_seen(ids)
+
+
+def test_leading_seen_blocks_on_weka_matches_definition(weka_trace) -> None:  # type: ignore[no-untyped-def]
+    from agentbench.traces.model import iter_turns_in_send_order
+    from agentbench.traces.stats import leading_seen_blocks
+
+    by_scope: dict[str, list[np.ndarray]] = {}
+    for s, t in iter_turns_in_send_order(weka_trace.sessions):
+        by_scope.setdefault(s.scope, []).append(t.hash_ids)
+    for ids in by_scope.values():
+        assert leading_seen_blocks(ids).tolist() == _plain_leading_seen(ids)

@@ -61,29 +61,23 @@ def _counts(d: Derived, m: Mask) -> dict[str, Any]:
 
 
 class ItlGroups:
-    """ITL values of the successful measured requests, grouped by (stage, endpoint) once,
-    so a block gathers its groups instead of masking every ITL value again."""
+    """ITL values of the successful measured requests; a block selects its requests' values
+    (they are stored in request order, ``itl_count`` per request)."""
 
     def __init__(self, d: Derived) -> None:
-        n_ep = max(len(d.endpoints), 1)
-        code = np.where(d.measured & d.ok, d.stage_code * n_ep + d.ep_code, -1)
-        per_value = np.repeat(code, d.itl_count)
-        n = (len(d.stages) * n_ep) if len(d.stages) else 0
-        keep = per_value >= 0
-        vals, codes = d.itl_ms[keep], per_value[keep]
-        order = np.argsort(codes.astype(np.int32 if n >= 2**15 else np.int16), kind="stable")
-        self.values = vals[order]
-        counts = np.bincount(codes, minlength=n)
-        self.bounds = np.concatenate([[0], np.cumsum(counts)])
-        self.n_ep = n_ep
+        self.d = d
+        self.base = d.measured & d.ok
 
     def select(self, stage: int | None = None, endpoint: int | None = None
                ) -> npt.NDArray[np.float64]:
-        n = len(self.bounds) - 1
-        parts = [self.values[self.bounds[g]:self.bounds[g + 1]] for g in range(n)
-                 if (stage is None or g // self.n_ep == stage)
-                 and (endpoint is None or g % self.n_ep == endpoint)]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        rows = self.base
+        if stage is not None:
+            rows = rows & (self.d.stage_code == stage)
+        if endpoint is not None:
+            rows = rows & (self.d.ep_code == endpoint)
+        if not self.d.itl_ms.size:
+            return np.zeros(0)
+        return self.d.itl_ms[np.repeat(rows, self.d.itl_count)]
 
 
 def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,

@@ -167,6 +167,15 @@ class Cluster:
         if 0 <= req.instance < len(self.instances):
             self.instances[req.instance].abort(req)
 
+    def abort_all(self) -> None:
+        """Abort every queued or running request and wake its handler (shutdown)."""
+        for inst in self.instances:
+            for req in [*inst.waiting, *inst.prefilling, *inst.decoding]:
+                if req.finished_at is None and not req.aborted:
+                    inst.abort(req)
+                    if req.on_progress is not None:
+                        req.on_progress(req)
+
     # ------------------------------------------------------------ driver
 
     async def start(self) -> None:

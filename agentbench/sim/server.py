@@ -288,6 +288,8 @@ class SimHandle:
     runner: web.AppRunner
 
     async def close(self) -> None:
+        """Stop: in-flight requests end with an error event, then the server and engine stop."""
+        self.cluster.abort_all()
         await self.runner.cleanup()
         await self.cluster.close()
 

@@ -129,7 +129,8 @@ def _tree(prof: Profile, rng: np.random.Generator, root_id: str, ids: _Ids, bs: 
                 start = keep
             drawn = _draw_session(spec.session, rng, cn, start, keep, prof.compaction, ids, bs)
             kids.append((kind, spec, pt, join, drawn))
-    # Root timeline: a turn that joins children waits for the last of them to end.
+    # Root timeline: a turn that joins children waits for the last of them to end; its
+    # think time then counts from the later of that and its previous response's end.
     t = np.zeros(n, dtype=np.float64)
     launch: dict[int, float] = {}
     for k in range(n):

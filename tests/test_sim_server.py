@@ -244,12 +244,12 @@ async def test_close_with_requests_in_flight_is_prompt() -> None:
     handle = await start_simulator(cfg)
     body = {"model": "sim", "messages": [{"role": "user", "content": text_of(5)}],
             "max_tokens": 100_000, "ignore_eos": True, "stream": True}
-    async with aiohttp.ClientSession(base_url=handle.url) as s:
-        async with s.post("/v1/chat/completions", json=body) as r:
-            first = await asyncio.wait_for(r.content.readline(), 10)  # streaming has begun
-            assert first.startswith(b"data: ")
-            t0 = time.perf_counter()
-            await asyncio.wait_for(handle.close(), 10)
-            rest = await asyncio.wait_for(r.content.read(), 10)
+    async with aiohttp.ClientSession(base_url=handle.url) as s, \
+            s.post("/v1/chat/completions", json=body) as r:
+        first = await asyncio.wait_for(r.content.readline(), 10)  # streaming has begun
+        assert first.startswith(b"data: ")
+        t0 = time.perf_counter()
+        await asyncio.wait_for(handle.close(), 10)
+        rest = await asyncio.wait_for(r.content.read(), 10)
     assert time.perf_counter() - t0 < 5
     assert b"aborted" in rest or rest == b""

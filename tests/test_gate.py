@@ -132,3 +132,10 @@ def test_bad_input_exits_2(runs: dict[str, Path], tmp_path: Path) -> None:
     rules.write_text("hit_rate: {max_drop: lots}\n")
     with pytest.raises(InputError, match="threshold"):
         load_rules(rules)
+
+
+def test_makespan_is_resampled_per_tree(runs: dict[str, Path]) -> None:
+    rules, opts = parse_rules({"makespan_p50": {"max_increase": "50%"}})
+    r = evaluate(runs["base"], runs["rerun"], rules, opts).results[0]
+    assert r.status == "pass" and "resamples" in r.note
+    assert r.bound is not None and r.change is not None and r.bound < r.change

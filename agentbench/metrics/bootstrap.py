@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.metrics.agents import request_meets_slos
+from agentbench.metrics.agents import build_trees, request_meets_slos
 from agentbench.metrics.derive import Derived
 from agentbench.metrics.records_io import RunRecords
 from agentbench.metrics.summary import stage_windows
@@ -30,6 +30,7 @@ class TreeData:
     ok: npt.NDArray[np.bool_]
     values: dict[str, FloatArray]     # per measured request (ttft_ms, tpot_ms, e2e_ms)
     sums: dict[str, FloatArray]       # per tree
+    per_tree: dict[str, FloatArray]   # per tree values (makespan_s, llm_wait_s)
     window_s: float
     gpus: float
 
@@ -51,6 +52,8 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
 
     tokens = np.where(ok, d.input_tokens[m] + np.nan_to_num(d.output_tokens[m]), 0.0)
     windows = stage_windows(d)
+    trees = build_trees(d, rr.sessions, request_meets_slos(d, rr.settings.slos),
+                        rr.settings.slos)  # one row per tree, in tree index order
     return TreeData(
         n_trees=n, tree=tree, ok=ok,
         values={k: getattr(d, v)[m] for k, v in LATENCY.items()},
@@ -59,6 +62,8 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
                                                          0.0)),
               "ok": s(ok), "cached": s(np.where(known, cached, 0.0)),
               "prompt": s(np.where(known, prompt, 0.0))},
+        per_tree={k: trees[k].to_numpy(dtype=np.float64) for k in ("makespan_s", "llm_wait_s")}
+        if len(trees) == n else {},
         window_s=sum(b - a for a, b in windows.values()) / 1e9,
         gpus=rr.settings.gpus,
     )
@@ -70,6 +75,8 @@ def _weighted_quantile(values: FloatArray, tree: npt.NDArray[np.int64], weights:
     values with each value weighted by its tree's weight (inverse weighted CDF)."""
     keep = ~np.isnan(values)
     v, t = values[keep], tree[keep]
+    if v.size == 0:
+        return np.full(weights.shape[0], np.nan)
     order = np.argsort(v)
     v, t = v[order], t[order]
     out = np.empty(weights.shape[0])
@@ -95,6 +102,14 @@ def _replicate_fn(name: str) -> Callable[[TreeData, FloatArray], FloatArray] | N
                 return (w @ tot) / np.maximum(w @ cnt, 1e-300)
             return _weighted_quantile(vals, td.tree, w, QUANT[stat])
         return lat
+
+    if name in ("makespan_p50", "llm_wait_p50"):
+        key = name.replace("_p50", "_s")
+
+        def per_tree(td: TreeData, w: FloatArray) -> FloatArray:
+            vals = td.per_tree.get(key, np.full(td.n_trees, np.nan))
+            return _weighted_quantile(vals, np.arange(td.n_trees), w, 0.5)
+        return per_tree
 
     def share(num: str, den: str) -> Callable[[TreeData, FloatArray], FloatArray]:
         return lambda td, w: (w @ td.sums[num]) / np.maximum(w @ td.sums[den], 1e-300)

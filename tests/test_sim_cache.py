@@ -244,3 +244,24 @@ def test_every_router_finishes_a_mixed_load(router: str) -> None:
             by_session.setdefault(r.session or "", set()).add(r.instance)
         assert all(len(v) == 1 for v in by_session.values())
     assert sum(inst.gpu.reserved for inst in cl.instances) == 0
+
+
+def test_cache_aware_router_follows_cached_blocks_within_load_bound() -> None:
+    cl = Cluster(_cfg(preset="instant", instances=3, router="cache_aware",
+                      cache_aware_max_imbalance=1))
+    a, b = _prompt(cl, 20, salt=1), _prompt(cl, 20, salt=2)
+    t = 0.0
+    first = cl.make_request(a, max_tokens=1, ignore_eos=True)
+    t = _run_one(cl, first, t) + 1.0
+    other = cl.make_request(b, max_tokens=1, ignore_eos=True)
+    t = _run_one(cl, other, t) + 1.0
+    again = cl.make_request(a, max_tokens=1, ignore_eos=True)
+    _run_one(cl, again, t)
+    assert again.instance == first.instance and again.cached_tokens == 1280
+    # Load bound: with two requests queued on the instance holding the prefix (and none
+    # elsewhere), it is 2 above the least loaded, beyond the allowed imbalance of 1.
+    home = cl.instances[first.instance]
+    for _ in range(2):
+        home.add(cl.make_request(b, max_tokens=1, ignore_eos=True))
+    busy = cl.make_request(a, max_tokens=1, ignore_eos=True)
+    assert cl.router.choose(busy, cl.instances) != first.instance

@@ -13,9 +13,13 @@ def _pct(x: Any) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+_LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E",
+           "schedule_lag_ms": "schedule lag"}
+
+
 def _lat(b: dict[str, Any], key: str) -> str:
     d = b["latency"][key]
-    return (f"{key[:-3].upper():<14}p50 {_n(d['p50'])}  p90 {_n(d['p90'])}  "
+    return (f"{_LABELS[key]:<14}p50 {_n(d['p50'])}  p90 {_n(d['p90'])}  "
             f"p99 {_n(d['p99'])}  mean {_n(d['mean'])} ms  (n={d['count']:,})")
 
 
@@ -61,15 +65,19 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [head, *_block_lines(summary["overall"])]
     if summary.get("warmup_requests_excluded"):
         lines.append(f"warmup        {summary['warmup_requests_excluded']:,} requests excluded")
-    stages = summary.get("stages", {})
-    if len(stages) > 1:
-        lines.append("stages:")
-        for name, b in stages.items():
+    for title, group in (("stages", summary.get("stages", {})),
+                         ("endpoints", summary.get("endpoints", {}))):
+        if len(group) <= 1:
+            continue
+        lines.append(f"{title}:")
+        for name, b in group.items():
             lat = b["latency"]
             lines.append(
                 f"  {name:<10} {b['requests']['total']:>7,} req  TTFT p50 "
                 f"{_n(lat['ttft_ms']['p50'])} ms  E2E p50 {_n(lat['e2e_ms']['p50'])} ms  "
-                f"{_n(b['throughput']['per_gpu_total_tok_s'], ',.0f')} tok/s/GPU  "
+                + (f"{_n(b['throughput']['per_gpu_total_tok_s'], ',.0f')} tok/s/GPU  "
+                   if title == "stages" else
+                   f"{_n(b['throughput']['total_tok_s'], ',.0f')} tok/s  ") +
                 f"hit {_pct(b['hit_rate']['usage']['value'])}  "
                 f"goodput {_pct(b['goodput']['requests'])}")
     return "\n".join(lines)

@@ -321,3 +321,24 @@ def test_cancelled_and_unsent(tmp_path: Path) -> None:
     assert s["latency"]["ttft_ms"]["count"] == 1
     assert s["window_s"] == pytest.approx(0.05)  # first send 0 → the unsent one at 50 ms
     assert s["goodput"]["requests"] == pytest.approx(1 / 3)
+
+
+def test_agent_goodput_and_makespan_without_sessions(tmp_path: Path) -> None:
+    def turn(tree: str, k: int, sent_ms: int, ttft_ms: int, end_ms: int) -> dict[str, Any]:
+        return req(tree_id=tree, session_id=tree, turn=k, scheduled_ns=sent_ms * MS,
+                   sent_ns=sent_ms * MS, first_token_ns=(sent_ms + ttft_ms) * MS,
+                   last_token_ns=(sent_ms + ttft_ms) * MS, end_ns=end_ms * MS,
+                   completion_tokens=1, expected_input_tokens=10)
+    reqs = [turn("a#0", 0, 0, 10, 100), turn("a#0", 1, 400, 10, 1000),   # 1.0 s tree
+            turn("b#0", 0, 0, 10, 100), turn("b#0", 1, 200, 10, 3000),   # 3.0 s tree
+            turn("c#0", 0, 0, 900, 1000)]                                # TTFT 900 > 500
+    scenario = {"slos": {"ttft_ms": 500, "agent_makespan_s": 2.0}}
+    s = summarize(write_run(tmp_path / "g", reqs, scenario=scenario))
+    # no sessions.parquet rows: makespan = last end − first send of each tree's requests
+    mk = dict(zip(s["trees"]["tree_id"], s["trees"]["makespan_s"], strict=True))
+    assert mk == pytest.approx({"a#0": 1.0, "b#0": 3.0, "c#0": 1.0})
+    assert s["overall"]["agents"]["llm_wait_s"]["count"] == 0  # unknown without sessions
+    # agents: a meets both; b misses the 2 s makespan; c has a request over the TTFT SLO
+    g = s["overall"]["goodput"]
+    assert (g["good_agents"], g["agents"]) == (1, pytest.approx(1 / 3))
+    assert g["requests"] == pytest.approx(4 / 5)

@@ -9,7 +9,9 @@
    second of wall time. Prompts are pre-hashed so this isolates the engine. Its cost is
    about 3 us per engine step plus ~0.5 us per token of the step's batch plus ~2 us per
    block that misses the cache (inserted, later evicted), so small batches of long outputs
-   and cache thrash are its slow cases; all three are printed.
+   and cache thrash are its slow cases; all three are printed, each with how many simulated
+   seconds it runs per wall second: the largest ``speedup`` that the 4 simulated instances
+   can be driven at in real time on one core.
 2. Prompt cost: tokenizing + hashing a chat request whose context grew by one turn.
 3. HTTP: requests/s through the aiohttp server (instant preset, small prompts).
 4. --what-if: a few real Claude Code sessions (Weka traces) replayed turn by turn over

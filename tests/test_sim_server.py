@@ -253,3 +253,17 @@ async def test_close_with_requests_in_flight_is_prompt() -> None:
         rest = await asyncio.wait_for(r.content.read(), 10)
     assert time.perf_counter() - t0 < 5
     assert b"aborted" in rest or rest == b""
+
+
+def test_serve_sim_cli_lists_presets_and_rejects_bad_options() -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["serve-sim", "--list-presets"])
+    assert out.exit_code == 0 and "h200-llama3-70b" in out.output and "TensorRT-LLM" in out.output
+    bad = runner.invoke(app, ["serve-sim", "--preset", "nope"])
+    assert bad.exit_code == 2 and "unknown preset" in bad.output
+    bad = runner.invoke(app, ["serve-sim", "--router", "sticky"])
+    assert bad.exit_code == 2 and "router" in bad.output

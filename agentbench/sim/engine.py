@@ -92,7 +92,7 @@ class Instance:
         self.shared_load = (preset.shared_load_s_per_token if shared_load_s_per_token is None
                             else shared_load_s_per_token)
         self.waiting: deque[SimRequest] = deque()
-        self.decoding: list[SimRequest] = []
+        self.decoding: list[SimRequest] = []  # replaced on change, never mutated in place
         self.prefilling: list[SimRequest] = []
         self.stats = InstanceStats()
         self._decode_ctx = 0  # sum of context tokens over self.decoding
@@ -206,7 +206,7 @@ class Instance:
         attn, lin = self._attn, self._lin
         dec = self.decoding
         if len(dec) <= budget:
-            batch = dec[:]
+            batch = dec  # self.decoding is replaced, never mutated, so no copy is needed
             ctx = self._decode_ctx
         else:
             batch = dec[:budget]
@@ -302,10 +302,10 @@ class Instance:
         if started:
             ids = set(map(id, started))
             self.prefilling = [r for r in self.prefilling if id(r) not in ids]
-            for r in started:
-                if r.finished_at is None:
-                    self.decoding.append(r)
-                    self._decode_ctx += r.prompt_tokens + 1
+            new = [r for r in started if r.finished_at is None]
+            if new:
+                self.decoding = self.decoding + new
+                self._decode_ctx += sum(r.prompt_tokens + 1 for r in new)
         if n_dec_done:
             ids = set(map(id, done[:n_dec_done]))
             self.decoding = [r for r in self.decoding if id(r) not in ids]

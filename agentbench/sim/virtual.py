@@ -36,11 +36,16 @@ def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
     while i < len(arrivals) or steps:
         t_arr = arrivals[i][0] if i < len(arrivals) else math.inf
         if steps and steps[0][0] < t_arr:
-            end, idx = heapq.heappop(steps)
+            end, idx = steps[0]
             inst = cluster.instances[idx]
             done.extend(inst.commit(end))
-            in_flight[idx] = False
             end_prev[idx] = end
+            dur = inst.plan(end) if inst.has_work() else None
+            if dur is not None:  # the common case: the next step follows at once
+                heapq.heapreplace(steps, (end + dur, idx))
+                continue
+            heapq.heappop(steps)
+            in_flight[idx] = False
             if inst.has_work():
                 begin(inst, end)
         else:

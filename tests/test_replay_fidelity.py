@@ -94,6 +94,9 @@ async def test_ttft_itl_fidelity_64_lanes(server, tmp_path):  # type: ignore[no-
     # the client's own stamping delay: arrival stamp - server write time
     self_first = (req.first_token_ns.to_numpy() - srv_first) / 1e6
     self_last = (req.last_token_ns.to_numpy() - srv_last) / 1e6
+    n = req.token_events.to_numpy()
+    itl_client = (req.last_token_ns - req.first_token_ns).to_numpy() / (n - 1) / 1e6
+    itl_server = (srv_last - srv_first) / (n - 1) / 1e6
     figures = {
         "ttft_p50": np.percentile(ttft, 50), "ttft_p99": np.percentile(ttft, 99),
         "ttft_min": ttft.min(), "itl_p50": np.percentile(itl, 50),
@@ -101,15 +104,19 @@ async def test_ttft_itl_fidelity_64_lanes(server, tmp_path):  # type: ignore[no-
         "client_delay_first_p50": np.percentile(self_first, 50),
         "client_delay_first_p99": np.percentile(self_first, 99),
         "client_delay_last_p50": np.percentile(self_last, 50),
+        "itl_mean_client_minus_server_p50": np.percentile(itl_client - itl_server, 50),
+        "server_itl_mean_p50": np.percentile(itl_server, 50),
         "server_ttft_p50": np.percentile((srv_first - req.sent_ns.to_numpy()) / 1e6, 50),
         "server_ttft_p99": np.percentile((srv_first - req.sent_ns.to_numpy()) / 1e6, 99)}
     print("fidelity (ms):", {k: round(float(v), 3) for k, v in figures.items()})
     # strict lower bounds: nothing is stamped before the server wrote it
     assert self_first.min() >= 0 and self_last.min() >= 0
     assert figures["ttft_min"] >= 50.0 and figures["ttft_p50"] >= 50.0
-    # the client's own delay is small even on a loaded machine
+    # the client's own delay is small even on a loaded machine (p99 there depends on what
+    # else the machine runs: measured 0.9 ms when quiet, up to ~25 ms under other work)
     assert figures["client_delay_first_p50"] <= 2.0
-    assert figures["client_delay_first_p99"] <= 15.0
+    assert figures["client_delay_first_p99"] <= 50.0
+    assert abs(figures["itl_mean_client_minus_server_p50"]) <= 0.5
     if STRICT:
         assert figures["ttft_p50"] <= 51.0
         assert figures["ttft_p99"] <= 55.0

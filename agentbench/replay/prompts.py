@@ -74,10 +74,30 @@ def layout(turn: Turn, session_id: str, overhead: int, shared_prefix: int,
     segs: list[Segment] = []
     if shared_prefix:
         segs.append(Segment(0, shared_prefix, shared=True))
-    ids = turn.hash_ids
+    n_full = min(len(turn.hash_ids), n // bs)
+    segs.extend(Segment(int(h), bs) for h in turn.hash_ids[:n_full])
+    segs.extend(rest_segments(turn, session_id, next_turn, n_full))
+    cut = overhead + shared_prefix
+    while cut > 0 and segs:
+        last = segs[-1]
+        if last.shared:
+            break
+        if last.n > cut:
+            segs[-1] = Segment(last.key, last.n - cut, last.tail)
+            cut = 0
+        else:
+            cut -= last.n
+            segs.pop()
+    return segs
+
+
+def rest_segments(turn: Turn, session_id: str, next_turn: Turn | None,
+                  n_full: int) -> list[Segment]:
+    """The segments after a turn's ``n_full`` whole blocks: a cut last block, then the tail
+    (tokens past the last hash id), see ``layout``."""
+    n, bs, ids = turn.input_tokens, turn.block_size, turn.hash_ids
     m = len(ids)
-    for i in range(m):
-        segs.append(Segment(int(ids[i]), min(bs, n - i * bs)))
+    segs = [Segment(int(ids[i]), n - i * bs) for i in range(n_full, m)]
     left = n - m * bs
     if left > 0 and next_turn is not None and next_turn.block_size == bs \
             and len(next_turn.hash_ids) > m and np.array_equal(next_turn.hash_ids[:m], ids):
@@ -93,29 +113,23 @@ def layout(turn: Turn, session_id: str, overhead: int, shared_prefix: int,
                 break
     if left > 0:
         segs.append(Segment(tail_key(session_id, turn.turn), left, tail=True))
-    cut = overhead + shared_prefix
-    while cut > 0 and segs:
-        last = segs[-1]
-        if last.shared:
-            break
-        if last.n > cut:
-            segs[-1] = Segment(last.key, last.n - cut, last.tail)
-            cut = 0
-        else:
-            cut -= last.n
-            segs.pop()
     return segs
 
 
 class BlockCache:
-    """Pre-encoded fragments keyed by (salt, hash id, tokens); one dict per salt so a finished
-    trace copy's blocks can be dropped (``release``) and memory follows the live trees."""
+    """Pre-encoded fragments of blocks, one store per salt so a finished trace copy's blocks
+    can be dropped (``release``) and memory follows the live trees. Full blocks are keyed
+    by hash id alone; cut blocks by (hash id, tokens); unique tails are never kept.
+
+    A chat fragment is the block's text (synthetic words: ASCII letters and spaces, already
+    JSON-safe); a completions fragment is its token ids, each followed by a comma."""
 
     def __init__(self, api: str) -> None:
         if api not in ("chat", "completions"):
             raise ValueError(f"unknown api {api!r}")
         self.api = api
-        self._salts: dict[int, dict[tuple[int, int, bool], bytes]] = {}
+        self._full: dict[int, dict[int, bytes]] = {}
+        self._cut: dict[int, dict[tuple[int, int], bytes]] = {}
         self._refs: dict[int, int] = {}
 
     def acquire(self, salt: int) -> None:
@@ -125,42 +139,109 @@ class BlockCache:
         left = self._refs.get(salt, 0) - 1
         if left <= 0:
             self._refs.pop(salt, None)
-            self._salts.pop(salt, None)
+            self._full.pop(salt, None)
+            self._cut.pop(salt, None)
         else:
             self._refs[salt] = left
 
     def n_fragments(self) -> int:
-        return sum(len(d) for d in self._salts.values())
+        return sum(map(len, self._full.values())) + sum(map(len, self._cut.values()))
 
-    def fragment(self, salt: int, seg: Segment) -> bytes:
-        if seg.shared:
-            salt = SHARED_PREFIX_SALT
-        d = self._salts.get(salt)
+    def full(self, salt: int, hash_id: int, block_size: int) -> bytes:
+        """The fragment of a whole block."""
+        d = self._full.get(salt)
         if d is None:
-            d = self._salts[salt] = {}
-        k = (seg.key, seg.n, seg.tail)
-        frag = d.get(k)
+            d = self._full[salt] = {}
+        frag = d.get(hash_id)
         if frag is None:
-            frag = d[k] = self._make(salt, seg)
+            frag = d[hash_id] = self._make(salt, hash_id, block_size, False)
         return frag
 
-    def _make(self, salt: int, seg: Segment) -> bytes:
-        if self.api == "chat":
-            text = (tokenize.unique_text(salt, seg.key, seg.n) if seg.tail
-                    else tokenize.block_text(salt, seg.key, seg.n))
-            # synthetic words are ASCII letters and spaces: already JSON-safe
-            return text.encode("ascii")
+    def fragment(self, salt: int, seg: Segment, block_size: int = 0) -> bytes:
+        if seg.shared:
+            salt = SHARED_PREFIX_SALT
         if seg.tail:
-            ids = tokenize.block_token_ids(salt ^ 0x5EED_0000_0000, seg.key, seg.n)
-        else:
-            ids = tokenize.block_token_ids(salt, seg.key, seg.n)
-        return ",".join(map(str, ids)).encode("ascii")
+            return self._make(salt, seg.key, seg.n, True)
+        if seg.n == block_size:
+            return self.full(salt, seg.key, block_size)
+        d = self._cut.get(salt)
+        if d is None:
+            d = self._cut[salt] = {}
+        k = (seg.key, seg.n)
+        frag = d.get(k)
+        if frag is None:
+            frag = d[k] = self._make(salt, seg.key, seg.n, False)
+        return frag
 
-    def content(self, salt: int, segs: Sequence[Segment]) -> bytes:
+    def _make(self, salt: int, key: int, n: int, tail: bool) -> bytes:
+        if self.api == "chat":
+            text = tokenize.unique_text(salt, key, n) if tail else tokenize.block_text(salt, key,
+                                                                                      n)
+            return text.encode("ascii")
+        ids = tokenize.block_token_ids(salt ^ 0x5EED_0000_0000 if tail else salt, key, n)
+        return "".join(f"{i}," for i in ids).encode("ascii")
+
+    def fragments(self, salt: int, segs: Sequence[Segment], block_size: int = 0) -> list[bytes]:
+        return [self.fragment(salt, s, block_size) for s in segs]
+
+    def content(self, salt: int, segs: Sequence[Segment], block_size: int = 0) -> bytes:
         """The prompt content: text (chat) or comma-separated token ids (completions)."""
-        frags = [self.fragment(salt, s) for s in segs]
-        sep = b"" if self.api == "chat" else b","
-        return sep.join(frags)
+        body = b"".join(self.fragments(salt, segs, block_size))
+        return body[:-1] if self.api == "completions" and body else body
+
+
+class SessionPrompt:
+    """One session's prompts for one API: the fragments of its leading whole blocks are kept
+    from turn to turn, so a turn that extends the previous one costs only its new blocks
+    (a 142K-token turn is a list of ~2,200 references, joined once into the body)."""
+
+    def __init__(self, cache: BlockCache, salt: int, session_id: str, overhead: int,
+                 shared_prefix: int) -> None:
+        self.cache = cache
+        self.salt = salt
+        self.session_id = session_id
+        self.overhead = overhead
+        self.shared_prefix = shared_prefix
+        self._ids: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._frags: list[bytes] = []
+
+    def build(self, turn: Turn, next_turn: Turn | None) -> list[bytes]:
+        """Fragments of ``turn``'s content, equal to ``fragments(layout(...))``."""
+        ids, bs = turn.hash_ids, turn.block_size
+        n_full = min(len(ids), turn.input_tokens // bs)
+        have = len(self._ids)
+        if not (have <= n_full and np.array_equal(ids[:have], self._ids)):
+            have = 0
+            self._frags = []
+        cache, salt = self.cache, self.salt
+        frags = self._frags
+        for i in range(have, n_full):
+            frags.append(cache.full(salt, int(ids[i]), bs))
+        self._ids = ids[:n_full]
+        segs = rest_segments(turn, self.session_id, next_turn, n_full)
+        # take the template and shared-prefix tokens off the end, as layout does
+        cut = self.overhead + self.shared_prefix
+        keep = n_full
+        while cut > 0 and segs:
+            last = segs[-1]
+            if last.n > cut:
+                segs[-1] = Segment(last.key, last.n - cut, last.tail)
+                cut = 0
+            else:
+                cut -= last.n
+                segs.pop()
+        while cut > 0 and keep > 0:  # the cut reaches into whole blocks (a tiny tail)
+            keep -= 1
+            if bs > cut:
+                segs = [Segment(int(ids[keep]), bs - cut)]
+                cut = 0
+            else:
+                cut -= bs
+        out = frags[:keep] if keep < n_full else frags[:]
+        out.extend(cache.fragment(salt, sg, bs) for sg in segs)
+        if self.shared_prefix:
+            out.insert(0, cache.fragment(salt, Segment(0, self.shared_prefix, shared=True), bs))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +252,23 @@ class BodyTemplate:
     head: bytes
     mid: bytes
     tail: bytes
+    comma_fragments: bool = False  # completions: fragments end with "," (drop the last)
 
     def render(self, content: bytes, max_tokens: int) -> bytes:
         return b"".join((self.head, content, self.mid, str(max_tokens).encode(), self.tail))
+
+    def render_fragments(self, frags: list[bytes], max_tokens: int) -> bytes:
+        """The body from content fragments, in one join (one copy of the prompt)."""
+        if self.comma_fragments and frags:
+            parts = [self.head, *frags[:-1], frags[-1][:-1]]
+        else:
+            parts = [self.head, *frags]
+        parts.append(self.mid)
+        parts.append(self._tail(max_tokens))
+        return b"".join(parts)
+
+    def _tail(self, max_tokens: int) -> bytes:
+        return str(max_tokens).encode() + self.tail
 
 
 def body_template(api: str, model: str, extra_body: dict[str, Any],
@@ -211,8 +306,9 @@ def body_template(api: str, model: str, extra_body: dict[str, Any],
         mid, tail_b = rest, ""
     if "{MAXTOK}" in tail_b:
         # min_tokens repeats max_tokens: keep it as a second slot rendered by RepeatTemplate
-        return _TwoSlotTemplate(head.encode(), mid.encode(), tail_b.encode())
-    return BodyTemplate(head.encode(), mid.encode(), tail_b.encode())
+        return _TwoSlotTemplate(head.encode(), mid.encode(), tail_b.encode(),
+                                api == "completions")
+    return BodyTemplate(head.encode(), mid.encode(), tail_b.encode(), api == "completions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,8 +316,11 @@ class _TwoSlotTemplate(BodyTemplate):
     """A body whose ``min_tokens`` repeats ``max_tokens``."""
 
     def render(self, content: bytes, max_tokens: int) -> bytes:
+        return b"".join((self.head, content, self.mid, self._tail(max_tokens)))
+
+    def _tail(self, max_tokens: int) -> bytes:
         n = str(max_tokens).encode()
-        return b"".join((self.head, content, self.mid, n, self.tail.replace(b"{MAXTOK}", n)))
+        return n + self.tail.replace(b"{MAXTOK}", n)
 
 
 def chat_overhead() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,6 +116,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     bg: list[asyncio.Task[Any]] = []
     bar: Progress | None = None
     status = "crashed"
+    frozen = False
     current = {"stage": ""}
     try:
         max_lanes = max((s.lanes or 1) for s in stages_of(scenario.load))
@@ -141,6 +143,11 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         bg.append(asyncio.ensure_future(bar.loop(ctx, lambda: current["stage"], stop_bg)))
         bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
         source = TreeSource(specs, scenario.limits.recycle)
+        # everything made so far (modules, trace, pools) lives for the whole run: keep it
+        # out of the collector's full passes, which otherwise stall the loop for tens of ms
+        gc.collect()
+        gc.freeze()
+        frozen = True
         for k, stage in enumerate(stages_of(scenario.load)):
             current["stage"] = stage.label
             source.restart()
@@ -155,6 +162,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         status = "interrupted"
         raise
     finally:
+        if frozen:
+            gc.unfreeze()
         stop_bg.set()
         if bg:
             with contextlib.suppress(Exception):

@@ -90,16 +90,27 @@ class Timers:
         self._handle = loop.call_at(loop.time() + max(0.0, delay), self._fire)
 
     def _fire(self) -> None:
+        """Release one due waiter per loop iteration: between releases the loop polls its
+        sockets, so a burst of due turns (lanes in lockstep) never holds back the arrival
+        stamps of streams in flight."""
         self._handle = None
         self._armed_for = None
         now = self.now_ns()
         heap = self._heap
-        while heap and (heap[0][2] is None or int(heap[0][0]) <= now):  # type: ignore[call-overload]
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+        if heap and int(heap[0][0]) <= now:  # type: ignore[call-overload]
             target, _, fut, _ = heapq.heappop(heap)
-            if fut is not None and not fut.done():  # type: ignore[attr-defined]
+            if not fut.done():  # type: ignore[attr-defined]
                 self._starting += 1
                 fut.set_result(target)  # type: ignore[attr-defined]
-        self._arm()
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+        if heap and int(heap[0][0]) <= now:  # type: ignore[call-overload]
+            self._armed_for = int(heap[0][0])  # type: ignore[call-overload]
+            self._handle = asyncio.get_running_loop().call_soon(self._fire)  # type: ignore[assignment]
+        else:
+            self._arm()
 
     def abort_all(self, exc: type[BaseException]) -> None:
         """End every pending wait by raising ``exc()`` in it (a stage ended)."""

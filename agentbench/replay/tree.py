@@ -18,7 +18,7 @@ from typing import Any
 from agentbench import records
 from agentbench.replay.client import RequestRecord, send
 from agentbench.replay.endpoints import LiveEndpoint, Router
-from agentbench.replay.prompts import BlockCache, chat_overhead, layout, salt_for
+from agentbench.replay.prompts import BlockCache, SessionPrompt, chat_overhead, salt_for
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.writer import ResultsWriter
@@ -130,6 +130,7 @@ class TreeRun:
         self.salts = {s.scope: salt_for(ctx.seed, copy, s.scope) for s in spec.sessions}
         self.states: dict[str, SessionState] = {}
         self.tasks: list[asyncio.Task[Any]] = []
+        self.prompts: dict[tuple[str, str], SessionPrompt] = {}
 
     async def run(self, start_ns: int | None = None) -> None:
         """Replay the whole tree from ``start_ns`` (default: now); session rows are written
@@ -220,21 +221,24 @@ class TreeRun:
             started[child.session_id] = task
             self.tasks.append(task)
 
-    def _content(self, sess: Session, k: int, api: str) -> bytes:
-        overhead = chat_overhead() if api == "chat" else 0
+    def _content(self, sess: Session, k: int, api: str) -> list[bytes]:
+        key = (sess.session_id, api)
+        builder = self.prompts.get(key)
+        if builder is None:
+            builder = self.prompts[key] = SessionPrompt(
+                self.ctx.caches[api], self.salts[sess.scope], sess.session_id,
+                chat_overhead() if api == "chat" else 0, self.ctx.shared_prefix_tokens)
         nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
-        segs = layout(sess.turns[k], sess.session_id, overhead, self.ctx.shared_prefix_tokens,
-                      nxt)
-        return self.ctx.caches[api].content(self.salts[sess.scope], segs)
+        return builder.build(sess.turns[k], nxt)
 
     async def _request(self, sess: Session, st: SessionState, k: int, scheduled: int,
-                       phase: str, content: bytes | None) -> RequestRecord:
+                       phase: str, content: list[bytes] | None) -> RequestRecord:
         ctx = self.ctx
         turn = sess.turns[k]
         ep = ctx.endpoints[ctx.router.pick(self.sticky)]
         if content is None:
             content = self._content(sess, k, ep.api)
-        body = ep.template.render(content, max(1, turn.output_tokens))
+        body = ep.template.render_fragments(content, max(1, turn.output_tokens))
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,
@@ -246,28 +250,44 @@ class TreeRun:
         ctx.timers.request_started()
         try:
             await send(ep.http, ep.target, body, self.tree_id, rec, ctx.t0_ns)
-        finally:
+        except BaseException:  # cancelled at the deadline: recorded all the same
             ep.inflight -= 1
             ctx.timers.request_ended()
-            row = ctx.writer.add_request(rec)
-            st.phases.add(phase)
-            if st.endpoint is None:
-                st.endpoint = ep.label
-            if st.start_ns is None:
-                st.start_ns = row["sent_ns"]
-            st.end_ns = row["end_ns"]
-            st.turns_done += 1
-            if row["status"] == records.CANCELLED:
-                st.cancelled = True
-            elif row["status"] != records.OK:
-                st.errors += 1
-            if row["sent_ns"] is not None and row["end_ns"] is not None:
-                st.llm_wait_ns += row["end_ns"] - row["sent_ns"]
-            st.input_tokens += row["prompt_tokens"] or 0
-            st.output_tokens += row["completion_tokens"] or 0
-            if ctx.on_request is not None:
-                ctx.on_request(row)
+            self._record(rec, st, ep, phase)
+            raise
+        ep.inflight -= 1
+        ctx.timers.request_ended()
+        try:
+            # reading the stored stream waits for its turn in the loop, so that streams
+            # still in flight are stamped first when many end at once
+            await ctx.timers.wait_until(ctx.timers.now_ns(), pullable=False)
+        except StageOver:
+            pass
+        finally:
+            self._record(rec, st, ep, phase)
         return rec
+
+    def _record(self, rec: RequestRecord, st: SessionState, ep: LiveEndpoint,
+                phase: str) -> None:
+        ctx = self.ctx
+        row = ctx.writer.add_request(rec)
+        st.phases.add(phase)
+        if st.endpoint is None:
+            st.endpoint = ep.label
+        if st.start_ns is None:
+            st.start_ns = row["sent_ns"]
+        st.end_ns = row["end_ns"]
+        st.turns_done += 1
+        if row["status"] == records.CANCELLED:
+            st.cancelled = True
+        elif row["status"] != records.OK:
+            st.errors += 1
+        if row["sent_ns"] is not None and row["end_ns"] is not None:
+            st.llm_wait_ns += row["end_ns"] - row["sent_ns"]
+        st.input_tokens += row["prompt_tokens"] or 0
+        st.output_tokens += row["completion_tokens"] or 0
+        if ctx.on_request is not None:
+            ctx.on_request(row)
 
     def _write_sessions(self) -> None:
         tree_end = max((s.end_ns for s in self.states.values() if s.end_ns is not None),

@@ -285,6 +285,11 @@ def test_bad_input(tmp_path: Path) -> None:
     pq.write_table(pa.table({"request_id": np.arange(3)}), bad / R.REQUESTS_FILE)
     with pytest.raises(InputError, match="field 'stage'"):
         summarize(bad)
+    mismatch = write_run(tmp_path / "events", [
+        req(sent_ns=0, end_ns=1),
+        req(sent_ns=0, end_ns=1, token_event_ns=[1, 2], token_event_tokens=[1])])
+    with pytest.raises(InputError, match=r"requests.parquet:row 1: field 'token_event_tokens'"):
+        summarize(mismatch)
     d = write_run(tmp_path / "typo", [req(sent_ns=0, end_ns=1)],
                   scenario={"hardware": {"gpu": 2}})
     with pytest.raises(InputError, match=r"scenario\.hardware\.gpu"):

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentbench import records as R
+from agentbench.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
 NS_PER_MS = 1e6
@@ -73,19 +74,25 @@ def itl_ms(events: pa.Table) -> tuple[FloatArray, npt.NDArray[np.int64]]:
     t = pc.list_flatten(ns).to_numpy(zero_copy_only=False)
     k = pc.list_flatten(tok).to_numpy(zero_copy_only=False)
     lengths = pc.fill_null(pc.list_value_length(ns), 0).to_numpy(zero_copy_only=False)
-    if len(t) != len(k) or not np.array_equal(
-            lengths, pc.fill_null(pc.list_value_length(tok), 0).to_numpy(zero_copy_only=False)):
-        raise ValueError("token_event_ns and token_event_tokens differ in length")
+    tok_lengths = pc.fill_null(pc.list_value_length(tok), 0).to_numpy(zero_copy_only=False)
+    if len(t) != len(k) or not np.array_equal(lengths, tok_lengths):
+        row = int(np.flatnonzero(lengths != tok_lengths)[0]) if len(lengths) else 0
+        raise InputError("not as long as token_event_ns", where=f"row {row}",
+                         field="token_event_tokens")
     per_request = np.maximum(lengths.astype(np.int64) - 1, 0)
     if t.size < 2:
         return np.zeros(0), per_request
     starts = np.cumsum(lengths)[:-1]
+    # few full-size temporaries: at millions of events, allocation is most of the cost
+    gaps = np.empty(t.size - 1, dtype=np.float64)
+    np.subtract(t[1:], t[:-1], out=gaps, casting="unsafe")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gaps /= k[1:]
+    gaps[k[1:] <= 0] = np.nan  # an event that carried no token has no ITL
+    gaps /= NS_PER_MS
     valid = np.ones(t.size - 1, dtype=bool)
     valid[starts[(starts > 0) & (starts < t.size)] - 1] = False  # gap into the next request
-    gaps = (t[1:] - t[:-1])[valid].astype(np.float64)
-    toks = k[1:][valid].astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        vals = np.where(toks > 0, gaps / toks, np.nan) / NS_PER_MS
+    vals = gaps[valid]
     return vals, per_request
 
 

@@ -44,13 +44,21 @@ class RunRecords:
     settings: Settings
 
 
-def _read_table(path: Path, schema: pa.Schema, required: bool) -> pa.Table:
+# low-cardinality text columns read as dictionaries: integer codes without building
+# a million Python strings (they become pandas categoricals)
+DICTIONARY_COLUMNS = ("stage", "phase", "endpoint", "tree_id", "session_id", "relation",
+                      "status")
+
+
+def _read_table(path: Path, schema: pa.Schema, required: bool,
+                dictionary: tuple[str, ...] = ()) -> pa.Table:
     if not path.exists():
         if required:
             raise InputError("file not found", source=str(path))
         return schema.empty_table()
     try:
-        table = pq.read_table(path)
+        names = set(pq.read_schema(path).names)
+        table = pq.read_table(path, read_dictionary=[c for c in dictionary if c in names])
     except (OSError, pa.ArrowInvalid) as e:
         raise InputError(f"not a readable parquet file ({e})", source=str(path)) from None
     for f in schema:
@@ -60,7 +68,9 @@ def _read_table(path: Path, schema: pa.Schema, required: bool) -> pa.Table:
                 continue
             raise InputError("column missing", source=str(path), field=f.name)
         col = table.column(f.name)
-        if col.type != f.type:
+        if pa.types.is_dictionary(col.type) and col.type.value_type == f.type:
+            pass
+        elif col.type != f.type:
             try:
                 table = table.set_column(table.schema.get_field_index(f.name), f.name,
                                          col.cast(f.type))
@@ -133,7 +143,8 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     d = Path(run_dir)
     if not d.is_dir():
         raise InputError("results folder not found", source=str(d))
-    req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True)
+    req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
+                      dictionary=DICTIONARY_COLUMNS)
     events = req.select(list(LIST_COLUMNS)) if with_events else \
         R.REQUESTS_SCHEMA.empty_table().select(list(LIST_COLUMNS))
     scalar = [c for c in req.column_names if c not in LIST_COLUMNS]

@@ -14,6 +14,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from agentbench import records as R
+from agentbench.errors import InputError
 from agentbench.metrics import cache
 from agentbench.metrics.agents import build_trees, request_meets_slos
 from agentbench.metrics.cost import cost_block
@@ -233,7 +234,10 @@ def _trees_columns(trees: pd.DataFrame) -> dict[str, list[Any]]:
 
 def summarize_records(rr: RunRecords) -> dict[str, Any]:
     """The summary of already-read records (see ``summarize``)."""
-    d = derive(rr.requests, rr.events)
+    try:
+        d = derive(rr.requests, rr.events)
+    except InputError as e:
+        raise e.located(source=str(rr.run_dir / R.REQUESTS_FILE)) from None
     s = rr.settings
     windows = stage_windows(d)
     good = request_meets_slos(d, s.slos)

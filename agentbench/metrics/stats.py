@@ -15,11 +15,12 @@ QNAMES = ("p50", "p90", "p95", "p99")
 FloatArray = npt.NDArray[np.float64]
 
 
-def dist(values: npt.ArrayLike) -> dict[str, Any]:
-    """count, mean, p50, p90, p95, p99 of the finite values (None when there are none)."""
+def dist(values: npt.ArrayLike, *, scratch: bool = False) -> dict[str, Any]:
+    """count, mean, p50, p90, p95, p99 of the finite values (None when there are none).
+    ``scratch``: the caller's array is a temporary that may be reordered (saves a copy)."""
     arr = np.asarray(values, dtype=np.float64)
     bad = ~np.isfinite(arr)
-    if bad.any() or arr is values:
+    if bad.any() or (arr is values and not scratch):
         arr = arr[~bad]  # a copy we may reorder
     out: dict[str, Any] = {"count": int(arr.size)}
     if arr.size == 0:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -62,17 +62,26 @@ class Page:
 
 async def _inspect(url: str, shot: Path) -> dict[str, Any]:
     profile = tempfile.mkdtemp(prefix="agentbench-chromium-")
-    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    drain: asyncio.Task[None] | None = None
     try:
-        port_file = Path(profile) / "DevToolsActivePort"
-        for _ in range(TIMEOUT_S * 10):  # chromium writes it when the port is open
-            if port_file.exists() and port_file.read_text().strip():
-                break
-            if proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {proc.returncode}")
-            await asyncio.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
+        assert proc.stderr is not None
+        port = None
+        while port is None:  # chromium announces its DevTools endpoint on stderr
+            line = (await asyncio.wait_for(proc.stderr.readline(), TIMEOUT_S)).decode()
+            if not line:
+                raise RuntimeError(f"chromium exited ({await proc.wait()}) before DevTools")
+            m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+            port = int(m.group(1)) if m else None
+
+        async def _drain() -> None:  # keep the pipe from filling up
+            assert proc.stderr is not None
+            while await proc.stderr.readline():
+                pass
+
+        drain = asyncio.create_task(_drain())
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
                 targets = await r.json()
@@ -96,11 +105,15 @@ async def _inspect(url: str, shot: Path) -> dict[str, Any]:
                 return {"events": page.events, "images": images["result"]["value"],
                         "scripts": scripts["result"]["value"]}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if drain is not None:
+            drain.cancel()
         shutil.rmtree(profile, ignore_errors=True)
 
 

@@ -168,8 +168,15 @@ def run(
         sc.output.dir = str(output)
     if run_id is not None:
         sc.output.run_id = run_id
-    res = replay_run(sc, progress=progress,
-                     on_start=lambda d: typer.echo(f"results: {d}", err=True))
+    from agentbench.engines import serving
+
+    with serving(sc, scenario) as adopt_run_dir:  # starts/stops the scenario's server
+
+        def started(d: Path) -> None:
+            adopt_run_dir(d)
+            typer.echo(f"results: {d}", err=True)
+
+        res = replay_run(sc, progress=progress, on_start=started)
     try:
         from agentbench.metrics import format_summary, summarize
     except ImportError:  # metrics not installed: a minimal summary from the records

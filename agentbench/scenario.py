@@ -277,6 +277,31 @@ class Output(Strict):
     run_id: str | None = Field(None, description="Run folder name; None: name + timestamp.")
 
 
+class Server(Strict):
+    """An engine process agentbench starts before the run and stops after it (by the PID of
+    its own process group); its log and exit status are kept in the results folder."""
+
+    command: str | list[str] = Field(
+        description="Program and arguments (a string is split like a shell would). ${VAR} "
+        "and ${VAR:-default} take values from the environment; {python} is the Python "
+        "running agentbench (e.g. '{python} -m agentbench.engines llama-server ...').")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables (${VAR} expanded); "
+        "written to run.json as given, so refer to secrets as ${VAR}, never inline.")
+    cwd: str | None = Field(None, description="Working directory (relative to the scenario "
+                            "file); None: the current one.")
+    health_url: str = Field(
+        description="URL that answers HTTP 200 once the server is ready, e.g. "
+        "http://127.0.0.1:8080/health.")
+    startup_timeout_s: float = Field(
+        300.0, gt=0, description="Give up (and stop the process) when not healthy by then.")
+    stop_timeout_s: float = Field(
+        30.0, gt=0, description="After SIGTERM, wait this long before SIGKILL.")
+    log_file: str | None = Field(
+        None, description="Where the server's stdout+stderr go (relative to the scenario "
+        "file); None: server.log in the run folder. A copy lands in the run folder.")
+
+
 class Scenario(Strict):
     """One agentbench run."""
 
@@ -284,6 +309,9 @@ class Scenario(Strict):
     description: str | None = Field(None, description="Free text for reports.")
     seed: int = Field(0, description="Seed for every random choice (0 is a seed).")
     endpoints: list[Endpoint] = Field(min_length=1, description="Endpoint(s) to replay against.")
+    server: Server | None = Field(
+        None, description="Engine to launch before the run and stop after it; None: the "
+        "endpoints are already running.")
     routing: Literal["round_robin", "session_affinity", "least_loaded", "random"] = Field(
         "session_affinity", description="Client-side routing across several endpoints.")
     trace: TraceSpec = Field(description="The workload to replay.")

@@ -228,3 +228,40 @@ async def test_no_pull_in_while_a_request_is_in_flight() -> None:
     got = await asyncio.wait_for(w, 5)
     assert got == now + 50_000_000 and timers.pulled_in_ns == 0
     assert timers.now_ns() >= got
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("shared", [0, 7])
+def test_session_memo_matches_layout(api: str, shared: int) -> None:
+    """The per-session memo builds exactly what the reference layout says, including tails
+    shorter than the template cost (the cut reaches into a whole block) and turns that do
+    not extend the previous one."""
+    turns = [turn(0, [1, 2], 33), turn(1, [1, 2, 3], 16 * 3 + 1), turn(2, [1, 2, 3, 4], 64),
+             turn(3, [9, 2], 20), turn(4, [9, 2, 5], 70), turn(5, [9, 2, 5, 6], 64 + 10)]
+    cache = prompts.BlockCache(api)
+    over = prompts.chat_overhead() if api == "chat" else 0
+    memo = prompts.SessionPrompt(cache, 11, "s", over, shared)
+    tpl = prompts.body_template(api, "m", {}, ignore_eos=False)
+    for i, t in enumerate(turns):
+        nxt = turns[i + 1] if i + 1 < len(turns) else None
+        want = cache.content(11, prompts.layout(t, "s", over, shared, nxt), 16)
+        got = memo.build(t, nxt)
+        assert json.loads(tpl.render_fragments(got, 3)) == json.loads(tpl.render(want, 3))
+        if api == "chat":
+            assert tokenize.chat_prompt_tokens([want.decode()]) == t.input_tokens
+
+
+def test_weka_turns_memo_and_counts(weka_trace) -> None:  # type: ignore[no-untyped-def]
+    sess = next(s for s in weka_trace.sessions if s.session_id == "trace_0291")
+    cache = prompts.BlockCache("chat")
+    memo = prompts.SessionPrompt(cache, 5, sess.session_id, prompts.chat_overhead(), 0)
+    prev = b""
+    for k, t in enumerate(sess.turns[:12]):
+        nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
+        content = b"".join(memo.build(t, nxt))
+        assert content == cache.content(5, prompts.layout(t, sess.session_id, 3, 0, nxt), 64)
+        assert tokenize.chat_prompt_tokens([content.decode()]) == t.input_tokens
+        m = len(sess.turns[k - 1].hash_ids) if k else 0
+        if k and np.array_equal(t.hash_ids[:m], sess.turns[k - 1].hash_ids):
+            assert content.startswith(prev)
+        prev = content

@@ -138,9 +138,15 @@ class TreeRun:
         for c in self.ctx.caches.values():
             for salt in self.salts.values():
                 c.acquire(salt)
-        start = self.ctx.timers.now_ns() if start_ns is None else start_ns
         first = self.warm_turn or 0
         try:
+            if start_ns is None and self.ctx.single_api and first < len(self.spec.root.turns):
+                # closed loop: the lane's agent starts once its first prompt is built (the
+                # blocks of a new tree cost ~15 us each), so lanes starting together do not
+                # count each other's prompt building as schedule lag
+                self._content(self.spec.root, first, self.ctx.single_api)
+                await asyncio.sleep(0)
+            start = self.ctx.timers.now_ns() if start_ns is None else start_ns
             await self._session(self.spec.root, start, first)
         finally:
             for t in self.tasks:

@@ -114,7 +114,7 @@ def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
 class ResultsWriter:
     """requests / sessions / server-metrics rows of one run folder."""
 
-    def __init__(self, run_dir: Path, flush_rows: int = 2048) -> None:
+    def __init__(self, run_dir: Path, flush_rows: int = 128) -> None:
         self.run_dir = run_dir
         self.flush_rows = flush_rows
         self._spools = {

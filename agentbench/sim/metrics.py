@@ -6,7 +6,9 @@ Counters agree exactly with the ``usage`` the simulator returns:
 sum of ``completion_tokens``, ``vllm:prefix_cache_hits_total`` = sum of
 ``prompt_tokens_details.cached_tokens`` (GPU prefix hits *and* tokens loaded from the CPU or
 shared tier, so the hit rate from counters equals the hit rate from usage; the split by
-tier is in ``agentbench_sim_prefix_cache_hits_by_tier_total``). Latency histograms are in
+tier is in ``agentbench_sim_prefix_cache_hits_by_tier_total``). Prompt and cache counters
+count a request when it is admitted, so a request the client abandons afterwards is counted
+without a ``usage`` to match (as in vLLM). Latency histograms are in
 client-visible seconds (simulated seconds divided by ``speedup``).
 """
 

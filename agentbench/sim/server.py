@@ -7,7 +7,8 @@ per event, or a single JSON body), ``GET /v1/models``, ``GET /health``, ``GET /m
 ``choices`` is ``[]`` and which carries ``usage``, then ``data: [DONE]`` (as vLLM does).
 ``ignore_eos``/``min_tokens``/``max_tokens`` (or ``max_completion_tokens``) set the output
 length. The session key for ``session_affinity`` routing is the ``X-Session-ID`` header,
-else the body's ``user`` field.
+else the body's ``user`` field. Only message contents are tokenized (roles, names and
+tool calls are not), which is how ``agentbench.tokenize.chat_prompt_tokens`` counts.
 """
 
 from __future__ import annotations

@@ -302,8 +302,19 @@ class Server(Strict):
         "file); None: server.log in the run folder. A copy lands in the run folder.")
 
 
+class Variant(Strict):
+    """One arm of a what-if experiment: the base scenario with some keys changed."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="Variant label; its run is named <scenario>-<variant>.")
+    description: str | None = Field(None, description="Free text for reports.")
+    set: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Dotted key paths to override, e.g. 'endpoints.0.router: round_robin'.")
+
+
 class Scenario(Strict):
-    """One agentbench run."""
+    """One agentbench run (or, with ``variants``, one run per variant)."""
 
     name: str = Field(description="Scenario name; appears in run ids and reports.")
     description: str | None = Field(None, description="Free text for reports.")
@@ -326,6 +337,10 @@ class Scenario(Strict):
     server_metrics: ServerMetrics = Field(default_factory=ServerMetrics,
                                           description="Prometheus scraping.")
     output: Output = Field(default_factory=Output, description="Results location.")
+    variants: list[Variant] = Field(
+        default_factory=list,
+        description="Run the scenario once per variant (a what-if experiment); each run "
+        "lands in its own results folder and the runs are compared at the end.")
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:

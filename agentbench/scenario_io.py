@@ -11,6 +11,9 @@ import yaml
 
 from agentbench.errors import InputError
 
+#: (key path, line or None, message)
+Problem = tuple[str, int | None, str]
+
 
 class ScenarioError(InputError):
     """A scenario with one or more problems; ``problems`` holds (key path, line, message)."""
@@ -68,33 +71,99 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Any:
         raise ScenarioError(source, [("(yaml)", line, str(getattr(e, "problem", e)))]) from None
     if not isinstance(data, dict):
         raise ScenarioError(source, [("(root)", None, "a scenario is a YAML mapping")])
+    lines = _key_lines(text)
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(data)
     except ValidationError as e:
-        lines = _key_lines(text)
-        problems: list[tuple[str, int | None, str]] = []
-        for err in e.errors():
-            loc = tuple(str(p) for p in err["loc"])
-            # drop discriminator tags pydantic inserts (e.g. 'openai', 'lanes') from the path
-            path = [p for p in loc if not _is_tag(p)]
-            line = None
-            for n in range(len(path), 0, -1):
-                line = lines.get(tuple(path[:n]))
-                if line:
-                    break
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key (typo?)"
-            problems.append((".".join(path) or "(root)", line, msg))
-        raise ScenarioError(source, problems) from None
+        raise ScenarioError(source, _problems(e, lines)) from None
+    problems: list[Problem] = []
+    names = [v.name for v in sc.variants]
+    for i, v in enumerate(sc.variants):
+        if v.name in names[:i]:
+            problems.append((f"variants.{i}.name", lines.get(("variants", str(i), "name")),
+                             f"variant name {v.name!r} used twice"))
+        try:
+            _variant(sc, v)
+        except _SetError as e:
+            problems.append((f"variants.{i}.set.{e.key}",
+                             lines.get(("variants", str(i), "set", e.key)), e.msg))
+        except ValidationError as e:
+            for path, _, msg in _problems(e, {}):
+                problems.append((f"variants.{i}.set -> {path}",
+                                 lines.get(("variants", str(i), "set")), msg))
+    if problems:
+        raise ScenarioError(source, problems)
+    return sc
+
+
+def _problems(e: Any, lines: dict[tuple[str, ...], int]) -> list[Problem]:
+    problems: list[Problem] = []
+    for err in e.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        # drop discriminator tags pydantic inserts (e.g. 'openai', 'lanes') from the path
+        path = [p for p in loc if not _is_tag(p)]
+        line = None
+        for n in range(len(path), 0, -1):
+            line = lines.get(tuple(path[:n]))
+            if line:
+                break
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (typo?)"
+        problems.append((".".join(path) or "(root)", line, msg))
+    return problems
+
+
+class _SetError(Exception):
+    def __init__(self, key: str, msg: str) -> None:
+        self.key, self.msg = key, msg
+        super().__init__(msg)
+
+
+def _variant(sc: Any, v: Any) -> Any:
+    """The scenario of one variant: the base with the variant's dotted keys set."""
+    from agentbench.scenario import Scenario
+
+    data = sc.model_dump(mode="python", exclude={"variants"})
+    for key, value in v.set.items():
+        node: Any = data
+        parts = key.split(".")
+        for j, part in enumerate(parts):
+            last = j == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise _SetError(key, f"{'.'.join(parts[:j]) or 'root'} has no item {part}")
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+                    if node is None:
+                        node = {}
+            else:
+                raise _SetError(key, f"{'.'.join(parts[:j])} is not a mapping or list")
+    data["name"] = f"{sc.name}-{v.name}"
+    if v.description:
+        data["description"] = v.description
+    if sc.output.run_id:
+        data["output"]["run_id"] = f"{sc.output.run_id}-{v.name}"
+    return Scenario.model_validate(data)
+
+
+def expand_variants(sc: Any) -> list[Any]:
+    """One scenario per variant (the scenario itself when it has none)."""
+    if not sc.variants:
+        return [sc]
+    return [_variant(sc, v) for v in sc.variants]
 
 
 def _is_tag(part: str) -> bool:
     return part in {"openai", "simulated", "file", "synth", "lanes", "rate"} or (
         part.startswith("function-") or part in {"int", "list[int]", "float", "list[float]"})
-
-
-Problem = tuple[str, int | None, str]
 
 
 def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Problem], list[str]]:

@@ -100,3 +100,36 @@ def test_relative_trace_path_is_resolved_from_the_scenario_folder(tmp_path: Path
                                  "{kind: file, source: traces/t.jsonl}"))
     sc = load_scenario(f)
     assert Path(sc.trace.source) == (tmp_path / "traces" / "t.jsonl").resolve()
+
+
+VARIANTS = MINIMAL.replace(
+    "  - kind: openai\n    url: http://localhost:8000\n    model: m\n",
+    "  - kind: simulated\n    instances: 4\n",
+) + """variants:
+  - name: rr
+    set: {endpoints.0.router: round_robin}
+  - name: tier
+    set:
+      endpoints.0.router: round_robin
+      endpoints.0.shared_tier: {capacity_blocks: 1000}
+"""
+
+
+def test_variants_expand_to_one_scenario_each() -> None:
+    from agentbench.scenario_io import expand_variants
+
+    sc = parse_scenario(VARIANTS)
+    rr, tier = expand_variants(sc)
+    assert (rr.name, tier.name) == ("t-rr", "t-tier")
+    assert rr.endpoints[0].router == "round_robin" and rr.endpoints[0].shared_tier is None
+    assert tier.endpoints[0].shared_tier.capacity_blocks == 1000
+    assert not rr.variants and sc.endpoints[0].instances == 4  # the base is untouched
+
+
+def test_a_bad_variant_key_is_reported_with_its_path() -> None:
+    text = VARIANTS.replace("endpoints.0.router: round_robin}", "endpoints.0.routr: x}")
+    got = problems(text)
+    assert any(p.startswith("variants.0.set") and "routr" in p for p, _, _ in got), got
+    text = VARIANTS.replace("endpoints.0.router: round_robin}", "endpoints.5.router: x}")
+    got = problems(text)
+    assert got[0][0] == "variants.0.set.endpoints.5.router" and "no item 5" in got[0][2]

@@ -25,7 +25,7 @@ class Progress:
         self._shown = w.n_requests
         ttft = statistics.median(w.recent_ttft_ms) if w.recent_ttft_ms else None
         self.bar.set_postfix_str(
-            f"{stage} trees={ctx.trees_done} err={w.n_errors} "
+            f"{stage} trees={ctx.trees_done} sessions={ctx.sessions_done} err={w.n_errors} "
             f"inflight={ctx.timers.inflight} ttft_p50="
             + (f"{ttft:.0f}ms" if ttft is not None else "-"), refresh=False)
         self.bar.refresh()

@@ -70,7 +70,7 @@ def test_run_command_writes_results_and_prints_a_summary(fast_server, weka_dir, 
     assert (run_dir / records.SUMMARY_FILE).exists() or "minimal" in res.output
     run = json.loads((run_dir / records.RUN_FILE).read_text())
     assert run["status"] == "completed"
-    assert run["endpoints"][0]["notes"] == ["ignore_eos probe: accepted"]
+    assert run["endpoints"][0]["notes"][0] == "ignore_eos probe: accepted"
 
 
 def test_run_command_bad_scenario_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -53,9 +53,17 @@ def scenario(url: str, out: Any, stall_s: float = 0.3) -> Scenario:
 @pytest.mark.timeout(60)
 async def test_each_fault_is_a_record_and_the_run_goes_on(tmp_path):  # type: ignore[no-untyped-def]
     faults = list(FAULT_TYPES)
-    # request n gets fault n (n < 7), then three clean requests
-    cfg = ServerConfig(ttft_s=0.0, itl_s=0.001, stall_s=2.0,
-                       fault=lambda n, body: faults[n] if n < len(faults) else None)
+    streamed = iter(range(1000))
+
+    def fault(n: int, body: dict[str, Any]) -> str | None:
+        # streamed request k gets fault k (k < 7), then three clean ones; the start-up
+        # probes (not streamed) are answered normally
+        if not body.get("stream"):
+            return None
+        k = next(streamed)
+        return faults[k] if k < len(faults) else None
+
+    cfg = ServerConfig(ttft_s=0.0, itl_s=0.001, stall_s=2.0, fault=fault)
     srv = FakeServer(cfg)
     await srv.start()
     try:

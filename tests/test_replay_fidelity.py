@@ -62,6 +62,8 @@ def server_truth(log: Path) -> dict[int, tuple[int, int, int]]:
     out = {}
     for line in log.read_text().splitlines():
         rid, first, last, n = line.split()
+        if rid == "-":  # start-up probes carry no request id
+            continue
         out[int(rid)] = (int(first), int(last), int(n))
     return out
 

@@ -201,4 +201,4 @@ async def test_run_json_metrics_and_secrets(servers, tmp_path, monkeypatch):  # 
     sm = pq.read_table(run_dir / records.SERVER_METRICS_FILE).to_pandas()
     assert {"fake_requests_total", "fake_prompt_tokens_total"} <= set(sm.name)
     last = sm[sm.name == "fake_requests_total"].sort_values("time_ns").value.iloc[-1]
-    assert last == 16
+    assert last == 16 + len(servers[0].probes)  # replayed + calibration probes

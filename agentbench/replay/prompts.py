@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from agentbench import tokenize
+from agentbench.replay.vocab import WordVocab
 from agentbench.traces.model import Turn
 
 #: Salt of the opt-in shared prefix (the same for every copy, so it is shared on purpose).
@@ -124,10 +125,11 @@ class BlockCache:
     A chat fragment is the block's text (synthetic words: ASCII letters and spaces, already
     JSON-safe); a completions fragment is its token ids, each followed by a comma."""
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, vocab: WordVocab | None = None) -> None:
         if api not in ("chat", "completions"):
             raise ValueError(f"unknown api {api!r}")
         self.api = api
+        self.vocab = vocab
         self._full: dict[int, dict[int, bytes]] = {}
         self._cut: dict[int, dict[tuple[int, int], bytes]] = {}
         self._refs: dict[int, int] = {}
@@ -174,6 +176,12 @@ class BlockCache:
         return frag
 
     def _make(self, salt: int, key: int, n: int, tail: bool) -> bytes:
+        if self.vocab is not None:  # the server tokenizer's own single-token words
+            draw = tokenize.block_token_ids(salt ^ 0x5EED_0000_0000 if tail else salt, key, n)
+            idx = np.asarray(draw, dtype=np.int64) % len(self.vocab.words)
+            if self.api == "chat":
+                return "".join(self.vocab.words[idx]).encode("ascii")
+            return "".join(f"{i}," for i in self.vocab.ids[idx].tolist()).encode("ascii")
         if self.api == "chat":
             text = tokenize.unique_text(salt, key, n) if tail else tokenize.block_text(salt, key,
                                                                                       n)

@@ -98,11 +98,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     info = run_info(scenario, secrets, run_dir)
     info["trace"] = {"name": trace.name, "trees": len(specs), "sessions": len(trace.sessions),
                      "requests": trace.n_requests()}
-    if scenario.prompt.tokenizer:
-        info.setdefault("notes", []).append(
-            "prompt.tokenizer is not used by replay: prompts are synthetic words counted by "
-            "agentbench.tokenize; exact counts hold for servers counting that way and for "
-            "the completions API (token ids)")
+    info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     write_run_json(run_dir, info, secrets)
     if on_start is not None:
         on_start(run_dir)
@@ -119,20 +115,26 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     frozen = False
     current = {"stage": ""}
     try:
-        max_lanes = max((s.lanes or 1) for s in stages_of(scenario.load))
+        vocab = None
+        if scenario.prompt.tokenizer:
+            from agentbench.replay.vocab import vocab_from_tokenizer
+
+            vocab = vocab_from_tokenizer(scenario.prompt.tokenizer)
+        caches = {api: BlockCache(api, vocab) for api in {e.api for e in scenario.endpoints}}
         for i, cfg in enumerate(scenario.endpoints):
-            endpoints.append(await open_endpoint(cfg, i, max_lanes))
+            endpoints.append(await open_endpoint(cfg, i, caches))
         info["endpoints"] = [{"label": e.label, "api": e.api, "ignore_eos": e.ignore_eos,
-                              "notes": e.notes} for e in endpoints]
+                              "prompt_overhead_tokens": e.overhead, "notes": e.notes}
+                             for e in endpoints]
+        flavors = {(e.api, e.overhead) for e in endpoints}
         ctx = RunContext(
             t0_ns=t0, seed=scenario.seed, strategy=scenario.timing.strategy,
             time_scale=scenario.timing.time_scale, api_scale=scenario.timing.api_scale,
             shared_prefix_tokens=scenario.prompt.shared_prefix_tokens, timers=timers,
             writer=writer, endpoints=endpoints,
             router=Router(scenario.routing, endpoints, scenario.seed),
-            caches={api: BlockCache(api) for api in {e.api for e in endpoints}},
-            potential=potential, on_request=on_request,
-            single_api=endpoints[0].api if len({e.api for e in endpoints}) == 1 else None)
+            caches=caches, potential=potential, on_request=on_request,
+            flavor=next(iter(flavors)) if len(flavors) == 1 else None)
         if scenario.server_metrics.enabled:
             for e in endpoints:
                 if e.metrics_url:

@@ -18,7 +18,7 @@ from typing import Any
 from agentbench import records
 from agentbench.replay.client import RequestRecord, send
 from agentbench.replay.endpoints import LiveEndpoint, Router
-from agentbench.replay.prompts import BlockCache, SessionPrompt, chat_overhead, salt_for
+from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.writer import ResultsWriter
@@ -70,7 +70,7 @@ class RunContext:
     router: Router
     caches: dict[str, BlockCache]
     potential: dict[tuple[str, int], int]
-    single_api: str | None = None  # the API of every endpoint, when they agree
+    flavor: tuple[str, int] | None = None  # (api, template tokens) when all endpoints agree
     request_ids: itertools.count = field(default_factory=itertools.count)
     stage: str = ""
     stopping: bool = False
@@ -130,7 +130,7 @@ class TreeRun:
         self.salts = {s.scope: salt_for(ctx.seed, copy, s.scope) for s in spec.sessions}
         self.states: dict[str, SessionState] = {}
         self.tasks: list[asyncio.Task[Any]] = []
-        self.prompts: dict[tuple[str, str], SessionPrompt] = {}
+        self.prompts: dict[tuple[str, str, int], SessionPrompt] = {}
 
     async def run(self, start_ns: int | None = None) -> None:
         """Replay the whole tree from ``start_ns`` (default: now); session rows are written
@@ -140,11 +140,11 @@ class TreeRun:
                 c.acquire(salt)
         first = self.warm_turn or 0
         try:
-            if start_ns is None and self.ctx.single_api and first < len(self.spec.root.turns):
+            if start_ns is None and self.ctx.flavor and first < len(self.spec.root.turns):
                 # closed loop: the lane's agent starts once its first prompt is built (the
                 # blocks of a new tree cost ~15 us each), so lanes starting together do not
                 # count each other's prompt building as schedule lag
-                self._content(self.spec.root, first, self.ctx.single_api)
+                self._content(self.spec.root, first, *self.ctx.flavor)
                 await asyncio.sleep(0)
             start = self.ctx.timers.now_ns() if start_ns is None else start_ns
             await self._session(self.spec.root, start, first)
@@ -196,7 +196,7 @@ class TreeRun:
                     break
                 # build the prompt while waiting is still ahead (outside schedule lag when
                 # there is think time); mixed-API endpoint sets build it after routing
-                content = self._content(sess, k, ctx.single_api) if ctx.single_api else None
+                content = self._content(sess, k, *ctx.flavor) if ctx.flavor else None
                 try:
                     scheduled = await ctx.timers.wait_until(target)
                 except StageOver:
@@ -227,13 +227,13 @@ class TreeRun:
             started[child.session_id] = task
             self.tasks.append(task)
 
-    def _content(self, sess: Session, k: int, api: str) -> list[bytes]:
-        key = (sess.session_id, api)
+    def _content(self, sess: Session, k: int, api: str, overhead: int) -> list[bytes]:
+        key = (sess.session_id, api, overhead)
         builder = self.prompts.get(key)
         if builder is None:
             builder = self.prompts[key] = SessionPrompt(
-                self.ctx.caches[api], self.salts[sess.scope], sess.session_id,
-                chat_overhead() if api == "chat" else 0, self.ctx.shared_prefix_tokens)
+                self.ctx.caches[api], self.salts[sess.scope], sess.session_id, overhead,
+                self.ctx.shared_prefix_tokens)
         nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
         return builder.build(sess.turns[k], nxt)
 
@@ -243,7 +243,7 @@ class TreeRun:
         turn = sess.turns[k]
         ep = ctx.endpoints[ctx.router.pick(self.sticky)]
         if content is None:
-            content = self._content(sess, k, ep.api)
+            content = self._content(sess, k, ep.api, ep.overhead)
         body = ep.template.render_fragments(content, max(1, turn.output_tokens))
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,

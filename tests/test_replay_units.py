@@ -265,3 +265,26 @@ def test_weka_turns_memo_and_counts(weka_trace) -> None:  # type: ignore[no-unty
         if k and np.array_equal(t.hash_ids[:m], sess.turns[k - 1].hash_ids):
             assert content.startswith(prev)
         prev = content
+
+
+def test_spool_left_by_a_killed_run_is_recovered(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    from agentbench import records
+    from agentbench.replay.client import RequestRecord
+    from agentbench.replay.writer import ResultsWriter, recover
+
+    w = ResultsWriter(tmp_path, flush_rows=2)
+    for i in range(5):
+        rec = RequestRecord(i, "c=1", "measure", "ep", 0, "t#0", "t", "root", 0, i, 10, 5, 1, 0,
+                            sent_ns=20, end_ns=30, http_status=200)
+        rec.chunks = events(True, 1)
+        rec.chunk_ns = [25] * len(rec.chunks)
+        w.add_request(rec)
+    # no close(): as if the process was killed after two batches (4 rows) reached the spool
+    with open(tmp_path / (records.REQUESTS_FILE + ".spool.arrows"), "ab") as f:
+        f.write(b"\x00\x01 torn tail")
+    assert recover(tmp_path) == [records.REQUESTS_FILE]  # the only spool with rows
+    t = pq.read_table(tmp_path / records.REQUESTS_FILE).to_pandas()
+    assert list(t.request_id) == [0, 1, 2, 3]
+    assert (t.first_token_ns == 25).all() and (t.completion_tokens == 1).all()

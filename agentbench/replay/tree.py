@@ -181,6 +181,8 @@ class TreeRun:
                     ctx.strategy, turn, prev=prev, ready_ns=ready_ns, prev_sent_ns=prev_sent,
                     session_start_ns=session_start, first_t=first_t,
                     time_scale=ctx.time_scale, api_scale=ctx.api_scale)
+                if k == first and first > 0:  # a warm start sends its turn at once
+                    own_target = ready_ns
                 target = own_target
                 joined = [started[c] for c in joins.get(k, []) if c in started]
                 if joined:

@@ -267,13 +267,17 @@ class BodyTemplate:
 
     def render_fragments(self, frags: list[bytes], max_tokens: int) -> bytes:
         """The body from content fragments, in one join (one copy of the prompt)."""
+        return b"".join(self.parts(frags, max_tokens))
+
+    def parts(self, frags: list[bytes], max_tokens: int) -> list[bytes]:
+        """The body as a list of byte strings (not joined)."""
         if self.comma_fragments and frags:
             parts = [self.head, *frags[:-1], frags[-1][:-1]]
         else:
             parts = [self.head, *frags]
         parts.append(self.mid)
         parts.append(self._tail(max_tokens))
-        return b"".join(parts)
+        return parts
 
     def _tail(self, max_tokens: int) -> bytes:
         return str(max_tokens).encode() + self.tail

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentbench import records
-from agentbench.replay.client import RequestRecord, send
+from agentbench.replay.client import RequestRecord, make_body, send
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.schedule import turn_target_ns
@@ -246,7 +246,7 @@ class TreeRun:
         ep = ctx.endpoints[ctx.router.pick(self.sticky)]
         if content is None:
             content = self._content(sess, k, ep.api, ep.overhead)
-        body = ep.template.render_fragments(content, max(1, turn.output_tokens))
+        body = make_body(ep.template.parts(content, max(1, turn.output_tokens)))
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,

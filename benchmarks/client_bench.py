@@ -83,7 +83,7 @@ def server_kind(requested: str) -> str:
 def synthetic_trace(roots: int, turns: int, context: int, block: int = 64,
                     think_mean_s: float = 0.0, seed: int = 0) -> Any:
     """Roots whose turn k re-sends turn k-1's blocks plus one new block; turn 0 has
-    ``context`` tokens."""
+    ``context`` tokens. Each root is its own hash scope (so its own trace copy's blocks)."""
     from agentbench.traces.model import Session, Trace, Turn
 
     rng = np.random.default_rng(seed)
@@ -109,15 +109,17 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
     from agentbench.replay import run_scenario
     from agentbench.scenario import Scenario
 
-    turns = max(1, -(-requests // lanes))
-    trace = synthetic_trace(lanes, turns, context, think_mean_s=think_mean_s)
+    # 16 turns per tree (contexts grow by one block a turn), as many trees as needed
+    turns = min(16, max(1, -(-requests // lanes)))
+    trace = synthetic_trace(max(lanes, -(-requests // turns)), turns, context,
+                            think_mean_s=think_mean_s)
     sc = Scenario.model_validate({
         "name": "bench",
         "endpoints": [{"kind": "openai", "url": url, "model": "m", "ignore_eos": True}],
         "trace": {"kind": "file", "source": "synthetic"},
         "load": {"kind": "lanes", "concurrency": lanes},
         "timing": {"time_scale": 1.0, "idle_cap_s": None},
-        "limits": {"recycle": False},
+        "limits": {"recycle": False, "max_requests": requests},
         "output": {"dir": out_dir, "run_id": f"c{lanes}"},
         "server_metrics": {"enabled": False},
     })

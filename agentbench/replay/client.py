@@ -91,17 +91,10 @@ class PartsPayload(aiohttp.payload.Payload):
         if content_length is not None and content_length < (self._size or 0):
             await writer.write(b"".join(self._value)[:content_length])
             return
-        group: list[bytes] = []
-        n = 0
-        for part in self._value:
-            group.append(part)
-            n += len(part)
-            if n >= BODY_GROUP_BYTES:
-                await writer.write(b"".join(group))
-                group.clear()
-                n = 0
-        if group:
-            await writer.write(b"".join(group))
+        parts = self._value
+        per_group = max(1, BODY_GROUP_BYTES * len(parts) // max(1, self._size or 1))
+        for i in range(0, len(parts), per_group):
+            await writer.write(b"".join(parts[i:i + per_group]))
 
 
 def make_body(parts: list[bytes]) -> bytes | PartsPayload:

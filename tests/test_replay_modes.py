@@ -202,3 +202,14 @@ async def test_run_json_metrics_and_secrets(servers, tmp_path, monkeypatch):  # 
     assert {"fake_requests_total", "fake_prompt_tokens_total"} <= set(sm.name)
     last = sm[sm.name == "fake_requests_total"].sort_values("time_ns").value.iloc[-1]
     assert last == 16 + len(servers[0].probes)  # replayed + calibration probes
+
+
+@pytest.mark.timeout(60)
+async def test_original_timing_follows_recorded_start_to_start(servers, tmp_path):  # type: ignore[no-untyped-def]
+    trace = tiny_trace(roots=1, turns=4)  # turns recorded at t = 0, 1, 2, 3 s
+    sc = scenario([servers[0].url], tmp_path, timing={"strategy": "original",
+                                                     "time_scale": 0.05})
+    req = requests_of(await _run(sc, trace)).sort_values("turn")
+    gaps = np.diff(req.scheduled_ns.to_numpy()) / 1e9
+    assert np.allclose(gaps, 0.05, atol=0.002)  # 1 s recorded x 0.05
+    assert ((req.sent_ns - req.scheduled_ns) >= 0).all()

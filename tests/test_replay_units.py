@@ -288,3 +288,17 @@ def test_spool_left_by_a_killed_run_is_recovered(tmp_path) -> None:  # type: ign
     t = pq.read_table(tmp_path / records.REQUESTS_FILE).to_pandas()
     assert list(t.request_id) == [0, 1, 2, 3]
     assert (t.first_token_ns == 25).all() and (t.completion_tokens == 1).all()
+
+
+def test_replay_never_imports_metrics_or_report() -> None:
+    import ast
+    from pathlib import Path
+
+    import agentbench.replay as pkg
+
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("agentbench.metrics", "agentbench.report")), path

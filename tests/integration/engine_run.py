@@ -10,6 +10,7 @@ compared with what agentbench recorded.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import urllib.request
 from collections.abc import Iterator
@@ -86,14 +87,50 @@ def run_scenario_on_port(path: Path, tmp: Path, port: int, default_port: int) ->
     ep = sc.endpoints[0]
     ep.url = ep.url.replace(old, new)  # type: ignore[union-attr]
     sc.output.dir = str(tmp)
-    sc.output.run_id = "run"
+    sc.output.run_id = None  # <name>-<timestamp>: a kept folder never mixes two runs
     metrics_url = ep.url.rstrip("/").removesuffix("/v1") + "/metrics"  # type: ignore[union-attr]
     with serving(sc, path) as adopt, _scrape_after_calibration(metrics_url) as before:
         res = replay_run(sc, progress=False, on_start=adopt)
         after = scrape(metrics_url)
     info = json.loads((res.run_dir / "server.json").read_text())
     reqs = pd.read_parquet(res.run_dir / "requests.parquet")
-    return EngineRun(res.run_dir, reqs, before, after, info)
+    run = EngineRun(res.run_dir, reqs, before, after, info)
+    (res.run_dir / "integration_figures.json").write_text(json.dumps(figures(run), indent=1))
+    return run
+
+
+def figures(run: EngineRun) -> dict[str, Any]:
+    """The run's headline figures, kept beside its results (for notes and reports)."""
+    r = run.requests
+    ttft = (r["first_token_ns"] - r["sent_ns"]) / 1e6
+    share = r["cached_tokens"] / r["prompt_tokens"]
+    return {"requests": len(r), "ok": int((r["status"] == "ok").sum()),
+            "prompt_tokens": int(r["prompt_tokens"].sum()),
+            "cached_tokens": int(r["cached_tokens"].sum()),
+            "usage_hit_rate": float(r["cached_tokens"].sum() / r["prompt_tokens"].sum()),
+            "ttft_p50_ms": float(ttft.median()),
+            "ttft_cold_median_ms": float(ttft[share < 0.1].median()),
+            "ttft_cached_median_ms": float(ttft[share > 0.9].median()),
+            "cold_requests": int((share < 0.1).sum()),
+            "cached_requests": int((share > 0.9).sum()),
+            "replay_s": float((r["end_ns"].max() - r["sent_ns"].min()) / 1e9),
+            "server_startup_s": run.server_info.get("startup_s"),
+            "engine_counter_deltas": {
+                name: delta(run.before, run.after, name) for name in (
+                    "llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total",
+                    "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+                    "vllm:time_to_first_token_seconds_count")
+                if any(n == name for n, _ in run.after)}}
+
+
+def results_dir(tmp_path_factory: Any, name: str) -> Path:
+    """``$AGENTBENCH_INTEGRATION_OUT/<name>`` when set (kept), else a pytest temp folder."""
+    keep = os.environ.get("AGENTBENCH_INTEGRATION_OUT")
+    if keep:
+        out = Path(keep) / name
+        out.mkdir(parents=True, exist_ok=True)
+        return out
+    return Path(tmp_path_factory.mktemp(name))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_run import SCENARIOS, EngineRun, delta, free_port, need, run_scenario_on_port
+from engine_run import (
+    SCENARIOS,
+    EngineRun,
+    delta,
+    free_port,
+    need,
+    results_dir,
+    run_scenario_on_port,
+)
 
 from agentbench.engines.locate import find_llama_server, find_llama_vocab
 
@@ -21,7 +29,7 @@ DEFAULT_PORT = 8091
 def llama_run(tmp_path_factory: pytest.TempPathFactory, weka_dir: Path) -> EngineRun:
     need(find_llama_server(), "no llama-server: run `bash scripts/ci_engines.sh llama`")
     need(find_llama_vocab(), "no llama vocab GGUF: run `bash scripts/ci_engines.sh llama`")
-    return run_scenario_on_port(SCENARIO, tmp_path_factory.mktemp("llama"), free_port(),
+    return run_scenario_on_port(SCENARIO, results_dir(tmp_path_factory, "llama"), free_port(),
                                 DEFAULT_PORT)
 
 

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_run import SCENARIOS, EngineRun, delta, free_port, need, run_scenario_on_port
+from engine_run import (
+    SCENARIOS,
+    EngineRun,
+    delta,
+    free_port,
+    need,
+    results_dir,
+    run_scenario_on_port,
+)
 
 from agentbench.engines.locate import find_vllm_python
 
@@ -22,7 +30,7 @@ LABELS = {"model_name": "tiny-llama"}
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory: pytest.TempPathFactory, weka_dir: Path) -> EngineRun:
     need(find_vllm_python(), "no vLLM CPU install: run `bash scripts/ci_engines.sh vllm`")
-    return run_scenario_on_port(SCENARIO, tmp_path_factory.mktemp("vllm"), free_port(),
+    return run_scenario_on_port(SCENARIO, results_dir(tmp_path_factory, "vllm"), free_port(),
                                 DEFAULT_PORT)
 
 

@@ -58,13 +58,13 @@ def server(tmp_path):  # type: ignore[no-untyped-def]
         proc.wait(10)
 
 
-def server_truth(log: Path) -> dict[int, tuple[int, int, int]]:
+def server_truth(log: Path) -> dict[int, tuple[int, int, int, int]]:
     out = {}
     for line in log.read_text().splitlines():
-        rid, first, last, n = line.split()
+        rid, first, last, n, recv = line.split()
         if rid == "-":  # start-up probes carry no request id
             continue
-        out[int(rid)] = (int(first), int(last), int(n))
+        out[int(rid)] = (int(first), int(last), int(n), int(recv))
     return out
 
 
@@ -88,6 +88,7 @@ async def test_ttft_itl_fidelity_64_lanes(server, tmp_path):  # type: ignore[no-
     truth = server_truth(log)
     srv_first = np.array([truth[i][0] for i in req.request_id]) - t0
     srv_last = np.array([truth[i][1] for i in req.request_id]) - t0
+    srv_recv = np.array([truth[i][3] for i in req.request_id]) - t0
     assert (np.array([truth[i][2] for i in req.request_id]) == req.token_events).all()
 
     ttft = (req.first_token_ns - req.sent_ns).to_numpy() / 1e6
@@ -108,6 +109,8 @@ async def test_ttft_itl_fidelity_64_lanes(server, tmp_path):  # type: ignore[no-
         "client_delay_last_p50": np.percentile(self_last, 50),
         "itl_mean_client_minus_server_p50": np.percentile(itl_client - itl_server, 50),
         "server_itl_mean_p50": np.percentile(itl_server, 50),
+        "send_to_server_p50": np.percentile((srv_recv - req.sent_ns.to_numpy()) / 1e6, 50),
+        "send_to_server_p99": np.percentile((srv_recv - req.sent_ns.to_numpy()) / 1e6, 99),
         "server_ttft_p50": np.percentile((srv_first - req.sent_ns.to_numpy()) / 1e6, 50),
         "server_ttft_p99": np.percentile((srv_first - req.sent_ns.to_numpy()) / 1e6, 99)}
     print("fidelity (ms):", {k: round(float(v), 3) for k, v in figures.items()})

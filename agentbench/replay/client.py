@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -62,20 +62,24 @@ class Target:
     secrets: tuple[str, ...] = ()
 
 
-#: bodies above this are written from their parts in groups of this size
+#: long bodies are written from their parts in groups of this size
 BODY_GROUP_BYTES = 256 * 1024
 
 
-class PartsPayload(aiohttp.payload.Payload):
-    """A request body written from its parts (template pieces and prompt fragments) in
-    groups of ``BODY_GROUP_BYTES``: a 142K-token prompt is never joined into one 0.7 MB
-    buffer, so memory per request in flight stays small and the copy is done once."""
+class RequestBody(aiohttp.payload.Payload):
+    """A request body written from its parts (template pieces and prompt fragments).
+
+    When its first bytes go to the socket it calls ``stamp`` (the record's ``sent_ns``:
+    the request handed to the socket, after any connection set-up). Long bodies are
+    written in groups of ``BODY_GROUP_BYTES``: a 142K-token prompt is never joined into one
+    0.7 MB buffer, so memory per request in flight stays small."""
 
     _autoclose = True
 
     def __init__(self, parts: list[bytes], size: int) -> None:
         super().__init__(parts, content_type="application/json")
         self._size = size
+        self.stamp: Callable[[], None] | None = None
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return b"".join(self._value).decode(encoding, errors)
@@ -88,19 +92,21 @@ class PartsPayload(aiohttp.payload.Payload):
 
     async def write_with_length(self, writer: aiohttp.abc.AbstractStreamWriter,
                                 content_length: int | None) -> None:
-        if content_length is not None and content_length < (self._size or 0):
-            await writer.write(b"".join(self._value)[:content_length])
-            return
-        parts = self._value
-        per_group = max(1, BODY_GROUP_BYTES * len(parts) // max(1, self._size or 1))
-        for i in range(0, len(parts), per_group):
-            await writer.write(b"".join(parts[i:i + per_group]))
+        if self.stamp is not None:
+            self.stamp()
+        parts, size = self._value, self._size or 0
+        if content_length is not None and content_length < size:
+            await writer.write(b"".join(parts)[:content_length])
+        elif size <= BODY_GROUP_BYTES:
+            await writer.write(b"".join(parts))
+        else:
+            per_group = max(1, BODY_GROUP_BYTES * len(parts) // size)
+            for i in range(0, len(parts), per_group):
+                await writer.write(b"".join(parts[i:i + per_group]))
 
 
-def make_body(parts: list[bytes]) -> bytes | PartsPayload:
-    """One bytes object for an ordinary body; a ``PartsPayload`` for a long prompt."""
-    size = sum(map(len, parts))
-    return PartsPayload(parts, size) if size > BODY_GROUP_BYTES else b"".join(parts)
+def make_body(parts: list[bytes]) -> RequestBody:
+    return RequestBody(parts, sum(map(len, parts)))
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
@@ -110,7 +116,7 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
-async def send(http: aiohttp.ClientSession, target: Target, body: bytes | PartsPayload,
+async def send(http: aiohttp.ClientSession, target: Target, body: bytes | RequestBody,
                tree_id: str,
                rec: RequestRecord, t0_ns: int) -> None:
     """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``)."""
@@ -119,7 +125,9 @@ async def send(http: aiohttp.ClientSession, target: Target, body: bytes | PartsP
     chunks = rec.chunks
     times = rec.chunk_ns
     try:
-        rec.sent_ns = perf_ns() - t0_ns
+        rec.sent_ns = perf_ns() - t0_ns  # the attempt; the body write stamps the hand-over
+        if isinstance(body, RequestBody):
+            body.stamp = lambda: setattr(rec, "sent_ns", perf_ns() - t0_ns)
         async with http.post(target.url, data=body, headers=headers,
                              timeout=target.timeout) as resp:
             rec.http_status = resp.status

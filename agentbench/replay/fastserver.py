@@ -19,7 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
+import itertools
 import re
+import threading
 import time
 from typing import TextIO
 
@@ -60,6 +63,52 @@ def events(chat: bool, n: int, prompt: int = 1000) -> list[bytes]:
 
 _HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
          b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+class Ticker(threading.Thread):
+    """Precise timers for many streams: a thread sleeps until the earliest due time and
+    wakes the loop through ``call_soon_threadsafe``. The event loop's own timers round
+    their waits up to whole milliseconds (epoll), so with many streams each token event
+    would come up to 1 ms late; here a wake-up is late by ~0.1 ms."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(daemon=True, name="fastserver-ticker")
+        self.loop = loop
+        self._heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+
+    def at(self, due: float) -> asyncio.Future[None]:
+        """A future done at ``time.perf_counter() >= due``."""
+        fut = self.loop.create_future()
+        with self._cond:
+            heapq.heappush(self._heap, (due, next(self._seq), fut))
+            if self._heap[0][2] is fut:
+                self._cond.notify()
+        return fut
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.perf_counter()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                now = time.perf_counter()
+                ready = []
+                while self._heap and self._heap[0][0] <= now:
+                    ready.append(heapq.heappop(self._heap)[2])
+            for fut in ready:
+                self.loop.call_soon_threadsafe(_wake, fut)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class _Conn(asyncio.Protocol):
@@ -126,9 +175,8 @@ class _Conn(asyncio.Protocol):
             i = 1
         else:
             self._write(_HEAD)
-        delay = srv.ttft_s - (time.perf_counter() - t_recv)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if srv.ttft_s > 0:
+            await srv.sleep_until(t_recv + srv.ttft_s)
         last = len(evs) - (2 if chat else 1)  # token events end here
         while i < last:
             last_ns = time.perf_counter_ns()
@@ -136,10 +184,11 @@ class _Conn(asyncio.Protocol):
             self._write(_chunk(evs[i]))
             i += 1
             if i < last and srv.itl_s > 0:
-                await asyncio.sleep(srv.itl_s)
+                await srv.sleep_until(last_ns / 1e9 + srv.itl_s)
         self._write(_chunk(b"".join(evs[i:])) + b"0\r\n\r\n")
         if srv.log is not None:  # when each token event was written: the server's truth
-            srv.log.write(f"{rid.decode()} {first_ns} {last_ns} {last - (1 if chat else 0)}\n")
+            srv.log.write(f"{rid.decode()} {first_ns} {last_ns} {last - (1 if chat else 0)} "
+                          f"{int(t_recv * 1e9)}\n")
             srv.log.flush()
         self.busy = False
         self._next()
@@ -159,7 +208,17 @@ class FastServer:
         self.per_event = per_event
         self.count = 0
         self._events: dict[tuple[bool, int], list[bytes]] = {}
+        self._ticker: Ticker | None = None
         self.server: asyncio.base_events.Server | None = None
+
+    async def sleep_until(self, due: float) -> None:
+        """Wait until ``time.perf_counter() >= due`` (precisely, see ``Ticker``)."""
+        if due <= time.perf_counter():
+            return
+        if self._ticker is None:
+            self._ticker = Ticker(asyncio.get_running_loop())
+            self._ticker.start()
+        await self._ticker.at(due)
 
     def cached_events(self, chat: bool, n: int) -> list[bytes]:
         key = (chat, n)
@@ -184,8 +243,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="events per answer (default: the request's max_tokens)")
     ap.add_argument("--per-event", action="store_true", help="one write per SSE event")
     ap.add_argument("--log", default=None,
-                    help="append 'request-id first_ns last_ns events' per timed stream "
-                         "(perf_counter_ns of the writes)")
+                    help="append 'request-id first_ns last_ns events recv_ns' per timed "
+                         "stream (perf_counter_ns of the writes and of the request's arrival)")
     args = ap.parse_args(argv)
 
     async def serve() -> None:

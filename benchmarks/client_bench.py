@@ -138,6 +138,7 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
         "cpu_s": cpu, "cpu_s_per_1000": cpu / len(t) * 1000,
         "lag_p50_ms": float(np.percentile(lag, 50)), "lag_p99_ms": float(np.percentile(lag, 99)),
         "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "health": res.info.get("client_health", {}),
     }
 
 
@@ -226,9 +227,13 @@ def main() -> None:
         think = 0.5
         r = spawn(["run", srv.url, str(lanes), str(max(requests, lanes)), str(args.context),
                    str(think), out_dir], 900)
+        h = r["health"]
         print(f"\npaced: {lanes} lanes, think time exp(mean {think} s): "
               f"{r['req_per_s']:,.0f} req/s, schedule lag p50 {r['lag_p50_ms']:.2f} ms, "
-              f"p99 {r['lag_p99_ms']:.2f} ms, CPU {r['cpu_s_per_1000']:.2f} s/1k req")
+              f"p99 {r['lag_p99_ms']:.2f} ms, CPU {r['cpu_s_per_1000']:.2f} s/1k req; "
+              f"loop stalls >10 ms: {h.get('loop_stalls_over_10ms')} (max "
+              f"{h.get('loop_stall_max_ms')} ms), GC pauses >10 ms: "
+              f"{h.get('gc_pauses_over_10ms')}")
         if not args.skip_rss:
             n = 100 if args.quick else args.rss_lanes
             r = spawn(["run", srv.url, str(n), str(2 * n), str(args.rss_context), "0",

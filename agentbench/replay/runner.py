@@ -113,6 +113,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     bar: Progress | None = None
     status = "crashed"
     frozen = False
+    health = Health()
     current = {"stage": ""}
     try:
         vocab = None
@@ -150,6 +151,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         gc.collect()
         gc.freeze()
         frozen = True
+        gc.callbacks.append(health.gc_callback)
+        bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         for k, stage in enumerate(stages_of(scenario.load)):
             current["stage"] = stage.label
             source.restart()
@@ -166,6 +169,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     finally:
         if frozen:
             gc.unfreeze()
+            gc.callbacks.remove(health.gc_callback)
         stop_bg.set()
         if bg:
             with contextlib.suppress(Exception):
@@ -181,8 +185,43 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         info["duration_ns"] = time.perf_counter_ns() - t0
         info["idle_pulled_in_ns"] = timers.pulled_in_ns
         info["requests_written"] = writer.n_requests
+        info["client_health"] = health.summary()
         write_run_json(run_dir, info, secrets)
     return RunResult(run_dir, info)
+
+
+class Health:
+    """How often the client itself could not run on time: event-loop stalls (a 10 ms
+    sleep that overslept) and garbage-collector pauses. Written to run.json so a slow
+    figure can be told apart from a stalled client (or a busy machine)."""
+
+    def __init__(self) -> None:
+        self.stalls_ms: list[float] = []
+        self.gc_ms: list[float] = []
+        self._gc_t0 = 0.0
+
+    def gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+        else:
+            self.gc_ms.append((time.perf_counter() - self._gc_t0) * 1e3)
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            late = (time.perf_counter() - t) * 1e3 - 10.0
+            if late > 2.0:
+                self.stalls_ms.append(late)
+
+    def summary(self) -> dict[str, Any]:
+        return {"loop_stalls_over_2ms": len(self.stalls_ms),
+                "loop_stalls_over_10ms": sum(x > 10 for x in self.stalls_ms),
+                "loop_stall_max_ms": round(max(self.stalls_ms, default=0.0), 3),
+                "gc_pauses": len(self.gc_ms),
+                "gc_pauses_over_10ms": sum(x > 10 for x in self.gc_ms),
+                "gc_pause_max_ms": round(max(self.gc_ms, default=0.0), 3),
+                "note": "loop stalls include time the OS gave the CPU to other processes"}
 
 
 async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event) -> None:

@@ -10,6 +10,7 @@ after them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,9 +144,11 @@ class TreeRun:
             if start_ns is None and self.ctx.flavor and first < len(self.spec.root.turns):
                 # closed loop: the lane's agent starts once its first prompt is built (the
                 # blocks of a new tree cost ~15 us each), so lanes starting together do not
-                # count each other's prompt building as schedule lag
+                # count each other's prompt building as schedule lag; each lane builds in
+                # its own loop iteration (a timer slot), so streams in flight stay stamped
+                with contextlib.suppress(StageOver):
+                    await self.ctx.timers.wait_until(self.ctx.timers.now_ns(), pullable=False)
                 self._content(self.spec.root, first, *self.ctx.flavor)
-                await asyncio.sleep(0)
             start = self.ctx.timers.now_ns() if start_ns is None else start_ns
             await self._session(self.spec.root, start, first)
         finally:

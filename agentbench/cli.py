@@ -159,33 +159,40 @@ def run(
     progress: bool | None = typer.Option(None, "--progress/--no-progress",
                                          help="Progress bar; default: when stderr is a TTY."),
 ) -> None:
-    """Replay a scenario against its endpoints, write results/<run-id>/, print a summary."""
+    """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
+
+    A scenario with ``variants`` runs once per variant and compares the runs at the end."""
     from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import load_scenario
+    from agentbench.scenario_io import expand_variants, load_scenario
 
-    sc = load_scenario(scenario)
+    base = load_scenario(scenario)
     if output is not None:
-        sc.output.dir = str(output)
+        base.output.dir = str(output)
     if run_id is not None:
-        sc.output.run_id = run_id
+        base.output.run_id = run_id
     from agentbench.engines import serving
+    from agentbench.metrics import format_summary, summarize
 
-    with serving(sc, scenario) as adopt_run_dir:  # starts/stops the scenario's server
+    run_dirs: list[Path] = []
+    for sc in expand_variants(base):
+        if len(base.variants) > 1:
+            typer.echo(f"== {sc.name}", err=True)
+        with serving(sc, scenario) as adopt_run_dir:  # starts/stops the scenario's server
 
-        def started(d: Path) -> None:
-            adopt_run_dir(d)
-            typer.echo(f"results: {d}", err=True)
+            def started(d: Path, adopt: Any = adopt_run_dir) -> None:
+                adopt(d)
+                typer.echo(f"results: {d}", err=True)
 
-        res = replay_run(sc, progress=progress, on_start=started)
-    try:
-        from agentbench.metrics import format_summary, summarize
-    except ImportError:  # metrics not installed: a minimal summary from the records
-        from agentbench.replay.quicksummary import quick_summary
-
-        typer.echo(quick_summary(res.run_dir))
-    else:
+            res = replay_run(sc, progress=progress, on_start=started)
         typer.echo(format_summary(summarize(res.run_dir)))
-    typer.echo(f"results: {res.run_dir}")
+        typer.echo(f"results: {res.run_dir}")
+        run_dirs.append(Path(res.run_dir))
+    if len(run_dirs) > 1:
+        from agentbench.api import compare
+
+        cmp = compare(*run_dirs)
+        typer.echo("\n".join(["", "comparison (against the first variant):", *cmp.headlines]))
+        typer.echo("report: agentbench report " + " ".join(str(d) for d in run_dirs))
 
 
 @app.command("serve-sim")

@@ -45,7 +45,7 @@ class OpenAIEndpoint(Strict):
     stall_timeout_s: float = Field(
         120.0, gt=0, description="Fail a stream that sends nothing for this long.")
     max_connections: int = Field(0, ge=0,
-                                 description="Connection pool size; 0 = one per lane.")
+                                 description="Connection pool size; 0 = no limit (a connection per request in flight).")
 
 
 class SharedTier(Strict):

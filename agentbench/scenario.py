@@ -44,8 +44,8 @@ class OpenAIEndpoint(Strict):
     timeout_s: float = Field(600.0, gt=0, description="Per-request timeout (whole stream).")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="Fail a stream that sends nothing for this long.")
-    max_connections: int = Field(0, ge=0,
-                                 description="Connection pool size; 0 = no limit (a connection per request in flight).")
+    max_connections: int = Field(
+        0, ge=0, description="Connection pool size; 0 = no limit (one per request in flight).")
 
 
 class SharedTier(Strict):

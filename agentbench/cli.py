@@ -248,7 +248,7 @@ def serve_sim(
     async def serve() -> None:
         from agentbench.sim import start_simulator
 
-        handle = await start_simulator(cfg, host=host, port=port)
+        handle = await start_simulator(cfg, host=host, port=port, in_process=True)
         typer.echo(f"serving simulator at {handle.url}/v1 ({instances} x {preset}, "
                    f"router {router}, speedup {speedup:g}); Ctrl-C stops it")
         try:

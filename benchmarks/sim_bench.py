@@ -95,13 +95,15 @@ def bench_prompt(context_tokens: int = 100_000, turns: int = 20) -> dict[str, fl
             (time.perf_counter() - t0) / turns * 1e3}
 
 
-async def bench_http(requests: int = 2000, concurrency: int = 32) -> dict[str, float]:
+async def bench_http(requests: int = 2000, concurrency: int = 32,
+                     in_process: bool = True) -> dict[str, float]:
     import aiohttp
 
     from agentbench.sim import start_simulator
 
-    h = await start_simulator(SimulatedEndpoint(kind="simulated", preset="instant",
-                                                instances=4, router="least_loaded"))
+    cfg = SimulatedEndpoint(kind="simulated", preset="instant", instances=4,
+                            router="least_loaded")
+    h = await (start_simulator(cfg, in_process=True) if in_process else start_simulator(cfg))
     body = {"model": "sim", "max_tokens": 16, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
     left = list(range(requests))
@@ -120,8 +122,10 @@ async def bench_http(requests: int = 2000, concurrency: int = 32) -> dict[str, f
             wall = time.perf_counter() - t0
     finally:
         await h.close()
+    note = "client and server share one process and core" if in_process else \
+        "server in its own process (the default)"
     return {"requests": requests, "requests_per_s": requests / wall,
-            "note": "client and server share one process and core"}  # type: ignore[dict-item]
+            "note": note}  # type: ignore[dict-item]
 
 
 # ------------------------------------------------------------------ what-if
@@ -166,7 +170,7 @@ async def what_if_run(label: str, cfg: SimulatedEndpoint, sessions: list[Any],
     from agentbench.sim import SESSION_HEADER, start_simulator
     from agentbench.traces.stats import potential_cached_tokens
 
-    h = await start_simulator(cfg)
+    h = await start_simulator(cfg, in_process=True)
     h.cluster.finished_log = log = []
     ttfts: list[float] = []
     prompt = cached = potential = 0
@@ -274,9 +278,10 @@ def run_benches() -> None:
     p = bench_prompt()
     print(f"prompt: tokenize + hash a {p['context_tokens']:,}-token chat context grown by one "
           f"turn: {p['ms_per_request']:.2f} ms/request")
-    hb = asyncio.run(bench_http())
-    print(f"http: {hb['requests']:,} streamed chat requests (16 tokens) = "
-          f"{hb['requests_per_s']:,.0f} requests/s ({hb['note']})")
+    for in_process in (True, False):
+        hb = asyncio.run(bench_http(in_process=in_process))
+        print(f"http: {hb['requests']:,} streamed chat requests (16 tokens) = "
+              f"{hb['requests_per_s']:,.0f} requests/s ({hb['note']})")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(60)
 @asynccontextmanager
 async def sim(**kw: Any) -> AsyncIterator[tuple[SimHandle, aiohttp.ClientSession]]:
     cfg = SimulatedEndpoint.model_validate({"kind": "simulated", **kw})
-    handle = await start_simulator(cfg)
+    handle = await start_simulator(cfg, in_process=True)  # tests read handle.cluster
     try:
         async with aiohttp.ClientSession(base_url=handle.url) as s:
             yield handle, s

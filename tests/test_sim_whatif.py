@@ -44,7 +44,7 @@ def _content(turn: Any, salt: int, memo: dict[tuple[int, int], str]) -> str:
 
 async def _replay(cfg: SimulatedEndpoint, sessions: list[Session],
                   turns: int) -> dict[str, float]:
-    handle = await start_simulator(cfg)
+    handle = await start_simulator(cfg, in_process=True)
     handle.cluster.finished_log = log = []
     pot = potential_cached_tokens(sessions)
     totals = {"prompt": 0, "cached": 0, "potential": 0}

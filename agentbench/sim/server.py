@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from aiohttp import web
 
@@ -25,6 +25,7 @@ from agentbench.scenario import SimulatedEndpoint
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.metrics import render
+from agentbench.sim.process import SimProcess, SimulatorStartError
 from agentbench.sim.prompt import U64
 from agentbench.tokenize import VOCAB
 
@@ -282,7 +283,8 @@ def make_app(cluster: Cluster) -> web.Application:
 
 @dataclass
 class SimHandle:
-    """A running simulator: ``url`` (base, the API is under /v1) and ``close()``."""
+    """A simulator running in this event loop: ``url`` (base, the API is under /v1),
+    ``cluster`` (its state, for tests) and ``close()``."""
 
     url: str
     cluster: Cluster
@@ -295,9 +297,26 @@ class SimHandle:
         await self.cluster.close()
 
 
-async def start_simulator(cfg: SimulatedEndpoint, host: str = "127.0.0.1",
-                          port: int = 0) -> SimHandle:
-    """Start the simulator in the running event loop; ``port=0`` picks a free port."""
+@overload
+async def start_simulator(cfg: SimulatedEndpoint, host: str = ..., port: int = ..., *,
+                          in_process: Literal[True]) -> SimHandle: ...
+
+
+@overload
+async def start_simulator(cfg: SimulatedEndpoint, host: str = ..., port: int = ..., *,
+                          in_process: Literal[False] = ...) -> SimProcess: ...
+
+
+async def start_simulator(cfg: SimulatedEndpoint, host: str = "127.0.0.1", port: int = 0, *,
+                          in_process: bool = False) -> SimHandle | SimProcess:
+    """Start the simulator and return once it answers ``/health``; ``port=0`` picks a free
+    port. By default it runs in its own process (its CPU stays out of the caller's event
+    loop and timings; it exits with the caller); ``in_process=True`` runs it in the running
+    event loop, exposing the cluster (unit tests, the standalone ``serve-sim``)."""
+    if not in_process:
+        from agentbench.sim.process import spawn_simulator
+
+        return await spawn_simulator(cfg, host, port)
     cluster = Cluster(cfg)
     await cluster.start()
     runner = web.AppRunner(make_app(cluster), access_log=None, handle_signals=False)
@@ -305,9 +324,12 @@ async def start_simulator(cfg: SimulatedEndpoint, host: str = "127.0.0.1",
     site = web.TCPSite(runner, host, port)
     try:
         await site.start()
-    except BaseException:
+    except BaseException as e:
         await runner.cleanup()
         await cluster.close()
+        if isinstance(e, OSError):  # port in use, address not available
+            raise SimulatorStartError(f"failed to start on {host}:{port}: "
+                                      f"{' '.join(str(e).split())}") from None
         raise
     bound = runner.addresses[0]
     url_host = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]

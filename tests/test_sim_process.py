@@ -1,0 +1,144 @@
+"""The simulator in its own process (the default): it answers at once, close() stops its
+PID, it dies with its parent, and start-up errors are one line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agentbench.scenario import SimulatedEndpoint
+from agentbench.sim import SimProcess, SimulatorStartError, start_simulator
+
+pytestmark = pytest.mark.timeout(60)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, exited but not reaped yet, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def gone(pid: int, timeout_s: float) -> None:
+    """Wait until ``pid`` has exited."""
+    async def poll() -> None:
+        while alive(pid):
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+def cfg(**kw: object) -> SimulatedEndpoint:
+    return SimulatedEndpoint.model_validate({"kind": "simulated", "preset": "instant", **kw})
+
+
+async def test_default_runs_in_a_child_process_and_close_stops_it() -> None:
+    t0 = time.perf_counter()
+    h = await asyncio.wait_for(start_simulator(cfg(instances=2)), 30)
+    started_s = time.perf_counter() - t0
+    assert isinstance(h, SimProcess) and h.pid != os.getpid() and alive(h.pid)
+    try:
+        async with aiohttp.ClientSession(base_url=h.url) as s:
+            async with s.get("/health") as r:  # answering already when start returns
+                assert r.status == 200
+            body = {"model": "sim", "messages": [{"role": "user", "content": "one two"}],
+                    "max_tokens": 3, "ignore_eos": True}
+            async with s.post("/v1/chat/completions", json=body) as r:
+                usage = (await r.json())["usage"]
+        assert usage["completion_tokens"] == 3 and usage["prompt_tokens"] > 0
+    finally:
+        await asyncio.wait_for(h.close(), 20)
+    assert h.proc.returncode == 0  # a clean exit on SIGTERM, not a kill
+    assert not alive(h.pid)
+    # Start-up is an interpreter start plus imports: well under 2 s on an idle machine;
+    # the bound leaves room for a loaded shared CI core.
+    assert started_s < 15
+
+
+async def test_close_with_a_stream_in_flight_ends_it() -> None:
+    h = await asyncio.wait_for(start_simulator(cfg(preset="h200-llama3-70b", speedup=1.0)), 30)
+    body = {"model": "sim", "messages": [{"role": "user", "content": "go on"}],
+            "max_tokens": 100_000, "ignore_eos": True, "stream": True}
+    async with aiohttp.ClientSession(base_url=h.url) as s, \
+            s.post("/v1/chat/completions", json=body) as r:
+        first = await asyncio.wait_for(r.content.readline(), 20)
+        assert first.startswith(b"data: ")
+        await asyncio.wait_for(h.close(), 20)
+        rest = await asyncio.wait_for(r.content.read(), 20)
+    assert b"aborted" in rest or rest == b"" or rest.endswith(b"[DONE]\n\n")
+    assert not alive(h.pid)
+
+
+async def test_start_errors_are_one_line() -> None:
+    h = await asyncio.wait_for(start_simulator(cfg()), 30)
+    try:
+        port = int(h.url.rsplit(":", 1)[1])
+        with pytest.raises(SimulatorStartError) as busy:
+            await asyncio.wait_for(start_simulator(cfg(), port=port), 30)
+        msg = busy.value.one_line()
+        assert "\n" not in msg and f":{port}" in msg and "address already in use" in msg
+    finally:
+        await asyncio.wait_for(h.close(), 20)
+    with pytest.raises(SimulatorStartError) as bad:
+        await asyncio.wait_for(start_simulator(cfg(preset="no-such-preset")), 30)
+    assert "\n" not in bad.value.one_line() and "no-such-preset" in bad.value.one_line()
+
+
+async def test_in_process_mode_exposes_the_cluster() -> None:
+    h = await start_simulator(cfg(instances=3), in_process=True)
+    try:
+        assert len(h.cluster.instances) == 3
+        async with aiohttp.ClientSession(base_url=h.url) as s, s.get("/health") as r:
+            assert r.status == 200
+    finally:
+        await asyncio.wait_for(h.close(), 20)
+
+
+async def test_the_simulator_dies_with_its_parent() -> None:
+    """A parent killed with SIGKILL cannot clean up: the child sees its stdin close."""
+    script = textwrap.dedent("""
+        import asyncio, sys
+        from agentbench.scenario import SimulatedEndpoint
+        from agentbench.sim import start_simulator
+
+        async def main():
+            h = await start_simulator(SimulatedEndpoint(kind="simulated", preset="instant"))
+            print(h.pid, h.url, flush=True)
+            await asyncio.Event().wait()
+
+        asyncio.run(main())
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              cwd=ROOT, text=True)
+    try:
+        line = await asyncio.wait_for(asyncio.to_thread(parent.stdout.readline), 30)  # type: ignore[union-attr]
+        pid_s, url = line.split()
+        child = int(pid_s)
+        assert alive(child)
+        parent.kill()
+        parent.wait(10)
+        await gone(child, 20)
+        with pytest.raises(aiohttp.ClientError):
+            async with aiohttp.ClientSession() as s:
+                await s.get(url + "/health", timeout=aiohttp.ClientTimeout(total=2))
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)

@@ -91,6 +91,23 @@ def tokenizer_dir() -> Path:
     return out
 
 
+def cached_tokenizer(hf_home: Path) -> str:
+    """Copy the tiny model's tokenizer into ``hf_home`` as hub repo ``agentbench/<MODEL>``
+    (refs/main -> one snapshot); return the repo id."""
+    import shutil
+
+    repo = hf_home / "hub" / f"models--agentbench--{MODEL}"
+    commit = "0" * 40
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "config.json"):
+        shutil.copy2(tokenizer_dir() / name, snap / name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return f"agentbench/{MODEL}"
+
+
 def run_agentbench(slice_path: Path, block: int, n: int, port: int, out: Path,
                    engine: str) -> dict[str, float]:
     from agentbench.metrics import summarize
@@ -126,12 +143,15 @@ def run_aiperf(aiperf: Path, slice_path: Path, block: int, port: int, out: Path,
     cmd = [str(aiperf), "profile", "-m", MODEL, "--url", f"http://127.0.0.1:{port}",
            "--endpoint-type", "chat", "--streaming", "--input-file", str(slice_path),
            "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
-           "--isl-block-size", str(block), "--tokenizer", str(tokenizer_dir()),
+           "--isl-block-size", str(block), "--tokenizer", cached_tokenizer(out / "hf-home"),
            "--use-server-token-count", "--extra-inputs", "ignore_eos:true",
            "--artifact-dir", str(art), "--random-seed", "0", "--ui-type", "none"]
     if engine == "llama-cpp":
         cmd += ["--connection-reuse-strategy", "never"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    # AIPerf's dataset workers force HF_HUB_OFFLINE=1 and then resolve the tokenizer in
+    # the hub cache only (a local folder fails there), so the tiny model's tokenizer is
+    # laid out as a cached hub repo in a private HF_HOME
+    env = {**os.environ, "HF_HOME": str(out / "hf-home"), "HF_HUB_OFFLINE": "1"}
     log = out / "aiperf.log"
     with log.open("w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,

@@ -45,12 +45,13 @@ class Run:
     @property
     def requests(self) -> pd.DataFrame:
         """Requests (warmup included, see ``phase``), plus per-request metrics: ttft_ms,
-        tpot_ms, e2e_ms, schedule_lag_ms, output_tokens, context_tokens."""
+        tpot_ms, e2e_ms (in the run's time base, ``summary["time_base"]``), schedule_lag_ms
+        (wall time), output_tokens, context_tokens."""
         if self._requests is None:
             from agentbench.metrics.derive import derive
 
             rec = self.records
-            d = derive(rec.requests, rec.events)
+            d = derive(rec.requests, rec.events, rec.time_base.factor)
             self._requests = rec.requests.assign(
                 ttft_ms=d.ttft_ms, tpot_ms=d.tpot_ms, e2e_ms=d.e2e_ms,
                 schedule_lag_ms=d.lag_ms, output_tokens=d.output_tokens,

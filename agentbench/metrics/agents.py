@@ -32,9 +32,15 @@ def request_meets_slos(d: Derived, slos: dict[str, float]) -> npt.NDArray[np.boo
 def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
                 slos: dict[str, float]) -> pd.DataFrame:
     """One row per measured session tree: stage, endpoint, requests, failed, good,
-    makespan_s, llm_wait_s, completed, met_slos, tokens. Makespan and LLM wait come from
-    the root's sessions row (replay knows the critical path); without one, makespan is
-    last end − first send over the tree's requests and LLM wait is unknown."""
+    makespan_s, llm_wait_s, completed, outcome, met_slos, tokens. Makespan and LLM wait
+    come from the root's sessions row (replay knows the critical path); without one,
+    makespan is last end − first send over the tree's requests and LLM wait is unknown.
+    Both are in the run's time base (x ``d.time_factor``).
+
+    ``outcome``: ``failed`` when a request of the tree failed (or its root says error);
+    else ``cut`` when the run's own bound stopped it (a request cancelled at the deadline,
+    or the root ``incomplete``/``cancelled``); else ``completed``. A cut tree is not a
+    failure of the server: agent goodput counts completed and failed trees only."""
     m = d.measured
     n = len(d.tree_keys)
     code = d.tree_code[m]
@@ -61,6 +67,9 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     trees["endpoint"] = pd.Series(first_ep, dtype=object).where(present, None).to_numpy()
     trees["requests"] = np.bincount(code, minlength=n)
     trees["failed"] = np.bincount(code[~ok], minlength=n)
+    status = d.df["status"].to_numpy(dtype=object)[m]
+    trees["errors"] = np.bincount(code[status == R.ERROR], minlength=n)
+    trees["cancelled"] = np.bincount(code[status == R.CANCELLED], minlength=n)
     trees["good"] = np.bincount(code[good[m]], minlength=n)
     trees["ttft_p50_ms"] = ttft_q[:, 0]
     trees["input_tokens"] = total(np.where(ok, d.input_tokens[m], 0.0))
@@ -75,25 +84,31 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     trees = trees[present].reset_index(drop=True)
     if trees.empty:
         return _empty_trees()
-    span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S
+    f = d.time_factor
+    span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S * f
     trees["makespan_s"] = np.where(np.isfinite(span), span, np.nan)  # never sent: unknown
     trees["llm_wait_s"] = np.nan
     trees["completed"] = trees["failed"] == 0
+    root_status = pd.Series([None] * len(trees), dtype=object)
     roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
                      .to_numpy(dtype=bool)] if not sessions.empty else sessions
     if not roots.empty:
         s = roots[["stage", "tree_id", "makespan_ns", "llm_wait_ns", "status", "endpoint",
                    "lane"]].rename(columns={"endpoint": "root_endpoint"})
         trees = trees.merge(s, on=["stage", "tree_id"], how="left")
-        mk = trees["makespan_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S
+        mk = trees["makespan_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S * f
         trees["makespan_s"] = np.where(np.isnan(mk), trees["makespan_s"], mk)
         trees["llm_wait_s"] = trees["llm_wait_ns"].to_numpy(dtype=np.float64,
-                                                            na_value=np.nan) / NS_PER_S
+                                                            na_value=np.nan) / NS_PER_S * f
+        root_status = trees["status"].astype(object)
         has_root = trees["status"].notna().to_numpy()
         trees["completed"] = np.where(has_root, (trees["status"] == R.OK).to_numpy(),
                                       trees["completed"].to_numpy()) & (trees["failed"] == 0)
         trees["endpoint"] = trees["root_endpoint"].fillna(trees["endpoint"])
         trees = trees.drop(columns=["makespan_ns", "llm_wait_ns", "root_endpoint"])
+    failed = (trees["errors"] > 0).to_numpy() | (root_status == R.ERROR).to_numpy()
+    trees["outcome"] = np.where(failed, "failed", np.where(trees["completed"].to_numpy(),
+                                                           "completed", "cut"))
     met = trees["completed"] & (trees["good"] == trees["requests"])
     if "agent_makespan_s" in slos:
         met &= trees["makespan_s"] <= slos["agent_makespan_s"]
@@ -103,9 +118,10 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
 
 def _empty_trees() -> pd.DataFrame:
     cols: dict[str, Any] = {c: pd.Series(dtype=np.float64) for c in (
-        "requests", "failed", "good", "ttft_p50_ms", "input_tokens", "output_tokens",
-        "cached_tokens", "prompt_tokens_with_cache", "potential_tokens",
+        "requests", "failed", "errors", "cancelled", "good", "ttft_p50_ms", "input_tokens",
+        "output_tokens", "cached_tokens", "prompt_tokens_with_cache", "potential_tokens",
         "expected_input_tokens", "makespan_s", "llm_wait_s")}
     return pd.DataFrame({"stage": pd.Series(dtype=str), "tree_id": pd.Series(dtype=str),
                          "endpoint": pd.Series(dtype=str), **cols,
-                         "completed": pd.Series(dtype=bool), "met_slos": pd.Series(dtype=bool)})
+                         "completed": pd.Series(dtype=bool), "outcome": pd.Series(dtype=str),
+                         "met_slos": pd.Series(dtype=bool)})

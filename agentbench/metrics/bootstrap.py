@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.metrics.agents import build_trees, request_meets_slos
-from agentbench.metrics.derive import Derived
+from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.records_io import RunRecords
 from agentbench.metrics.summary import stage_windows
 
@@ -36,7 +36,10 @@ class TreeData:
 
 
 def tree_data(rr: RunRecords, d: Derived) -> TreeData:
-    """Per-tree sums of the quantities the bootstrappable metrics are made of."""
+    """Per-tree sums of the quantities the bootstrappable metrics are made of, in the run's
+    time base (as its summary: ``d`` is derived again when it was not)."""
+    if d.time_factor != rr.time_base.factor:
+        d = derive(rr.requests, rr.events, rr.time_base.factor)
     m = d.measured
     _, tree = np.unique(d.tree_code[m], return_inverse=True)
     tree = tree.astype(np.int64)
@@ -62,9 +65,11 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
                                                          0.0)),
               "ok": s(ok), "cached": s(np.where(known, cached, 0.0)),
               "prompt": s(np.where(known, prompt, 0.0))},
-        per_tree={k: trees[k].to_numpy(dtype=np.float64) for k in ("makespan_s", "llm_wait_s")}
-        if len(trees) == n else {},
-        window_s=sum(b - a for a, b in windows.values()) / 1e9,
+        # makespan and LLM wait of completed trees only, as in the summary
+        per_tree={k: np.where(trees["outcome"] == "completed",
+                              trees[k].to_numpy(dtype=np.float64), np.nan)
+                  for k in ("makespan_s", "llm_wait_s")} if len(trees) == n else {},
+        window_s=sum(b - a for a, b in windows.values()) / 1e9 * d.time_factor,
         gpus=rr.settings.gpus,
     )
 

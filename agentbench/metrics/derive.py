@@ -126,6 +126,9 @@ class Derived:
     endpoints: list[str]
     tree_code: npt.NDArray[np.int64]    # index into ``tree_keys`` ((stage, tree_id) pairs)
     tree_keys: pd.DataFrame
+    # reported duration = measured wall duration x time_factor (the simulator's speedup
+    # when the run is in simulated time, see ``timebase``); ns stamps above stay wall
+    time_factor: float = 1.0
 
 
 def _codes(col: pd.Series) -> tuple[npt.NDArray[np.int64], list[str]]:
@@ -133,8 +136,10 @@ def _codes(col: pd.Series) -> tuple[npt.NDArray[np.int64], list[str]]:
     return codes.astype(np.int64), [str(u) for u in uniques]
 
 
-def derive(requests: pd.DataFrame, events: pa.Table) -> Derived:
-    """Compute every per-request metric once; blocks and groups then select rows."""
+def derive(requests: pd.DataFrame, events: pa.Table, time_factor: float = 1.0) -> Derived:
+    """Compute every per-request metric once; blocks and groups then select rows.
+    ``time_factor`` scales the server-side durations (TTFT, TPOT, ITL, E2E; interactivity
+    by its inverse) into the run's time base; schedule lag stays in wall time."""
     df = requests
     n = len(df)
     ok = (df["status"] == R.OK).to_numpy(dtype=bool)
@@ -158,19 +163,22 @@ def derive(requests: pd.DataFrame, events: pa.Table) -> Derived:
     prompt = _f(df["prompt_tokens"])
     expected_in = _f(df["expected_input_tokens"])
     itl, itl_count = itl_ms(events) if has_events else (np.zeros(0), np.zeros(n, np.int64))
+    f = float(time_factor)
+    if f != 1.0:
+        itl *= f
     sent = _f(df["sent_ns"])
     first = _f(df["first_token_ns"])
     end = _f(df["end_ns"])
     sched = _f(df["scheduled_ns"])
     last = _f(df["last_token_ns"])
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tok > 1, (last - first) / (out_tok - 1), np.nan) / NS_PER_MS
+        tpot = np.where(out_tok > 1, (last - first) / (out_tok - 1), np.nan) / NS_PER_MS * f
     return Derived(
         df=df, measured=measured, ok=ok,
-        ttft_ms=(first - sent) / NS_PER_MS,  # = ttft_ms(); columns converted once
-        tpot_ms=tpot,                        # = tpot_ms()
-        e2e_ms=(end - sent) / NS_PER_MS,     # = e2e_ms()
-        lag_ms=(sent - sched) / NS_PER_MS,   # = schedule_lag_ms()
+        ttft_ms=(first - sent) / NS_PER_MS * f,  # = ttft_ms() x f; converted once
+        tpot_ms=tpot,                            # = tpot_ms() x f
+        e2e_ms=(end - sent) / NS_PER_MS * f,     # = e2e_ms() x f
+        lag_ms=(sent - sched) / NS_PER_MS,       # = schedule_lag_ms(), wall time
         interactivity=interactivity_tok_s(tpot),
         input_tokens=np.where(np.isnan(prompt), expected_in, prompt),
         output_tokens=out_tok,
@@ -181,5 +189,5 @@ def derive(requests: pd.DataFrame, events: pa.Table) -> Derived:
         expected_input=expected_in,
         itl_ms=itl, itl_count=itl_count, sent_ns=sent, end_ns=end, scheduled_ns=sched,
         stage_code=stage_code, stages=stages, ep_code=ep_code, endpoints=endpoints,
-        tree_code=tree_code.astype(np.int64), tree_keys=tree_keys,
+        tree_code=tree_code.astype(np.int64), tree_keys=tree_keys, time_factor=f,
     )

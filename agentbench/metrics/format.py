@@ -17,13 +17,14 @@ _LABELS = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E
            "schedule_lag_ms": "schedule lag"}
 
 
-def _lat(b: dict[str, Any], key: str) -> str:
+def _lat(b: dict[str, Any], key: str, wall: bool = False) -> str:
     d = b["latency"][key]
     return (f"{_LABELS[key]:<14}p50 {_n(d['p50'])}  p90 {_n(d['p90'])}  "
-            f"p99 {_n(d['p99'])}  mean {_n(d['mean'])} ms  (n={d['count']:,})")
+            f"p99 {_n(d['p99'])}  mean {_n(d['mean'])} ms  (n={d['count']:,})"
+            + ("  [wall time]" if wall else ""))
 
 
-def _block_lines(b: dict[str, Any]) -> list[str]:
+def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
     r = b["requests"]
     t = b["throughput"]
     h = b["hit_rate"]
@@ -34,7 +35,8 @@ def _block_lines(b: dict[str, Any]) -> list[str]:
         f"requests      {r['total']:,} measured: {r['ok']:,} ok, {r['failed']:,} failed, "
         f"{r['cancelled']:,} cancelled (error rate {_pct(r['error_rate'])}); "
         f"window {_n(b['window_s'], ',.1f')} s",
-        *(_lat(b, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms")),
+        *(_lat(b, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")),
+        _lat(b, "schedule_lag_ms", wall=simulated),
         f"throughput    {_n(t['total_tok_s'], ',.0f')} tok/s (input {_n(t['input_tok_s'], ',.0f')}"
         f", output {_n(t['output_tok_s'], ',.0f')}); per GPU "
         f"{_n(t['per_gpu_total_tok_s'], ',.0f')} tok/s; {_n(t['requests_per_s'], ',.2f')} req/s",
@@ -42,11 +44,13 @@ def _block_lines(b: dict[str, Any]) -> list[str]:
         f"({h['usage']['requests']:,} requests with usage), "
         f"server {_pct(h['prometheus']['value'])}, potential {_pct(h['potential']['value'])}, "
         f"achieved/potential {_pct(h['achieved_over_potential'])}",
-        f"agents        {a['trees']:,} trees, {a['completed']:,} completed; makespan p50 "
-        f"{_n(a['makespan_s']['p50'], ',.1f')} s; LLM wait p50 "
+        f"agents        {a['trees']:,} trees: {a['completed']:,} completed, "
+        f"{a.get('failed', 0):,} failed, {a.get('cut', 0):,} cut by the run's bound; "
+        f"completed: makespan p50 {_n(a['makespan_s']['p50'], ',.1f')} s, LLM wait p50 "
         f"{_n(a['llm_wait_s']['p50'], ',.1f')} s",
-        f"goodput       requests {_pct(g['requests'])}, agents {_pct(g['agents'])} "
-        f"(SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})",
+        f"goodput       requests {_pct(g['requests'])}, agents {_pct(g['agents'])}"
+        + (f" of {g['agents_judged']:,} completed or failed" if "agents_judged" in g else "")
+        + f" (SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})",
     ]
     if c.get("self_hosted_usd") is not None or c.get("api_equivalent_usd") is not None:
         lines.append(
@@ -61,8 +65,16 @@ def _block_lines(b: dict[str, Any]) -> list[str]:
 def format_summary(summary: dict[str, Any]) -> str:
     """The run's headline figures on one screen (overall, then one line per stage)."""
     run = summary["run"]
+    tb = summary.get("time_base") or {}
+    simulated = tb.get("kind") == "simulated"
     head = f"run {run.get('run_id')}" + (f" ({run['name']})" if run.get("name") else "")
-    lines = [head, *_block_lines(summary["overall"])]
+    if simulated:
+        head += (f"; SIMULATED TIME (speedup {tb.get('speedup'):g}x: server times and the "
+                 "window x speedup, rates / speedup; schedule lag in wall time)")
+    elif tb:
+        head += "; wall-clock time"
+    lines = [head, *(f"warning       {w}" for w in tb.get("warnings", [])),
+             *_block_lines(summary["overall"], simulated)]
     if summary.get("warmup_requests_excluded"):
         lines.append(f"warmup        {summary['warmup_requests_excluded']:,} requests excluded")
     for title, group in (("stages", summary.get("stages", {})),

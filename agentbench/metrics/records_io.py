@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from agentbench import records as R
 from agentbench.errors import InputError
+from agentbench.metrics.timebase import TimeBase, time_base
 
 LIST_COLUMNS = ("token_event_ns", "token_event_tokens")
 
@@ -42,6 +43,7 @@ class RunRecords:
     server_metrics: pd.DataFrame
     run: dict[str, Any]
     settings: Settings
+    time_base: TimeBase = field(default_factory=TimeBase)
 
 
 # low-cardinality text columns read as dictionaries: integer codes without building
@@ -154,4 +156,5 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     server_metrics = labels_as_text(sm_table).to_pandas()
     run = read_run_json(d)
     settings = read_settings(run, str(d / R.RUN_FILE))
-    return RunRecords(d, requests, events, sessions, server_metrics, run, settings)
+    return RunRecords(d, requests, events, sessions, server_metrics, run, settings,
+                      time_base(run))

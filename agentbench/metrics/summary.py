@@ -1,7 +1,9 @@
 """``summarize(run_dir)``: every metric of CONTRACTS §5 for one results folder, per run,
 per sweep stage, per endpoint, per session tree, per turn index and per context-length
-bucket, written to ``summary.json``. Warmup requests are excluded from every measured
-figure (and counted); failed requests stay in every denominator that counts requests."""
+bucket, written to ``summary.json``, in the run's time base (``time_base``: simulated time
+when every endpoint is the simulator at one speedup, else wall-clock). Warmup requests are
+excluded from every measured figure (and counted); failed requests stay in every
+denominator that counts requests."""
 
 from __future__ import annotations
 
@@ -87,7 +89,8 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
     """Every §5 metric over the measured requests selected by ``m``; ``windows`` are the
     measured windows it spans (throughput and cost divide by their total length)."""
     okm = m & d.ok
-    window_s = sum(b - a for a, b in windows) / 1e9
+    window_wall_s = sum(b - a for a, b in windows) / 1e9
+    window_s = window_wall_s * d.time_factor  # in the run's time base
     known = okm & ~np.isnan(d.cached_tokens)
     inp = float(d.input_tokens[okm].sum())
     out = float(np.nansum(d.output_tokens[okm]))
@@ -110,10 +113,15 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
     prom = cache.prometheus_hit_rate(series, windows, endpoint) if windows else \
         {"value": None}
     n_trees = len(trees)
-    completed = int(trees["completed"].sum()) if n_trees else 0
+    outcome = trees["outcome"].to_numpy(dtype=object) if n_trees else np.zeros(0, object)
+    completed = int((outcome == "completed").sum())
+    failed_trees = int((outcome == "failed").sum())
+    done = trees[(outcome == "completed")] if n_trees else trees
+    judged = completed + failed_trees  # trees cut by the run's bound are not judged
     return {
         "requests": _counts(d, m),
         "window_s": window_s,
+        "window_wall_s": window_wall_s,
         "latency": {"ttft_ms": dist(d.ttft_ms[okm]), "tpot_ms": dist(d.tpot_ms[okm]),
                     "itl_ms": dist(itl, scratch=True), "e2e_ms": dist(d.e2e_ms[okm]),
                     "schedule_lag_ms": dist(d.lag_ms[m])},
@@ -126,20 +134,24 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
                      "achieved_over_potential": cache.achieved_over_potential(
                          d.cached_tokens[m], d.potential[m])},
         "agents": {
-            "trees": n_trees, "completed": completed,
-            "makespan_s": dist(trees["makespan_s"].to_numpy(dtype=np.float64)),
-            "llm_wait_s": dist(trees["llm_wait_s"].to_numpy(dtype=np.float64)),
-            "llm_wait_share": ratio(float(np.nansum(trees["llm_wait_s"])),
-                                    float(trees["makespan_s"][trees["llm_wait_s"].notna()]
-                                          .sum())) if n_trees else None,
+            "trees": n_trees, "completed": completed, "failed": failed_trees,
+            "cut": n_trees - judged,  # stopped by the run's own bound (not the server's fault)
+            # makespan and LLM wait of completed trees: a cut tree's are not an agent's
+            "makespan_s": dist(done["makespan_s"].to_numpy(dtype=np.float64)),
+            "llm_wait_s": dist(done["llm_wait_s"].to_numpy(dtype=np.float64)),
+            "llm_wait_share": ratio(float(np.nansum(done["llm_wait_s"])),
+                                    float(done["makespan_s"][done["llm_wait_s"].notna()]
+                                          .sum())) if len(done) else None,
         },
         "goodput": {
             "slos": settings.slos,
             "requests": ratio(float((m & good).sum()), float(m.sum())),
             "good_requests": int((m & good).sum()),
             "good_requests_per_s": ratio(float((m & good).sum()), window_s),
-            "agents": ratio(float(trees["met_slos"].sum()), n_trees) if n_trees else None,
+            # over completed + failed trees; those cut by the run's bound are left out
+            "agents": ratio(float(trees["met_slos"].sum()), judged) if judged else None,
             "good_agents": int(trees["met_slos"].sum()) if n_trees else 0,
+            "agents_judged": judged,
         },
         "cost": cost_block(gpu_hour_usd=settings.gpu_hour_usd, gpus=gpus, window_s=window_s,
                            completed_agents=completed, input_tokens=inp,
@@ -216,7 +228,7 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
 
 
 TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "completed",
-                "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
+                "outcome", "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
                 "output_tokens", "cached_tokens", "potential_tokens")
 
 
@@ -235,7 +247,7 @@ def _trees_columns(trees: pd.DataFrame) -> dict[str, list[Any]]:
 def summarize_records(rr: RunRecords) -> dict[str, Any]:
     """The summary of already-read records (see ``summarize``)."""
     try:
-        d = derive(rr.requests, rr.events)
+        d = derive(rr.requests, rr.events, rr.time_base.factor)
     except InputError as e:
         raise e.located(source=str(rr.run_dir / R.REQUESTS_FILE)) from None
     s = rr.settings
@@ -251,6 +263,7 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run": _run_info(rr, windows),
+        "time_base": rr.time_base.as_dict(),
         "warmup_requests_excluded": int((~m).sum()),
         "overall": block(d, m, all_w, trees, good, s, series, itl.select(), gpus=s.gpus),
         "stages": {st: block(d, m & (stage_col == d.stages.index(st)), [w],

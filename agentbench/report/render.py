@@ -46,11 +46,22 @@ def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
     return ["metric", *names], rows
 
 
+def time_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary's time base (simulated or wall-clock), its note and warnings."""
+    tb = summary.get("time_base") or {}
+    if not tb:
+        return []
+    kind = f"simulated time, speedup {tb.get('speedup'):g}x" \
+        if tb.get("kind") == "simulated" else "wall-clock time"
+    return [f"Times: {kind}. {tb.get('note', '')}",
+            *(f"Warning: {w}" for w in tb.get("warnings", []))]
+
+
 def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
     s = run.summary
     o = s["overall"]
     r = o["requests"]
-    head = Section("Headline", text=[
+    head = Section("Headline", text=[*time_lines(s),
         f"{r['total']:,} measured requests ({r['ok']:,} ok, {r['failed']:,} failed, "
         f"{r['cancelled']:,} cancelled); {s.get('warmup_requests_excluded', 0):,} warmup "
         f"requests excluded; measured window {o['window_s']:,.1f} s; "
@@ -125,7 +136,8 @@ def _timeline_figure(run: Run, key: str) -> Section:
     if not keep.any():
         sec.text.append("No measured request was sent.")
         return sec
-    sent, end = sent[keep] / 1e9, end[keep] / 1e9
+    f = float((run.summary.get("time_base") or {}).get("factor", 1.0))  # the summary's time base
+    sent, end = sent[keep] / 1e9 * f, end[keep] / 1e9 * f
     ok = (q["status"] == "ok").to_numpy(dtype=bool)[keep]
     tok = (q["context_tokens"].to_numpy(dtype=np.float64)
            + np.nan_to_num(q["output_tokens"].to_numpy(dtype=np.float64)))[keep]
@@ -215,6 +227,11 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
     heads = Section("Against the first run", text=[
         f"{lab} vs {labels[0]}: {headline(sums[0], s)}"
         for lab, s in zip(labels[1:], sums[1:], strict=True)])
+    bases = {json.dumps({k: (s.get("time_base") or {}).get(k) for k in ("kind", "speedup")})
+             for s in sums}
+    if len(bases) > 1:
+        heads.text.append("Warning: the runs are in different time bases (simulated at "
+                          "different speedups, or wall-clock); see each run's section.")
     table = comparison_table(sums)
     heads.tables.append((["metric", *table.columns],
                          [[str(i), *map(str, row)] for i, row in zip(table.index,
@@ -233,6 +250,7 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
         sc = r.summary.get("run", {})
         out.append(Section(f"Run {lab}", text=[
             f"scenario {sc.get('name') or '-'}: {sc.get('description') or ''}",
+            *time_lines(r.summary),
             f"stages: {', '.join(sc.get('stages', []))}; endpoints: "
             f"{', '.join(sc.get('endpoints', []))}"], pre=None))
     return out

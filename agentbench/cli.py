@@ -158,6 +158,9 @@ def run(
     run_id: str | None = typer.Option(None, "--run-id", help="Run folder name (output.run_id)."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress",
                                          help="Progress bar; default: when stderr is a TTY."),
+    workers: str = typer.Option("1", "--workers",
+                                help="Client processes the lanes are sharded over: a count "
+                                     "or 'auto' (one per CPU)."),
 ) -> None:
     """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
 
@@ -183,7 +186,7 @@ def run(
                 adopt(d)
                 typer.echo(f"results: {d}", err=True)
 
-            res = replay_run(sc, progress=progress, on_start=started)
+            res = replay_run(sc, progress=progress, on_start=started, workers=workers)
         typer.echo(format_summary(summarize(res.run_dir)))
         typer.echo(f"results: {res.run_dir}")
         run_dirs.append(Path(res.run_dir))

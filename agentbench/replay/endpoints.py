@@ -79,31 +79,11 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache]) -> 
         handle = await start_simulator(cfg, host="127.0.0.1", port=0)
         base = split_base(str(handle.url))
         label = cfg.name or "sim"
-        headers: dict[str, str] = {}
-        timeout = aiohttp.ClientTimeout(total=600.0, sock_read=120.0)
-        metrics_url: str | None = base + "/metrics"
-        max_conn = 0
     else:
         base = split_base(cfg.url)
         label = cfg.name or cfg.url
-        headers = dict(cfg.headers)
-        if cfg.api_key_env:
-            key = os.environ.get(cfg.api_key_env)
-            if key:
-                headers["Authorization"] = f"Bearer {key}"
-        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s)
-        metrics_url = cfg.metrics_url or base + "/metrics"
-        max_conn = cfg.max_connections
-    headers.setdefault("Content-Type", "application/json")
-    headers.setdefault("Accept", "text/event-stream")
-    secrets = secrets_of(cfg)
-    connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
-                                     ttl_dns_cache=None, enable_cleanup_closed=False)
-    http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
-    target = Target(label, base + api_path(cfg.api), headers, timeout, secrets)
-    ep = LiveEndpoint(label=label, api=cfg.api, base_url=base, target=target,
-                      template=body_template(cfg.api, cfg.model, {}, False), http=http,
-                      metrics_url=metrics_url, ignore_eos=False, sim_handle=handle)
+    ep = _connect(cfg, base, label)
+    ep.sim_handle = handle
     extra = dict(getattr(cfg, "extra_body", {}) or {})
     want = getattr(cfg, "ignore_eos", True)
     if want is None:
@@ -117,6 +97,54 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache]) -> 
     ep.overhead = chat_overhead() if cfg.api == "chat" else 0
     if cfg.kind != "simulated":
         await calibrate(ep, cfg.model, extra, caches[cfg.api])
+    return ep
+
+
+def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
+    """Headers (API key from its env var), timeouts and a connection pool for ``base``."""
+    if cfg.kind == "simulated":
+        headers: dict[str, str] = {}
+        timeout = aiohttp.ClientTimeout(total=600.0, sock_read=120.0)
+        metrics_url: str | None = base + "/metrics"
+        max_conn = 0
+    else:
+        headers = dict(cfg.headers)
+        if cfg.api_key_env:
+            key = os.environ.get(cfg.api_key_env)
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s)
+        metrics_url = cfg.metrics_url or base + "/metrics"
+        max_conn = cfg.max_connections
+    headers.setdefault("Content-Type", "application/json")
+    headers.setdefault("Accept", "text/event-stream")
+    connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
+                                     ttl_dns_cache=None, enable_cleanup_closed=False)
+    http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
+    target = Target(label, base + api_path(cfg.api), headers, timeout, secrets_of(cfg))
+    return LiveEndpoint(label=label, api=cfg.api, base_url=base, target=target,
+                        template=body_template(cfg.api, cfg.model, {}, False), http=http,
+                        metrics_url=metrics_url, ignore_eos=False)
+
+
+def opened(ep: LiveEndpoint) -> dict[str, Any]:
+    """What ``open_endpoint`` found out, for ``reconnect`` in another process."""
+    return {"label": ep.label, "base_url": ep.base_url, "ignore_eos": ep.ignore_eos,
+            "overhead": ep.overhead, "notes": list(ep.notes)}
+
+
+def reconnect(cfg: Any, index: int, found: dict[str, Any]) -> LiveEndpoint:
+    """An endpoint another process opened (started, probed, calibrated), with this
+    process's own connection pool: same URL, body template and template-token cut."""
+    ep = _connect(cfg, found["base_url"], found["label"])
+    ep.ignore_eos = bool(found["ignore_eos"])
+    extra = dict(getattr(cfg, "extra_body", {}) or {})
+    try:
+        ep.template = body_template(cfg.api, cfg.model, extra, ep.ignore_eos)
+    except ValueError as e:
+        raise InputError(str(e), where=f"endpoints[{index}]", field="extra_body") from None
+    ep.overhead = int(found["overhead"])
+    ep.notes = list(found["notes"])
     return ep
 
 
@@ -198,8 +226,11 @@ class Router:
         self._trees = 0
         self._rng = choice_rng(seed, "routing")
 
-    def tree_endpoint(self) -> int:
-        """The sticky endpoint of a new tree (used by session_affinity)."""
+    def tree_endpoint(self, ordinal: int | None = None) -> int:
+        """The sticky endpoint of a new tree (used by session_affinity): trees in turn, by
+        their ordinal in the run when given (the same in every worker process)."""
+        if ordinal is not None:
+            return ordinal % len(self.endpoints)
         i = self._trees % len(self.endpoints)
         self._trees += 1
         return i

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbench.replay.endpoints import LiveEndpoint, Router, close_endpoint, open_endpoint
+from agentbench.replay.endpoints import (
+    LiveEndpoint,
+    Router,
+    close_endpoint,
+    open_endpoint,
+    opened,
+)
 from agentbench.replay.progress import Progress
 from agentbench.replay.prompts import BlockCache
 from agentbench.replay.rundir import make_run_dir, run_info, write_run_json
@@ -53,27 +59,53 @@ def stages_of(load: Any) -> list[Stage]:
 
 class TreeSource:
     """Trees in order; when the trace runs out, the next copy (a fresh cache-bust salt) when
-    recycling is on. Each stage restarts at the first tree with copies never used before."""
+    recycling is on. Each stage restarts at the first tree with copies never used before.
 
-    def __init__(self, specs: list[TreeSpec], recycle: bool) -> None:
+    The position state lives in ``state`` (``[pos, base, max copy + 1, ordinal, ordinal at
+    the stage start]``) behind
+    ``lock``: a plain list in one process, shared memory when lanes are sharded over worker
+    processes (:mod:`agentbench.replay.workers`), so every worker draws from one sequence
+    and the request set is the single-process one."""
+
+    def __init__(self, specs: list[TreeSpec], recycle: bool, state: Any = None,
+                 lock: Any = None) -> None:
         self.specs = specs
         self.recycle = recycle
-        self._pos = 0
-        self._base = 0
-        self._max_copy = -1
+        self._s = state if state is not None else [0, 0, 0, 0, 0]
+        self._lock = lock if lock is not None else contextlib.nullcontext()
 
     def restart(self) -> None:
-        self._base = self._max_copy + 1
-        self._pos = 0
+        with self._lock:
+            self._s[1] = self._s[2]
+            self._s[0] = 0
+            self._s[4] = self._s[3]
 
-    def next(self) -> tuple[TreeSpec, int] | None:
+    def next(self, limit: int | None = None) -> tuple[TreeSpec, int, int] | None:
+        """The next (tree, copy, ordinal); None when the trace (or ``limit`` trees of this
+        stage) ran out. The ordinal counts trees over the whole run."""
+        with self._lock:
+            pos = self._s[0]
+            if limit is not None and pos >= limit:
+                return None
+            item = self._take(pos)
+            if item is not None:
+                self._s[0] = pos + 1
+            return item
+
+    def at(self, pos: int) -> tuple[TreeSpec, int, int] | None:
+        """The tree of stage position ``pos`` (open loop: arrival ``pos`` takes it)."""
+        with self._lock:
+            return self._take(pos)
+
+    def _take(self, pos: int) -> tuple[TreeSpec, int, int] | None:
         n = len(self.specs)
-        if n == 0 or (not self.recycle and self._pos >= n):
+        if n == 0 or (not self.recycle and pos >= n):
             return None
-        spec, copy = self.specs[self._pos % n], self._base + self._pos // n
-        self._pos += 1
-        self._max_copy = max(self._max_copy, copy)
-        return spec, copy
+        spec, copy = self.specs[pos % n], self._s[1] + pos // n
+        self._s[2] = max(self._s[2], copy + 1)
+        ordinal = self._s[4] + pos
+        self._s[3] = max(self._s[3], ordinal + 1)
+        return spec, copy, ordinal
 
 
 def load_trace(scenario: Any) -> Trace:
@@ -85,8 +117,17 @@ def load_trace(scenario: Any) -> Trace:
 async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                        progress: bool | None = None,
                        on_request: Callable[[dict[str, Any]], None] | None = None,
-                       on_start: Callable[[Path], None] | None = None) -> RunResult:
-    """Replay ``scenario`` and write ``results/<run-id>/``; return where it went."""
+                       on_start: Callable[[Path], None] | None = None,
+                       workers: int | str | None = 1) -> RunResult:
+    """Replay ``scenario`` and write ``results/<run-id>/``; return where it went.
+
+    ``workers`` (a count or ``auto``) shards the lanes over that many worker processes
+    (:mod:`agentbench.replay.workers`); 1 runs everything in this event loop."""
+    from agentbench.replay.workers import Fleet, resolve_workers
+
+    n_workers = resolve_workers(workers, scenario)
+    if n_workers > 1 and on_request is not None:
+        raise ValueError("on_request needs workers=1 (rows are written by worker processes)")
     if trace is None:
         trace = load_trace(scenario)
     specs = tree_specs(trace)
@@ -99,6 +140,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     info["trace"] = {"name": trace.name, "trees": len(specs), "sessions": len(trace.sessions),
                      "requests": trace.n_requests()}
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
+    info["workers"] = n_workers
     write_run_json(run_dir, info, secrets)
     if on_start is not None:
         on_start(run_dir)
@@ -115,6 +157,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     frozen = False
     health = Health()
     current = {"stage": ""}
+    fleet: Fleet | None = None
     try:
         vocab = None
         if scenario.prompt.tokenizer:
@@ -142,8 +185,13 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                     bg.append(asyncio.ensure_future(scrape_loop(
                         e.http, e.metrics_url, e.label, scenario.server_metrics.interval_s,
                         timers.now_ns, writer.add_server_samples, stop_bg)))
+        if n_workers > 1:
+            fleet = Fleet(n_workers, scenario, trace,
+                          [opened(e) for e in endpoints], t0, run_dir)
+            await fleet.start()
         bar = Progress(None, enabled=progress)
-        bg.append(asyncio.ensure_future(bar.loop(ctx, lambda: current["stage"], stop_bg)))
+        bg.append(asyncio.ensure_future(bar.loop(fleet.view() if fleet else ctx,
+                                                 lambda: current["stage"], stop_bg)))
         bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
         source = TreeSource(specs, scenario.limits.recycle)
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
@@ -155,9 +203,12 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         for k, stage in enumerate(stages_of(scenario.load)):
             current["stage"] = stage.label
-            source.restart()
             t_start = timers.now_ns()
-            await _run_stage(ctx, scenario, stage, k, source, trace)
+            if fleet is not None:
+                await fleet.run_stage(k, stage, t_start)
+            else:
+                source.restart()
+                await _run_stage(ctx, scenario, stage, k, source, trace)
             info["stages"].append({"label": stage.label, "start_ns": t_start,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
                                    "rate_per_s": stage.rate_per_s})
@@ -170,6 +221,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         if frozen:
             gc.unfreeze()
             gc.callbacks.remove(health.gc_callback)
+        if fleet is not None:
+            await fleet.close(interrupt=status != "completed")
         stop_bg.set()
         if bg:
             with contextlib.suppress(Exception):
@@ -186,6 +239,12 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         info["idle_pulled_in_ns"] = timers.pulled_in_ns
         info["requests_written"] = writer.n_requests
         info["client_health"] = health.summary()
+        if fleet is not None:
+            info["requests_written"] = fleet.merge(run_dir)
+            info["idle_pulled_in_ns"] = max(
+                [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
+            info["client_health"] = {"parent": info["client_health"],
+                                     "workers": [c["client_health"] for c in fleet.closed]}
         write_run_json(run_dir, info, secrets)
     return RunResult(run_dir, info)
 
@@ -231,10 +290,27 @@ async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event) -> None:
         writer.flush()
 
 
+@dataclass(frozen=True)
+class Shard:
+    """The part of a stage one process runs: its lanes (global lane numbers) and, in open
+    loop, the arrivals ``k`` with ``k % count == index``; ``max_concurrency`` is split."""
+
+    index: int = 0
+    count: int = 1
+
+    def lanes(self, n: int) -> list[int]:
+        return list(range(self.index, n, self.count))
+
+    def cap(self, total: int) -> int:
+        return total // self.count + (1 if self.index < total % self.count else 0)
+
+
 async def _run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
-                     trace: Trace) -> None:
+                     trace: Trace, shard: Shard = Shard(),
+                     stage_start_ns: int | None = None) -> None:
     """Run one stage until its bound; at the deadline stop sending, and let in-flight
-    requests finish or cancel them (``limits.on_deadline``)."""
+    requests finish or cancel them (``limits.on_deadline``). The deadline counts from
+    ``stage_start_ns`` (default: now), so worker processes share one."""
     lim = sc.limits
     ctx.stage = stage.label
     ctx.stopping = False
@@ -242,14 +318,19 @@ async def _run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tre
     ctx.max_requests = lim.max_requests
     tasks: set[asyncio.Task[Any]] = set()
     warm = sc.warmup.enabled and k == 0
+    t_stage = ctx.timers.now_ns() if stage_start_ns is None else stage_start_ns
 
     stop_now = ctx.stop
     if stage.lanes is not None:
-        body = asyncio.ensure_future(_lanes(ctx, sc, stage.lanes, source, warm, tasks))
+        body = asyncio.ensure_future(_lanes(ctx, sc, shard.lanes(stage.lanes), source, warm,
+                                            tasks))
     else:
-        body = asyncio.ensure_future(_arrivals(ctx, sc, stage, k, source, trace, tasks))
+        body = asyncio.ensure_future(_arrivals(ctx, sc, stage, k, source, trace, tasks, shard,
+                                               t_stage))
     try:
-        deadline = lim.duration_s
+        deadline = None
+        if lim.duration_s is not None:
+            deadline = max(0.0, lim.duration_s - (ctx.timers.now_ns() - t_stage) / NS)
         done, _ = await asyncio.wait({body}, timeout=deadline)
         if not done:
             stop_now()
@@ -268,41 +349,37 @@ async def _run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tre
         raise
 
 
-async def _lanes(ctx: RunContext, sc: Any, n: int, source: TreeSource, warm: bool,
+async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource, warm: bool,
                  tasks: set[asyncio.Task[Any]]) -> None:
-    started = 0
     max_sessions = sc.limits.max_sessions
 
     async def lane(i: int) -> None:
-        nonlocal started
         first = True
         while not ctx.stopping:
-            if max_sessions is not None and started >= max_sessions:
-                return
-            item = source.next()
+            item = source.next(max_sessions)
             if item is None:
                 return
-            started += 1
-            spec, copy = item
+            spec, copy, ordinal = item
             warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns),
                                            sc.warmup.random_start) if warm and first else None)
             first = False
-            await TreeRun(ctx, spec, copy, i, warm_turn).run()
+            await TreeRun(ctx, spec, copy, i, warm_turn, ordinal).run()
 
-    for i in range(n):
+    for i in lanes:
         t = asyncio.ensure_future(lane(i))
         tasks.add(t)
     await asyncio.gather(*tasks, return_exceptions=False)
 
 
 async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
-                    trace: Trace, tasks: set[asyncio.Task[Any]]) -> None:
+                    trace: Trace, tasks: set[asyncio.Task[Any]], shard: Shard,
+                    t_stage: int) -> None:
     load = sc.load
     starts = [r.start_s for r in trace.roots()]
     offsets = arrival_offsets_ns(load.arrival, stage.rate_per_s, sc.seed, k, starts,
                                  sc.timing.time_scale)
-    cap = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
-    t_stage = ctx.timers.now_ns()
+    cap = (asyncio.Semaphore(max(1, shard.cap(load.max_concurrency)))
+           if load.max_concurrency else None)
     duration_ns = int(sc.limits.duration_s * NS) if sc.limits.duration_s else None
     for arrivals, off in enumerate(offsets):
         if ctx.stopping:
@@ -311,6 +388,10 @@ async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
             break
         if duration_ns is not None and off > duration_ns:
             break
+        if arrivals % shard.count != shard.index:
+            if not source.recycle and arrivals >= len(source.specs):
+                break
+            continue
         target = t_stage + off
         try:
             await ctx.timers.wait_until(target, pullable=False)
@@ -318,13 +399,13 @@ async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
             break
         if cap is not None:
             await cap.acquire()
-        item = source.next()
+        item = source.at(arrivals)
         if item is None:
             if cap is not None:
                 cap.release()
             break
-        spec, copy = item
-        tr = TreeRun(ctx, spec, copy, arrivals, None)
+        spec, copy, ordinal = item
+        tr = TreeRun(ctx, spec, copy, arrivals, None, ordinal)
 
         async def one(tr: TreeRun = tr, start: int = target) -> None:
             try:

@@ -14,6 +14,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 
 
 class Timers:
@@ -27,6 +28,9 @@ class Timers:
         self._handle: asyncio.TimerHandle | None = None
         self._armed_for: int | None = None
         self.pulled_in_ns = 0  # total shift applied (reported in run.json)
+        #: with worker processes: whether another worker has requests in flight (then
+        #: nothing is pulled in here either)
+        self.busy_elsewhere: Callable[[], bool] | None = None
 
     def now_ns(self) -> int:
         return time.perf_counter_ns() - self.t0_ns
@@ -57,8 +61,14 @@ class Timers:
         if self.inflight == 0 and self.idle_cap_ns is not None:
             asyncio.get_running_loop().call_soon(self._check_idle)
 
+    def check_idle(self) -> None:
+        """Pull pending think timers in when nothing is in flight (see the module doc)."""
+        self._check_idle()
+
     def _check_idle(self) -> None:
         if self.idle_cap_ns is None or self.inflight or self._starting:
+            return
+        if self.busy_elsewhere is not None and self.busy_elsewhere():
             return
         live = [e for e in self._heap if e[2] is not None and e[3]]
         if not live:

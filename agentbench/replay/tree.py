@@ -80,11 +80,23 @@ class RunContext:
     sessions_done: int = 0
     trees_done: int = 0
     on_request: Callable[[dict[str, Any]], None] | None = None
+    #: worker processes share the stage's request budget: ``take(limit)`` returns the count
+    #: after this request, or -1 when the budget was already spent
+    shared_budget: Callable[[int], int] | None = None
 
     def take_request(self) -> bool:
         """Count one request against the stage's budget; False once the stage is over."""
         if self.stopping:
             return False
+        if self.max_requests is not None and self.shared_budget is not None:
+            n = self.shared_budget(self.max_requests)
+            if n < 0:
+                self.stop()
+                return False
+            self.requests_sent += 1
+            if n >= self.max_requests:
+                self.stop()
+            return True
         if self.max_requests is not None and self.requests_sent >= self.max_requests:
             return False
         self.requests_sent += 1
@@ -119,7 +131,7 @@ class TreeRun:
     """One copy of a tree in one lane."""
 
     def __init__(self, ctx: RunContext, spec: TreeSpec, copy: int, lane: int,
-                 warm_turn: int | None) -> None:
+                 warm_turn: int | None, ordinal: int | None = None) -> None:
         self.ctx = ctx
         self.spec = spec
         self.copy = copy
@@ -127,7 +139,7 @@ class TreeRun:
         self.warm_turn = warm_turn
         self.tree_id = f"{spec.root.session_id}#{copy}"
         self.stage = ctx.stage
-        self.sticky = ctx.router.tree_endpoint()
+        self.sticky = ctx.router.tree_endpoint(ordinal)
         self.salts = {s.scope: salt_for(ctx.seed, copy, s.scope) for s in spec.sessions}
         self.states: dict[str, SessionState] = {}
         self.tasks: list[asyncio.Task[Any]] = []

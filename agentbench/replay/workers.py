@@ -1,0 +1,441 @@
+"""Lanes sharded over worker processes, one event loop each, so the client scales past one
+core (``agentbench run --workers N|auto``).
+
+The parent process opens the endpoints once (starts the simulator, probes, calibrates),
+scrapes server metrics and shows progress; each worker reconnects to the same endpoints
+with its own connection pool and replays its share of every stage:
+
+- lanes: worker ``w`` of ``W`` runs lanes ``w, w + W, ...`` (global lane numbers), every
+  lane drawing its next tree from one sequence in shared memory, so a lane and each of its
+  trees stay in one process and the trees, copies and prompts are the single-process ones;
+- open loop: worker ``w`` takes arrivals ``k`` with ``k % W == w`` of the one seeded
+  arrival sequence (``max_concurrency`` is split between workers);
+- one clock: every worker stamps ``perf_counter_ns() - t0`` with the parent's ``t0``
+  (CLOCK_MONOTONIC is system-wide on Linux), so records line up as if one process took them;
+- the stage's request budget is one shared counter; ``duration_s`` counts from the stage
+  start the parent sets;
+- results: each worker writes its own spool under ``<run>/workers/w<k>/``; the parent
+  merges them into the run folder's parquet files at the end (also after Ctrl-C or a
+  crash: a worker's cut-short spool is recovered).
+
+Ctrl-C goes to the parent alone (workers ignore SIGINT): it raises a shared flag, every
+worker cancels its stage like a single-process run does (in-flight requests recorded as
+cancelled), writes its files and exits; a worker whose parent died does the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import multiprocessing
+import os
+import shutil
+import signal
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentbench import records
+from agentbench.errors import InputError
+
+WORKERS_DIR = "workers"
+_STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
+_POLL_S = 0.01
+
+
+def resolve_workers(workers: int | str | None, scenario: Any) -> int:
+    """Worker processes for ``workers`` (a count or ``auto``: one per CPU this process may
+    use, one fewer when a simulated endpoint runs in the parent), never more than lanes."""
+    if workers is None:
+        return 1
+    if workers == "auto":
+        n = len(os.sched_getaffinity(0))
+        if any(e.kind == "simulated" for e in scenario.endpoints):
+            n -= 1
+    else:
+        try:
+            n = int(workers)
+        except ValueError:
+            raise InputError(f"workers must be a positive integer or 'auto', not {workers!r}",
+                             field="workers") from None
+        if n < 1:
+            raise InputError(f"workers must be at least 1, not {n}", field="workers")
+    if scenario.load.kind == "lanes":
+        c = scenario.load.concurrency
+        n = min(n, max(c) if isinstance(c, list) else c)
+    return max(1, n)
+
+
+class Shared:
+    """What the parent and its workers share: the tree sequence, the stage's request
+    budget and flags (sent, stop, interrupt), and per-worker progress counters."""
+
+    def __init__(self, mp: Any, n: int) -> None:
+        self.lock = mp.Lock()
+        self.src = mp.RawArray("q", 5)  # TreeSource state
+        self.flags = mp.RawArray("q", 3)  # requests sent this stage, stop, interrupt
+        self.stats = mp.RawArray("q", n * _STATS)
+        self.n = n
+
+    def take(self, limit: int) -> int:
+        """One request of the stage's budget: the count after it, or -1 if spent; the last
+        one raises the stop flag for every worker."""
+        with self.lock:
+            n = self.flags[0]
+            if n >= limit:
+                return -1
+            self.flags[0] = n = n + 1
+            if n >= limit:
+                self.flags[1] = 1
+            return int(n)
+
+    def busy_elsewhere(self, me: int) -> bool:
+        """Another worker has requests in flight (as last published, <= 10 ms old)."""
+        return any(self.stats[w * _STATS + 4] for w in range(self.n) if w != me)
+
+    def total(self, i: int) -> int:
+        return sum(self.stats[w * _STATS + i] for w in range(self.n))
+
+
+@dataclass
+class WorkerSpec:
+    index: int
+    count: int
+    scenario: Any
+    trace: Any
+    endpoints: list[dict[str, Any]]  # endpoints.opened() of each endpoint
+    t0_ns: int
+    out_dir: str
+    parent_pid: int
+
+
+# ---------------------------------------------------------------- worker side
+
+
+def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
+    """Entry point of a worker process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; see the module doc
+    asyncio.run(_worker(spec, conn, shared))
+
+
+async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
+    from agentbench.replay.endpoints import Router, close_endpoint, reconnect
+    from agentbench.replay.prompts import BlockCache
+    from agentbench.replay.runner import Health, Shard, TreeSource, _flush_loop, _run_stage
+    from agentbench.replay.timers import Timers
+    from agentbench.replay.tree import RunContext, tree_specs
+    from agentbench.replay.writer import ResultsWriter
+    from agentbench.traces.stats import potential_cached_tokens
+
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    _listen(loop, conn, inbox)
+    sc, trace = spec.scenario, spec.trace
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    writer = ResultsWriter(Path(spec.out_dir))
+    cap = sc.timing.idle_cap_s
+    timers = Timers(spec.t0_ns, None if cap is None else int(cap * 1_000_000_000))
+    timers.busy_elsewhere = lambda: shared.busy_elsewhere(spec.index)
+    endpoints = []
+    health = Health()
+    stop_bg = asyncio.Event()
+    bg: list[asyncio.Task[Any]] = []
+    status = "crashed"
+    frozen = False
+    ctx: Any = None
+    try:
+        vocab = None
+        if sc.prompt.tokenizer:
+            from agentbench.replay.vocab import vocab_from_tokenizer
+
+            vocab = vocab_from_tokenizer(sc.prompt.tokenizer)
+        caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
+        for i, cfg in enumerate(sc.endpoints):
+            endpoints.append(reconnect(cfg, i, spec.endpoints[i]))
+        flavors = {(e.api, e.overhead) for e in endpoints}
+        ctx = RunContext(
+            t0_ns=spec.t0_ns, seed=sc.seed, strategy=sc.timing.strategy,
+            time_scale=sc.timing.time_scale, api_scale=sc.timing.api_scale,
+            shared_prefix_tokens=sc.prompt.shared_prefix_tokens, timers=timers,
+            writer=writer, endpoints=endpoints,
+            router=Router(sc.routing, endpoints, sc.seed + 7919 * spec.index),
+            caches=caches, potential=potential_cached_tokens(trace.sessions),
+            flavor=next(iter(flavors)) if len(flavors) == 1 else None,
+            request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take)
+        source = TreeSource(tree_specs(trace), sc.limits.recycle, shared.src, shared.lock)
+        bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
+        bg.append(asyncio.ensure_future(health.watch(stop_bg)))
+        bg.append(asyncio.ensure_future(_watch(spec, shared, ctx, asyncio.current_task(),
+                                               stop_bg)))
+        gc.collect()
+        gc.freeze()
+        frozen = True
+        gc.callbacks.append(health.gc_callback)
+        conn.send(("ready",))
+        shard = Shard(spec.index, spec.count)
+        while True:
+            msg = await inbox.get()
+            if msg[0] != "stage":
+                break
+            _, k, stage, start_ns = msg
+            await _run_stage(ctx, sc, stage, k, source, trace, shard, start_ns)
+            conn.send(("done", k, ctx.requests_sent))
+        status = "completed"
+    except asyncio.CancelledError:
+        status = "interrupted"
+    finally:
+        if frozen:
+            gc.unfreeze()
+            gc.callbacks.remove(health.gc_callback)
+        stop_bg.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.gather(*bg, return_exceptions=True), 15)
+        for e in endpoints:
+            await close_endpoint(e)
+        writer.close()
+        _publish(spec.index, shared, ctx)
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(("closed", {"worker": spec.index, "pid": os.getpid(), "status": status,
+                                  "requests_written": writer.n_requests,
+                                  "idle_pulled_in_ns": timers.pulled_in_ns,
+                                  "client_health": health.summary()}))
+
+
+def _listen(loop: asyncio.AbstractEventLoop, conn: Any,
+            inbox: asyncio.Queue[tuple[Any, ...]]) -> None:
+    """Messages from the other end of ``conn`` into ``inbox``; ``("eof",)`` when it closed."""
+    fd = conn.fileno()
+
+    def readable() -> None:
+        try:
+            while conn.poll():
+                inbox.put_nowait(conn.recv())
+        except (EOFError, OSError):
+            loop.remove_reader(fd)
+            inbox.put_nowait(("eof",))
+
+    loop.add_reader(fd, readable)
+
+
+async def _watch(spec: WorkerSpec, shared: Shared, ctx: Any, main: asyncio.Task[Any] | None,
+                 stop: asyncio.Event) -> None:
+    """Every 10 ms: follow the shared flags (stop: the budget is spent; interrupt: Ctrl-C
+    in the parent, or the parent is gone), publish progress, re-check the idle-gap cap."""
+    tick = 0
+    while not stop.is_set():
+        if shared.flags[2] or os.getppid() != spec.parent_pid:
+            if main is not None:
+                main.cancel()
+            return
+        if shared.flags[1] and not ctx.stopping:
+            ctx.stop()
+        _publish(spec.index, shared, ctx, with_ttft=tick % 25 == 0)
+        if not ctx.timers.inflight:
+            ctx.timers.check_idle()
+        tick += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), _POLL_S)
+
+
+def _publish(w: int, shared: Shared, ctx: Any, with_ttft: bool = True) -> None:
+    if ctx is None:
+        return
+    s, i = shared.stats, w * _STATS
+    wr = ctx.writer
+    s[i], s[i + 1], s[i + 2], s[i + 3] = wr.n_requests, wr.n_errors, ctx.trees_done, \
+        ctx.sessions_done
+    s[i + 4] = ctx.timers.inflight
+    if with_ttft and wr.recent_ttft_ms:
+        s[i + 5] = int(statistics.median(wr.recent_ttft_ms) * 1000)
+
+
+# ---------------------------------------------------------------- parent side
+
+
+class Fleet:
+    """The parent's handle on its worker processes."""
+
+    def __init__(self, n: int, scenario: Any, trace: Any, found: list[dict[str, Any]],
+                 t0_ns: int, run_dir: Path) -> None:
+        from agentbench.replay.runner import TreeSource
+
+        self.n = n
+        self.mp = multiprocessing.get_context("spawn")  # no inherited loop, sockets, threads
+        self.shared = Shared(self.mp, n)
+        self.source = TreeSource([], scenario.limits.recycle, self.shared.src, self.shared.lock)
+        self.dir = run_dir / WORKERS_DIR
+        self.specs = [WorkerSpec(w, n, scenario, trace, found, t0_ns, str(self.dir / f"w{w}"),
+                                 os.getpid()) for w in range(n)]
+        self.procs: list[Any] = []
+        self.conns: list[Any] = []
+        self.inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
+        self.closed: list[dict[str, Any]] = []
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for spec in self.specs:
+            mine, theirs = self.mp.Pipe()
+            p = self.mp.Process(target=worker_main, args=(spec, theirs, self.shared),
+                                name=f"agentbench-worker-{spec.index}", daemon=True)
+            p.start()
+            theirs.close()
+            inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+            _listen(loop, mine, inbox)
+            self.procs.append(p)
+            self.conns.append(mine)
+            self.inboxes.append(inbox)
+        await self._all("ready")
+
+    async def _get(self, w: int, timeout: float | None = None) -> tuple[Any, ...]:
+        """The next message of worker ``w``; ``("eof",)`` once it is gone (a pipe end
+        handed to a spawned child stays open in this process until the child took it, so
+        a worker that died early is noticed by its exit, not by end-of-file)."""
+        q = self.inboxes[w]
+        t_end = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        while True:
+            with contextlib.suppress(TimeoutError):
+                return await asyncio.wait_for(q.get(), 0.2)
+            if not self.procs[w].is_alive() and q.empty():
+                return ("eof",)
+            if t_end is not None and asyncio.get_running_loop().time() > t_end:
+                return ("timeout",)
+
+    async def _all(self, kind: str) -> list[tuple[Any, ...]]:
+        out = []
+        for w in range(self.n):
+            msg = await self._get(w)
+            if msg[0] == "closed":
+                self.closed.append(msg[1])
+            if msg[0] != kind:
+                raise RuntimeError(f"replay worker {w} stopped ({msg[0]}, exit code "
+                                   f"{self.procs[w].exitcode}) while waiting for {kind!r}")
+            out.append(msg)
+        return out
+
+    async def run_stage(self, k: int, stage: Any, start_ns: int) -> int:
+        """Run stage ``k`` in every worker from ``start_ns``; return requests sent."""
+        self.source.restart()
+        with self.shared.lock:
+            self.shared.flags[0] = 0
+            self.shared.flags[1] = 0
+        for c in self.conns:
+            c.send(("stage", k, stage, start_ns))
+        return sum(int(m[2]) for m in await self._all("done"))
+
+    def view(self) -> FleetView:
+        return FleetView(self.shared)
+
+    async def close(self, interrupt: bool) -> None:
+        """Ask every worker to finish (``interrupt``: cancel what is in flight, as Ctrl-C
+        does) and wait until each wrote its files; a worker that hangs is killed."""
+        if interrupt:
+            self.shared.flags[2] = 1
+        for c in self.conns:
+            with contextlib.suppress(OSError, ValueError):
+                c.send(("close",))
+        for w in range(self.n):
+            if any(c.get("worker") == w for c in self.closed):
+                continue
+            while True:
+                msg = await self._get(w, 60)
+                if msg[0] == "closed":
+                    self.closed.append(msg[1])
+                if msg[0] in ("closed", "eof", "timeout"):
+                    break
+        loop = asyncio.get_running_loop()
+        for p, c in zip(self.procs, self.conns, strict=True):
+            with contextlib.suppress(Exception):
+                loop.remove_reader(c.fileno())
+            for _ in range(500):  # up to 5 s to exit after its files are written
+                if not p.is_alive():
+                    break
+                await asyncio.sleep(0.01)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+            c.close()
+
+    def merge(self, run_dir: Path) -> int:
+        """Worker files merged into the run folder's (parent rows first); return requests."""
+        return merge_parts(run_dir, [Path(s.out_dir) for s in self.specs])
+
+
+def merge_parts(run_dir: Path, parts: list[Path]) -> int:
+    """Append each part folder's parquet files (spools left by a killed worker recovered
+    first) to ``run_dir``'s, rows ordered by end time; remove the parts; return the number
+    of request rows."""
+    from agentbench.replay.writer import recover
+
+    schemas = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
+               records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
+               records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
+    for d in parts:
+        if d.exists():
+            recover(d)
+    n_requests = 0
+    for name, schema in schemas.items():
+        files = [p for p in [run_dir / name, *(d / name for d in parts)] if p.exists()]
+        tables = [pq.read_table(p, schema=schema) for p in files]
+        table = pa.concat_tables(tables) if tables else schema.empty_table()
+        if "end_ns" in schema.names and table.num_rows:
+            table = table.sort_by([("end_ns", "ascending")])
+        tmp = run_dir / (name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, run_dir / name)
+        if name == records.REQUESTS_FILE:
+            n_requests = table.num_rows
+    for d in parts:
+        shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (run_dir / WORKERS_DIR).rmdir()
+    return n_requests
+
+
+class _WriterView:
+    def __init__(self, shared: Shared) -> None:
+        self._s = shared
+
+    @property
+    def n_requests(self) -> int:
+        return self._s.total(0)
+
+    @property
+    def n_errors(self) -> int:
+        return self._s.total(1)
+
+    @property
+    def recent_ttft_ms(self) -> list[float]:
+        vals = [self._s.stats[w * _STATS + 5] / 1000 for w in range(self._s.n)]
+        return [v for v in vals if v > 0]
+
+
+class _TimersView:
+    def __init__(self, shared: Shared) -> None:
+        self._s = shared
+
+    @property
+    def inflight(self) -> int:
+        return self._s.total(4)
+
+
+class FleetView:
+    """The counters ``Progress`` reads, summed over the workers."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._s = shared
+        self.writer = _WriterView(shared)
+        self.timers = _TimersView(shared)
+
+    @property
+    def trees_done(self) -> int:
+        return self._s.total(2)
+
+    @property
+    def sessions_done(self) -> int:
+        return self._s.total(3)

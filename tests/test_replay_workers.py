@@ -1,0 +1,215 @@
+"""Lanes sharded over worker processes: the same request set and prompts as one process,
+one clock base, results merged into one folder, Ctrl-C leaving every finished request on
+disk; and the pieces (shared tree sequence, shards, merge) on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from test_replay_cli import fast_server, write_scenario  # noqa: F401 - fixture
+from test_replay_run import WEKA_TREES, scenario, small_outputs
+
+from agentbench import records
+from agentbench.replay import run_scenario
+from agentbench.replay.fakeserver import FakeServer, ServerConfig
+from agentbench.replay.runner import Shard, TreeSource
+from agentbench.replay.workers import WORKERS_DIR, merge_parts, resolve_workers
+from agentbench.replay.writer import ResultsWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def _replay(trace: Any, out: Path, workers: int, **over: Any) -> tuple[Any, Any, Any]:
+    """Run against a fresh fake server; return (run result, requests, server's log)."""
+    srv = FakeServer(ServerConfig())
+    await srv.start()
+    try:
+        sc = scenario([srv.url], out, output={"dir": str(out), "run_id": f"w{workers}"},
+                      server_metrics={"enabled": False}, **over)
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False,
+                                                  workers=workers), 100)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    return res, req, srv.received
+
+
+def _prompts(req: Any, received: list[Any]) -> dict[tuple[str, str, int], str]:
+    """(tree, session, turn) -> digest of the body the server got."""
+    ids = {int(r.request_id): (r.tree_id, r.session_id, int(r.turn)) for r in req.itertuples()}
+    return {ids[int(r.headers["X-Request-ID"])]: hashlib.sha1(r.body).hexdigest()
+            for r in received}
+
+
+@pytest.mark.timeout(120)
+async def test_workers_send_the_single_process_requests_on_one_clock(weka_trace: Any,
+                                                                     tmp_path: Path) -> None:
+    # three trees with subagents, recycled into copies: 5 trees over 3 lanes
+    trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
+    limits = {"recycle": True, "max_sessions": 5}
+    one, req1, got1 = await _replay(trace, tmp_path, 1, limits=limits)
+    two, req2, got2 = await _replay(trace, tmp_path, 2, limits=limits)
+
+    # the same trees, copies, sessions and turns, with byte-identical prompts
+    assert len(req2) == len(req1) == len(got2) > 0
+    assert (req2.status == "ok").all()
+    p1, p2 = _prompts(req1, got1), _prompts(req2, got2)
+    assert p1 == p2
+    assert set(req2.tree_id) == set(req1.tree_id) and req2.tree_id.str.endswith("#1").any()
+
+    # merged: unique request ids, both workers' lanes, sessions complete, no part left
+    assert req2.request_id.is_unique
+    ses1 = pq.read_table(one.run_dir / records.SESSIONS_FILE).to_pandas()
+    ses2 = pq.read_table(two.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert sorted(zip(ses2.tree_id, ses2.session_id, strict=True)) == sorted(
+        zip(ses1.tree_id, ses1.session_id, strict=True))
+    assert set(req2.lane) == {0, 1, 2}
+    assert not (two.run_dir / WORKERS_DIR).exists()
+    info = json.loads((two.run_dir / records.RUN_FILE).read_text())
+    assert info["workers"] == 2 and info["status"] == "completed"
+    assert info["requests_written"] == len(req2)
+    assert len(info["client_health"]["workers"]) == 2
+
+    # one clock: the server saw each request (perf_counter_ns, its own reading) after the
+    # record's sent_ns on the parent's base, and soon after; a worker counting from its own
+    # start would be off by its start-up time (seconds)
+    t0 = info["clock"]["t0_perf_ns"]
+    sent = {int(r.request_id): int(r.sent_ns) for r in req2.itertuples()}
+    gaps_ms = [(r.t_ns - t0 - sent[int(r.headers["X-Request-ID"])]) / 1e6 for r in got2]
+    assert min(gaps_ms) >= 0, min(gaps_ms)
+    assert max(gaps_ms) < 500, max(gaps_ms)
+
+
+@pytest.mark.timeout(120)
+async def test_workers_share_the_request_budget_and_stages(weka_trace: Any, tmp_path: Path) -> None:
+    trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
+    res, req, got = await _replay(trace, tmp_path, 2, load={"kind": "lanes",
+                                                            "concurrency": [2, 4]},
+                                  limits={"recycle": True, "max_requests": 12})
+    assert list(req.groupby("stage").size().sort_index()) == [12, 12]
+    assert len(got) == 24
+    info = res.info
+    assert [s["label"] for s in info["stages"]] == ["c=2", "c=4"]
+    assert info["stages"][0]["end_ns"] <= info["stages"][1]["start_ns"]
+    # each stage starts on fresh copies, as in one process
+    first = set(req[req.stage == "c=2"].tree_id)
+    assert not first & set(req[req.stage == "c=4"].tree_id)
+
+
+@pytest.mark.timeout(120)
+async def test_open_loop_arrivals_are_split_not_duplicated(weka_trace: Any, tmp_path: Path) -> None:
+    trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
+    load = {"kind": "rate", "arrival": "constant", "rate_per_s": 50.0}
+    limits = {"recycle": True, "max_sessions": 4}
+    _, req1, got1 = await _replay(trace, tmp_path, 1, load=load, limits=limits)
+    _, req2, got2 = await _replay(trace, tmp_path, 2, load=load, limits=limits)
+    assert _prompts(req1, got1) == _prompts(req2, got2)
+    assert sorted(set(req2.lane)) == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_with_workers_leaves_every_finished_request_on_disk(
+        fast_server: str, weka_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+    out = tmp_path / "res"
+    sc = write_scenario(tmp_path / "s.yaml", fast_server, out, weka_dir,
+                        "limits: {duration_s: 600}")
+    proc = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "run", str(sc),
+                             "--no-progress", "--workers", "2"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parts = [out / "r" / WORKERS_DIR / f"w{w}" / (records.REQUESTS_FILE + ".spool.arrows")
+             for w in (0, 1)]
+    deadline = time.monotonic() + 90
+    while not all(p.exists() and p.stat().st_size > 0 for p in parts):  # both wrote rows
+        assert time.monotonic() < deadline and proc.poll() is None, "run never wrote rows"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    run = json.loads((out / "r" / records.RUN_FILE).read_text())
+    assert run["status"] == "interrupted" and run["workers"] == 2
+    req = pq.read_table(out / "r" / records.REQUESTS_FILE).to_pandas()
+    assert run["requests_written"] == len(req) and req.request_id.is_unique
+    assert set(req.lane) == {0, 1}
+    # every request the server received has its row (finished, or cancelled in flight)
+    import urllib.request
+
+    with urllib.request.urlopen(fast_server + "/metrics", timeout=10) as r:
+        served = int(r.read().decode().split()[-1])
+    streamed = served - 3  # the parent's start-up requests: ignore_eos probe, calibration x2
+    assert len(req) >= streamed > 0
+    assert set(req.status) <= {records.OK, records.CANCELLED}
+    assert not (out / "r" / WORKERS_DIR).exists()
+
+
+def test_shared_tree_sequence_positions_copies_and_ordinals() -> None:
+    specs: list[Any] = ["a", "b", "c"]
+    state = [0, 0, 0, 0, 0]
+    src, other = TreeSource(specs, True, state), TreeSource(specs, True, state)
+    got = [src.next(), other.next(), src.next(), other.next()]
+    assert got == [("a", 0, 0), ("b", 0, 1), ("c", 0, 2), ("a", 1, 3)]
+    assert src.next(limit=4) is None  # four trees this stage
+    src.restart()  # the next stage: copies never used before, ordinals go on
+    assert other.next() == ("a", 2, 4)
+    assert src.at(2) == ("c", 2, 6)  # open loop: arrival 2 of the stage
+    once = TreeSource(specs, False)
+    assert [once.next(), once.next(), once.next(), once.next()][-1] is None
+
+
+def test_shard_lanes_and_caps() -> None:
+    assert Shard(0, 2).lanes(5) == [0, 2, 4] and Shard(1, 2).lanes(5) == [1, 3]
+    assert Shard(1, 3).lanes(1) == []
+    assert [Shard(w, 3).cap(7) for w in range(3)] == [3, 2, 2]
+
+
+def test_resolve_workers() -> None:
+    sc = scenario(["http://x"], Path("."), load={"kind": "lanes", "concurrency": [2, 8]})
+    assert resolve_workers(1, sc) == 1 and resolve_workers("3", sc) == 3
+    assert resolve_workers(64, sc) == 8  # never more than lanes
+    assert 1 <= resolve_workers("auto", sc) <= len(os.sched_getaffinity(0))
+    from agentbench.errors import InputError
+
+    for bad in ("0", "many"):
+        with pytest.raises(InputError):
+            resolve_workers(bad, sc)
+
+
+def test_merge_parts_appends_and_orders_by_end(tmp_path: Path) -> None:
+    from agentbench.replay.client import RequestRecord
+    from agentbench.replay.fastserver import events
+
+    def rec(i: int, end: int) -> RequestRecord:
+        r = RequestRecord(i, "c=1", "measure", "ep", 0, "t#0", "t", "root", 0, i, 10, 5, 1, 0,
+                          sent_ns=5, end_ns=end, http_status=200)
+        r.chunks = events(True, 1)
+        r.chunk_ns = [end] * len(r.chunks)
+        return r
+
+    run = tmp_path / "run"
+    parts = [run / WORKERS_DIR / "w0", run / WORKERS_DIR / "w1"]
+    for d in [run, *parts]:
+        d.mkdir(parents=True, exist_ok=True)
+    ResultsWriter(run).close()  # the parent: no request rows
+    for w, d in enumerate(parts):
+        wr = ResultsWriter(d)
+        for i in range(3):
+            wr.add_request(rec(w + 2 * i, 100 * i + w))
+        if w == 0:
+            wr.close()
+        else:
+            wr.flush()  # a worker killed before closing: only its spool is there
+    assert merge_parts(run, parts) == 6
+    req = pq.read_table(run / records.REQUESTS_FILE).to_pandas()
+    assert list(req.end_ns) == [0, 1, 100, 101, 200, 201]
+    assert sorted(req.request_id) == [0, 1, 2, 3, 4, 5]
+    assert not (run / WORKERS_DIR).exists()

@@ -112,6 +112,12 @@ def test_labels_and_consumers_agree(tmp_path: Path) -> None:
     assert lag.endswith("[wall time]")
     assert "wall-clock time" in format_summary(summarize(one_request_run(
         tmp_path / "wall", scenario([REAL]))))
+    # reports show the label and the warning
+    from agentbench.report.render import time_lines
+
+    lines = time_lines(s)
+    assert lines[0].startswith("Times: simulated time, speedup 100x.")
+    assert lines[1].startswith("Warning: timing.time_scale 0.001")
     # the API's per-request columns and the gate's per-tree data use the same time base
     assert load(d).requests["ttft_ms"].tolist() == [pytest.approx(100.0)]
     rr = read_records(d)

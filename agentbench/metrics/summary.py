@@ -24,7 +24,7 @@ from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.records_io import RunRecords, Settings, read_records
 from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: time_base; agents completed | failed | cut
 # context-length bucket edges, tokens (TTFT vs context is the agentic curve)
 CONTEXT_EDGES = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
                  1048576)

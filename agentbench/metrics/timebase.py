@@ -77,8 +77,10 @@ def _base(run: dict[str, Any]) -> TimeBase:
     note = (f"simulated time: the simulator ran {s:g}x faster than real time, so server-side "
             f"durations (TTFT, TPOT, ITL, E2E, window, makespan, LLM wait) are measured x "
             f"{s:g} and rates (throughput, interactivity) measured / {s:g}; cost follows the "
-            "window; schedule lag is the client's own delay, in wall time (client overhead "
-            "inside a window or an E2E is scaled with it)")
+            "window; schedule lag, a delay of the client itself, stays in wall time (client "
+            "overhead inside a window or an E2E is scaled with it; tokens that reach the client "
+            f"in one read show ITL 0, so ITL below about 1 ms wall, {s:g} ms simulated, is not "
+            "resolved)")
     warnings = []
     timing = sc.get("timing") if isinstance(sc, dict) else None
     ts = _num(timing.get("time_scale"), 1.0) if isinstance(timing, dict) else 1.0

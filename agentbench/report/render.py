@@ -65,7 +65,9 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
         f"{r['total']:,} measured requests ({r['ok']:,} ok, {r['failed']:,} failed, "
         f"{r['cancelled']:,} cancelled); {s.get('warmup_requests_excluded', 0):,} warmup "
         f"requests excluded; measured window {o['window_s']:,.1f} s; "
-        f"{o['agents']['trees']:,} session trees ({o['agents']['completed']:,} completed)."])
+        f"{o['agents']['trees']:,} session trees ({o['agents']['completed']:,} completed, "
+        f"{o['agents'].get('failed', 0):,} failed, {o['agents'].get('cut', 0):,} cut by the "
+        "run bound)."])
     head.tables.append(_table_rows({"overall": o}, [*HEADLINE, "ttft_p99", "e2e_p99",
                                                     "itl_p50", "hit_rate_potential",
                                                     "achieved_over_potential",

@@ -59,7 +59,7 @@ class SharedTier(Strict):
 
 
 class SimulatedEndpoint(Strict):
-    """The embedded KV-cache-aware serving simulator, started in-process."""
+    """The embedded KV-cache-aware serving simulator, started in its own process for the run."""
 
     kind: Literal["simulated"] = Field(description="Start agentbench's serving simulator.")
     name: str | None = Field(None, description="Label in results; defaults to 'sim'.")

@@ -142,3 +142,55 @@ async def test_the_simulator_dies_with_its_parent() -> None:
         if parent.poll() is None:
             parent.kill()
             parent.wait(10)
+
+
+def sim_children() -> set[int]:
+    """PIDs of this process's running simulator children (from /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and \
+                b"agentbench.sim.process" in cmd:
+            out.add(int(stat.parent.name))
+    return out
+
+
+async def test_replay_against_the_simulator_process(weka_trace, tmp_path):  # type: ignore[no-untyped-def]
+    """A bounded replay of real agents: the simulator runs beside the client and is gone
+    after the run; the summary is in simulated time and counts the agents the bound cut."""
+    from agentbench.metrics import summarize
+    from agentbench.replay import run_scenario
+    from agentbench.scenario import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "sim-e2e", "seed": 0,
+        "endpoints": [{"kind": "simulated", "preset": "h200-llama3-70b", "instances": 2,
+                       "router": "session_affinity", "speedup": 50}],
+        "trace": {"kind": "file", "source": "unused"},
+        "load": {"kind": "lanes", "concurrency": 3},
+        "timing": {"time_scale": 0.02, "idle_cap_s": 0.2},
+        "limits": {"max_requests": 40, "on_deadline": "cancel", "recycle": False},
+        "output": {"dir": str(tmp_path), "run_id": "run"},
+        "server_metrics": {"interval_s": 0.2}})
+    before = sim_children()
+    res = await asyncio.wait_for(run_scenario(sc, trace=weka_trace, progress=False), 120)
+    assert sim_children() == before  # the run stopped its simulator
+    s = summarize(res.run_dir)
+    assert (s["time_base"]["kind"], s["time_base"]["speedup"]) == ("simulated", 50.0)
+    o = s["overall"]
+    assert o["requests"]["ok"] >= 40 - 3  # at most one request per lane cancelled
+    assert o["window_s"] == pytest.approx(o["window_wall_s"] * 50)
+    # usage and the simulator's own counters agree across the process boundary (exactly
+    # unless a request cancelled at the bound was counted by the server but has no usage)
+    usage, server = o["hit_rate"]["usage"]["value"], o["hit_rate"]["prometheus"]["value"]
+    if o["requests"]["cancelled"] == 0:
+        assert usage == pytest.approx(server)
+    assert abs(usage - server) < 0.1
+    a = o["agents"]
+    assert a["completed"] + a["failed"] + a["cut"] == a["trees"] and a["failed"] == 0
+    assert a["cut"] >= 1  # 40 requests end the run with agents still going

@@ -1,21 +1,32 @@
-"""How much the replay client costs, measured against an instant local server.
+"""How much a load generator costs: agentbench's replay client next to AIPerf,
+inference-perf and GuideLLM, against the same local servers, the client pinned to one core.
 
-Prints, for agentbench's replay client against a server in a separate process that
-answers at once (``../shared/tools/instant-server`` when nginx is installed, else
-agentbench's lean ``fastserver`` sending the whole answer in one write):
+Servers (each in its own processes, pinned away from the client core):
 
-- requests/s and streamed SSE chunks/s at 1, 64 and 256 lanes (closed loop, no think
-  time, 128-token streams), client CPU seconds per 1,000 requests (the replay call
-  all-in: setup, streaming, records, parquet files), schedule lag p50/p99;
-- schedule lag p50/p99 at 256 lanes with think time (the client is not saturated, so the
-  lag is the scheduler's own delay);
-- peak RSS with 1,000 lanes at 142K-token contexts (every lane its own trace copy);
-- the time to build a 142K-token chat turn: cold (every block new) and warm (the next
-  turn of the session, two new blocks), body bytes included.
+- ``nginx``: ``../shared/tools/instant-server`` (Debian ``nginx-light``): the whole SSE
+  answer in one write, as a file;
+- ``chunked``: ``agentbench.replay.fastserver --per-event``: one write per SSE event, so
+  every event can cost the client a read;
+- ``timed``: fastserver with a known TTFT and ITL that logs when it wrote each stream's
+  first token, for agentbench's TTFT self-inflation (measured TTFT minus the server's).
 
-Every measured configuration runs in its own process. ``--quick`` shrinks the runs.
+For each tool and server: requests/s and streamed tokens/s over the window in which the
+server was serving (first to last wake-up of the server's threads, from their
+context-switch counts in ``/proc``), and
+client CPU per request, in that window and all-in (the tool's process tree from start to
+exit: start-up, dataset, records, result files). CPU is read from ``/proc`` every 50 ms
+(user + system, children included) and from the tool's ``wait4`` rusage.
 
-    .venv/bin/python benchmarks/client_bench.py [--quick] [--lanes 1 64 256]
+Peers are found in their own venvs (``~/.cache/agentbench/peers/{ip,gl}-venv``,
+``~/.cache/agentbench/aiperf-venv``; override with ``--aiperf``/``--inference-perf``/
+``--guidellm``) and skipped with a message when missing. Made with e.g.
+``python3.12 -m venv ~/.cache/agentbench/peers/ip-venv && .../pip install inference-perf``.
+
+Sections: ``peers`` (the table), ``long`` (32K-token prompts), ``scaling`` (1 vs 2 worker
+processes), ``inflation`` (TTFT self-inflation), ``replay`` (lanes 1/64/256, schedule lag,
+RSS at 1,000 x 142K, prompt build time). ``--quick`` shrinks the runs.
+
+    .venv/bin/python benchmarks/client_bench.py [--quick] [--sections peers long scaling]
 """
 
 from __future__ import annotations
@@ -26,9 +37,11 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,30 +50,176 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTANT = ROOT.parent / "shared" / "tools" / "instant-server"
+CACHE = Path.home() / ".cache" / "agentbench"
+TOKENS = 128
+MODEL = "tiny-llama"
+SECTIONS = ("peers", "long", "scaling", "inflation", "replay")
+CLK = os.sysconf("SC_CLK_TCK")
+CPUS = sorted(os.sched_getaffinity(0))  # read once: main() moves itself to the server cores
 
 
-# ---------------------------------------------------------------- server
+# ---------------------------------------------------------------- cores and /proc
+
+
+def cores() -> tuple[list[int], list[int]]:
+    """(client cores, server cores): the last CPU for the client, the rest for servers."""
+    cpus = CPUS
+    if len(cpus) == 1:
+        return cpus, cpus
+    return cpus[-1:], cpus[:-1]
+
+
+def pin(cpus: list[int]) -> list[str]:
+    return ["taskset", "-c", ",".join(map(str, cpus))] if shutil.which("taskset") else []
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds incl. reaped children) of one process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(rest[1]), sum(int(x) for x in rest[11:15]) / CLK
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and its live descendants."""
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st is not None:
+                kids.setdefault(st[0], []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def wakeups(pids: list[int]) -> int:
+    """Context switches of the processes' threads: an idle server sleeps in epoll_wait and
+    switches only when requests come (socket reads do not show in /proc/<pid>/io)."""
+    n = 0
+    for p in pids:
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/status") as f:
+                    for line in f:
+                        if "ctxt_switches" in line:
+                            n += int(line.split()[1])
+            except OSError:
+                pass
+    return n
+
+
+class Sampler(threading.Thread):
+    """Every ``period`` s: (time, client-tree CPU s, server context switches)."""
+
+    def __init__(self, client: int, server: list[int], period: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.client, self.server, self.period = client, server, period
+        self.samples: list[tuple[float, float, int]] = []
+        self.stop = threading.Event()
+        self._pids = [client]
+        self._cpu: dict[int, float] = {}
+
+    def run(self) -> None:
+        k = 0
+        while not self.stop.is_set():
+            if k % 10 == 0:
+                self._pids = tree(self.client)
+            for p in self._pids:  # a process that ended keeps its last reading (its
+                st = _stat(p)  # parent's cutime takes it over once reaped)
+                if st is not None:
+                    self._cpu[p] = st[1]
+            self.samples.append((time.perf_counter(), sum(self._cpu.values()),
+                                 wakeups(self.server)))
+            k += 1
+            self.stop.wait(self.period)
+
+    def window(self) -> tuple[float, float] | None:
+        """(seconds the server was reading requests, client CPU s in that time)."""
+        s = self.samples
+        changed = [i for i in range(1, len(s)) if s[i][2] != s[i - 1][2]]
+        if not changed:
+            return None
+        a, b = changed[0] - 1, changed[-1]
+        return s[b][0] - s[a][0], max(0.0, s[b][1] - s[a][1])
+
+
+def measure(cmd: list[str], server: Server, env: dict[str, str] | None = None,
+            timeout: float = 900, log: Path | None = None) -> dict[str, Any]:
+    """Run a client command pinned to the client core; its window and CPU."""
+    out = log.open("w") if log else subprocess.DEVNULL
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(pin(cores()[0]) + cmd, stdout=out, stderr=subprocess.STDOUT,
+                            env=env, cwd=ROOT)
+    sampler = Sampler(proc.pid, server.pids())
+    sampler.start()
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pid, status, ru = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    sampler.stop.set()
+    sampler.join()
+    if log:
+        out.close()  # type: ignore[union-attr]
+    win = sampler.window()
+    return {"rc": proc.returncode, "wall_s": time.perf_counter() - t0,
+            "cpu_all_s": ru.ru_utime + ru.ru_stime,
+            "window_s": win[0] if win else None, "cpu_window_s": win[1] if win else None}
+
+
+# ---------------------------------------------------------------- servers
 
 
 class Server:
-    """The instant server in its own process(es)."""
+    """A local server in its own processes, pinned to the server cores."""
 
-    def __init__(self, tokens: int, kind: str, per_event: bool) -> None:
+    def __init__(self, kind: str, ttft: float = 0.0, itl: float = 0.0) -> None:
         self.kind = kind
         self.proc: subprocess.Popen[str] | None = None
         self.tmp = tempfile.mkdtemp(prefix="ab-bench-srv-")
+        os.chmod(self.tmp, 0o755)  # nginx workers run as another user
+        self.log = Path(self.tmp) / "streams.log"
+        self.master = 0
         if kind == "nginx":
             port = 18900 + os.getpid() % 500
-            subprocess.run([str(INSTANT), "start", "--port", str(port), "--tokens",
-                            str(tokens), "--dir", self.tmp], check=True, capture_output=True)
+            out = subprocess.run(pin(cores()[1]) + [str(INSTANT), "start", "--port", str(port),
+                                                    "--tokens", str(TOKENS), "--dir", self.tmp],
+                                 check=True, capture_output=True, text=True)
+            self.master = int(out.stdout.split()[-1])
             self.url = f"http://127.0.0.1:{port}"
         else:
             cmd = [sys.executable, "-m", "agentbench.replay.fastserver", "--port", "0",
-                   "--tokens", str(tokens)] + (["--per-event"] if per_event else [])
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+                   "--tokens", str(TOKENS)]
+            if kind == "chunked":
+                cmd.append("--per-event")
+            if kind == "timed":
+                cmd += ["--ttft", str(ttft), "--itl", str(itl), "--log", str(self.log)]
+            self.proc = subprocess.Popen(pin(cores()[1]) + cmd, stdout=subprocess.PIPE,
+                                         text=True, cwd=ROOT)
             assert self.proc.stdout is not None
             line = self.proc.stdout.readline()
+            self.master = self.proc.pid
             self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def pids(self) -> list[int]:
+        return tree(self.master)
 
     def stop(self) -> None:
         if self.kind == "nginx":
@@ -71,13 +230,300 @@ class Server:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def server_kind(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    return "nginx" if shutil.which("nginx") and INSTANT.exists() else "fast"
+# ---------------------------------------------------------------- tools
 
 
-# ---------------------------------------------------------------- child runs
+def agentbench_cmd(url: str, n: int, conc: int, context: int, workers: int, out: Path,
+                   think: float = 0.0) -> list[str]:
+    return [sys.executable, __file__, "--child", "run", url, str(conc), str(n), str(context),
+            str(think), str(out), str(workers)]
+
+
+def agentbench_count(out: Path) -> tuple[int, dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    run_dir = next(p for p in out.iterdir() if (p / "requests.parquet").exists())
+    t = pq.read_table(run_dir / "requests.parquet", columns=["status"]).to_pandas()
+    return int((t.status == "ok").sum()), json.loads((run_dir / "run.json").read_text())
+
+
+def hf_tokenizer(work: Path) -> tuple[str, Path]:
+    """The tiny model's tokenizer as a cached hub repo (AIPerf resolves it offline)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from peer_compare import cached_tokenizer, tokenizer_dir
+
+    return cached_tokenizer(work / "hf-home"), tokenizer_dir()
+
+
+def run_aiperf(exe: Path, url: str, n: int, conc: int, context: int, work: Path,
+               server: Server) -> dict[str, Any]:
+    repo, _ = hf_tokenizer(work)
+    art = work / "aiperf"
+    cmd = [str(exe), "profile", "-m", MODEL, "--url", url, "--endpoint-type", "chat",
+           "--streaming", "--concurrency", str(conc), "--request-count", str(n),
+           "--synthetic-input-tokens-mean", str(context), "--synthetic-input-tokens-stddev",
+           "0", "--output-tokens-mean", str(TOKENS), "--extra-inputs", "ignore_eos:true",
+           "--tokenizer", repo, "--artifact-dir", str(art), "--ui-type", "none",
+           "--random-seed", "0"]
+    env = {**os.environ, "HF_HOME": str(work / "hf-home"), "HF_HUB_OFFLINE": "1"}
+    r = measure(cmd, server, env, log=work / "aiperf.log")
+    try:
+        data = json.loads(next(art.rglob("profile_export_aiperf.json")).read_text())
+        v = data["request_count"]
+        r["ok"] = int(v["avg"] if isinstance(v, dict) else v)
+    except (StopIteration, KeyError, ValueError):
+        r["ok"] = None
+    return r
+
+
+def run_guidellm(exe: Path, url: str, n: int, conc: int, context: int, work: Path,
+                 server: Server) -> dict[str, Any]:
+    _, tok = hf_tokenizer(work)
+    out = work / "guidellm.json"
+    cmd = [str(exe), "run", "--backend", f"kind=openai_http,target={url},model={MODEL}",
+           "--profile", f"kind=concurrent,streams={conc}",
+           "--constraint", f"kind=max_requests,count={n}",
+           "--data", f"kind=synthetic_text,prompt_tokens={context},output_tokens={TOKENS}",
+           "--tokenizer", f"kind=hf_auto,model={tok}",
+           "--output", f"kind=json,path={out}", "--disable-console-interactive"]
+    r = measure(cmd, server, log=work / "guidellm.log")
+    try:
+        data = json.loads(out.read_text())
+        b = data["benchmarks"][0]
+        totals = b["metrics"]["request_totals"] if "metrics" in b else b["request_totals"]
+        r["ok"] = int(totals["successful"])
+    except (OSError, KeyError, ValueError, IndexError, TypeError):
+        r["ok"] = None
+    return r
+
+
+def run_inference_perf(exe: Path, url: str, n: int, conc: int, context: int, work: Path,
+                       server: Server) -> dict[str, Any]:
+    _, tok = hf_tokenizer(work)
+    report = work / "ip-reports"
+    cfg = work / "ip.yaml"
+    # concurrency-bound load: n requests over `conc` workers; streamed text completions
+    # (its random-data generator makes completions requests only)
+    cfg.write_text(f"""
+load:
+  type: concurrent
+  stages:
+  - num_requests: {n}
+    concurrency_level: {conc}
+api:
+  type: completion
+  streaming: true
+server:
+  type: vllm
+  model_name: {MODEL}
+  base_url: {url}
+  ignore_eos: true
+tokenizer:
+  pretrained_model_name_or_path: {tok}
+data:
+  type: random
+  input_distribution: {{min: {context}, max: {context}, mean: {context}, std_dev: 0,
+                        total_count: {n}}}
+  output_distribution: {{min: {TOKENS}, max: {TOKENS}, mean: {TOKENS}, std_dev: 0,
+                         total_count: {n}}}
+report:
+  request_lifecycle: {{summary: true, per_stage: true, per_request: false}}
+storage:
+  local_storage: {{path: {report}}}
+""")
+    r = measure([str(exe), "--config_file", str(cfg)], server, log=work / "ip.log")
+    r["ok"] = None
+    for f in report.rglob("*summary*.json") if report.exists() else []:
+        try:
+            data = json.loads(f.read_text())
+            r["ok"] = int(data["successes"]["count"])
+            break
+        except (KeyError, ValueError, TypeError):
+            continue
+    return r
+
+
+def peer_exes(args: argparse.Namespace) -> dict[str, Path]:
+    return {"aiperf": args.aiperf, "inference-perf": args.inference_perf,
+            "guidellm": args.guidellm}
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _row(tool: str, server: str, n: int, r: dict[str, Any]) -> dict[str, Any]:
+    ok = r.get("ok")
+    done = ok if ok is not None else n
+    win = r.get("window_s")
+    return {"tool": tool, "server": server, "requests": done, "ok_known": ok is not None,
+            "req_s": done / win if win else None,
+            "tok_s": done * TOKENS / win if win else None,
+            "cpu_ms_window": r["cpu_window_s"] / done * 1e3 if win and done else None,
+            "cpu_ms_all": r["cpu_all_s"] / done * 1e3 if done else None,
+            "rc": r["rc"]}
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    print(f"{'tool':<16}{'server':<9}{'requests':>9}{'req/s':>9}{'tokens/s':>11}"
+          f"{'CPU ms/req window':>19}{'all-in':>9}")
+
+    def f(v: float | None, fmt: str) -> str:
+        return format(v, fmt) if v is not None else "-"
+
+    for r in rows:
+        print(f"{r['tool']:<16}{r['server']:<9}{r['requests']:>9,}"
+              f"{'' if r['ok_known'] else '~'}{f(r['req_s'], ',.0f'):>8}"
+              f"{f(r['tok_s'], ',.0f'):>11}{f(r['cpu_ms_window'], '.2f'):>19}"
+              f"{f(r['cpu_ms_all'], '.2f'):>9}" + (f"  (exit {r['rc']})" if r["rc"] else ""))
+    sys.stdout.flush()
+
+
+def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Best of repeats (lowest all-in CPU per request), with the median kept beside it."""
+    ok = [r for r in runs if r["cpu_ms_all"] is not None] or runs
+    b = dict(min(ok, key=lambda r: r["cpu_ms_all"] or 1e9))
+    for k in ("req_s", "cpu_ms_window", "cpu_ms_all"):
+        vals = [r[k] for r in ok if r[k] is not None]
+        b[k + "_median"] = statistics.median(vals) if vals else None
+    return b
+
+
+def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
+    rows = []
+    for kind in ("nginx", "chunked"):
+        srv = Server(kind)
+        try:
+            for tool in ("agentbench", "aiperf", "inference-perf", "guidellm"):
+                exe = peer_exes(args).get(tool)
+                if tool != "agentbench" and (exe is None or not Path(exe).is_file()):
+                    print(f"[skip] {tool}: not installed at {exe}", file=sys.stderr)
+                    continue
+                runs = []
+                for rep in range(args.repeat if tool == "agentbench" else 1):
+                    d = work / f"{tool}-{kind}-{rep}"
+                    d.mkdir(parents=True)
+                    if tool == "agentbench":
+                        r = measure(agentbench_cmd(srv.url, n, args.concurrency, args.context,
+                                                   1, d), srv, log=d / "log")
+                        r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
+                    else:
+                        fn = {"aiperf": run_aiperf, "inference-perf": run_inference_perf,
+                              "guidellm": run_guidellm}[tool]
+                        r = fn(Path(exe), srv.url, n, args.concurrency, args.context, d, srv)  # type: ignore[arg-type]
+                        if r["rc"]:
+                            print(f"[{tool}] exit {r['rc']}; log: {d}", file=sys.stderr)
+                    runs.append(_row(tool, kind, n, r))
+                rows.append(best(runs))
+                print_rows(rows[-1:])
+        finally:
+            srv.stop()
+    return rows
+
+
+def section_long(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
+    srv = Server("nginx")
+    rows = []
+    try:
+        runs = []
+        for rep in range(args.repeat):
+            d = work / f"long-{rep}"
+            d.mkdir(parents=True)
+            r = measure(agentbench_cmd(srv.url, n, args.long_concurrency, args.long_context, 1,
+                                       d), srv, log=d / "log")
+            r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
+            runs.append(_row(f"agentbench {args.long_context // 1000}K", "nginx", n, r))
+        rows.append(best(runs))
+        print_rows(rows)
+    finally:
+        srv.stop()
+    return rows
+
+
+def section_scaling(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
+    """1 vs 2 worker processes, unpinned (a 2-worker client needs two cores; on a
+    machine with few cores the server competes with the client for them)."""
+    rows = []
+    for kind in ("nginx", "chunked"):
+        srv = Server(kind)
+        try:
+            for w in (1, 2):
+                runs = []
+                for rep in range(args.repeat):
+                    d = work / f"scale-{kind}-{w}-{rep}"
+                    d.mkdir(parents=True)
+                    cmd = agentbench_cmd(srv.url, n, args.concurrency, args.context, w, d)
+                    r = _measure_unpinned(cmd, srv, d / "log")
+                    r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
+                    runs.append(_row(f"agentbench w={w}", kind, n, r))
+                rows.append(best(runs))
+                print_rows(rows[-1:])
+        finally:
+            srv.stop()
+    for kind in ("nginx", "chunked"):
+        one = [r for r in rows if r["server"] == kind and r["tool"].endswith("w=1")][0]
+        two = [r for r in rows if r["server"] == kind and r["tool"].endswith("w=2")][0]
+        if one["req_s_median"] and two["req_s_median"]:
+            print(f"scaling on {kind}: 2 workers / 1 worker = "
+                  f"{two['req_s_median'] / one['req_s_median']:.2f}x (medians), "
+                  f"{two['req_s'] / one['req_s']:.2f}x (best runs)")
+    return rows
+
+
+def _measure_unpinned(cmd: list[str], srv: Server, log: Path) -> dict[str, Any]:
+    saved = cores
+    try:
+        globals()["cores"] = lambda: (CPUS, CPUS)
+        return measure(cmd, srv, log=log)
+    finally:
+        globals()["cores"] = saved
+
+
+def section_inflation(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
+    """agentbench's TTFT minus the server's own (request read -> first token written),
+    per request, joined on X-Request-ID; both on the same perf_counter_ns clock."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for lanes in (64, 256):
+        srv = Server("timed", ttft=args.ttft, itl=args.itl)
+        try:
+            d = work / f"inflation-{lanes}"
+            d.mkdir(parents=True)
+            r = measure(agentbench_cmd(srv.url, n, lanes, args.context, 1, d), srv,
+                        log=d / "log")
+            _, info = agentbench_count(d)
+            run_dir = next(p for p in d.iterdir() if (p / "requests.parquet").exists())
+            t = pq.read_table(run_dir / "requests.parquet").to_pandas()
+            t0 = info["clock"]["t0_perf_ns"]
+            truth = {}
+            for line in srv.log.read_text().splitlines():
+                rid, first, _, _, recv = line.split()
+                truth[int(rid)] = (int(first) - int(recv)) / 1e6
+            diffs, late = [], []
+            for row in t.itertuples():
+                if row.request_id in truth and row.first_token_ns == row.first_token_ns:
+                    client = (row.first_token_ns - row.sent_ns) / 1e6
+                    diffs.append(client - truth[row.request_id])
+                    late.append(client)
+            res = {"lanes": lanes, "requests": len(diffs), "server_ttft_ms": args.ttft * 1e3,
+                   "client_ttft_p50_ms": float(np.percentile(late, 50)),
+                   "client_ttft_p99_ms": float(np.percentile(late, 99)),
+                   "inflation_p50_ms": float(np.percentile(diffs, 50)),
+                   "inflation_p99_ms": float(np.percentile(diffs, 99)),
+                   "inflation_min_ms": float(np.min(diffs)), "rc": r["rc"], "t0": t0}
+            print(f"TTFT self-inflation, {lanes} lanes, server TTFT {args.ttft * 1e3:.0f} ms "
+                  f"ITL {args.itl * 1e3:.0f} ms: client TTFT p50 "
+                  f"{res['client_ttft_p50_ms']:.2f} / p99 {res['client_ttft_p99_ms']:.2f} ms; "
+                  f"client minus server p50 {res['inflation_p50_ms']:.3f} ms, p99 "
+                  f"{res['inflation_p99_ms']:.3f} ms ({len(diffs)} requests)")
+            sys.stdout.flush()
+            out.append(res)
+        finally:
+            srv.stop()
+    return out
+
+
+# ---------------------------------------------------------------- children
 
 
 def synthetic_trace(roots: int, turns: int, context: int, block: int = 64,
@@ -95,17 +541,15 @@ def synthetic_trace(roots: int, turns: int, context: int, block: int = 64,
             ids = np.arange(1, n // block + 1, dtype=np.int64)
             think = float(rng.exponential(think_mean_s)) if think_mean_s else 0.0
             ts.append(Turn(turn=k, t=float(k), think_s=think, api_s=None, input_tokens=n,
-                           output_tokens=128, hash_ids=ids, block_size=block))
+                           output_tokens=TOKENS, hash_ids=ids, block_size=block))
         sessions.append(Session(f"r{r}", None, "root", None, None, None, "bench", f"r{r}",
                                 0.0, ts))
     return Trace(sessions, name="bench")
 
 
 def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: float,
-              out_dir: str) -> dict[str, Any]:
-    import pyarrow.parquet as pq
-
-    from agentbench import records
+              out_dir: str, workers: int = 1) -> dict[str, Any]:
+    """One agentbench run, all-in (the parent reads the results folder)."""
     from agentbench.replay import run_scenario
     from agentbench.scenario import Scenario
 
@@ -123,23 +567,27 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
         "output": {"dir": out_dir, "run_id": f"c{lanes}"},
         "server_metrics": {"enabled": False},
     })
-    c0 = time.process_time()
-    res = asyncio.run(run_scenario(sc, trace=trace, progress=False))
-    cpu = time.process_time() - c0
-    t = pq.read_table(res.run_dir / records.REQUESTS_FILE,
+    res = asyncio.run(run_scenario(sc, trace=trace, progress=False, workers=workers))
+    return {"run_dir": str(res.run_dir),
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "health": res.info.get("client_health", {})}
+
+
+def replay_stats(run_dir: str) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    from agentbench import records
+
+    t = pq.read_table(Path(run_dir) / records.REQUESTS_FILE,
                       columns=["status", "scheduled_ns", "sent_ns", "end_ns",
                                "token_events"]).to_pandas()
-    ok = int((t.status == records.OK).sum())
     window_s = (t.end_ns.max() - t.sent_ns.min()) / 1e9
     lag = (t.sent_ns - t.scheduled_ns).to_numpy() / 1e6
-    return {
-        "lanes": lanes, "requests": len(t), "ok": ok, "window_s": window_s,
-        "req_per_s": len(t) / window_s, "chunks_per_s": float(t.token_events.sum()) / window_s,
-        "cpu_s": cpu, "cpu_s_per_1000": cpu / len(t) * 1000,
-        "lag_p50_ms": float(np.percentile(lag, 50)), "lag_p99_ms": float(np.percentile(lag, 99)),
-        "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "health": res.info.get("client_health", {}),
-    }
+    return {"requests": len(t), "ok": int((t.status == records.OK).sum()),
+            "req_per_s": len(t) / window_s,
+            "chunks_per_s": float(t.token_events.sum()) / window_s,
+            "lag_p50_ms": float(np.percentile(lag, 50)),
+            "lag_p99_ms": float(np.percentile(lag, 99))}
 
 
 def child_build(context: int) -> dict[str, Any]:
@@ -156,14 +604,14 @@ def child_build(context: int) -> dict[str, Any]:
     tpl = body_template("chat", "m", {}, ignore_eos=True)
     memo = SessionPrompt(cache, 1, s.session_id, chat_overhead(), 0)
     t0 = time.perf_counter()
-    body = tpl.render_fragments(memo.build(s.turns[0], s.turns[1]), 128)
+    body = tpl.render_fragments(memo.build(s.turns[0], s.turns[1]), TOKENS)
     cold = time.perf_counter() - t0
     warm = []
     for _ in range(200):  # turn 1 again and again: two new blocks, the rest cached
         memo2 = SessionPrompt(cache, 1, s.session_id, chat_overhead(), 0)
         memo2.build(s.turns[0], s.turns[1])
         t0 = time.perf_counter()
-        body = tpl.render_fragments(memo2.build(s.turns[1], s.turns[2]), 128)
+        body = tpl.render_fragments(memo2.build(s.turns[1], s.turns[2]), TOKENS)
         warm.append(time.perf_counter() - t0)
     return {"context_tokens": context, "body_bytes": len(body), "cold_ms": cold * 1e3,
             "warm_p50_ms": float(np.median(warm)) * 1e3,
@@ -178,76 +626,116 @@ def spawn(args: list[str], timeout: float) -> dict[str, Any]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def section_replay(args: argparse.Namespace, requests: int, work: Path) -> None:
+    """Issue 3's figures: lanes 1/64/256 (CPU all-in from rusage), paced schedule lag, RSS
+    at 1,000 lanes x 142K tokens, prompt build time."""
+    srv = Server("nginx" if shutil.which("nginx") else "chunked")
+    try:
+        print(f"\n{'lanes':>6} {'requests':>9} {'req/s':>8} {'chunks/s':>10} "
+              f"{'CPU s/1k req':>13} {'lag p50 ms':>11} {'lag p99 ms':>11}")
+        for lanes in (1, 64, 256):
+            d = work / f"replay-{lanes}"
+            d.mkdir(parents=True)
+            r = measure(agentbench_cmd(srv.url, max(requests, lanes), lanes, args.context, 1,
+                                       d), srv, log=d / "log")
+            _, info = agentbench_count(d)
+            s = replay_stats(str(next(p for p in d.iterdir() if p.is_dir())))
+            print(f"{lanes:>6} {s['requests']:>9,} {s['req_per_s']:>8,.0f} "
+                  f"{s['chunks_per_s']:>10,.0f} {r['cpu_all_s'] / s['requests'] * 1e3:>13.2f} "
+                  f"{s['lag_p50_ms']:>11.2f} {s['lag_p99_ms']:>11.2f}")
+        d = work / "replay-paced"
+        d.mkdir(parents=True)
+        r = measure(agentbench_cmd(srv.url, requests, 256, args.context, 1, d, think=0.5), srv,
+                    log=d / "log")
+        _, info = agentbench_count(d)
+        s = replay_stats(str(next(p for p in d.iterdir() if p.is_dir())))
+        h = info.get("client_health", {})
+        print(f"\npaced: 256 lanes, think time exp(mean 0.5 s): {s['req_per_s']:,.0f} req/s, "
+              f"schedule lag p50 {s['lag_p50_ms']:.2f} ms, p99 {s['lag_p99_ms']:.2f} ms; "
+              f"loop stalls >10 ms: {h.get('loop_stalls_over_10ms')}")
+        if not args.quick:
+            r2 = spawn(["run", srv.url, "1000", "2000", "142000", "0", str(work / "rss")], 1800)
+            print(f"\nmemory: 1000 lanes x 142,000-token contexts: peak RSS "
+                  f"{r2['maxrss_mb']:,.0f} MB")
+        b = spawn(["build", "142000"], 300)
+        print(f"\nbuild a {b['context_tokens']:,}-token chat turn ({b['body_bytes'] / 1e6:.2f} MB "
+              f"body): cold {b['cold_ms']:.1f} ms, warm p50 {b['warm_p50_ms']:.3f} ms / p99 "
+              f"{b['warm_p99_ms']:.3f} ms")
+    finally:
+        srv.stop()
+
+
 # ---------------------------------------------------------------- main
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke check)")
-    ap.add_argument("--lanes", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS,
+                    default=["peers", "long", "scaling", "inflation"])
     ap.add_argument("--requests", type=int, default=None, help="requests per run")
-    ap.add_argument("--context", type=int, default=1024,
-                    help="prompt tokens of the throughput runs")
-    ap.add_argument("--server", choices=["auto", "nginx", "fast"], default="auto")
-    ap.add_argument("--per-event", action="store_true",
-                    help="fastserver writes each SSE event separately")
-    ap.add_argument("--rss-lanes", type=int, default=1000)
-    ap.add_argument("--rss-context", type=int, default=142_000)
-    ap.add_argument("--skip-rss", action="store_true")
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--context", type=int, default=1000, help="prompt tokens")
+    ap.add_argument("--long-context", type=int, default=32_000)
+    ap.add_argument("--long-concurrency", type=int, default=64)
+    ap.add_argument("--ttft", type=float, default=0.05, help="timed server TTFT, s")
+    ap.add_argument("--itl", type=float, default=0.005, help="timed server ITL, s")
+    ap.add_argument("--repeat", type=int, default=3, help="agentbench repeats (best/median)")
+    ap.add_argument("--aiperf", type=Path, default=CACHE / "aiperf-venv" / "bin" / "aiperf")
+    ap.add_argument("--inference-perf", type=Path,
+                    default=CACHE / "peers" / "ip-venv" / "bin" / "inference-perf")
+    ap.add_argument("--guidellm", type=Path,
+                    default=CACHE / "peers" / "gl-venv" / "bin" / "guidellm")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--keep", action="store_true", help="keep logs and results folders")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         kind, *rest = args.child
         if kind == "run":
-            url, lanes, reqs, ctx, think, out = rest
-            res = child_run(url, int(lanes), int(reqs), int(ctx), float(think), out)
+            url, lanes, reqs, ctx, think, out, *w = rest
+            res = child_run(url, int(lanes), int(reqs), int(ctx), float(think), out,
+                            int(w[0]) if w else 1)
         else:
             res = child_build(int(rest[0]))
         print(json.dumps(res))
         return
-
-    kind = server_kind(args.server)
-    requests = args.requests or (400 if args.quick else 3000)
-    out_dir = tempfile.mkdtemp(prefix="ab-bench-")
-    srv = Server(128, kind, args.per_event)
-    print(f"agentbench client benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}, "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; server: {kind}"
-          f"{' per-event' if args.per_event else ''} ({srv.url}), 128-token streams, "
-          f"{args.context}-token prompts")
+    if not (shutil.which("nginx") and INSTANT.exists()):
+        raise SystemExit("nginx not found: apt-get install -y nginx-light "
+                         f"(used through {INSTANT})")
+    os.sched_setaffinity(0, set(cores()[1]))  # this process samples; keep it off the client
+    n = args.requests or (600 if args.quick else 4000)
+    if args.quick:
+        args.repeat = 1
+    work = Path(tempfile.mkdtemp(prefix="ab-client-bench-"))
+    client, server = cores()
+    print(f"client benchmark {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, {os.cpu_count()} CPUs "
+          f"({os.uname().machine}), load {os.getloadavg()[0]:.1f}; client on CPU {client}, "
+          f"servers on {server}; {TOKENS}-token streams, {args.context}-token prompts, "
+          f"concurrency {args.concurrency}, {n} requests per run")
+    out: dict[str, Any] = {}
     try:
-        print(f"\n{'lanes':>6} {'requests':>9} {'req/s':>8} {'chunks/s':>10} "
-              f"{'CPU s/1k req':>13} {'lag p50 ms':>11} {'lag p99 ms':>11}")
-        for lanes in args.lanes:
-            r = spawn(["run", srv.url, str(lanes), str(max(requests, lanes)),
-                       str(args.context), "0", out_dir], 900)
-            print(f"{lanes:>6} {r['requests']:>9,} {r['req_per_s']:>8,.0f} "
-                  f"{r['chunks_per_s']:>10,.0f} {r['cpu_s_per_1000']:>13.2f} "
-                  f"{r['lag_p50_ms']:>11.2f} {r['lag_p99_ms']:>11.2f}")
-        lanes = max(args.lanes)
-        think = 0.5
-        r = spawn(["run", srv.url, str(lanes), str(max(requests, lanes)), str(args.context),
-                   str(think), out_dir], 900)
-        h = r["health"]
-        print(f"\npaced: {lanes} lanes, think time exp(mean {think} s): "
-              f"{r['req_per_s']:,.0f} req/s, schedule lag p50 {r['lag_p50_ms']:.2f} ms, "
-              f"p99 {r['lag_p99_ms']:.2f} ms, CPU {r['cpu_s_per_1000']:.2f} s/1k req; "
-              f"loop stalls >10 ms: {h.get('loop_stalls_over_10ms')} (max "
-              f"{h.get('loop_stall_max_ms')} ms), GC pauses >10 ms: "
-              f"{h.get('gc_pauses_over_10ms')}")
-        if not args.skip_rss:
-            n = 100 if args.quick else args.rss_lanes
-            r = spawn(["run", srv.url, str(n), str(2 * n), str(args.rss_context), "0",
-                       out_dir], 1800)
-            print(f"\nmemory: {n} lanes x {args.rss_context:,}-token contexts (2 turns each, "
-                  f"every lane its own copy): peak RSS {r['maxrss_mb']:,.0f} MB, "
-                  f"{r['req_per_s']:,.1f} req/s, CPU {r['cpu_s_per_1000']:.1f} s/1k req")
-        b = spawn(["build", str(args.rss_context)], 300)
-        print(f"\nbuild a {b['context_tokens']:,}-token chat turn ({b['body_bytes'] / 1e6:.2f} MB "
-              f"body): cold {b['cold_ms']:.1f} ms (every block new), warm p50 "
-              f"{b['warm_p50_ms']:.3f} ms / p99 {b['warm_p99_ms']:.3f} ms (next turn)")
+        if "peers" in args.sections:
+            print("\n== peers (agentbench: best of repeats)")
+            out["peers"] = section_peers(args, n, work)
+        if "long" in args.sections:
+            print(f"\n== {args.long_context:,}-token prompts, {args.long_concurrency} lanes")
+            out["long"] = section_long(args, max(200, n // 4), work)
+        if "scaling" in args.sections:
+            print("\n== worker processes (client and server unpinned)")
+            out["scaling"] = section_scaling(args, n, work)
+        if "inflation" in args.sections:
+            print("\n== TTFT self-inflation")
+            out["inflation"] = section_inflation(args, max(500, n // 2), work)
+        if "replay" in args.sections:
+            section_replay(args, n, work)
     finally:
-        srv.stop()
-        shutil.rmtree(out_dir, ignore_errors=True)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1, default=str))
+        if args.keep:
+            print(f"\nlogs and results kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

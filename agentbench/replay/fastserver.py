@@ -147,6 +147,12 @@ class _Conn(asyncio.Protocol):
                         b"\r\n\r\n%s" % (len(text), text))
             self._next()
             return
+        if line.startswith((b"GET /health", b"GET /v1/models")):  # readiness probes
+            text = (b"ok\n" if b"/health" in line else
+                    b'{"object":"list","data":[{"id":"fast","object":"model"}]}')
+            self._write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text))
+            self._next()
+            return
         if not line.startswith(b"POST"):
             self._write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
             self._next()

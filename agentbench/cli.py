@@ -88,11 +88,14 @@ def traces_stats(
         None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
     max_context: int | None = typer.Option(
         None, "--max-context", help="Cap every prompt at its first N tokens."),
+    option: list[str] = typer.Option(
+        [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
+        "(repeatable)."),
 ) -> None:
     """Sessions, requests, token and time distributions, subagents, potential hit rate."""
     from agentbench.traces.stats import format_stats, trace_stats
 
-    st = trace_stats(_read_transformed(source, format, scale, max_context))
+    st = trace_stats(_read_transformed(source, format, scale, max_context, option))
     if as_json:
         typer.echo(json.dumps(st.to_dict(), indent=2))
     else:
@@ -109,11 +112,14 @@ def traces_convert(
         None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
     max_context: int | None = typer.Option(
         None, "--max-context", help="Cap every prompt at its first N tokens."),
+    option: list[str] = typer.Option(
+        [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
+        "(repeatable)."),
 ) -> None:
     """Write any readable trace in agentbench's native parquet format."""
     from agentbench.traces.readers import native
 
-    trace = _read_transformed(source, format, scale, max_context)
+    trace = _read_transformed(source, format, scale, max_context, option)
     out = native.write(trace, output)
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
 
@@ -136,12 +142,25 @@ def traces_synth(
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
 
 
+def _reader_options(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; values read as YAML scalars (numbers, booleans, strings)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"expected KEY=VALUE, got {item!r}", field="--option")
+        out[key.strip()] = yaml.safe_load(value) if value else ""
+    return out
+
+
 def _read_transformed(source: str, format: str | None, scale: float | None,
-                      max_context: int | None) -> Any:
+                      max_context: int | None, options: list[str] | None = None) -> Any:
     from agentbench.traces import transform
     from agentbench.traces.readers import read_trace
 
-    trace = read_trace(source, format=format)
+    trace = read_trace(source, format=format, **_reader_options(options or []))
     if max_context is not None:
         trace = transform.truncate(trace, max_context)
     if scale is not None:

@@ -97,3 +97,21 @@ def test_validate_prints_every_problem(tmp_path: Path) -> None:
     err = res.stderr
     assert "endpoints.0.modle: unknown key" in err and "load.concurrency" in err
     assert f"{f}:5:" in err  # the typo's line
+
+
+def test_reader_options_reach_the_reader(tmp_path: Path) -> None:
+    f = tmp_path / "conv.json"
+    f.write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": "Fix the failing test in parser.py"},
+        {"from": "gpt", "value": "Reading parser.py."},
+        {"from": "human", "value": "Here is the output of the test run."},
+        {"from": "gpt", "value": "The off-by-one is on line 12."},
+    ]}]))
+    think = {}
+    for seed in (3, 4):
+        res = run("traces", "stats", str(f), "--json", "-O", f"seed={seed}")
+        assert res.returncode == 0, res.stderr
+        think[seed] = json.loads(res.stdout)["think_s"]["p50"]
+    assert think[3] != think[4]  # the seed drew different think times
+    res = run("traces", "stats", str(f), "-O", "tokeniser=x")
+    assert res.returncode == 2 and "unknown option 'tokeniser'" in res.stderr

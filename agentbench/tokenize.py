@@ -139,10 +139,61 @@ def chat_prompt_tokens(contents: Iterable[str]) -> int:
     return total
 
 
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic, the same everywhere)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+_M64 = 0xFFFFFFFFFFFFFFFF
+
+
+def _mix64_int(x: int) -> int:
+    """``_mix64`` on one Python int."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _block_keys(salt: int, hash_ids: np.ndarray) -> np.ndarray:
+    """One 64-bit key per (salt, hash id): mix(mix(salt) ^ (hash id x golden + 1))."""
+    h = np.asarray(hash_ids).astype(np.int64).view(np.uint64)
+    s = np.uint64(_mix64_int(salt & _M64))
+    return _mix64(s ^ (h * _GOLDEN + np.uint64(1)))
+
+
+def _block_indices_many(salt: int, hash_ids: np.ndarray, n: int) -> np.ndarray:
+    """Word indices of many blocks at once, shape (blocks, n): word j of a block is a hash
+    of its key and j (a counter-based generator), so a block of n words is the first n
+    words of the same block with more, and no generator is seeded per block."""
+    keys = _block_keys(salt, hash_ids)[:, None]
+    j = np.arange(1, n + 1, dtype=np.uint64)[None, :] * _GOLDEN
+    return (_mix64(keys + j) % np.uint64(SYNTHETIC_VOCAB_SIZE)).astype(np.int64)
+
+
+_J = np.arange(1, 4097, dtype=np.uint64) * _GOLDEN  # word counters of blocks up to 4096
+
+
 def _block_indices(salt: int, hash_id: int, n: int) -> np.ndarray:
-    rng = np.random.Generator(np.random.PCG64([salt & 0xFFFFFFFFFFFF, hash_id & 0xFFFFFFFFFFFF,
-                                               (hash_id >> 48) & 0xFFFF]))
-    return rng.integers(0, SYNTHETIC_VOCAB_SIZE, size=n)
+    """``_block_indices_many`` of one block (its key computed on Python ints)."""
+    h = ((hash_id & _M64) * 0x9E3779B97F4A7C15 + 1) & _M64
+    key = _mix64_int(_mix64_int(salt & _M64) ^ h)
+    j = _J[:n] if n <= len(_J) else np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
+    return (_mix64(np.uint64(key) + j) % np.uint64(SYNTHETIC_VOCAB_SIZE)).astype(np.int64)
+
+
+def block_texts(salt: int, hash_ids: Sequence[int] | np.ndarray, n_tokens: int) -> list[str]:
+    """``[block_text(salt, h, n_tokens) for h in hash_ids]``, generated in one pass (a
+    142K-token prompt of new blocks in a few ms instead of one generator per block)."""
+    ids = np.asarray(hash_ids, dtype=np.int64)
+    if len(ids) == 0:
+        return []
+    words = _VOCAB_ARRAY[_block_indices_many(salt, ids, n_tokens)]
+    return ["".join(row) for row in words]
 
 
 @lru_cache(maxsize=4096)

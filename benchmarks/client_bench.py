@@ -55,6 +55,7 @@ TOKENS = 128
 MODEL = "tiny-llama"
 SECTIONS = ("peers", "long", "scaling", "inflation", "replay")
 CLK = os.sysconf("SC_CLK_TCK")
+GAP_S = 1.0  # server wake-ups further apart than this are not one stretch of load
 CPUS = sorted(os.sched_getaffinity(0))  # read once: main() moves itself to the server cores
 
 
@@ -145,12 +146,21 @@ class Sampler(threading.Thread):
             self.stop.wait(self.period)
 
     def window(self) -> tuple[float, float] | None:
-        """(seconds the server was reading requests, client CPU s in that time)."""
+        """(seconds the server was under load, client CPU s in that time). Under load the
+        server wakes in nearly every sample; a start-up probe, a health check or a metrics
+        scrape is a short burst apart from it. Samples with wake-ups are grouped into runs
+        no more than ``GAP_S`` apart, and the window is the run with the most wake-ups."""
         s = self.samples
-        changed = [i for i in range(1, len(s)) if s[i][2] != s[i - 1][2]]
-        if not changed:
+        busy = [i for i in range(1, len(s)) if s[i][2] != s[i - 1][2]]
+        if not busy:
             return None
-        a, b = changed[0] - 1, changed[-1]
+        groups: list[list[int]] = [[busy[0]]]
+        for i in busy[1:]:
+            if s[i][0] - s[groups[-1][-1]][0] > GAP_S:
+                groups.append([])
+            groups[-1].append(i)
+        g = max(groups, key=lambda g: s[g[-1]][2] - s[g[0] - 1][2])
+        a, b = g[0] - 1, g[-1]
         return s[b][0] - s[a][0], max(0.0, s[b][1] - s[a][1])
 
 
@@ -179,6 +189,8 @@ def measure(cmd: list[str], server: Server, env: dict[str, str] | None = None,
     if log:
         out.close()  # type: ignore[union-attr]
     win = sampler.window()
+    if log:  # the raw samples, to check the window by eye
+        log.with_suffix(".samples.json").write_text(json.dumps(sampler.samples))
     return {"rc": proc.returncode, "wall_s": time.perf_counter() - t0,
             "cpu_all_s": ru.ru_utime + ru.ru_stime,
             "window_s": win[0] if win else None, "cpu_window_s": win[1] if win else None}
@@ -498,6 +510,8 @@ def section_inflation(args: argparse.Namespace, n: int, work: Path) -> list[dict
             truth = {}
             for line in srv.log.read_text().splitlines():
                 rid, first, _, _, recv = line.split()
+                if not rid.isdigit():  # start-up calibration requests carry no id
+                    continue
                 truth[int(rid)] = (int(first) - int(recv)) / 1e6
             diffs, late = [], []
             for row in t.itertuples():
@@ -720,7 +734,7 @@ def main() -> None:
             out["peers"] = section_peers(args, n, work)
         if "long" in args.sections:
             print(f"\n== {args.long_context:,}-token prompts, {args.long_concurrency} lanes")
-            out["long"] = section_long(args, max(200, n // 4), work)
+            out["long"] = section_long(args, n, work)
         if "scaling" in args.sections:
             print("\n== worker processes (client and server unpinned)")
             out["scaling"] = section_scaling(args, n, work)

@@ -81,9 +81,13 @@ async def test_workers_send_the_single_process_requests_on_one_clock(weka_trace:
     assert info["requests_written"] == len(req2)
     assert len(info["client_health"]["workers"]) == 2
 
-    # one clock: the server saw each request (perf_counter_ns, its own reading) after the
-    # record's sent_ns on the parent's base, and soon after; a worker counting from its own
-    # start would be off by its start-up time (seconds)
+    # one clock: every worker's first turn is scheduled after the stage start the parent
+    # stamped (a worker counting from its own, later, start would put it before), and the
+    # server saw each request (perf_counter_ns, its own reading) after the record's sent_ns
+    # on the parent's base, and soon after
+    stage_start = info["stages"][0]["start_ns"]
+    assert (req2.scheduled_ns >= stage_start).all()
+    assert (req2.groupby(req2.lane % 2).scheduled_ns.min() - stage_start < 5e9).all()
     t0 = info["clock"]["t0_perf_ns"]
     sent = {int(r.request_id): int(r.sent_ns) for r in req2.itertuples()}
     gaps_ms = [(r.t_ns - t0 - sent[int(r.headers["X-Request-ID"])]) / 1e6 for r in got2]

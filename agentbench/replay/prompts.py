@@ -159,6 +159,21 @@ class BlockCache:
             frag = d[hash_id] = self._make(salt, hash_id, block_size, False)
         return frag
 
+    def full_many(self, salt: int, hash_ids: np.ndarray, block_size: int) -> list[bytes]:
+        """``[full(salt, h, block_size) for h in hash_ids]``; the new chat blocks generated
+        in one pass (``tokenize.block_texts``)."""
+        d = self._full.get(salt)
+        if d is None:
+            d = self._full[salt] = {}
+        keys = hash_ids.tolist()
+        if self.api == "chat" and self.vocab is None:
+            new = [h for h in dict.fromkeys(keys) if h not in d]
+            if len(new) > 1:
+                for h, text in zip(new, tokenize.block_texts(salt, new, block_size),
+                                   strict=True):
+                    d[h] = text.encode("ascii")
+        return [self.full(salt, h, block_size) for h in keys]
+
     def fragment(self, salt: int, seg: Segment, block_size: int = 0) -> bytes:
         if seg.shared:
             salt = SHARED_PREFIX_SALT
@@ -223,8 +238,8 @@ class SessionPrompt:
             self._frags = []
         cache, salt = self.cache, self.salt
         frags = self._frags
-        for i in range(have, n_full):
-            frags.append(cache.full(salt, int(ids[i]), bs))
+        if n_full > have:
+            frags.extend(cache.full_many(salt, ids[have:n_full], bs))
         self._ids = ids[:n_full]
         segs = rest_segments(turn, self.session_id, next_turn, n_full)
         # take the template and shared-prefix tokens off the end, as layout does

@@ -14,6 +14,7 @@ with its own connection pool and replays its share of every stage:
   (CLOCK_MONOTONIC is system-wide on Linux), so records line up as if one process took them;
 - the stage's request budget is one shared counter; ``duration_s`` counts from the stage
   start the parent sets;
+- start: forked where the platform can (see ``start_method``), spawned elsewhere;
 - results: each worker writes its own spool under ``<run>/workers/w<k>/``; the parent
   merges them into the run folder's parquet files at the end (also after Ctrl-C or a
   crash: a worker's cut-short spool is recovered).
@@ -118,9 +119,20 @@ class WorkerSpec:
 # ---------------------------------------------------------------- worker side
 
 
+def start_method() -> str:
+    """``fork`` where there is one: a worker starts in milliseconds with the trace and every
+    module already in memory (``spawn`` costs each worker ~1 s of CPU to import and unpickle
+    the trace). The parent forks before its progress bar and collectors start; the child
+    takes no part of the parent's event loop (asyncio keys the running loop by pid) and
+    drops its signal wake-up pipe."""
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; see the module doc
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)  # a forked child must not wake the parent's loop
     asyncio.run(_worker(spec, conn, shared))
 
 
@@ -266,7 +278,7 @@ class Fleet:
         from agentbench.replay.runner import TreeSource
 
         self.n = n
-        self.mp = multiprocessing.get_context("spawn")  # no inherited loop, sockets, threads
+        self.mp: Any = multiprocessing.get_context(start_method())
         self.shared = Shared(self.mp, n)
         self.source = TreeSource([], scenario.limits.recycle, self.shared.src, self.shared.lock)
         self.dir = run_dir / WORKERS_DIR

@@ -11,8 +11,8 @@ Servers (each in its own processes, pinned away from the client core):
   first token, for agentbench's TTFT self-inflation (measured TTFT minus the server's).
 
 For each tool and server: requests/s and streamed tokens/s over the window in which the
-server was serving (first to last wake-up of the server's threads, from their
-context-switch counts in ``/proc``), and
+server was serving (the longest stretch in which the server's threads kept switching or
+using CPU, from ``/proc``), and
 client CPU per request, in that window and all-in (the tool's process tree from start to
 exit: start-up, dataset, records, result files). CPU is read from ``/proc`` every 50 ms
 (user + system, children included) and from the tool's ``wait4`` rusage.
@@ -100,11 +100,16 @@ def tree(root: int) -> list[int]:
     return out
 
 
-def wakeups(pids: list[int]) -> int:
-    """Context switches of the processes' threads: an idle server sleeps in epoll_wait and
-    switches only when requests come (socket reads do not show in /proc/<pid>/io)."""
-    n = 0
+def activity(pids: list[int]) -> tuple[int, float]:
+    """(context switches of the processes' threads, their CPU seconds). An idle server
+    sleeps in epoll_wait: it neither switches nor uses CPU. A lightly loaded one wakes per
+    request (switches); a saturated one never sleeps but its CPU time grows. Socket reads
+    do not show in /proc/<pid>/io, so these two are the signs of serving."""
+    n, cpu = 0, 0.0
     for p in pids:
+        st = _stat(p)
+        if st is not None:
+            cpu += st[1]
         try:
             tasks = os.listdir(f"/proc/{p}/task")
         except OSError:
@@ -117,16 +122,16 @@ def wakeups(pids: list[int]) -> int:
                             n += int(line.split()[1])
             except OSError:
                 pass
-    return n
+    return n, cpu
 
 
 class Sampler(threading.Thread):
-    """Every ``period`` s: (time, client-tree CPU s, server context switches)."""
+    """Every ``period`` s: (time, client-tree CPU s, server activity)."""
 
     def __init__(self, client: int, server: list[int], period: float = 0.05) -> None:
         super().__init__(daemon=True)
         self.client, self.server, self.period = client, server, period
-        self.samples: list[tuple[float, float, int]] = []
+        self.samples: list[tuple[float, float, tuple[int, float]]] = []
         self.stop = threading.Event()
         self._pids = [client]
         self._cpu: dict[int, float] = {}
@@ -136,20 +141,22 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             if k % 10 == 0:
                 self._pids = tree(self.client)
-            for p in self._pids:  # a process that ended keeps its last reading (its
-                st = _stat(p)  # parent's cutime takes it over once reaped)
+            for p in self._pids:  # a process that ended and was reaped is gone: its
+                st = _stat(p)  # CPU now counts in its parent's cutime, so drop it here
                 if st is not None:
                     self._cpu[p] = st[1]
+                else:
+                    self._cpu.pop(p, None)
             self.samples.append((time.perf_counter(), sum(self._cpu.values()),
-                                 wakeups(self.server)))
+                                 activity(self.server)))
             k += 1
             self.stop.wait(self.period)
 
     def window(self) -> tuple[float, float] | None:
         """(seconds the server was under load, client CPU s in that time). Under load the
-        server wakes in nearly every sample; a start-up probe, a health check or a metrics
-        scrape is a short burst apart from it. Samples with wake-ups are grouped into runs
-        no more than ``GAP_S`` apart, and the window is the run with the most wake-ups."""
+        server is active (switches or CPU ticks) in nearly every sample; a start-up probe,
+        a health check or a metrics scrape is a short burst apart from it. Active samples
+        are grouped into runs no more than ``GAP_S`` apart, and the window is the longest."""
         s = self.samples
         busy = [i for i in range(1, len(s)) if s[i][2] != s[i - 1][2]]
         if not busy:
@@ -159,7 +166,7 @@ class Sampler(threading.Thread):
             if s[i][0] - s[groups[-1][-1]][0] > GAP_S:
                 groups.append([])
             groups[-1].append(i)
-        g = max(groups, key=lambda g: s[g[-1]][2] - s[g[0] - 1][2])
+        g = max(groups, key=lambda g: s[g[-1]][0] - s[g[0] - 1][0])
         a, b = g[0] - 1, g[-1]
         return s[b][0] - s[a][0], max(0.0, s[b][1] - s[a][1])
 
@@ -707,8 +714,8 @@ def main() -> None:
     if args.child:
         kind, *rest = args.child
         if kind == "run":
-            url, lanes, reqs, ctx, think, out, *w = rest
-            res = child_run(url, int(lanes), int(reqs), int(ctx), float(think), out,
+            url, lanes, reqs, ctx, think, out_dir, *w = rest
+            res = child_run(url, int(lanes), int(reqs), int(ctx), float(think), out_dir,
                             int(w[0]) if w else 1)
         else:
             res = child_build(int(rest[0]))

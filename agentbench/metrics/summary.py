@@ -132,7 +132,8 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
         "throughput": thr,
         "hit_rate": {"usage": usage, "prometheus": prom, "potential": potential,
                      "achieved_over_potential": cache.achieved_over_potential(
-                         d.cached_tokens[m], d.potential[m])},
+                         d.cached_tokens[m], d.prompt_tokens[m], d.potential[m],
+                         d.expected_input[m])},
         "agents": {
             "trees": n_trees, "completed": completed, "failed": failed_trees,
             "cut": n_trees - judged,  # stopped by the run's own bound (not the server's fault)

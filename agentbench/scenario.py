@@ -24,7 +24,8 @@ class OpenAIEndpoint(Strict):
 
     kind: Literal["openai"] = Field("openai", description="A remote OpenAI-compatible server.")
     name: str | None = Field(None, description="Label in results; defaults to the URL.")
-    url: str = Field(description="Base URL, e.g. http://localhost:8000 (with or without /v1).")
+    url: str = Field(pattern=r"^https?://\S+$",
+                     description="Base URL, e.g. http://localhost:8000 (with or without /v1).")
     api: Literal["chat", "completions"] = Field(
         "chat", description="/v1/chat/completions (text blocks) or /v1/completions "
         "(token-id blocks).")
@@ -41,6 +42,10 @@ class OpenAIEndpoint(Strict):
         "probe whether the server accepts them.")
     metrics_url: str | None = Field(
         None, description="Prometheus /metrics URL; None: <url>/metrics when it answers.")
+    preflight: bool = Field(
+        True, description="Send one request before the run; an endpoint that cannot be "
+        "reached or refuses the key or model (401/403/404) stops the run with a one-line "
+        "error instead of a run of failed requests.")
     timeout_s: float = Field(600.0, gt=0, description="Per-request timeout (whole stream).")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="Fail a stream that sends nothing for this long.")

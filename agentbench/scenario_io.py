@@ -107,7 +107,9 @@ def _problems(e: Any, lines: dict[tuple[str, ...], int]) -> list[Problem]:
             line = lines.get(tuple(path[:n]))
             if line:
                 break
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "string_pattern_mismatch" and path and path[-1] == "url":
+            msg = "must start with http:// or https://"
         if err["type"] == "extra_forbidden":
             msg = "unknown key (typo?)"
         problems.append((".".join(path) or "(root)", line, msg))

@@ -169,3 +169,33 @@ def test_bf16_bits_round_to_nearest() -> None:
     back = (_bf16_bits(x).astype(np.uint32) << 16).view(np.float32)
     assert back[0] == 1.0 and back[1] == -2.5
     assert np.allclose(back, x, rtol=2 ** -8)
+
+
+def test_an_api_key_in_the_server_command_never_reaches_the_run_folder(
+        tmp_path: Path, weka_dir: Path) -> None:
+    port = free_port()
+    secret = "sk-test-SECRET-4471"
+    # the command carries the key (like `vllm serve --api-key ${KEY}`) and the server
+    # prints it into its log
+    sc = scenario(tmp_path, weka_dir, {
+        "_port": port,
+        "command": f"{{python}} -c \"print('key is ${{AB_SECRET_KEY}}', flush=True); "
+                   f"from agentbench.cli import main; import sys; "
+                   f"sys.argv=['agentbench','serve-sim','--port','{port}','--speedup','1000',"
+                   f"'--model','sim']; main()\" ${{AB_SECRET_KEY}}",
+        "health_url": f"http://127.0.0.1:{port}/health",
+        "startup_timeout_s": 60, "stop_timeout_s": 10})
+    doc = yaml.safe_load(sc.read_text())
+    doc["endpoints"][0]["api_key_env"] = "AB_SECRET_KEY"
+    sc.write_text(yaml.safe_dump(doc))
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "run", str(sc),
+                          "--no-progress"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "AB_SECRET_KEY": secret})
+    assert res.returncode == 0, res.stderr
+    run_dir = tmp_path / "results" / "r"
+    assert "<redacted>" in (run_dir / "server.log").read_text()  # the line was there
+    assert "<redacted>" in (run_dir / "server.json").read_text()
+    for f in run_dir.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+    assert secret not in res.stdout + res.stderr

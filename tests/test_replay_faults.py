@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agentbench import records
+from agentbench.errors import InputError
 from agentbench.replay import run_scenario
 from agentbench.replay.fakeserver import FakeServer, ServerConfig
 from agentbench.scenario import Scenario
@@ -36,11 +37,12 @@ def trace(turns: int) -> Trace:
     return Trace([Session("s", None, "root", None, None, None, "test", "x", 0.0, ts)])
 
 
-def scenario(url: str, out: Any, stall_s: float = 0.3) -> Scenario:
+def scenario(url: str, out: Any, stall_s: float = 0.3, preflight: bool = True) -> Scenario:
     return Scenario.model_validate({
         "name": "faults",
         "endpoints": [{"kind": "openai", "url": url, "model": "m", "ignore_eos": True,
-                       "stall_timeout_s": stall_s, "timeout_s": 10}],
+                       "stall_timeout_s": stall_s, "timeout_s": 10,
+                       "preflight": preflight}],
         "trace": {"kind": "file", "source": "unused"},
         "load": {"kind": "lanes", "concurrency": 1},
         "timing": {"time_scale": 0.0},
@@ -96,11 +98,18 @@ async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # without the preflight check every request becomes a record with the error
     res = await asyncio.wait_for(run_scenario(
-        scenario(f"http://127.0.0.1:{port}", tmp_path), trace=trace(3), progress=False), 50)
+        scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False), trace=trace(3),
+        progress=False), 50)
     req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
     assert len(req) == 3
     assert (req.error_type == "connect_error").all()
     assert req.http_status.isna().all()
     ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
     assert list(ses.status) == [records.ERROR]
+    # with it (the default), the run stops at once with a one-line error naming the endpoint
+    with pytest.raises(InputError, match=r"endpoints\[0\].*cannot reach"):
+        await asyncio.wait_for(run_scenario(
+            scenario(f"http://127.0.0.1:{port}", tmp_path / "b"), trace=trace(3),
+            progress=False), 50)

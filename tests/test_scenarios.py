@@ -33,7 +33,7 @@ def test_every_scenario_validates(path: Path) -> None:
     ).exists():
         pytest.skip("scenario reads ../shared/traces, which is missing here")
     sc = load_scenario(path)
-    assert sc.name == path.stem or sc.name
+    assert sc.name == path.stem
 
 
 def test_minimal_scenario_defaults() -> None:
@@ -65,6 +65,11 @@ def test_every_problem_is_reported() -> None:
     ) + "timing: {strategy: fast}\n"
     got = {p for p, _, _ in problems(text)}
     assert {"load.concurrency", "limits.on_deadline", "timing.strategy"} <= got
+
+
+def test_a_url_without_a_scheme_is_an_error() -> None:
+    got = problems(MINIMAL.replace("http://localhost:8000", "localhost:8000"))
+    assert got == [("endpoints.0.url", 5, "must start with http:// or https://")]
 
 
 def test_unknown_kind_names_the_endpoint() -> None:

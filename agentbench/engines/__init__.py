@@ -24,7 +24,11 @@ def serving(scenario: Any, scenario_path: Path | None = None
 
     base = scenario_path.resolve().parent if scenario_path else Path.cwd()
     print(f"server: starting {scenario.server.health_url}", file=sys.stderr)
-    with managed_server(scenario.server, base, Path(scenario.output.dir)) as run:
+    from agentbench.replay.endpoints import secrets_of
+
+    secrets = tuple(v for e in scenario.endpoints for v in secrets_of(e))
+    with managed_server(scenario.server, base, Path(scenario.output.dir),
+                        secrets=secrets) as run:
         print(f"server: healthy after {run.info['startup_s']:.1f} s (pid {run.info['pid']})",
               file=sys.stderr)
         yield run.adopt

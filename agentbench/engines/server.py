@@ -159,7 +159,8 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def managed_server(cfg: Any, base_dir: Path, staging_dir: Path) -> Iterator[ServerRun]:
+def managed_server(cfg: Any, base_dir: Path, staging_dir: Path,
+                   secrets: tuple[str, ...] = ()) -> Iterator[ServerRun]:
     """Start ``cfg`` (a scenario ``Server``), wait for health, yield; always stop it.
 
     Without ``cfg.log_file`` the log starts in ``staging_dir`` and ``ServerRun.adopt``
@@ -172,7 +173,7 @@ def managed_server(cfg: Any, base_dir: Path, staging_dir: Path) -> Iterator[Serv
         staging_dir.mkdir(parents=True, exist_ok=True)
         log = staging_dir / f".server-{os.getpid()}-{time.time_ns()}.log"
     sp = ServerProcess(cfg, base_dir, log)
-    run = ServerRun(sp, moved=not cfg.log_file)
+    run = ServerRun(sp, moved=not cfg.log_file, secrets=secrets)
     sp.start()
     try:
         sp.wait_healthy()
@@ -185,10 +186,13 @@ def managed_server(cfg: Any, base_dir: Path, staging_dir: Path) -> Iterator[Serv
 class ServerRun:
     """Ties a started server to the run folder once the replay has made it."""
 
-    def __init__(self, sp: ServerProcess, moved: bool) -> None:
+    def __init__(self, sp: ServerProcess, moved: bool, secrets: tuple[str, ...] = ()) -> None:
         self.sp = sp
         self.move_log = moved
         self.run_dir: Path | None = None
+        # API keys (which a command may carry, e.g. `vllm serve --api-key ${KEY}`) never
+        # reach server.json or the server.log kept in the run folder
+        self.secrets = tuple(s for s in secrets if s)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -205,9 +209,21 @@ class ServerRun:
     def finish(self) -> None:
         """Write ``server.json`` (and copy a user-placed log) into the run folder."""
         self.sp.info["log"] = str(self.sp.log_path)
-        if self.run_dir is None:
+        if self.run_dir is None:  # the run never started: redact the staged log in place
+            if self.move_log and self.sp.log_path.is_file():
+                with contextlib.suppress(OSError):
+                    self.sp.log_path.write_bytes(self._redact(self.sp.log_path.read_bytes()))
             return
-        if not self.move_log and self.sp.log_path.is_file():
+        kept = self.run_dir / SERVER_LOG
+        src = kept if self.move_log else self.sp.log_path
+        if src.is_file():
             with contextlib.suppress(OSError):
-                (self.run_dir / SERVER_LOG).write_bytes(self.sp.log_path.read_bytes())
-        (self.run_dir / SERVER_JSON).write_text(json.dumps(self.sp.info, indent=1) + "\n")
+                kept.write_bytes(self._redact(src.read_bytes()))
+        text = json.dumps(self.sp.info, indent=1) + "\n"
+        (self.run_dir / SERVER_JSON).write_text(self._redact(text.encode()).decode())
+
+    def _redact(self, data: bytes) -> bytes:
+        for s in self.secrets:
+            data = data.replace(s.encode(), b"<redacted>")
+            data = data.replace(json.dumps(s)[1:-1].encode(), b"<redacted>")
+        return data

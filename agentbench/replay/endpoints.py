@@ -84,6 +84,12 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache]) -> 
         label = cfg.name or cfg.url
     ep = _connect(cfg, base, label)
     ep.sim_handle = handle
+    if cfg.kind != "simulated" and cfg.preflight:
+        try:
+            await check_reachable(ep, cfg.model, index)
+        except InputError:
+            await close_endpoint(ep)
+            raise
     extra = dict(getattr(cfg, "extra_body", {}) or {})
     want = getattr(cfg, "ignore_eos", True)
     if want is None:
@@ -186,6 +192,39 @@ async def calibrate(ep: LiveEndpoint, model: str, extra: dict[str, Any],
         ep.notes.append(f"prompt-count calibration: the server counts {a:.2f} tokens per "
                         f"prompt token (+{b:.0f}); reported prompt_tokens will differ from "
                         "the trace's; set prompt.tokenizer to the server's tokenizer")
+
+
+async def check_reachable(ep: LiveEndpoint, model: str, index: int) -> None:
+    """One plain 1-token request before the run: an endpoint nobody answers at, or that
+    refuses the key or the model (401, 403, 404), is a one-line error naming the endpoint,
+    not a run of failed requests. Other statuses (a 5xx, a 429) do not stop the run: they
+    are recorded per request."""
+    body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False}
+    if ep.api == "chat":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    from agentbench.replay.client import redact
+
+    where = f"endpoints[{index}]"
+    try:
+        async with ep.http.post(ep.target.url, data=json.dumps(body).encode(),
+                                headers=dict(ep.target.headers),
+                                timeout=aiohttp.ClientTimeout(total=60)) as resp:
+            text = (await resp.read())[:300].decode("utf-8", "replace")
+            status = resp.status
+    except (aiohttp.ClientConnectionError, TimeoutError) as e:
+        msg = redact(str(e) or type(e).__name__, ep.target.secrets)
+        raise InputError(f"cannot reach {ep.target.url}: {msg}", where=where,
+                         field="url") from None
+    if status in (401, 403):
+        raise InputError(f"{ep.target.url} answered HTTP {status} (check api_key_env and "
+                         f"headers): {redact(text, ep.target.secrets).strip()}", where=where,
+                         field="api_key_env") from None
+    if status == 404:
+        raise InputError(f"{ep.target.url} answered HTTP 404 (wrong URL or model?): "
+                         f"{redact(text, ep.target.secrets).strip()}", where=where,
+                         field="model") from None
 
 
 async def probe_ignore_eos(ep: LiveEndpoint, model: str, extra: dict[str, Any]) -> bool:

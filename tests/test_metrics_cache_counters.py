@@ -54,3 +54,14 @@ def test_achieved_over_potential_compares_rates_not_token_sums() -> None:
     # no usage at all: unknown, not zero
     nan = np.array([np.nan, np.nan])
     assert cache.achieved_over_potential(nan, nan, potential, expected) is None
+
+
+def test_the_terminal_summary_says_why_requests_failed() -> None:
+    from agentbench.metrics.format import _error_lines
+
+    r = {"errors": [{"error_type": "connect_error", "http_status": None, "count": 2},
+                    {"error_type": "http_500", "http_status": 500, "count": 5}]}
+    assert _error_lines(r) == [
+        "errors        http_500 (HTTP 500) x5, connect_error x2 "
+        "(requests.parquet: error_message)"]
+    assert _error_lines({"errors": []}) == []

@@ -24,6 +24,18 @@ def _lat(b: dict[str, Any], key: str, wall: bool = False) -> str:
             + ("  [wall time]" if wall else ""))
 
 
+def _error_lines(r: dict[str, Any]) -> list[str]:
+    """The most common failures (type, HTTP status, count), so a failed run says why."""
+    rows = sorted(r.get("errors") or [], key=lambda e: -e["count"])
+    if not rows:
+        return []
+    parts = [f"{e['error_type']}" + (f" (HTTP {int(e['http_status'])})"
+                                     if e.get("http_status") is not None else "")
+             + f" x{e['count']:,}" for e in rows[:3]]
+    more = f", +{len(rows) - 3} more kinds" if len(rows) > 3 else ""
+    return [f"errors        {', '.join(parts)}{more} (requests.parquet: error_message)"]
+
+
 def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
     r = b["requests"]
     t = b["throughput"]
@@ -35,6 +47,7 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
         f"requests      {r['total']:,} measured: {r['ok']:,} ok, {r['failed']:,} failed, "
         f"{r['cancelled']:,} cancelled (error rate {_pct(r['error_rate'])}); "
         f"window {_n(b['window_s'], ',.1f')} s",
+        *_error_lines(r),
         *(_lat(b, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")),
         _lat(b, "schedule_lag_ms", wall=simulated),
         f"throughput    {_n(t['total_tok_s'], ',.0f')} tok/s (input {_n(t['input_tok_s'], ',.0f')}"

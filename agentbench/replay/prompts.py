@@ -78,18 +78,23 @@ def layout(turn: Turn, session_id: str, overhead: int, shared_prefix: int,
     n_full = min(len(turn.hash_ids), n // bs)
     segs.extend(Segment(int(h), bs) for h in turn.hash_ids[:n_full])
     segs.extend(rest_segments(turn, session_id, next_turn, n_full))
-    cut = overhead + shared_prefix
+    trim_end(segs, overhead + shared_prefix)
+    return segs
+
+
+def trim_end(segs: list[Segment], cut: int) -> int:
+    """Take ``cut`` tokens off the end of ``segs`` (in place), never into the shared
+    prefix; return the tokens still to cut when the segments ran out."""
     while cut > 0 and segs:
         last = segs[-1]
         if last.shared:
             break
         if last.n > cut:
             segs[-1] = Segment(last.key, last.n - cut, last.tail)
-            cut = 0
-        else:
-            cut -= last.n
-            segs.pop()
-    return segs
+            return 0
+        cut -= last.n
+        segs.pop()
+    return cut
 
 
 def rest_segments(turn: Turn, session_id: str, next_turn: Turn | None,
@@ -243,16 +248,8 @@ class SessionPrompt:
         self._ids = ids[:n_full]
         segs = rest_segments(turn, self.session_id, next_turn, n_full)
         # take the template and shared-prefix tokens off the end, as layout does
-        cut = self.overhead + self.shared_prefix
+        cut = trim_end(segs, self.overhead + self.shared_prefix)
         keep = n_full
-        while cut > 0 and segs:
-            last = segs[-1]
-            if last.n > cut:
-                segs[-1] = Segment(last.key, last.n - cut, last.tail)
-                cut = 0
-            else:
-                cut -= last.n
-                segs.pop()
         while cut > 0 and keep > 0:  # the cut reaches into whole blocks (a tiny tail)
             keep -= 1
             if bs > cut:

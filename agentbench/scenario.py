@@ -85,7 +85,9 @@ class SimulatedEndpoint(Strict):
         "LRU); 0: none.")
     shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
     speedup: float = Field(1.0, gt=0,
-                           description="Divide every simulated duration by this (demos).")
+                           description="clock: wall only: divide every simulated duration by "
+                           "this (the HTTP simulator answers that much faster than real "
+                           "time); no effect in virtual time.")
     max_num_batched_tokens: int | None = Field(
         None, gt=0, description="Token budget of one engine step; None: the preset's.")
     max_num_seqs: int | None = Field(
@@ -207,7 +209,14 @@ class Timing(Strict):
     api_scale: float = Field(1.0, ge=0, description="Factor on recorded api time (api-scaled).")
     idle_cap_s: float | None = Field(
         10.0, ge=0, description="When nothing is in flight, pull pending timers in to at most "
-        "this far away; None: no cap.")
+        "this far away; None: no cap. Default: 10 s on the wall clock, no cap in virtual time "
+        "(idle simulated time costs nothing there), unless set.")
+
+    def idle_cap_for(self, clock: str) -> float | None:
+        """The idle cap in force on ``clock`` (see ``idle_cap_s``)."""
+        if clock == "virtual" and "idle_cap_s" not in self.model_fields_set:
+            return None
+        return self.idle_cap_s
 
 
 class Warmup(Strict):
@@ -328,6 +337,12 @@ class Scenario(Strict):
     server: Server | None = Field(
         None, description="Engine to launch before the run and stop after it; None: the "
         "endpoints are already running.")
+    clock: Literal["virtual", "wall"] | None = Field(
+        None, description="virtual: the replay and the embedded simulator on one simulated "
+        "clock, in this process, without HTTP (deterministic: the same scenario and seed give "
+        "the same records whatever the host's load; every endpoint must be simulated); wall: "
+        "real time over HTTP (to test a client or a router; host load moves the figures). "
+        "None: virtual when every endpoint is simulated, else wall.")
     routing: Literal["round_robin", "session_affinity", "least_loaded", "random"] = Field(
         "session_affinity", description="Client-side routing across several endpoints.")
     trace: TraceSpec = Field(description="The workload to replay.")
@@ -354,7 +369,17 @@ class Scenario(Strict):
                 and lim.recycle:
             raise ValueError("limits: with recycle on, give duration_s, max_sessions or "
                              "max_requests so the run ends")
+        if self.clock == "virtual" and any(e.kind != "simulated" for e in self.endpoints):
+            raise ValueError("clock: virtual needs every endpoint to be kind: simulated (a real "
+                             "server runs in real time); use clock: wall")
         return self
+
+    @property
+    def clock_mode(self) -> str:
+        """The clock this scenario runs on: ``virtual`` or ``wall`` (see ``clock``)."""
+        if self.clock is not None:
+            return self.clock
+        return "virtual" if all(e.kind == "simulated" for e in self.endpoints) else "wall"
 
 
 def load_scenario(path: str | Path) -> Scenario:

@@ -81,7 +81,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     tb = summary.get("time_base") or {}
     simulated = tb.get("kind") == "simulated"
     head = f"run {run.get('run_id')}" + (f" ({run['name']})" if run.get("name") else "")
-    if simulated:
+    if tb.get("kind") == "virtual":
+        head += ("; VIRTUAL TIME (replay and simulator on one simulated clock: every time is "
+                 "simulated, deterministic for a scenario and seed)")
+    elif simulated:
         head += (f"; SIMULATED TIME (speedup {tb.get('speedup'):g}x: server times and the "
                  "window x speedup, rates / speedup; schedule lag in wall time)")
     elif tb:

@@ -18,6 +18,7 @@ from typing import Any
 
 WALL = "wall"
 SIMULATED = "simulated"
+VIRTUAL = "virtual"
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,10 @@ class TimeBase:
                 "note": self.note, "warnings": list(self.warnings)}
 
     def label(self) -> str:
-        """One short phrase for headers: 'simulated time (speedup 100x)' or 'wall-clock'."""
+        """One short phrase for headers: 'virtual time', 'simulated time (speedup 100x)' or
+        'wall-clock'."""
+        if self.kind == VIRTUAL:
+            return "virtual time (simulated; host load does not move it)"
         if self.kind == SIMULATED:
             return f"simulated time (speedup {self.speedup:g}x; schedule lag in wall time)"
         return "wall-clock time"
@@ -52,12 +56,31 @@ def time_base(run: dict[str, Any]) -> TimeBase:
     if pulled <= 0:
         return tb
     sim = f", {pulled * tb.factor / 1e9:,.0f} s simulated" if tb.kind == SIMULATED else ""
+    what = "simulated time" if tb.kind == VIRTUAL else "wall time"
     return replace(tb, warnings=[*tb.warnings, (
-        f"idle gaps pulled in by {pulled / 1e9:,.1f} s of wall time{sim} "
+        f"idle gaps pulled in by {pulled / 1e9:,.1f} s of {what}{sim} "
         "(timing.idle_cap_s): windows and makespans leave that idle time out")])
 
 
+VIRTUAL_NOTE = ("virtual time: the replay and the embedded simulator ran on one simulated "
+                "clock in one process, without HTTP; every time (TTFT, TPOT, ITL, E2E, "
+                "schedule lag, window, makespan) is simulated, so the same scenario and seed "
+                "give the same figures whatever the host's load")
+
+
 def _base(run: dict[str, Any]) -> TimeBase:
+    if run.get("time_base") == VIRTUAL:
+        return TimeBase(kind=VIRTUAL, factor=1.0, note=VIRTUAL_NOTE)
+    tb = _wall_base(run)
+    if tb.kind == SIMULATED:
+        return replace(tb, warnings=[*tb.warnings, (
+            "clock: wall: the simulator answered over HTTP in scaled real time, so the "
+            "host's load moves these figures (by up to speedup x the client's delays); "
+            "virtual time (the default for simulated endpoints) does not")])
+    return tb
+
+
+def _wall_base(run: dict[str, Any]) -> TimeBase:
     sc = run.get("scenario")
     eps = sc.get("endpoints") if isinstance(sc, dict) else None
     if not isinstance(eps, list) or not eps or not all(isinstance(e, dict) for e in eps):

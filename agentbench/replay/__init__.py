@@ -7,14 +7,15 @@ figure is derived later from the records it writes.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
+from agentbench.replay.clock import run_on
 from agentbench.replay.runner import RunResult, run_scenario, stages_of
 
 __all__ = ["RunResult", "run", "run_scenario", "stages_of"]
 
 
 def run(scenario: Any, **kwargs: Any) -> RunResult:
-    """Run ``scenario`` to completion in a fresh event loop (Ctrl-C leaves results written)."""
-    return asyncio.run(run_scenario(scenario, **kwargs))
+    """Run ``scenario`` to completion in a fresh event loop (Ctrl-C leaves results written):
+    a virtual-clock loop when the scenario runs in virtual time (``clock_mode``)."""
+    return run_on(scenario.clock_mode, run_scenario(scenario, **kwargs))

@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import aiohttp.payload
@@ -49,6 +50,9 @@ class RequestRecord:
     error_message: str | None = None
     chunks: list[bytes] = field(default_factory=list)
     chunk_ns: list[int] = field(default_factory=list)
+    #: what the stream said, when a transport knows it without bytes (the in-process
+    #: simulator); HTTP leaves it None and the writer reads ``chunks``
+    result: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +37,21 @@ class LiveEndpoint:
     base_url: str  # without /v1
     target: Target
     template: BodyTemplate
-    http: aiohttp.ClientSession
+    http: aiohttp.ClientSession | None
     metrics_url: str | None
     ignore_eos: bool
     overhead: int = 0  # prompt tokens the server adds (chat template, BOS): cut from content
     inflight: int = 0
     sim_handle: Any = None
     notes: list[str] = field(default_factory=list)
+    #: the in-process simulator on the virtual clock (``agentbench.transport.simulated``);
+    #: None: HTTP
+    transport: Any = None
+
+    @property
+    def sim_block(self) -> int | None:
+        """The simulator's block size when prompts go to it as block hashes, else None."""
+        return None if self.transport is None else int(self.transport.block_size)
 
 
 def split_base(url: str) -> str:
@@ -66,9 +75,13 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache]) -> LiveEndpoint:
+async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
+                        now_ns: Callable[[], int] | None = None) -> LiveEndpoint:
     """Start (simulated) or connect to (openai) one endpoint; for a real server, measure
-    how it counts prompt tokens (see ``calibrate``)."""
+    how it counts prompt tokens (see ``calibrate``). With ``now_ns`` (a virtual-clock run)
+    a simulated endpoint runs in this process on that clock."""
+    if cfg.kind == "simulated" and now_ns is not None:
+        return await _open_in_process(cfg, now_ns)
     handle = None
     if cfg.kind == "simulated":
         try:
@@ -104,6 +117,20 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache]) -> 
     if cfg.kind != "simulated":
         await calibrate(ep, cfg.model, extra, caches[cfg.api])
     return ep
+
+
+async def _open_in_process(cfg: Any, now_ns: Callable[[], int]) -> LiveEndpoint:
+    from agentbench.transport.simulated import SimTransport
+
+    tr = SimTransport(cfg, now_ns)
+    await tr.start()
+    label = cfg.name or "sim"
+    target = Target(label, "in-process", {}, aiohttp.ClientTimeout())
+    return LiveEndpoint(label=label, api=cfg.api, base_url="in-process", target=target,
+                        template=body_template(cfg.api, cfg.model, {}, True), http=None,
+                        metrics_url=None, ignore_eos=tr.ignore_eos,
+                        overhead=chat_overhead() if cfg.api == "chat" else 0,
+                        notes=["in-process simulator on the virtual clock"], transport=tr)
 
 
 def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
@@ -246,8 +273,11 @@ async def probe_ignore_eos(ep: LiveEndpoint, model: str, extra: dict[str, Any]) 
 
 
 async def close_endpoint(ep: LiveEndpoint) -> None:
-    with contextlib.suppress(Exception):
-        await ep.http.close()
+    if ep.http is not None:
+        with contextlib.suppress(Exception):
+            await ep.http.close()
+    if ep.transport is not None:
+        await ep.transport.close()
     if ep.sim_handle is not None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ep.sim_handle.close(), 30)

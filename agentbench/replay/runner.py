@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentbench.replay.clock import VIRTUAL, WALL, now_ns_of
 from agentbench.replay.endpoints import (
     LiveEndpoint,
     Router,
@@ -20,11 +22,11 @@ from agentbench.replay.endpoints import (
     open_endpoint,
     opened,
 )
-from agentbench.replay.progress import Progress
+from agentbench.replay.progress import Progress, planned_requests
 from agentbench.replay.prompts import BlockCache
 from agentbench.replay.rundir import make_run_dir, run_info, write_run_json
 from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
-from agentbench.replay.scrape import scrape_loop
+from agentbench.replay.scrape import sample_loop, scrape_loop, scrape_once
 from agentbench.replay.timers import Timers
 from agentbench.replay.tree import RunContext, StageOver, TreeRun, TreeSpec, tree_specs
 from agentbench.replay.writer import ResultsWriter
@@ -122,10 +124,15 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     """Replay ``scenario`` and write ``results/<run-id>/``; return where it went.
 
     ``workers`` (a count or ``auto``) shards the lanes over that many worker processes
-    (:mod:`agentbench.replay.workers`); 1 runs everything in this event loop."""
+    (:mod:`agentbench.replay.workers`); 1 runs everything in this event loop. A
+    virtual-clock run (``scenario.clock_mode``) must run on the ``VirtualEventLoop``
+    (``agentbench.replay.run`` does that) and always uses one process: one discrete-event
+    clock, so any ``workers`` gives the same records."""
     from agentbench.replay.workers import Fleet, resolve_workers
 
-    n_workers = resolve_workers(workers, scenario)
+    virtual = scenario.clock_mode == VIRTUAL
+    asked_workers = workers
+    n_workers = 1 if virtual else resolve_workers(workers, scenario)
     if n_workers > 1 and on_request is not None:
         raise ValueError("on_request needs workers=1 (rows are written by worker processes)")
     if trace is None:
@@ -141,14 +148,24 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                      "requests": trace.n_requests()}
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     info["workers"] = n_workers
+    info["time_base"] = VIRTUAL if virtual else WALL
+    if virtual:
+        info["clock"] = {"kind": "virtual: simulated ns from the run start (one discrete-event "
+                                 "clock for the replay and the simulator; no wall time)"}
+        if asked_workers not in (None, 1, "1"):
+            info["workers_note"] = (f"--workers {asked_workers} ignored: a virtual-clock run "
+                                    "is one process")
     write_run_json(run_dir, info, secrets)
     if on_start is not None:
         on_start(run_dir)
     writer = ResultsWriter(run_dir)
-    t0 = time.perf_counter_ns()
-    info["clock"]["t0_perf_ns"] = t0  # to line up with server-side logs on the same host
-    cap = scenario.timing.idle_cap_s
-    timers = Timers(t0, None if cap is None else int(cap * NS))
+    wall_t0 = time.perf_counter_ns()
+    t0 = 0 if virtual else wall_t0
+    if not virtual:
+        info["clock"]["t0_perf_ns"] = t0  # to line up with server-side logs on the same host
+    now_ns = now_ns_of(VIRTUAL if virtual else WALL, t0)
+    cap = scenario.timing.idle_cap_for(VIRTUAL if virtual else WALL)
+    timers = Timers(t0, None if cap is None else int(cap * NS), now_ns)
     endpoints: list[LiveEndpoint] = []
     stop_bg = asyncio.Event()
     bg: list[asyncio.Task[Any]] = []
@@ -166,11 +183,11 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             vocab = vocab_from_tokenizer(scenario.prompt.tokenizer)
         caches = {api: BlockCache(api, vocab) for api in {e.api for e in scenario.endpoints}}
         for i, cfg in enumerate(scenario.endpoints):
-            endpoints.append(await open_endpoint(cfg, i, caches))
+            endpoints.append(await open_endpoint(cfg, i, caches, now_ns if virtual else None))
         info["endpoints"] = [{"label": e.label, "api": e.api, "ignore_eos": e.ignore_eos,
                               "prompt_overhead_tokens": e.overhead, "notes": e.notes}
                              for e in endpoints]
-        flavors = {(e.api, e.overhead) for e in endpoints}
+        flavors = {(e.api, e.overhead, e.sim_block) for e in endpoints}
         ctx = RunContext(
             t0_ns=t0, seed=scenario.seed, strategy=scenario.timing.strategy,
             time_scale=scenario.timing.time_scale, api_scale=scenario.timing.api_scale,
@@ -180,16 +197,22 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             caches=caches, potential=potential, on_request=on_request,
             flavor=next(iter(flavors)) if len(flavors) == 1 else None)
         if scenario.server_metrics.enabled:
+            every = scenario.server_metrics.interval_s
             for e in endpoints:
-                if e.metrics_url:
+                if e.transport is not None:
+                    bg.append(asyncio.ensure_future(sample_loop(
+                        e.transport.metrics_samples, e.label, every, timers.now_ns,
+                        writer.add_server_samples, stop_bg)))
+                elif e.metrics_url and e.http is not None:
                     bg.append(asyncio.ensure_future(scrape_loop(
-                        e.http, e.metrics_url, e.label, scenario.server_metrics.interval_s,
-                        timers.now_ns, writer.add_server_samples, stop_bg)))
+                        functools.partial(scrape_once, e.http, e.metrics_url), e.label,
+                        every, timers.now_ns, writer.add_server_samples, stop_bg)))
         if n_workers > 1:
             fleet = Fleet(n_workers, scenario, trace,
                           [opened(e) for e in endpoints], t0, run_dir)
             await fleet.start()
-        bar = Progress(None, enabled=progress)
+        bar = Progress(planned_requests(scenario, specs, len(stages_of(scenario.load)))
+                       if virtual else None, enabled=progress, virtual=virtual)
         bg.append(asyncio.ensure_future(bar.loop(fleet.view() if fleet else ctx,
                                                  lambda: current["stage"], stop_bg)))
         bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
@@ -200,7 +223,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         gc.freeze()
         frozen = True
         gc.callbacks.append(health.gc_callback)
-        bg.append(asyncio.ensure_future(health.watch(stop_bg)))
+        if not virtual:  # loop stalls are wall-clock events: none in virtual time
+            bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         for k, stage in enumerate(stages_of(scenario.load)):
             current["stage"] = stage.label
             t_start = timers.now_ns()
@@ -235,7 +259,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         info["status"] = status
         info["end_wall"] = __import__("datetime").datetime.now(
             __import__("datetime").UTC).isoformat()
-        info["duration_ns"] = time.perf_counter_ns() - t0
+        info["duration_ns"] = timers.now_ns()
+        info["wall_duration_ns"] = time.perf_counter_ns() - wall_t0
         info["idle_pulled_in_ns"] = timers.pulled_in_ns
         info["requests_written"] = writer.n_requests
         info["client_health"] = health.summary()

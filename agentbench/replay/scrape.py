@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -33,16 +33,17 @@ async def scrape_once(http: aiohttp.ClientSession, url: str) -> str | None:
         return None
 
 
-async def scrape_loop(http: aiohttp.ClientSession, url: str, endpoint: str,
+async def scrape_loop(fetch: Callable[[], Awaitable[str | None]], endpoint: str,
                       interval_s: float, now_ns: Callable[[], int],
                       sink: Callable[[list[dict[str, Any]]], None],
                       stop: asyncio.Event) -> int:
     """Scrape every ``interval_s`` until ``stop`` is set (and once more then); return the
-    number of scrapes. Stops at once when the first scrape finds no /metrics."""
+    number of scrapes. Stops at once when the first scrape finds no /metrics. ``fetch``
+    returns the text: ``scrape_once`` over HTTP, or the in-process simulator's own."""
     n = 0
     while True:
         t = now_ns()
-        text = await scrape_once(http, url)
+        text = await fetch()
         if text is None:
             if n == 0:
                 return 0
@@ -53,6 +54,24 @@ async def scrape_loop(http: aiohttp.ClientSession, url: str, endpoint: str,
             except ValueError:
                 if n == 0:
                     return 0
+        if stop.is_set():
+            return n
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)
+
+
+async def sample_loop(sample: Callable[[], list[tuple[str, dict[str, str], float]]],
+                      endpoint: str, interval_s: float, now_ns: Callable[[], int],
+                      sink: Callable[[list[dict[str, Any]]], None],
+                      stop: asyncio.Event) -> int:
+    """``scrape_loop`` for an in-process server that hands its samples over directly
+    (the simulator in virtual time: no text to render or parse)."""
+    n = 0
+    while True:
+        t = now_ns()
+        sink([{"time_ns": t, "endpoint": endpoint, "name": name, "labels": list(lab.items()),
+               "value": v} for name, lab, v in sample()])
+        n += 1
         if stop.is_set():
             return n
         with contextlib.suppress(TimeoutError):

@@ -18,8 +18,11 @@ from collections.abc import Callable
 
 
 class Timers:
-    def __init__(self, t0_ns: int, idle_cap_ns: int | None) -> None:
+    def __init__(self, t0_ns: int, idle_cap_ns: int | None,
+                 now_ns: Callable[[], int] | None = None) -> None:
         self.t0_ns = t0_ns
+        if now_ns is not None:  # the run's clock (virtual time: the loop's own)
+            self.now_ns = now_ns  # type: ignore[method-assign]
         self.idle_cap_ns = idle_cap_ns
         self.inflight = 0
         self._starting = 0  # fired waiters that have not resumed yet

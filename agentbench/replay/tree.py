@@ -71,7 +71,8 @@ class RunContext:
     router: Router
     caches: dict[str, BlockCache]
     potential: dict[tuple[str, int], int]
-    flavor: tuple[str, int] | None = None  # (api, template tokens) when all endpoints agree
+    #: (api, template tokens, simulator block size or None) when all endpoints agree
+    flavor: tuple[str, int, int | None] | None = None
     request_ids: itertools.count = field(default_factory=itertools.count)
     stage: str = ""
     stopping: bool = False
@@ -143,7 +144,7 @@ class TreeRun:
         self.salts = {s.scope: salt_for(ctx.seed, copy, s.scope) for s in spec.sessions}
         self.states: dict[str, SessionState] = {}
         self.tasks: list[asyncio.Task[Any]] = []
-        self.prompts: dict[tuple[str, str, int], SessionPrompt] = {}
+        self.prompts: dict[tuple[str, str, int, int | None], Any] = {}
 
     async def run(self, start_ns: int | None = None) -> None:
         """Replay the whole tree from ``start_ns`` (default: now); session rows are written
@@ -244,13 +245,24 @@ class TreeRun:
             started[child.session_id] = task
             self.tasks.append(task)
 
-    def _content(self, sess: Session, k: int, api: str, overhead: int) -> list[bytes]:
-        key = (sess.session_id, api, overhead)
+    def _content(self, sess: Session, k: int, api: str, overhead: int,
+                 sim_block: int | None) -> Any:
+        """Turn ``k``'s prompt as its endpoint's transport takes it: body fragments (HTTP)
+        or block hashes (the in-process simulator, ``sim_block`` tokens a block)."""
+        key = (sess.session_id, api, overhead, sim_block)
         builder = self.prompts.get(key)
         if builder is None:
-            builder = self.prompts[key] = SessionPrompt(
-                self.ctx.caches[api], self.salts[sess.scope], sess.session_id, overhead,
-                self.ctx.shared_prefix_tokens)
+            salt = self.salts[sess.scope]
+            if sim_block is None:
+                builder = SessionPrompt(self.ctx.caches[api], salt, sess.session_id,
+                                        overhead, self.ctx.shared_prefix_tokens)
+            else:
+                from agentbench.transport.segments import SegmentPrompt
+
+                builder = SegmentPrompt(salt, sess.session_id, overhead,
+                                        self.ctx.shared_prefix_tokens, api == "chat",
+                                        sim_block)
+            self.prompts[key] = builder
         nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
         return builder.build(sess.turns[k], nxt)
 
@@ -260,8 +272,7 @@ class TreeRun:
         turn = sess.turns[k]
         ep = ctx.endpoints[ctx.router.pick(self.sticky)]
         if content is None:
-            content = self._content(sess, k, ep.api, ep.overhead)
-        body = make_body(ep.template.parts(content, max(1, turn.output_tokens)))
+            content = self._content(sess, k, ep.api, ep.overhead, ep.sim_block)
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,
@@ -272,7 +283,12 @@ class TreeRun:
         ep.inflight += 1
         ctx.timers.request_started()
         try:
-            await send(ep.http, ep.target, body, self.tree_id, rec, ctx.t0_ns)
+            if ep.transport is not None:
+                await ep.transport.send(rec, content, max(1, turn.output_tokens), self.tree_id)
+            else:
+                assert ep.http is not None
+                body = make_body(ep.template.parts(content, max(1, turn.output_tokens)))
+                await send(ep.http, ep.target, body, self.tree_id, rec, ctx.t0_ns)
         except BaseException:  # cancelled at the deadline: recorded all the same
             ep.inflight -= 1
             ctx.timers.request_ended()

@@ -38,8 +38,9 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
         "status": rec.status, "http_status": rec.http_status,
         "error_type": rec.error_type, "error_message": rec.error_message,
     }
-    if rec.http_status == 200 and (rec.chunks or rec.status == records.OK):
-        st = parse_stream(rec.chunks, rec.chunk_ns)
+    if rec.http_status == 200 and (rec.chunks or rec.result is not None
+                                   or rec.status == records.OK):
+        st = rec.result if rec.result is not None else parse_stream(rec.chunks, rec.chunk_ns)
         ev = st.token_event_ns
         row["token_events"] = len(ev)
         row["token_event_ns"] = ev
@@ -56,6 +57,7 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
             row["error_message"] = st.error_message
     rec.chunks = []
     rec.chunk_ns = []
+    rec.result = None
     return row
 
 

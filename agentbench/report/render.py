@@ -51,8 +51,9 @@ def time_lines(summary: dict[str, Any]) -> list[str]:
     tb = summary.get("time_base") or {}
     if not tb:
         return []
-    kind = f"simulated time, speedup {tb.get('speedup'):g}x" \
-        if tb.get("kind") == "simulated" else "wall-clock time"
+    kind = ("virtual time (simulated)" if tb.get("kind") == "virtual" else
+            f"simulated time, speedup {tb.get('speedup'):g}x" if tb.get("kind") == "simulated"
+            else "wall-clock time")
     return [f"Times: {kind}. {tb.get('note', '')}",
             *(f"Warning: {w}" for w in tb.get("warnings", []))]
 

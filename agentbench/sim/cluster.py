@@ -130,8 +130,15 @@ class Cluster:
         from an exponential distribution with the preset's mean, at least ``min_tokens``,
         at most ``max_tokens``.
         """
-        hashes = self.hasher.block_hashes(tokens)
-        n = int(tokens.size)
+        return self.make_hashed(self.hasher.block_hashes(tokens), int(tokens.size),
+                                max_tokens=max_tokens, ignore_eos=ignore_eos,
+                                min_tokens=min_tokens, session=session)
+
+    def make_hashed(self, hashes: list[int], n: int, *, max_tokens: int | None,
+                    ignore_eos: bool = False, min_tokens: int = 0,
+                    session: str | None = None) -> SimRequest:
+        """``make_request`` for a prompt of ``n`` tokens given by its full-block hashes
+        (the in-process transport, which never makes text)."""
         self._next_id += 1
         seed = hashes[-1] if hashes else n
         natural = 1 + int(random.Random(seed).expovariate(

@@ -346,11 +346,37 @@ class Instance:
     # ------------------------------------------------------------ gauges
 
     def kv_usage(self) -> float:
-        """Share of GPU blocks held by running requests (vLLM's kv_cache_usage_perc)."""
-        pinned = [r.pinned for r in self.decoding + self.prefilling
-                  if r.pinned is not None and not r.aborted]
-        used = self.gpu.referenced_blocks(pinned) + self.gpu.reserved
-        return min(1.0, used / self.gpu.capacity)
+        """Share of GPU blocks held by running requests (vLLM's kv_cache_usage_perc).
+
+        A running request holds the cached path above its pinned block, which is its
+        hash list up to that block (block ``i`` of a request sits at depth ``i``), so the
+        blocks held are the nodes of the trie of those lists: their total length less the
+        common prefixes of neighbours in sorted order (equal to
+        ``gpu.referenced_blocks(pinned)``, without walking every path)."""
+        gpu = self.gpu
+        paths = [r.hashes[:gpu.depth_of(r.pinned) + 1] for r in self.decoding + self.prefilling
+                 if r.pinned is not None and not r.aborted]
+        used = trie_size(paths) + gpu.reserved
+        return min(1.0, used / gpu.capacity)
+
+
+def trie_size(paths: list[list[int]]) -> int:
+    """Distinct prefixes among prefix-chained hash lists (equal at ``i`` means equal up to
+    ``i``): total length less the common prefix of each neighbour pair in sorted order."""
+    if not paths:
+        return 0
+    paths.sort()
+    total = sum(map(len, paths))
+    for a, b in zip(paths, paths[1:], strict=False):
+        lo, hi = 0, min(len(a), len(b))  # a[:lo] == b[:lo]; find the largest such lo
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if a[mid - 1] == b[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        total -= lo
+    return total
 
 
 def first_fit_error(inst: Instance, req: SimRequest) -> str | None:

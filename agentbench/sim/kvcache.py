@@ -166,6 +166,10 @@ class PrefixCache:
             self.evict(n - self.free)
         return self.free >= n
 
+    def depth_of(self, h: int) -> int:
+        """Position of cached block ``h`` in its prompt (0: a prompt's first block)."""
+        return self._depth[h]
+
     def referenced_blocks(self, deepest: Sequence[int]) -> int:
         """Distinct cached blocks on the paths above the given (pinned) deepest blocks."""
         seen: set[int] = set()

@@ -15,7 +15,7 @@ client-visible seconds (simulated seconds divided by ``speedup``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,6 +57,60 @@ class Histogram:
         return out
 
 
+#: gauges and counters: (name, type, help, values of one instance as (extra labels, value))
+def _families(model: str, instances: Sequence[Instance]) -> list[
+        tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
+    fams: list[tuple[str, str, str, list[tuple[dict[str, str], float]]]] = []
+
+    def fam(name: str, kind: str, help_: str, per: Callable[[Instance], float]) -> None:
+        fams.append((name, kind, help_, [({"model_name": model, "instance": str(i.index)},
+                                          per(i)) for i in instances]))
+
+    fam("vllm:num_requests_running", "gauge", "Requests in model execution batches.",
+        lambda i: len(i.running))
+    fam("vllm:num_requests_waiting", "gauge", "Requests waiting to be processed.",
+        lambda i: len(i.waiting))
+    fam("vllm:kv_cache_usage_perc", "gauge",
+        "KV-cache usage. 1 means 100 percent usage (blocks held by running requests).",
+        lambda i: i.kv_usage())
+    for name, help_, attr in (
+            ("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+             "prompt_tokens"),
+            ("vllm:generation_tokens_total", "Number of generation tokens processed.",
+             "generation_tokens"),
+            ("vllm:prefix_cache_queries_total",
+             "Prefix cache queries, in terms of number of queried tokens.", "prefix_queries"),
+            ("vllm:prefix_cache_hits_total",
+             "Prefix cache hits, in terms of number of cached tokens (all tiers).",
+             "prefix_hits")):
+        fam(name, "counter", help_, lambda i, a=attr: getattr(i.stats, a))
+    rows: list[tuple[dict[str, str], float]] = []
+    for i in instances:
+        for tier, v in (("gpu", i.stats.hits_gpu), ("cpu", i.stats.hits_cpu),
+                        ("shared", i.stats.hits_shared)):
+            rows.append(({"model_name": model, "instance": str(i.index), "tier": tier}, v))
+    fams.append(("agentbench_sim_prefix_cache_hits_by_tier_total", "counter",
+                 "Cached prompt tokens by where they were found (gpu, cpu, shared).", rows))
+    rows = []
+    for i in instances:
+        for reason in ("length", "stop"):
+            rows.append(({"model_name": model, "instance": str(i.index),
+                          "finished_reason": reason}, i.stats.finished[reason]))
+    fams.append(("vllm:request_success_total", "counter",
+                 "Count of successfully processed requests.", rows))
+    fam("agentbench_sim_cache_evictions_total", "counter", "GPU KV blocks evicted (LRU).",
+        lambda i: i.gpu.evictions)
+    return fams
+
+
+def samples(model: str, instances: Sequence[Instance]) -> list[tuple[str, dict[str, str],
+                                                                    float]]:
+    """The gauge and counter samples of ``render`` as (name, labels, value), without text:
+    what the in-process transport records in virtual time (histograms left out)."""
+    return [(name, labels, float(v)) for name, _, _, rows in _families(model, instances)
+            for labels, v in rows]
+
+
 def _labels(model: str, inst: Instance) -> str:
     return f'model_name="{model}",instance="{inst.index}"'
 
@@ -64,55 +118,21 @@ def _labels(model: str, inst: Instance) -> str:
 def render(model: str, instances: Sequence[Instance]) -> str:
     """Prometheus exposition text of every instance."""
     out: list[str] = []
-
-    def family(name: str, kind: str, help_: str) -> None:
+    for name, kind, help_, rows in _families(model, instances):
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} {kind}")
-
+        for labels, v in rows:
+            lab = ",".join(f'{k}="{x}"' for k, x in labels.items())
+            out.append(f"{name}{{{lab}}} {v!r}")
     lab = [_labels(model, i) for i in instances]
-    family("vllm:num_requests_running", "gauge", "Requests in model execution batches.")
-    out += [f"vllm:num_requests_running{{{lb}}} {len(i.running)}"
-            for lb, i in zip(lab, instances, strict=True)]
-    family("vllm:num_requests_waiting", "gauge", "Requests waiting to be processed.")
-    out += [f"vllm:num_requests_waiting{{{lb}}} {len(i.waiting)}"
-            for lb, i in zip(lab, instances, strict=True)]
-    family("vllm:kv_cache_usage_perc", "gauge",
-           "KV-cache usage. 1 means 100 percent usage (blocks held by running requests).")
-    out += [f"vllm:kv_cache_usage_perc{{{lb}}} {i.kv_usage()!r}"
-            for lb, i in zip(lab, instances, strict=True)]
-    counters = (
-        ("vllm:prompt_tokens_total", "Number of prefill tokens processed.", "prompt_tokens"),
-        ("vllm:generation_tokens_total", "Number of generation tokens processed.",
-         "generation_tokens"),
-        ("vllm:prefix_cache_queries_total",
-         "Prefix cache queries, in terms of number of queried tokens.", "prefix_queries"),
-        ("vllm:prefix_cache_hits_total",
-         "Prefix cache hits, in terms of number of cached tokens (all tiers).", "prefix_hits"),
-    )
-    for name, help_, attr in counters:
-        family(name, "counter", help_)
-        out += [f"{name}{{{lb}}} {getattr(i.stats, attr)}"
-                for lb, i in zip(lab, instances, strict=True)]
-    name = "agentbench_sim_prefix_cache_hits_by_tier_total"
-    family(name, "counter", "Cached prompt tokens by where they were found (gpu, cpu, shared).")
-    for lb, i in zip(lab, instances, strict=True):
-        for tier, v in (("gpu", i.stats.hits_gpu), ("cpu", i.stats.hits_cpu),
-                        ("shared", i.stats.hits_shared)):
-            out.append(f'{name}{{{lb},tier="{tier}"}} {v}')
-    family("vllm:request_success_total", "counter", "Count of successfully processed requests.")
-    for lb, i in zip(lab, instances, strict=True):
-        for reason in ("length", "stop"):
-            out.append(f'vllm:request_success_total{{{lb},finished_reason="{reason}"}} '
-                       f"{i.stats.finished[reason]}")
-    name = "agentbench_sim_cache_evictions_total"
-    family(name, "counter", "GPU KV blocks evicted (LRU).")
-    out += [f"{name}{{{lb}}} {i.gpu.evictions}" for lb, i in zip(lab, instances, strict=True)]
-    family("vllm:time_to_first_token_seconds", "histogram",
-           "Histogram of time to first token in seconds.")
+    out.append("# HELP vllm:time_to_first_token_seconds Histogram of time to first token in "
+               "seconds.")
+    out.append("# TYPE vllm:time_to_first_token_seconds histogram")
     for lb, i in zip(lab, instances, strict=True):
         out += i.stats.ttft.lines("vllm:time_to_first_token_seconds", lb)
-    family("vllm:e2e_request_latency_seconds", "histogram",
-           "Histogram of end to end request latency in seconds.")
+    out.append("# HELP vllm:e2e_request_latency_seconds Histogram of end to end request "
+               "latency in seconds.")
+    out.append("# TYPE vllm:e2e_request_latency_seconds histogram")
     for lb, i in zip(lab, instances, strict=True):
         out += i.stats.e2e.lines("vllm:e2e_request_latency_seconds", lb)
     return "\n".join(out) + "\n"

@@ -1,0 +1,109 @@
+"""The embedded simulator in the replay's own process, on the virtual clock: no HTTP, no
+text, no sleeping. A request is submitted to the cluster model at the current simulated
+time; the engine's steps run as timers of the same event loop; every token the engine
+emits is stamped at its step's end. The record gets the fields an HTTP stream of the
+simulator would give (one token per event, ``usage`` with cached tokens), in simulated
+nanoseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from agentbench import records
+from agentbench.replay.client import RequestRecord
+from agentbench.replay.sse import StreamResult
+from agentbench.sim.cluster import Cluster, SimRejected
+from agentbench.sim.engine import SimRequest
+from agentbench.sim.metrics import samples
+from agentbench.transport.segments import SegmentPrompt, SimPrompt
+
+
+class SimTransport:
+    """One simulated endpoint: its cluster (started on the running virtual loop), prompt
+    builders and ``send``."""
+
+    def __init__(self, cfg: Any, now_ns: Callable[[], int]) -> None:
+        # in virtual time the simulator runs at simulated speed: ``speedup`` is a wall-clock
+        # setting (how much faster than real time the HTTP simulator answers)
+        loop = asyncio.get_running_loop()
+        self.cfg = cfg.model_copy(update={"speedup": 1.0})
+        self.cluster = Cluster(self.cfg, clock=loop.time)
+        self.now_ns = now_ns
+        self.block_size = self.cfg.block_size
+        self.chat = self.cfg.api == "chat"
+        self.ignore_eos = True
+
+    async def start(self) -> None:
+        await self.cluster.start()
+
+    async def close(self) -> None:
+        self.cluster.abort_all()
+        await self.cluster.close()
+
+    def prompt_builder(self, salt: int, session_id: str, overhead: int,
+                       shared_prefix: int) -> SegmentPrompt:
+        return SegmentPrompt(salt, session_id, overhead, shared_prefix, self.chat,
+                             self.block_size)
+
+    def metrics_samples(self) -> list[tuple[str, dict[str, str], float]]:
+        """The gauges and counters the HTTP simulator serves on /metrics, as samples."""
+        return samples(self.cfg.model, self.cluster.instances)
+
+    async def send(self, rec: RequestRecord, prompt: SimPrompt, max_tokens: int,
+                   session: str) -> None:
+        """Run one request through the cluster and fill ``rec`` (failures are data; a
+        cancellation is recorded, the request aborted in the engine, and re-raised)."""
+        now = self.now_ns
+        cl = self.cluster
+        rec.sent_ns = now()
+        req = cl.make_hashed(prompt.hashes, prompt.tokens, max_tokens=max_tokens,
+                             ignore_eos=self.ignore_eos,
+                             min_tokens=max_tokens if self.ignore_eos else 0, session=session)
+        try:
+            cl.submit(req)
+        except SimRejected as e:
+            rec.end_ns = now()
+            rec.http_status = 400
+            rec.status = records.ERROR
+            rec.error_type = "http_400"
+            rec.error_message = str(e)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        res = StreamResult()
+        ev_ns, ev_tok = res.token_event_ns, res.token_event_tokens
+        seen = 0
+
+        def progress(r: SimRequest) -> None:
+            nonlocal seen
+            g = r.generated
+            if g > seen:
+                ev_ns.append(now())
+                ev_tok.append(g - seen)
+                seen = g
+            if (r.finished_at is not None or r.aborted) and not fut.done():
+                fut.set_result(None)
+
+        req.on_progress = progress
+        rec.http_status = 200
+        rec.result = res
+        try:
+            await fut
+        except asyncio.CancelledError:
+            cl.abort(req)
+            rec.end_ns = now()
+            rec.status = records.CANCELLED
+            rec.error_type = "cancelled"
+            rec.error_message = "cancelled at the deadline"
+            raise
+        rec.end_ns = now()
+        if req.aborted:  # what the HTTP simulator's stream says when its engine drops one
+            res.error_type = "stream_error"
+            res.error_message = "request aborted by the engine"
+            return
+        res.done = True
+        res.prompt_tokens = req.prompt_tokens
+        res.completion_tokens = req.generated
+        res.cached_tokens = req.cached_tokens

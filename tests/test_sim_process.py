@@ -168,7 +168,7 @@ async def test_replay_against_the_simulator_process(weka_trace, tmp_path):  # ty
     from agentbench.scenario import Scenario
 
     sc = Scenario.model_validate({
-        "name": "sim-e2e", "seed": 0,
+        "name": "sim-e2e", "seed": 0, "clock": "wall",
         "endpoints": [{"kind": "simulated", "preset": "h200-llama3-70b", "instances": 2,
                        "router": "session_affinity", "speedup": 50}],
         "trace": {"kind": "file", "source": "unused"},

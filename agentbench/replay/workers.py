@@ -170,7 +170,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
         caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
         for i, cfg in enumerate(sc.endpoints):
             endpoints.append(reconnect(cfg, i, spec.endpoints[i]))
-        flavors = {(e.api, e.overhead) for e in endpoints}
+        flavors = {(e.api, e.overhead, e.sim_block) for e in endpoints}
         ctx = RunContext(
             t0_ns=spec.t0_ns, seed=sc.seed, strategy=sc.timing.strategy,
             time_scale=sc.timing.time_scale, api_scale=sc.timing.api_scale,

@@ -309,10 +309,16 @@ class Health:
 
 
 async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event) -> None:
+    """Spool buffered rows to disk about once a second of wall time (in virtual time the
+    loop wakes every simulated second and flushes when a wall second has passed)."""
+    last = time.monotonic()
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 1.0)
-        writer.flush()
+        now = time.monotonic()
+        if now - last >= 1.0 or stop.is_set():
+            writer.flush()
+            last = now
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 from agentbench.scenario import SimulatedEndpoint
 from agentbench.sim.engine import Instance, SimRequest, first_fit_error
@@ -114,6 +115,8 @@ class Cluster:
         self.finished_log: list[SimRequest] | None = None
         self._wake: list[asyncio.Event] = []
         self._tasks: list[asyncio.Task[None]] = []
+        #: the virtual-time driver (``agentbench.sim.virtual.TimerDriver``), when one runs
+        self.driver: Any = None
 
     # ------------------------------------------------------------ requests
 
@@ -163,15 +166,21 @@ class Cluster:
         if why is not None:
             raise SimRejected(why)
         req.arrival = self.now() if at is None else at
+        if self.driver is not None:
+            self.driver.sync(req.arrival)  # routing reads every instance's state
         inst = self.instances[self.router.choose(req, self.instances)]
         inst.add(req)
         if self._wake:
             self._wake[inst.index].set()
+        if self.driver is not None:
+            self.driver.wake(inst.index)
         return inst
 
     def abort(self, req: SimRequest) -> None:
         """The client went away: free the request's blocks."""
         if 0 <= req.instance < len(self.instances):
+            if self.driver is not None:
+                self.driver.sync(self.now())
             self.instances[req.instance].abort(req)
 
     def abort_all(self) -> None:
@@ -213,18 +222,12 @@ class Cluster:
                 busy = False
                 wake.clear()
                 await wake.wait()
-            start = end_prev if busy else max(end_prev, (clock() - t0) * speedup)
-            dur = inst.plan(start)
-            if dur is None and inst.waiting and not inst.running:
-                start = max(start, inst.waiting[0].arrival)
-                dur = inst.plan(start)
-            if dur is None:  # the head request cannot be admitted on an idle instance
-                req = inst.waiting[0]
-                inst.abort(req)
-                if req.on_progress is not None:
-                    req.on_progress(req)
+            step = plan_next(inst, end_prev if busy else max(end_prev,
+                                                              (clock() - t0) * speedup))
+            if step is None:
+                busy = False
                 continue
-            end = start + dur
+            end = step[0] + step[1]
             delay = t0 + end / speedup - clock()
             await asyncio.sleep(delay if delay > 0 else 0)
             done = inst.commit(end)
@@ -232,3 +235,23 @@ class Cluster:
                 self.finished_log.extend(done)
             end_prev = end
             busy = True
+
+
+def plan_next(inst: Instance, start: float) -> tuple[float, float] | None:
+    """Plan ``inst``'s next step at ``start`` (later if its only work has not arrived yet);
+    return (start, duration), or None when it has nothing it can run. A head request that
+    cannot be admitted even on an idle instance is aborted (its handler told)."""
+    while inst.has_work():
+        dur = inst.plan(start)
+        if dur is None and inst.waiting and not inst.running:
+            start = max(start, inst.waiting[0].arrival)
+            dur = inst.plan(start)
+        if dur is not None:
+            return start, dur
+        if not inst.waiting:
+            return None
+        req = inst.waiting[0]  # cannot be admitted on an idle instance
+        inst.abort(req)
+        if req.on_progress is not None:
+            req.on_progress(req)
+    return None

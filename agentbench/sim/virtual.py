@@ -1,15 +1,67 @@
-"""Run the simulated cluster on a virtual clock: no sleeping, no HTTP. Used by the
-benchmark (scheduling work per request) and by tests that need many simulated requests.
+"""Run the simulated cluster on a virtual clock: no sleeping, no HTTP.
+
+- ``TimerDriver``: the cluster's instances stepped as timers of the running event loop,
+  which in a virtual-time run is the replay's own (``agentbench.replay.clock``), so the
+  engine and the agents share one simulated clock;
+- ``run_virtual``: a fixed schedule of requests run to completion without an event loop
+  (the scheduling benchmark, tests that need many simulated requests).
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import math
 from collections.abc import Iterable
 
-from agentbench.sim.cluster import Cluster
+from agentbench.sim.cluster import Cluster, plan_next
 from agentbench.sim.engine import Instance, SimRequest
+
+
+class TimerDriver:
+    """Steps each instance as loop timers: a busy instance's steps follow back to back; an
+    idle one starts a step when a request arrives (``wake``). Same step rule as the
+    wall-clock driver (``Cluster._drive``), without a task or a sleep per step."""
+
+    def __init__(self, cluster: Cluster, loop: asyncio.AbstractEventLoop) -> None:
+        self.cluster = cluster
+        self.loop = loop
+        n = len(cluster.instances)
+        self.end_prev = [0.0] * n
+        self.handles: list[asyncio.TimerHandle | None] = [None] * n
+
+    def start(self) -> None:
+        self.cluster.driver = self
+
+    def close(self) -> None:
+        for h in self.handles:
+            if h is not None:
+                h.cancel()
+        self.handles = [None] * len(self.handles)
+        self.cluster.driver = None
+
+    def sync(self, t: float) -> None:
+        """Bring every instance's state up to simulated time ``t`` (before it is read)."""
+
+    def wake(self, i: int) -> None:
+        if self.handles[i] is None:
+            self._begin(i, max(self.end_prev[i], self.cluster.now()))
+
+    def _begin(self, i: int, start: float) -> None:
+        step = plan_next(self.cluster.instances[i], start)
+        if step is None:
+            self.handles[i] = None
+            return
+        end = step[0] + step[1]
+        self.handles[i] = self.loop.call_at(end, self._done, i, end)
+
+    def _done(self, i: int, end: float) -> None:
+        cl = self.cluster
+        done = cl.instances[i].commit(end)
+        if done and cl.finished_log is not None:
+            cl.finished_log.extend(done)
+        self.end_prev[i] = end
+        self._begin(i, end)
 
 
 def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],

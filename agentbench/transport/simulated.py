@@ -18,6 +18,7 @@ from agentbench.replay.sse import StreamResult
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.metrics import samples
+from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.segments import SegmentPrompt, SimPrompt
 
 
@@ -31,17 +32,18 @@ class SimTransport:
         loop = asyncio.get_running_loop()
         self.cfg = cfg.model_copy(update={"speedup": 1.0})
         self.cluster = Cluster(self.cfg, clock=loop.time)
+        self.driver = TimerDriver(self.cluster, loop)
         self.now_ns = now_ns
         self.block_size = self.cfg.block_size
         self.chat = self.cfg.api == "chat"
         self.ignore_eos = True
 
     async def start(self) -> None:
-        await self.cluster.start()
+        self.driver.start()
 
     async def close(self) -> None:
         self.cluster.abort_all()
-        await self.cluster.close()
+        self.driver.close()
 
     def prompt_builder(self, salt: int, session_id: str, overhead: int,
                        shared_prefix: int) -> SegmentPrompt:

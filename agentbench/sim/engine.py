@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.metrics import E2E_BUCKETS, TTFT_BUCKETS, Histogram
@@ -54,6 +55,8 @@ class SimRequest:
     finish_reason: str | None = None
     aborted: bool = False
     on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
+    #: told of several decode steps at once (their end times) by a virtual-time driver
+    on_steps: Callable[[SimRequest, list[Any]], None] | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Instance:
         self.decoding: list[SimRequest] = []  # replaced on change, never mutated in place
         self.prefilling: list[SimRequest] = []
         self.stats = InstanceStats()
+        self._releases = 0  # requests that gave their blocks back (finished or aborted)
+        self._blocked: tuple[SimRequest, int] | None = None  # (head, releases) that failed
         self._decode_ctx = 0  # sum of context tokens over self.decoding
         self._dec_batch: list[SimRequest] = []  # decodes of the planned step
         self._prefill_plan: list[tuple[SimRequest, int]] = []  # (request, prompt tokens)
@@ -154,14 +159,26 @@ class Instance:
         """Match the prefix in GPU, CPU and shared tiers and reserve blocks; False if full."""
         hashes, limit = req.hashes, req.match_limit
         gpu = self.gpu
+        if self._blocked is not None and self._blocked[0] is req \
+                and self._blocked[1] == self._releases:
+            return False  # nothing gave blocks back since it last failed: it still cannot fit
         k = gpu.match(hashes, limit)
         if k:
             gpu.pin(hashes[k - 1])
         need = self.blocks_needed(req) - k
-        if not gpu.make_free(need):
+        if gpu.free < need:
+            # as vLLM, evict only when that makes room: free + evictable blocks, where the
+            # blocks on a running request's (or this one's) cached path cannot be evicted
+            paths = self._held_paths()
             if k:
-                gpu.unpin(hashes[k - 1])
-            return False
+                paths.append(hashes[:k])
+            if gpu.capacity - gpu.reserved - trie_size(paths) < need \
+                    or not gpu.make_free(need):
+                if k:
+                    gpu.unpin(hashes[k - 1])
+                self._blocked = (req, self._releases)
+                return False
+        self._blocked = None
         gpu.reserved += need
         req.reserved = need
         req.pinned = hashes[k - 1] if k else None
@@ -259,6 +276,52 @@ class Instance:
         self.stats.busy_s += dur
         return dur
 
+    # ------------------------------------------------------------ decode runs
+
+    def decode_run(self, start: float) -> list[float]:
+        """End times of the steps ahead that are certain now: when nothing waits or
+        prefills and every decode fits the budget, each step is a decode step of the same
+        batch until one of its requests finishes, so their ends follow from ``plan``'s own
+        arithmetic, step by step. Empty otherwise. ``apply_decode_steps`` commits them
+        in bulk; the last one is planned and committed as usual (it finishes requests)."""
+        if self._dirty:
+            self._purge()
+        dec = self.decoding
+        if self.waiting or self.prefilling or not dec \
+                or len(dec) > self.preset.max_num_batched_tokens:
+            return []
+        n = min(r.output_tokens - r.generated for r in dec)
+        b, ctx, t = len(dec), self._decode_ctx, start
+        lin_b, attn, s_flop = b * self._lin, self._attn, self._s_flop
+        wb, kvb, s_byte, over = self._wb, self._kvb, self._s_byte, self._overhead
+        ends = []
+        for _ in range(n):
+            t = t + (max((lin_b + ctx * attn) * s_flop, (wb + ctx * kvb) * s_byte) + over)
+            ends.append(t)
+            ctx += b
+        return ends
+
+    def apply_decode_steps(self, starts_ends: list[float], j: int,
+                           stamp: list[int] | None = None) -> None:
+        """Commit ``j`` decode steps of a ``decode_run`` (``starts_ends``: its start, then
+        its step ends), none of which finishes a request. Requests with ``on_steps`` get the
+        steps' end times (``stamp``: the same in integer ns, when the caller has them)."""
+        if j <= 0:
+            return
+        dec = self.decoding
+        st = self.stats
+        for k in range(j):
+            st.busy_s += starts_ends[k + 1] - starts_ends[k]
+        st.steps += j
+        st.generation_tokens += len(dec) * j
+        self._decode_ctx += len(dec) * j
+        for r in dec:
+            r.generated += j
+            if r.on_steps is not None:
+                r.on_steps(r, stamp if stamp is not None else starts_ends[1:j + 1])
+            elif r.on_progress is not None:
+                r.on_progress(r)
+
     def commit(self, now: float) -> list[SimRequest]:
         """Apply the planned step, ending at ``now``; return the requests that finished."""
         done: list[SimRequest] = []
@@ -337,6 +400,7 @@ class Instance:
                 self.shared.insert(hashes, n_full, now, make_room=True)
 
     def _release(self, r: SimRequest) -> None:
+        self._releases += 1
         if r.pinned is not None:
             self.gpu.unpin(r.pinned)
             r.pinned = None
@@ -354,10 +418,14 @@ class Instance:
         common prefixes of neighbours in sorted order (equal to
         ``gpu.referenced_blocks(pinned)``, without walking every path)."""
         gpu = self.gpu
-        paths = [r.hashes[:gpu.depth_of(r.pinned) + 1] for r in self.decoding + self.prefilling
-                 if r.pinned is not None and not r.aborted]
-        used = trie_size(paths) + gpu.reserved
+        used = trie_size(self._held_paths()) + gpu.reserved
         return min(1.0, used / gpu.capacity)
+
+    def _held_paths(self) -> list[list[int]]:
+        """The cached path of every running request (its hashes up to its pinned block)."""
+        depth = self.gpu.depth_of
+        return [r.hashes[:depth(r.pinned) + 1] for r in self.decoding + self.prefilling
+                if r.pinned is not None and not r.aborted]
 
 
 def trie_size(paths: list[list[int]]) -> int:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import math
 from collections.abc import Iterable
@@ -21,7 +22,14 @@ from agentbench.sim.engine import Instance, SimRequest
 class TimerDriver:
     """Steps each instance as loop timers: a busy instance's steps follow back to back; an
     idle one starts a step when a request arrives (``wake``). Same step rule as the
-    wall-clock driver (``Cluster._drive``), without a task or a sleep per step."""
+    wall-clock driver (``Cluster._drive``), without a task or a sleep per step.
+
+    Decode runs: when an instance's next steps are all decode steps of one batch until a
+    request finishes (``Instance.decode_run``), one timer covers them and their tokens
+    are stamped at each step's end. Anything that reads or changes an instance (an
+    arrival, an abort, a metrics sample) first calls ``sync(t)``: the steps ended by ``t``
+    are committed, the one in progress is planned as it would have been, and the run ends
+    there; so the records are those of stepping one step at a time."""
 
     def __init__(self, cluster: Cluster, loop: asyncio.AbstractEventLoop) -> None:
         self.cluster = cluster
@@ -29,6 +37,8 @@ class TimerDriver:
         n = len(cluster.instances)
         self.end_prev = [0.0] * n
         self.handles: list[asyncio.TimerHandle | None] = [None] * n
+        self.runs: list[list[float] | None] = [None] * n  # [start, end 1, ..., end K]
+        self.applied = [0] * n  # steps of the run committed so far
 
     def start(self) -> None:
         self.cluster.driver = self
@@ -42,13 +52,51 @@ class TimerDriver:
 
     def sync(self, t: float) -> None:
         """Bring every instance's state up to simulated time ``t`` (before it is read)."""
+        for i, run in enumerate(self.runs):
+            if run is None:
+                continue
+            k = len(run) - 1
+            m = min(bisect.bisect_right(run, t, 1) - 1, k - 1)  # steps ended by t
+            self._apply(i, m)
+            start = run[m]  # the step in progress, planned as it was at its start
+            dur = self.cluster.instances[i].plan(start)
+            assert dur is not None
+            self.runs[i] = None
+            h = self.handles[i]
+            if h is not None:
+                h.cancel()
+            self.handles[i] = self.loop.call_at(start + dur, self._done, i, start + dur)
 
     def wake(self, i: int) -> None:
         if self.handles[i] is None:
             self._begin(i, max(self.end_prev[i], self.cluster.now()))
 
+    def _apply(self, i: int, upto: int) -> None:
+        run, a = self.runs[i], self.applied[i]
+        if run is not None and upto > a:
+            stamp = [round(e * 1e9) for e in run[a + 1:upto + 1]]
+            self.cluster.instances[i].apply_decode_steps(run[a:upto + 1], upto - a, stamp)
+            self.applied[i] = upto
+
+    def _run_end(self, i: int) -> None:
+        run = self.runs[i]
+        assert run is not None
+        k = len(run) - 1
+        self._apply(i, k - 1)
+        self.runs[i] = None
+        dur = self.cluster.instances[i].plan(run[k - 1])  # the last step, as usual
+        assert dur is not None
+        self._done(i, run[k - 1] + dur)
+
     def _begin(self, i: int, start: float) -> None:
-        step = plan_next(self.cluster.instances[i], start)
+        inst = self.cluster.instances[i]
+        ends = inst.decode_run(start)
+        if len(ends) > 1:
+            self.runs[i] = [start, *ends]
+            self.applied[i] = 0
+            self.handles[i] = self.loop.call_at(ends[-1], self._run_end, i)
+            return
+        step = plan_next(inst, start)
         if step is None:
             self.handles[i] = None
             return

@@ -52,6 +52,7 @@ class SimTransport:
 
     def metrics_samples(self) -> list[tuple[str, dict[str, str], float]]:
         """The gauges and counters the HTTP simulator serves on /metrics, as samples."""
+        self.driver.sync(self.cluster.now())
         return samples(self.cfg.model, self.cluster.instances)
 
     async def send(self, rec: RequestRecord, prompt: SimPrompt, max_tokens: int,
@@ -88,7 +89,14 @@ class SimTransport:
             if (r.finished_at is not None or r.aborted) and not fut.done():
                 fut.set_result(None)
 
+        def steps(r: SimRequest, ends_ns: list[int]) -> None:
+            nonlocal seen
+            ev_ns.extend(ends_ns)
+            ev_tok.extend([1] * len(ends_ns))
+            seen = r.generated
+
         req.on_progress = progress
+        req.on_steps = steps
         rec.http_status = 200
         rec.result = res
         try:

@@ -215,7 +215,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                        if virtual else None, enabled=progress, virtual=virtual)
         bg.append(asyncio.ensure_future(bar.loop(fleet.view() if fleet else ctx,
                                                  lambda: current["stage"], stop_bg)))
-        bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
+        bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg,
+                                                    10.0 if virtual else 1.0)))
         source = TreeSource(specs, scenario.limits.recycle)
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
         # out of the collector's full passes, which otherwise stall the loop for tens of ms
@@ -308,13 +309,15 @@ class Health:
                 "note": "loop stalls include time the OS gave the CPU to other processes"}
 
 
-async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event) -> None:
+async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event,
+                      every_s: float = 1.0) -> None:
     """Spool buffered rows to disk about once a second of wall time (in virtual time the
-    loop wakes every simulated second and flushes when a wall second has passed)."""
+    loop wakes every ``every_s`` simulated seconds and flushes when a wall second has
+    passed)."""
     last = time.monotonic()
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            await asyncio.wait_for(stop.wait(), every_s)
         now = time.monotonic()
         if now - last >= 1.0 or stop.is_set():
             writer.flush()

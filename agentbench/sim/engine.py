@@ -278,19 +278,21 @@ class Instance:
 
     # ------------------------------------------------------------ decode runs
 
-    def decode_run(self, start: float) -> list[float]:
+    def decode_run(self, start: float, max_steps: int) -> tuple[list[float], bool]:
         """End times of the steps ahead that are certain now: when nothing waits or
         prefills and every decode fits the budget, each step is a decode step of the same
         batch until one of its requests finishes, so their ends follow from ``plan``'s own
-        arithmetic, step by step. Empty otherwise. ``apply_decode_steps`` commits them
-        in bulk; the last one is planned and committed as usual (it finishes requests)."""
+        arithmetic, step by step. Empty otherwise. At most ``max_steps``; the flag tells
+        whether the last one finishes a request. ``apply_decode_steps`` commits them in
+        bulk; a last step that finishes requests is planned and committed as usual."""
         if self._dirty:
             self._purge()
         dec = self.decoding
-        if self.waiting or self.prefilling or not dec \
-                or len(dec) > self.preset.max_num_batched_tokens:
-            return []
-        n = min(r.output_tokens - r.generated for r in dec)
+        if self.prefilling or not dec or len(dec) > self.preset.max_num_batched_tokens \
+                or not self._queue_stuck():
+            return [], False
+        left = min(r.output_tokens - r.generated for r in dec)
+        n = min(left, max_steps)
         b, ctx, t = len(dec), self._decode_ctx, start
         lin_b, attn, s_flop = b * self._lin, self._attn, self._s_flop
         wb, kvb, s_byte, over = self._wb, self._kvb, self._s_byte, self._overhead
@@ -299,7 +301,19 @@ class Instance:
             t = t + (max((lin_b + ctx * attn) * s_flop, (wb + ctx * kvb) * s_byte) + over)
             ends.append(t)
             ctx += b
-        return ends
+        return ends, n == left
+
+    def _queue_stuck(self) -> bool:
+        """Nothing waiting can be admitted until a request gives its blocks or its slot
+        back: the queue is empty, the sequence slots are full, or the head failed
+        admission and nothing was released since (then ``plan`` makes pure decode steps,
+        with the same duration as its decode-only path)."""
+        if not self.waiting:
+            return True
+        if len(self.decoding) + len(self.prefilling) >= self.preset.max_num_seqs:
+            return True
+        b = self._blocked
+        return b is not None and b[0] is self.waiting[0] and b[1] == self._releases
 
     def apply_decode_steps(self, starts_ends: list[float], j: int,
                            stamp: list[int] | None = None) -> None:

@@ -19,6 +19,10 @@ from agentbench.sim.cluster import Cluster, plan_next
 from agentbench.sim.engine import Instance, SimRequest
 
 
+#: steps computed ahead at a time (arrivals elsewhere usually cut a run short)
+RUN_STEPS = 32
+
+
 class TimerDriver:
     """Steps each instance as loop timers: a busy instance's steps follow back to back; an
     idle one starts a step when a request arrives (``wake``). Same step rule as the
@@ -39,6 +43,7 @@ class TimerDriver:
         self.handles: list[asyncio.TimerHandle | None] = [None] * n
         self.runs: list[list[float] | None] = [None] * n  # [start, end 1, ..., end K]
         self.applied = [0] * n  # steps of the run committed so far
+        self.run_finishes = [False] * n  # whether a run's last step finishes a request
 
     def start(self) -> None:
         self.cluster.driver = self
@@ -82,6 +87,12 @@ class TimerDriver:
         run = self.runs[i]
         assert run is not None
         k = len(run) - 1
+        if not self.run_finishes[i]:  # a run cut at RUN_STEPS: commit it, go on
+            self._apply(i, k)
+            self.runs[i] = None
+            self.end_prev[i] = run[k]
+            self._begin(i, run[k])
+            return
         self._apply(i, k - 1)
         self.runs[i] = None
         dur = self.cluster.instances[i].plan(run[k - 1])  # the last step, as usual
@@ -90,10 +101,11 @@ class TimerDriver:
 
     def _begin(self, i: int, start: float) -> None:
         inst = self.cluster.instances[i]
-        ends = inst.decode_run(start)
+        ends, finishes = inst.decode_run(start, RUN_STEPS)
         if len(ends) > 1:
             self.runs[i] = [start, *ends]
             self.applied[i] = 0
+            self.run_finishes[i] = finishes
             self.handles[i] = self.loop.call_at(ends[-1], self._run_end, i)
             return
         step = plan_next(inst, start)

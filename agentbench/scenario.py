@@ -6,7 +6,6 @@ description; ``agentbench validate`` prints every problem at once.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -281,7 +280,15 @@ class ServerMetrics(Strict):
     """Scraping the endpoints' Prometheus /metrics during the run."""
 
     enabled: bool = Field(True, description="Scrape when the endpoint exposes /metrics.")
-    interval_s: float = Field(1.0, gt=0, description="Seconds between scrapes.")
+    interval_s: float = Field(1.0, gt=0, description="Seconds between scrapes. Default: 1 s "
+                              "on the wall clock, 10 simulated s in virtual time (samples "
+                              "cost CPU there, not time), unless set.")
+
+    def interval_for(self, clock: str) -> float:
+        """The interval in force on ``clock`` (see ``interval_s``)."""
+        if clock == "virtual" and "interval_s" not in self.model_fields_set:
+            return 10.0
+        return self.interval_s
 
 
 class Output(Strict):
@@ -381,9 +388,3 @@ class Scenario(Strict):
             return self.clock
         return "virtual" if all(e.kind == "simulated" for e in self.endpoints) else "wall"
 
-
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario YAML file; raise ``ScenarioError`` listing every problem."""
-    from agentbench.scenario_io import load_scenario as _load
-
-    return _load(path)

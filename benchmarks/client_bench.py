@@ -5,7 +5,7 @@ Servers (each in its own processes, pinned away from the client core):
 
 - ``nginx``: ``../shared/tools/instant-server`` (Debian ``nginx-light``): the whole SSE
   answer in one write, as a file;
-- ``chunked``: ``agentbench.replay.fastserver --per-event``: one write per SSE event, so
+- ``chunked``: ``agentbench.testing.fastserver --per-event``: one write per SSE event, so
   every event can cost the client a read;
 - ``timed``: fastserver with a known TTFT and ITL that logs when it wrote each stream's
   first token, for agentbench's TTFT self-inflation (measured TTFT minus the server's).
@@ -224,7 +224,7 @@ class Server:
             self.master = int(out.stdout.split()[-1])
             self.url = f"http://127.0.0.1:{port}"
         else:
-            cmd = [sys.executable, "-m", "agentbench.replay.fastserver", "--port", "0",
+            cmd = [sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0",
                    "--tokens", str(TOKENS)]
             if kind == "chunked":
                 cmd.append("--per-event")

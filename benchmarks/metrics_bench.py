@@ -1,6 +1,6 @@
 """How long ``agentbench.metrics.summarize`` takes on a large results folder.
 
-Writes a synthetic run (``agentbench.metrics.demo``) of about 1M requests (3 sweep stages,
+Writes a synthetic run (``agentbench.testing.demo``) of about 1M requests (3 sweep stages,
 2 endpoints, token events per request as given), then times, in the same process:
 - reference: reading requests.parquet alone (pyarrow), and sorting 1M float64 (numpy), so a
   reader can tell a slow machine from slow code;
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from agentbench import records as R
 from agentbench.metrics import summarize
-from agentbench.metrics.demo import write_demo_run
+from agentbench.testing.demo import write_demo_run
 
 
 def _best(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]

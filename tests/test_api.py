@@ -12,7 +12,7 @@ import pytest
 
 import agentbench
 from agentbench import records as R
-from agentbench.metrics.demo import write_demo_run
+from agentbench.testing.demo import write_demo_run
 
 ROOT = Path(__file__).resolve().parent.parent
 

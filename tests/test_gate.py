@@ -17,8 +17,8 @@ from agentbench import records as R
 from agentbench.cli import app
 from agentbench.errors import InputError
 from agentbench.metrics.bootstrap import _weighted_quantile
-from agentbench.metrics.demo import write_demo_run
 from agentbench.report.gate import evaluate, load_rules, parse_rules
+from agentbench.testing.demo import write_demo_run
 
 runner = CliRunner()
 CONFIG = {"trees": 16, "turns": 30, "concurrency": (2, 8), "endpoints": ("sim",)}

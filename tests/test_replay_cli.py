@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def fast_server() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "agentbench.replay.fastserver", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "agentbench.testing.fastserver", "--port",
                              "0", "--ttft", "0.005", "--itl", "0.0002"],
                             stdout=subprocess.PIPE, text=True)
     try:

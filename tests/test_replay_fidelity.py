@@ -46,7 +46,7 @@ def trace(roots: int, turns: int, out: int) -> Trace:
 def server(tmp_path):  # type: ignore[no-untyped-def]
     log = tmp_path / "server.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentbench.replay.fastserver", "--port", "0", "--ttft", "0.05",
+        [sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0", "--ttft", "0.05",
          "--itl", "0.005", "--log", str(log)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

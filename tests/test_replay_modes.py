@@ -15,8 +15,8 @@ import pytest
 
 from agentbench import records
 from agentbench.replay import run_scenario
-from agentbench.replay.fakeserver import FakeServer, ServerConfig
 from agentbench.scenario import Scenario
+from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Session, Trace, Turn
 
 

@@ -1,4 +1,4 @@
-"""Replay against a real HTTP server started by the test (agentbench.replay.fakeserver):
+"""Replay against a real HTTP server started by the test (agentbench.testing.fakeserver):
 fork/spawn/join ordering on the Weka subagent traces, byte-identical growing prompts,
 token counts as the trace says, routing, recycling, bounds and results on disk."""
 
@@ -16,8 +16,8 @@ import pytest
 
 from agentbench import records
 from agentbench.replay import run_scenario
-from agentbench.replay.fakeserver import FakeServer, ServerConfig
 from agentbench.scenario import Scenario
+from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Trace, Turn
 
 WEKA_TREES = ("trace_0010", "trace_0004", "trace_0291")  # joins (3 children), background, small

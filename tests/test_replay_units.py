@@ -11,8 +11,8 @@ import pytest
 
 from agentbench import tokenize
 from agentbench.replay import prompts, schedule, sse
-from agentbench.replay.fastserver import events
 from agentbench.replay.timers import Timers
+from agentbench.testing.fastserver import events
 from agentbench.traces.model import Turn
 
 # ---------------------------------------------------------------- SSE

@@ -22,10 +22,10 @@ from test_replay_run import WEKA_TREES, scenario, small_outputs
 
 from agentbench import records
 from agentbench.replay import run_scenario
-from agentbench.replay.fakeserver import FakeServer, ServerConfig
-from agentbench.replay.runner import Shard, TreeSource
+from agentbench.replay.stages import Shard, TreeSource
 from agentbench.replay.workers import WORKERS_DIR, merge_parts, resolve_workers
 from agentbench.replay.writer import ResultsWriter
+from agentbench.testing.fakeserver import FakeServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,7 +190,7 @@ def test_resolve_workers() -> None:
 
 def test_merge_parts_appends_and_orders_by_end(tmp_path: Path) -> None:
     from agentbench.replay.client import RequestRecord
-    from agentbench.replay.fastserver import events
+    from agentbench.testing.fastserver import events
 
     def rec(i: int, end: int) -> RequestRecord:
         r = RequestRecord(i, "c=1", "measure", "ep", 0, "t#0", "t", "root", 0, i, 10, 5, 1, 0,

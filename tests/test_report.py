@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agentbench import records as R
 from agentbench.cli import app
 from agentbench.metrics.catalog import METRICS, change_phrase, format_value
-from agentbench.metrics.demo import write_demo_run
+from agentbench.testing.demo import write_demo_run
 
 EVIL = "<script>alert('x')</script>"
 EVIL_MSG = '<img src=x onerror="alert(1)"> & |pipe|'

@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentbench.metrics.demo import write_demo_run
 from agentbench.report.render import render
+from agentbench.testing.demo import write_demo_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

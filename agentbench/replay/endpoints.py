@@ -160,6 +160,12 @@ def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
                         metrics_url=metrics_url, ignore_eos=False)
 
 
+def _http(ep: LiveEndpoint) -> aiohttp.ClientSession:
+    if ep.http is None:
+        raise RuntimeError(f"endpoint {ep.label} has no HTTP connection (in-process)")
+    return ep.http
+
+
 def opened(ep: LiveEndpoint) -> dict[str, Any]:
     """What ``open_endpoint`` found out, for ``reconnect`` in another process."""
     return {"label": ep.label, "base_url": ep.base_url, "ignore_eos": ep.ignore_eos,
@@ -197,7 +203,7 @@ async def calibrate(ep: LiveEndpoint, model: str, extra: dict[str, Any],
         else:
             body["prompt"] = [int(x) for x in content.split(b",")]
         try:
-            async with ep.http.post(ep.target.url, data=json.dumps(body).encode(),
+            async with _http(ep).post(ep.target.url, data=json.dumps(body).encode(),
                                     headers=dict(ep.target.headers),
                                     timeout=aiohttp.ClientTimeout(total=60)) as resp:
                 data = await resp.json(content_type=None) if resp.status == 200 else None
@@ -235,7 +241,7 @@ async def check_reachable(ep: LiveEndpoint, model: str, index: int) -> None:
 
     where = f"endpoints[{index}]"
     try:
-        async with ep.http.post(ep.target.url, data=json.dumps(body).encode(),
+        async with _http(ep).post(ep.target.url, data=json.dumps(body).encode(),
                                 headers=dict(ep.target.headers),
                                 timeout=aiohttp.ClientTimeout(total=60)) as resp:
             text = (await resp.read())[:300].decode("utf-8", "replace")
@@ -263,7 +269,7 @@ async def probe_ignore_eos(ep: LiveEndpoint, model: str, extra: dict[str, Any]) 
     else:
         body["prompt"] = "hi"
     try:
-        async with ep.http.post(ep.target.url, data=json.dumps(body).encode(),
+        async with _http(ep).post(ep.target.url, data=json.dumps(body).encode(),
                                 headers=dict(ep.target.headers),
                                 timeout=aiohttp.ClientTimeout(total=30)) as resp:
             await resp.read()

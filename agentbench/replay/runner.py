@@ -25,89 +25,20 @@ from agentbench.replay.endpoints import (
 from agentbench.replay.progress import Progress, planned_requests
 from agentbench.replay.prompts import BlockCache
 from agentbench.replay.rundir import make_run_dir, run_info, write_run_json
-from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
+from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import sample_loop, scrape_loop, scrape_once
+from agentbench.replay.stages import Health, TreeSource, flush_loop, run_stage, stages_of
 from agentbench.replay.timers import Timers
-from agentbench.replay.tree import RunContext, StageOver, TreeRun, TreeSpec, tree_specs
+from agentbench.replay.tree import RunContext, tree_specs
 from agentbench.replay.writer import ResultsWriter
 from agentbench.traces.model import Trace
 from agentbench.traces.stats import potential_cached_tokens
 
 
 @dataclass
-class Stage:
-    """One sweep stage: a label, closed-loop lanes or an open-loop arrival rate."""
-
-    label: str
-    lanes: int | None = None
-    rate_per_s: float | None = None
-
-
-@dataclass
 class RunResult:
     run_dir: Path
     info: dict[str, Any]
-
-
-def stages_of(load: Any) -> list[Stage]:
-    if load.kind == "lanes":
-        vals = load.concurrency if isinstance(load.concurrency, list) else [load.concurrency]
-        return [Stage(f"c={v}", lanes=v) for v in vals]
-    if load.arrival == "trace":
-        return [Stage("trace")]
-    rates = load.rate_per_s if isinstance(load.rate_per_s, list) else [load.rate_per_s]
-    return [Stage(f"r={r:g}", rate_per_s=r) for r in rates]
-
-
-class TreeSource:
-    """Trees in order; when the trace runs out, the next copy (a fresh cache-bust salt) when
-    recycling is on. Each stage restarts at the first tree with copies never used before.
-
-    The position state lives in ``state`` (``[pos, base, max copy + 1, ordinal, ordinal at
-    the stage start]``) behind
-    ``lock``: a plain list in one process, shared memory when lanes are sharded over worker
-    processes (:mod:`agentbench.replay.workers`), so every worker draws from one sequence
-    and the request set is the single-process one."""
-
-    def __init__(self, specs: list[TreeSpec], recycle: bool, state: Any = None,
-                 lock: Any = None) -> None:
-        self.specs = specs
-        self.recycle = recycle
-        self._s = state if state is not None else [0, 0, 0, 0, 0]
-        self._lock = lock if lock is not None else contextlib.nullcontext()
-
-    def restart(self) -> None:
-        with self._lock:
-            self._s[1] = self._s[2]
-            self._s[0] = 0
-            self._s[4] = self._s[3]
-
-    def next(self, limit: int | None = None) -> tuple[TreeSpec, int, int] | None:
-        """The next (tree, copy, ordinal); None when the trace (or ``limit`` trees of this
-        stage) ran out. The ordinal counts trees over the whole run."""
-        with self._lock:
-            pos = self._s[0]
-            if limit is not None and pos >= limit:
-                return None
-            item = self._take(pos)
-            if item is not None:
-                self._s[0] = pos + 1
-            return item
-
-    def at(self, pos: int) -> tuple[TreeSpec, int, int] | None:
-        """The tree of stage position ``pos`` (open loop: arrival ``pos`` takes it)."""
-        with self._lock:
-            return self._take(pos)
-
-    def _take(self, pos: int) -> tuple[TreeSpec, int, int] | None:
-        n = len(self.specs)
-        if n == 0 or (not self.recycle and pos >= n):
-            return None
-        spec, copy = self.specs[pos % n], self._s[1] + pos // n
-        self._s[2] = max(self._s[2], copy + 1)
-        ordinal = self._s[4] + pos
-        self._s[3] = max(self._s[3], ordinal + 1)
-        return spec, copy, ordinal
 
 
 def load_trace(scenario: Any) -> Trace:
@@ -197,7 +128,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             caches=caches, potential=potential, on_request=on_request,
             flavor=next(iter(flavors)) if len(flavors) == 1 else None)
         if scenario.server_metrics.enabled:
-            every = scenario.server_metrics.interval_s
+            every = scenario.server_metrics.interval_for(VIRTUAL if virtual else WALL)
             for e in endpoints:
                 if e.transport is not None:
                     bg.append(asyncio.ensure_future(sample_loop(
@@ -215,7 +146,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                        if virtual else None, enabled=progress, virtual=virtual)
         bg.append(asyncio.ensure_future(bar.loop(fleet.view() if fleet else ctx,
                                                  lambda: current["stage"], stop_bg)))
-        bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg,
+        bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg,
                                                     10.0 if virtual else 1.0)))
         source = TreeSource(specs, scenario.limits.recycle)
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
@@ -233,7 +164,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                 await fleet.run_stage(k, stage, t_start)
             else:
                 source.restart()
-                await _run_stage(ctx, scenario, stage, k, source, trace)
+                await run_stage(ctx, scenario, stage, k, source, trace)
             info["stages"].append({"label": stage.label, "start_ns": t_start,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
                                    "rate_per_s": stage.rate_per_s})
@@ -275,181 +206,3 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     return RunResult(run_dir, info)
 
 
-class Health:
-    """How often the client itself could not run on time: event-loop stalls (a 10 ms
-    sleep that overslept) and garbage-collector pauses. Written to run.json so a slow
-    figure can be told apart from a stalled client (or a busy machine)."""
-
-    def __init__(self) -> None:
-        self.stalls_ms: list[float] = []
-        self.gc_ms: list[float] = []
-        self._gc_t0 = 0.0
-
-    def gc_callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._gc_t0 = time.perf_counter()
-        else:
-            self.gc_ms.append((time.perf_counter() - self._gc_t0) * 1e3)
-
-    async def watch(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            t = time.perf_counter()
-            await asyncio.sleep(0.01)
-            late = (time.perf_counter() - t) * 1e3 - 10.0
-            if late > 2.0:
-                self.stalls_ms.append(late)
-
-    def summary(self) -> dict[str, Any]:
-        return {"loop_stalls_over_2ms": len(self.stalls_ms),
-                "loop_stalls_over_10ms": sum(x > 10 for x in self.stalls_ms),
-                "loop_stall_max_ms": round(max(self.stalls_ms, default=0.0), 3),
-                "gc_pauses": len(self.gc_ms),
-                "gc_pauses_over_10ms": sum(x > 10 for x in self.gc_ms),
-                "gc_pause_max_ms": round(max(self.gc_ms, default=0.0), 3),
-                "note": "loop stalls include time the OS gave the CPU to other processes"}
-
-
-async def _flush_loop(writer: ResultsWriter, stop: asyncio.Event,
-                      every_s: float = 1.0) -> None:
-    """Spool buffered rows to disk about once a second of wall time (in virtual time the
-    loop wakes every ``every_s`` simulated seconds and flushes when a wall second has
-    passed)."""
-    last = time.monotonic()
-    while not stop.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
-        now = time.monotonic()
-        if now - last >= 1.0 or stop.is_set():
-            writer.flush()
-            last = now
-
-
-@dataclass(frozen=True)
-class Shard:
-    """The part of a stage one process runs: its lanes (global lane numbers) and, in open
-    loop, the arrivals ``k`` with ``k % count == index``; ``max_concurrency`` is split."""
-
-    index: int = 0
-    count: int = 1
-
-    def lanes(self, n: int) -> list[int]:
-        return list(range(self.index, n, self.count))
-
-    def cap(self, total: int) -> int:
-        return total // self.count + (1 if self.index < total % self.count else 0)
-
-
-async def _run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
-                     trace: Trace, shard: Shard = Shard(),
-                     stage_start_ns: int | None = None) -> None:
-    """Run one stage until its bound; at the deadline stop sending, and let in-flight
-    requests finish or cancel them (``limits.on_deadline``). The deadline counts from
-    ``stage_start_ns`` (default: now), so worker processes share one."""
-    lim = sc.limits
-    ctx.stage = stage.label
-    ctx.stopping = False
-    ctx.requests_sent = 0
-    ctx.max_requests = lim.max_requests
-    tasks: set[asyncio.Task[Any]] = set()
-    warm = sc.warmup.enabled and k == 0
-    t_stage = ctx.timers.now_ns() if stage_start_ns is None else stage_start_ns
-
-    stop_now = ctx.stop
-    if stage.lanes is not None:
-        body = asyncio.ensure_future(_lanes(ctx, sc, shard.lanes(stage.lanes), source, warm,
-                                            tasks))
-    else:
-        body = asyncio.ensure_future(_arrivals(ctx, sc, stage, k, source, trace, tasks, shard,
-                                               t_stage))
-    try:
-        deadline = None
-        if lim.duration_s is not None:
-            deadline = max(0.0, lim.duration_s - (ctx.timers.now_ns() - t_stage) / NS)
-        done, _ = await asyncio.wait({body}, timeout=deadline)
-        if not done:
-            stop_now()
-            if lim.on_deadline == "cancel":
-                for t in list(tasks):
-                    t.cancel()
-            await asyncio.gather(body, return_exceptions=True)
-        elif body.exception() is not None:
-            raise body.exception()  # type: ignore[misc]
-    except BaseException:
-        stop_now()
-        for t in list(tasks):
-            t.cancel()
-        body.cancel()
-        await asyncio.gather(body, *tasks, return_exceptions=True)
-        raise
-
-
-async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource, warm: bool,
-                 tasks: set[asyncio.Task[Any]]) -> None:
-    max_sessions = sc.limits.max_sessions
-
-    async def lane(i: int) -> None:
-        first = True
-        while not ctx.stopping:
-            item = source.next(max_sessions)
-            if item is None:
-                return
-            spec, copy, ordinal = item
-            warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns),
-                                           sc.warmup.random_start) if warm and first else None)
-            first = False
-            await TreeRun(ctx, spec, copy, i, warm_turn, ordinal).run()
-
-    for i in lanes:
-        t = asyncio.ensure_future(lane(i))
-        tasks.add(t)
-    await asyncio.gather(*tasks, return_exceptions=False)
-
-
-async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
-                    trace: Trace, tasks: set[asyncio.Task[Any]], shard: Shard,
-                    t_stage: int) -> None:
-    load = sc.load
-    starts = [r.start_s for r in trace.roots()]
-    offsets = arrival_offsets_ns(load.arrival, stage.rate_per_s, sc.seed, k, starts,
-                                 sc.timing.time_scale)
-    cap = (asyncio.Semaphore(max(1, shard.cap(load.max_concurrency)))
-           if load.max_concurrency else None)
-    duration_ns = int(sc.limits.duration_s * NS) if sc.limits.duration_s else None
-    for arrivals, off in enumerate(offsets):
-        if ctx.stopping:
-            break
-        if sc.limits.max_sessions is not None and arrivals >= sc.limits.max_sessions:
-            break
-        if duration_ns is not None and off > duration_ns:
-            break
-        if arrivals % shard.count != shard.index:
-            if not source.recycle and arrivals >= len(source.specs):
-                break
-            continue
-        target = t_stage + off
-        try:
-            await ctx.timers.wait_until(target, pullable=False)
-        except StageOver:
-            break
-        if cap is not None:
-            await cap.acquire()
-        item = source.at(arrivals)
-        if item is None:
-            if cap is not None:
-                cap.release()
-            break
-        spec, copy, ordinal = item
-        tr = TreeRun(ctx, spec, copy, arrivals, None, ordinal)
-
-        async def one(tr: TreeRun = tr, start: int = target) -> None:
-            try:
-                await tr.run(start_ns=start)
-            finally:
-                if cap is not None:
-                    cap.release()
-
-        t = asyncio.ensure_future(one())
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
-    while tasks:
-        await asyncio.gather(*list(tasks), return_exceptions=True)

@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from agentbench import records
 from agentbench.errors import InputError
+from agentbench.replay.stages import Health, Shard, TreeSource, flush_loop, run_stage
 
 WORKERS_DIR = "workers"
 _STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
@@ -139,7 +140,6 @@ def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
 async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     from agentbench.replay.endpoints import Router, close_endpoint, reconnect
     from agentbench.replay.prompts import BlockCache
-    from agentbench.replay.runner import Health, Shard, TreeSource, _flush_loop, _run_stage
     from agentbench.replay.timers import Timers
     from agentbench.replay.tree import RunContext, tree_specs
     from agentbench.replay.writer import ResultsWriter
@@ -181,7 +181,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
             flavor=next(iter(flavors)) if len(flavors) == 1 else None,
             request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take)
         source = TreeSource(tree_specs(trace), sc.limits.recycle, shared.src, shared.lock)
-        bg.append(asyncio.ensure_future(_flush_loop(writer, stop_bg)))
+        bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg)))
         bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         bg.append(asyncio.ensure_future(_watch(spec, shared, ctx, asyncio.current_task(),
                                                stop_bg)))
@@ -196,7 +196,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
             if msg[0] != "stage":
                 break
             _, k, stage, start_ns = msg
-            await _run_stage(ctx, sc, stage, k, source, trace, shard, start_ns)
+            await run_stage(ctx, sc, stage, k, source, trace, shard, start_ns)
             conn.send(("done", k, ctx.requests_sent))
         status = "completed"
     except asyncio.CancelledError:
@@ -275,8 +275,6 @@ class Fleet:
 
     def __init__(self, n: int, scenario: Any, trace: Any, found: list[dict[str, Any]],
                  t0_ns: int, run_dir: Path) -> None:
-        from agentbench.replay.runner import TreeSource
-
         self.n = n
         self.mp: Any = multiprocessing.get_context(start_method())
         self.shared = Shared(self.mp, n)

@@ -11,12 +11,15 @@ loop and exposes ``handle.cluster``.
 
 Modules: ``presets`` (timing parameters and their sources), ``prompt`` (token counts and
 prefix-chained block hashes), ``kvcache`` (paged prefix cache), ``engine`` (one
-instance's scheduler), ``cluster`` (router, shared tier, async driver), ``metrics``
-(Prometheus text), ``server`` (HTTP), ``process`` (the child process).
+instance's scheduler), ``cluster`` (router, shared tier, async driver), ``histogram``
+(latency histograms), ``metrics`` (Prometheus text), ``server`` (HTTP), ``process`` (the
+child process), ``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).
 """
 
-from agentbench.sim.process import SimProcess, SimulatorStartError
-from agentbench.sim.server import SESSION_HEADER, SimHandle, start_simulator
+from agentbench.sim.errors import SimulatorStartError
+from agentbench.sim.launch import start_simulator
+from agentbench.sim.process import SimProcess
+from agentbench.sim.server import SESSION_HEADER, SimHandle
 
 __all__ = ["SESSION_HEADER", "SimHandle", "SimProcess", "SimulatorStartError",
            "start_simulator"]

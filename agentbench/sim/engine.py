@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentbench.sim.histogram import E2E_BUCKETS, TTFT_BUCKETS, Histogram
 from agentbench.sim.kvcache import PrefixCache
-from agentbench.sim.metrics import E2E_BUCKETS, TTFT_BUCKETS, Histogram
 from agentbench.sim.presets import Preset
 
 

@@ -14,47 +14,17 @@ client-visible seconds (simulated seconds divided by ``speedup``).
 
 from __future__ import annotations
 
-import bisect
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+# re-exported: they lived here before ``histogram`` (the engine imports them from there)
+from agentbench.sim.histogram import E2E_BUCKETS as E2E_BUCKETS
+from agentbench.sim.histogram import TTFT_BUCKETS as TTFT_BUCKETS
+from agentbench.sim.histogram import Histogram as Histogram
+
 if TYPE_CHECKING:
     from agentbench.sim.engine import Instance
-
-#: vLLM's bucket bounds for vllm:time_to_first_token_seconds.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-#: vLLM's bucket bounds for vllm:e2e_request_latency_seconds.
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-
-
-class Histogram:
-    """Cumulative Prometheus histogram (bucket counts, sum, count)."""
-
-    __slots__ = ("bounds", "counts", "total", "n")
-
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.total = 0.0
-        self.n = 0
-
-    def observe(self, v: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, v)] += 1
-        self.total += v
-        self.n += 1
-
-    def lines(self, name: str, labels: str) -> list[str]:
-        out = []
-        acc = 0
-        for b, c in zip(self.bounds, self.counts, strict=False):
-            acc += c
-            out.append(f'{name}_bucket{{{labels},le="{b}"}} {acc}')
-        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.n}')
-        out.append(f"{name}_sum{{{labels}}} {self.total!r}")
-        out.append(f"{name}_count{{{labels}}} {self.n}")
-        return out
 
 
 #: gauges and counters: (name, type, help, values of one instance as (extra labels, value))
@@ -83,7 +53,7 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
             ("vllm:prefix_cache_hits_total",
              "Prefix cache hits, in terms of number of cached tokens (all tiers).",
              "prefix_hits")):
-        fam(name, "counter", help_, lambda i, a=attr: getattr(i.stats, a))
+        fam(name, "counter", help_, functools.partial(_stat, attr=attr))
     rows: list[tuple[dict[str, str], float]] = []
     for i in instances:
         for tier, v in (("gpu", i.stats.hits_gpu), ("cpu", i.stats.hits_cpu),
@@ -101,6 +71,10 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
     fam("agentbench_sim_cache_evictions_total", "counter", "GPU KV blocks evicted (LRU).",
         lambda i: i.gpu.evictions)
     return fams
+
+
+def _stat(inst: Instance, attr: str) -> float:
+    return float(getattr(inst.stats, attr))
 
 
 def samples(model: str, instances: Sequence[Instance]) -> list[tuple[str, dict[str, str],
@@ -124,15 +98,15 @@ def render(model: str, instances: Sequence[Instance]) -> str:
         for labels, v in rows:
             lab = ",".join(f'{k}="{x}"' for k, x in labels.items())
             out.append(f"{name}{{{lab}}} {v!r}")
-    lab = [_labels(model, i) for i in instances]
+    labs = [_labels(model, i) for i in instances]
     out.append("# HELP vllm:time_to_first_token_seconds Histogram of time to first token in "
                "seconds.")
     out.append("# TYPE vllm:time_to_first_token_seconds histogram")
-    for lb, i in zip(lab, instances, strict=True):
+    for lb, i in zip(labs, instances, strict=True):
         out += i.stats.ttft.lines("vllm:time_to_first_token_seconds", lb)
     out.append("# HELP vllm:e2e_request_latency_seconds Histogram of end to end request "
                "latency in seconds.")
     out.append("# TYPE vllm:e2e_request_latency_seconds histogram")
-    for lb, i in zip(lab, instances, strict=True):
+    for lb, i in zip(labs, instances, strict=True):
         out += i.stats.e2e.lines("vllm:e2e_request_latency_seconds", lb)
     return "\n".join(out) + "\n"

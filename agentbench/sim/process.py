@@ -21,17 +21,12 @@ from typing import IO
 
 from agentbench.errors import InputError
 from agentbench.scenario import SimulatedEndpoint
+from agentbench.sim.errors import SimulatorStartError
+from agentbench.sim.server import start_in_process
 
 READY = "READY "
 ERROR = "ERROR "
 START_TIMEOUT_S = 60.0  # import + cluster set-up; a few tenths of a second when idle
-
-
-class SimulatorStartError(InputError):
-    """The simulator did not come up (port in use, bad preset...): one line saying why."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, source="simulator")
 
 
 @dataclass
@@ -119,14 +114,12 @@ class _ParentPipe(asyncio.Protocol):
 
 
 async def _serve(cfg: SimulatedEndpoint, host: str, port: int, out: IO[str]) -> None:
-    from agentbench.sim.server import start_simulator
-
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        handle = await start_simulator(cfg, host=host, port=port, in_process=True)
+        handle = await start_in_process(cfg, host=host, port=port)
     except (InputError, ValueError, KeyError) as e:
         msg = e.message if isinstance(e, InputError) else \
             f"failed to start: {e.args[0] if isinstance(e, KeyError) else e}"

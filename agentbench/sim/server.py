@@ -17,15 +17,15 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any
 
 from aiohttp import web
 
 from agentbench.scenario import SimulatedEndpoint
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
+from agentbench.sim.errors import SimulatorStartError
 from agentbench.sim.metrics import render
-from agentbench.sim.process import SimProcess, SimulatorStartError
 from agentbench.sim.prompt import U64
 from agentbench.tokenize import VOCAB
 
@@ -297,26 +297,11 @@ class SimHandle:
         await self.cluster.close()
 
 
-@overload
-async def start_simulator(cfg: SimulatedEndpoint, host: str = ..., port: int = ..., *,
-                          in_process: Literal[True]) -> SimHandle: ...
-
-
-@overload
-async def start_simulator(cfg: SimulatedEndpoint, host: str = ..., port: int = ..., *,
-                          in_process: Literal[False] = ...) -> SimProcess: ...
-
-
-async def start_simulator(cfg: SimulatedEndpoint, host: str = "127.0.0.1", port: int = 0, *,
-                          in_process: bool = False) -> SimHandle | SimProcess:
-    """Start the simulator and return once it answers ``/health``; ``port=0`` picks a free
-    port. By default it runs in its own process (its CPU stays out of the caller's event
-    loop and timings; it exits with the caller); ``in_process=True`` runs it in the running
-    event loop, exposing the cluster (unit tests, the standalone ``serve-sim``)."""
-    if not in_process:
-        from agentbench.sim.process import spawn_simulator
-
-        return await spawn_simulator(cfg, host, port)
+async def start_in_process(cfg: SimulatedEndpoint, host: str = "127.0.0.1",
+                           port: int = 0) -> SimHandle:
+    """Start the simulator in the running event loop and return once it listens; ``port=0``
+    picks a free port. ``agentbench.sim.start_simulator(cfg, in_process=True)`` and the
+    child process (``agentbench.sim.process``) come here."""
     cluster = Cluster(cfg)
     await cluster.start()
     runner = web.AppRunner(make_app(cluster), access_log=None, handle_signals=False)

@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from agentbench.sim.cluster import Cluster, plan_next
 from agentbench.sim.engine import Instance, SimRequest
 
-
 #: steps computed ahead at a time (arrivals elsewhere usually cut a run short)
 RUN_STEPS = 32
 

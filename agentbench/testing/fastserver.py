@@ -11,7 +11,7 @@ when each timed stream's first and last token events were written (``perf_counte
 the same clock as the client's on one machine), so a test can tell the client's own
 delay apart from a late server.
 
-    python -m agentbench.replay.fastserver --port 0 --ttft 0.05 --itl 0.005   # prints PORT n
+    python -m agentbench.testing.fastserver --port 0 --ttft 0.05 --itl 0.005   # prints PORT n
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Each output token is one synthetic word (one token), ``tokens_per_event`` per SS
 
 Run standalone (prints ``PORT <n>`` once listening)::
 
-    python -m agentbench.replay.fakeserver --port 0 --ttft 0.05 --itl 0.005
+    python -m agentbench.testing.fakeserver --port 0 --ttft 0.05 --itl 0.005
 """
 
 from __future__ import annotations

@@ -1,0 +1,102 @@
+"""Virtual-time replay speed: whole scenarios through the replay and the in-process
+simulator on one simulated clock, as ``agentbench run`` does them.
+
+    python benchmarks/virtual_bench.py                 # quickstart + shared-KV what-if
+    python benchmarks/virtual_bench.py --scale-out     # + the scale-out what-if (minutes)
+    python benchmarks/virtual_bench.py --agents 1000 --hours 1 --gpus 60   # one big run
+
+Figures: wall and CPU seconds of each run (trace loading, replay and simulation, records
+written; imports and the summary left out), simulated requests per CPU second, and how
+many simulated seconds one CPU second covers. CPU time is this process's own
+(``time.process_time``), steadier than wall time on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agentbench.replay import run  # noqa: E402
+from agentbench.scenario import Scenario  # noqa: E402
+from agentbench.scenario_io import expand_variants, load_scenario  # noqa: E402
+
+
+def timed_run(sc: Any, out: Path) -> dict[str, Any]:
+    import json
+
+    import pyarrow.parquet as pq
+
+    sc.output.dir = str(out)
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = run(sc, progress=False)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    n = pq.read_metadata(res.run_dir / "requests.parquet").num_rows
+    info = json.loads((res.run_dir / "run.json").read_text())
+    sim_s = info["duration_ns"] / 1e9
+    return {"name": sc.name, "requests": n, "wall_s": wall, "cpu_s": cpu,
+            "requests_per_cpu_s": n / cpu, "sim_s_per_cpu_s": sim_s / cpu, "sim_s": sim_s}
+
+
+def show(r: dict[str, Any]) -> None:
+    print(f"  {r['name']:<34} {r['requests']:>7,} requests in {r['sim_s']:>7,.0f} simulated s:"
+          f" wall {r['wall_s']:6.1f} s, CPU {r['cpu_s']:6.1f} s = "
+          f"{r['requests_per_cpu_s']:>6,.0f} simulated requests/CPU s, "
+          f"{r['sim_s_per_cpu_s']:>5,.0f} simulated s/CPU s")
+
+
+def scenario_runs(path: Path, out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for sc in expand_variants(load_scenario(path)):
+        rows.append(timed_run(sc, out))
+        show(rows[-1])
+    return rows
+
+
+def big_run(agents: int, hours: float, gpus: int, out: Path) -> dict[str, Any]:
+    """``agents`` Codex-profile agents for ``hours`` simulated hours on ``gpus`` simulated
+    H200s with a shared KV tier (the scale-out scenario's shared-60 shape)."""
+    sc = Scenario.model_validate({
+        "name": f"scale-{agents}-agents-{gpus}-gpus", "seed": 0,
+        "endpoints": [{"kind": "simulated", "instances": gpus, "router": "round_robin",
+                       "shared_tier": {"capacity_blocks": 50_000_000}}],
+        "trace": {"kind": "synth", "profile": "codex", "sessions": 400},
+        "load": {"kind": "lanes", "concurrency": agents},
+        "warmup": {"enabled": True, "random_start": True},
+        "limits": {"duration_s": hours * 3600, "on_deadline": "cancel", "recycle": True},
+        "server_metrics": {"interval_s": 10},
+        "hardware": {"gpus": gpus}})
+    r = timed_run(sc, out)
+    show(r)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale-out", action="store_true", help="also scenarios/scale-out.yaml")
+    ap.add_argument("--agents", type=int, help="one big run: concurrent agents")
+    ap.add_argument("--hours", type=float, default=1.0, help="big run: simulated hours")
+    ap.add_argument("--gpus", type=int, default=60, help="big run: simulated GPUs")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        if args.agents:
+            big_run(args.agents, args.hours, args.gpus, out)
+            return
+        print("virtual-time runs (one process, one core):")
+        t0 = time.perf_counter()
+        scenario_runs(ROOT / "scenarios" / "quickstart.yaml", out)
+        scenario_runs(ROOT / "scenarios" / "shared-kv-what-if.yaml", out)
+        print(f"  (both scenarios: {time.perf_counter() - t0:.1f} s of wall time)")
+        if args.scale_out:
+            scenario_runs(ROOT / "scenarios" / "scale-out.yaml", out)
+
+
+if __name__ == "__main__":
+    main()

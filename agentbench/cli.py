@@ -196,6 +196,7 @@ def run(
     from agentbench.metrics import format_summary, summarize
 
     run_dirs: list[Path] = []
+    traces: dict[str, Any] = {}  # variants that replay the same trace read it once
     for sc in expand_variants(base):
         if len(base.variants) > 1:
             typer.echo(f"== {sc.name}", err=True)
@@ -205,7 +206,13 @@ def run(
                 adopt(d)
                 typer.echo(f"results: {d}", err=True)
 
-            res = replay_run(sc, progress=progress, on_start=started, workers=workers)
+            key = json.dumps([sc.trace.model_dump(mode="json"), sc.seed])
+            if key not in traces:
+                from agentbench.replay.runner import load_trace
+
+                traces[key] = load_trace(sc)
+            res = replay_run(sc, progress=progress, on_start=started, workers=workers,
+                             trace=traces[key])
         typer.echo(format_summary(summarize(res.run_dir)))
         typer.echo(f"results: {res.run_dir}")
         run_dirs.append(Path(res.run_dir))

@@ -153,7 +153,15 @@ def _variant(sc: Any, v: Any) -> Any:
         data["description"] = v.description
     if sc.output.run_id:
         data["output"]["run_id"] = f"{sc.output.run_id}-{v.name}"
-    return Scenario.model_validate(data)
+    out = Scenario.model_validate(data)
+    # defaults that depend on the clock (``idle_cap_for``, ``interval_for``) stay defaults
+    # unless the base or the variant set them
+    for sect, name in (("timing", "idle_cap_s"), ("server_metrics", "interval_s")):
+        by_variant = f"{sect}.{name}" in v.set or (
+            isinstance(v.set.get(sect), dict) and name in v.set[sect])
+        if name not in getattr(sc, sect).model_fields_set and not by_variant:
+            getattr(out, sect).model_fields_set.discard(name)
+    return out
 
 
 def expand_variants(sc: Any) -> list[Any]:
@@ -196,6 +204,13 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
         env = getattr(e, "api_key_env", None)
         if env and not os.environ.get(env):
             warnings.append(f"endpoints.{i}.api_key_env: environment variable {env} is not set")
+        if e.kind == "simulated" and sc.clock_mode == "virtual" and e.speedup != 1:
+            warnings.append(f"endpoints.{i}.speedup: no effect in virtual time (the "
+                            "simulator runs on the replay's simulated clock); it applies to "
+                            "clock: wall only")
+    if sc.clock_mode == "virtual" and sc.prompt.tokenizer:
+        warnings.append("prompt.tokenizer: no effect in virtual time (prompts reach the "
+                        "in-process simulator as block hashes, not text)")
     return problems, warnings
 
 

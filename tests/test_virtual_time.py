@@ -122,3 +122,22 @@ def test_virtual_prompt_tokens_are_the_trace_s(weka_dir: Path, tmp_path: Path,
     df = pq.read_table(d / "requests.parquet").to_pandas()
     assert (df["prompt_tokens"] == df["expected_input_tokens"]).all()
     assert (df["completion_tokens"] == df["expected_output_tokens"].clip(lower=1)).all()
+
+
+def test_clock_dependent_defaults_survive_variants() -> None:
+    """No idle cap and a 10 s metrics interval in virtual time, unless set (by the base
+    or a variant); 10 s / 1 s on the wall clock."""
+    from agentbench.scenario_io import expand_variants
+
+    base = Scenario.model_validate({
+        "name": "v", "endpoints": [{"kind": "simulated"}],
+        "trace": {"kind": "synth", "profile": "codex", "sessions": 2},
+        "load": {"kind": "lanes", "concurrency": 1}, "limits": {"max_requests": 5},
+        "variants": [{"name": "a"}, {"name": "b", "set": {"timing.idle_cap_s": 5}},
+                     {"name": "c", "set": {"server_metrics": {"interval_s": 2}}}]})
+    a, b, c = expand_variants(base)
+    assert a.timing.idle_cap_for("virtual") is None and a.timing.idle_cap_for("wall") == 10
+    assert b.timing.idle_cap_for("virtual") == 5
+    assert a.server_metrics.interval_for("virtual") == 10
+    assert a.server_metrics.interval_for("wall") == 1
+    assert c.server_metrics.interval_for("virtual") == 2

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from agentbench import tokenize
-from agentbench.replay import prompts, schedule, sse
+from agentbench.replay import prompts, schedule
 from agentbench.replay.timers import Timers
 from agentbench.testing.fastserver import events
 from agentbench.traces.model import Turn
+from agentbench.transport import sse
 
 # ---------------------------------------------------------------- SSE
 
@@ -271,8 +272,8 @@ def test_spool_left_by_a_killed_run_is_recovered(tmp_path) -> None:  # type: ign
     import pyarrow.parquet as pq
 
     from agentbench import records
-    from agentbench.replay.client import RequestRecord
     from agentbench.replay.writer import ResultsWriter, recover
+    from agentbench.transport.http import RequestRecord
 
     w = ResultsWriter(tmp_path, flush_rows=2)
     for i in range(5):

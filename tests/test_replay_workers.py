@@ -189,8 +189,8 @@ def test_resolve_workers() -> None:
 
 
 def test_merge_parts_appends_and_orders_by_end(tmp_path: Path) -> None:
-    from agentbench.replay.client import RequestRecord
     from agentbench.testing.fastserver import events
+    from agentbench.transport.http import RequestRecord
 
     def rec(i: int, end: int) -> RequestRecord:
         r = RequestRecord(i, "c=1", "measure", "ep", 0, "t#0", "t", "root", 0, i, 10, 5, 1, 0,

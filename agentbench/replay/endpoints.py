@@ -14,7 +14,6 @@ from typing import Any
 import aiohttp
 
 from agentbench.errors import InputError
-from agentbench.replay.client import Target
 from agentbench.replay.prompts import (
     BlockCache,
     BodyTemplate,
@@ -23,6 +22,7 @@ from agentbench.replay.prompts import (
     chat_overhead,
 )
 from agentbench.replay.schedule import choice_rng
+from agentbench.transport.http import Target
 
 CALIBRATION_SALT = 0xCA11B
 SENSITIVE_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization", "cookie")
@@ -237,7 +237,7 @@ async def check_reachable(ep: LiveEndpoint, model: str, index: int) -> None:
         body["messages"] = [{"role": "user", "content": "hi"}]
     else:
         body["prompt"] = "hi"
-    from agentbench.replay.client import redact
+    from agentbench.transport.http import redact
 
     where = f"endpoints[{index}]"
     try:

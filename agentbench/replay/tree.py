@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentbench import records
-from agentbench.replay.client import RequestRecord, make_body, send
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.writer import ResultsWriter
 from agentbench.traces.model import Session, Trace
+from agentbench.transport.http import RequestRecord, make_body, send
 
 
 @dataclass

@@ -15,8 +15,8 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from agentbench import records
-from agentbench.replay.client import RequestRecord
-from agentbench.replay.sse import parse_stream
+from agentbench.transport.http import RequestRecord
+from agentbench.transport.sse import parse_stream
 
 SPOOL_SUFFIX = ".spool.arrows"
 

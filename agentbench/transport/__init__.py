@@ -4,9 +4,13 @@
 layout); a transport carries one request to an engine and stamps what came back into the
 request's record:
 
-- HTTP (``agentbench.replay.client`` + ``sse``): any OpenAI-compatible server, on the wall
-  clock;
+- ``http`` + ``sse``: any OpenAI-compatible server, on the wall clock (the record keeps the
+  raw stream; ``sse`` reads it afterwards);
 - ``simulated``: the embedded serving simulator in the same process, on the virtual clock
   (``agentbench.replay.clock``), with prompts as prefix-chained block hashes
-  (``segments``) instead of text.
+  (``segments``, which encodes the replay's prompt layout, ``agentbench.replay.prompts``)
+  instead of text.
+
+The replay opens endpoints (``agentbench.replay.endpoints``) and hands each request to its
+endpoint's transport; it never needs to know which one.
 """

@@ -1,7 +1,7 @@
 """The HTTP hot path: send one pre-built body, stamp chunk arrivals, return the record.
 
 Only timestamps and raw bytes are taken while the stream runs; events, tokens and
-``usage`` are read afterwards from the stored chunks (:mod:`agentbench.replay.sse`).
+``usage`` are read afterwards from the stored chunks (:mod:`agentbench.transport.sse`).
 Failures are data: every outcome (HTTP error, refused connection, reset, stall, timeout,
 cancellation) ends as fields of the record, never as an exception to the caller, except
 that a cancellation is re-raised after the record is complete.

@@ -1,0 +1,39 @@
+"""The README's simulated tables are what their commands print, byte for byte (virtual
+time makes them deterministic)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _readme_table(scenario: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    at = text.index(f"`python scripts/whatif_table.py\nscenarios/{scenario}`") \
+        if f"`python scripts/whatif_table.py\nscenarios/{scenario}`" in text \
+        else text.index(f"`python scripts/whatif_table.py scenarios/{scenario}`")
+    m = re.compile(r"^\| variant \|.*?(?=\n\n)", re.S | re.M).search(text, at)
+    assert m is not None
+    return m.group(0)
+
+
+def _printed(scenario: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "whatif_table.py"),
+                          str(ROOT / "scenarios" / scenario)], capture_output=True, text=True,
+                         check=True, timeout=900)
+    return out.stdout.strip()
+
+
+def test_shared_kv_what_if_table(weka_dir: Path) -> None:
+    assert _printed("shared-kv-what-if.yaml") == _readme_table("shared-kv-what-if.yaml")
+
+
+@pytest.mark.slow
+def test_scale_out_table() -> None:
+    assert _printed("scale-out.yaml") == _readme_table("scale-out.yaml")

@@ -2,6 +2,7 @@
 
     python benchmarks/sim_bench.py            # scheduling work, hashing, HTTP (one core)
     python benchmarks/sim_bench.py --what-if  # + the shared-KV what-if on real Weka traces
+    python benchmarks/sim_bench.py --replay   # + whole scenarios in virtual time
 
 1. Scheduling work: agentic sessions (growing shared prefixes) on 4 instances, run on a
    virtual clock (``speedup`` infinite): routing, prefix matching, block reservation,
@@ -14,7 +15,10 @@
    can be driven at in real time on one core.
 2. Prompt cost: tokenizing + hashing a chat request whose context grew by one turn.
 3. HTTP: requests/s through the aiohttp server (instant preset, small prompts).
-4. --what-if: a few real Claude Code sessions (Weka traces) replayed turn by turn over
+4. --replay: the shipped simulated scenarios through the replay and the in-process
+   simulator on the virtual clock, as ``agentbench run`` does them (see
+   ``benchmarks/virtual_bench.py``): simulated requests per CPU second, end to end.
+5. --what-if: a few real Claude Code sessions (Weka traces) replayed turn by turn over
    HTTP against 4 instances: round robin with local caches only, with a shared tier, and
    with session affinity. Figures are simulated (h200-llama3-70b preset).
 """
@@ -244,9 +248,20 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=4, help="what-if: Weka sessions")
     ap.add_argument("--turns", type=int, default=30, help="what-if: turns per session")
     ap.add_argument("--speedup", type=float, default=50.0, help="what-if: speedup")
+    ap.add_argument("--replay", action="store_true",
+                    help="also the shipped scenarios in virtual time")
     args = ap.parse_args()
     if not args.only_what_if:
         run_benches()
+    if args.replay:
+        import tempfile
+
+        from virtual_bench import scenario_runs
+
+        print("virtual-time replay (whole scenarios, one process):")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("quickstart.yaml", "shared-kv-what-if.yaml"):
+                scenario_runs(ROOT / "scenarios" / name, Path(tmp))
     if args.what_if or args.only_what_if:
         rows = asyncio.run(what_if(args.sessions, args.turns, args.speedup))
         print("what-if (simulated h200-llama3-70b, 4 instances, TTFT in simulated seconds):")

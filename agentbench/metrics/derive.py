@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentbench import records as R
-from agentbench.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
 NS_PER_MS = 1e6
@@ -76,9 +75,12 @@ def itl_ms(events: pa.Table) -> tuple[FloatArray, npt.NDArray[np.int64]]:
     lengths = pc.fill_null(pc.list_value_length(ns), 0).to_numpy(zero_copy_only=False)
     tok_lengths = pc.fill_null(pc.list_value_length(tok), 0).to_numpy(zero_copy_only=False)
     if len(t) != len(k) or not np.array_equal(lengths, tok_lengths):
-        row = int(np.flatnonzero(lengths != tok_lengths)[0]) if len(lengths) else 0
-        raise InputError("not as long as token_event_ns", where=f"row {row}",
-                         field="token_event_tokens")
+        # rows an older writer left inconsistent (a stream cut by a malformed event kept
+        # its event times but not their token counts): one token per event there
+        bad = set(np.flatnonzero(lengths != tok_lengths).tolist())
+        fixed = [[1] * int(lengths[i]) if i in bad else v
+                 for i, v in enumerate(tok.to_pylist())]
+        k = pc.list_flatten(pa.array(fixed, type=tok.type)).to_numpy(zero_copy_only=False)
     per_request = np.maximum(lengths.astype(np.int64) - 1, 0)
     if t.size < 2:
         return np.zeros(0), per_request

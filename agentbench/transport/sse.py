@@ -83,8 +83,6 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
     for ev in reversed(evs[-4:]):
         if _USAGE_RE.search(ev):
             _read_usage(ev, out)
-            if out.error_type == "malformed_sse":
-                return out
             break
     out.token_event_tokens = _tokens_per_event(tok, out.completion_tokens)
     return out
@@ -108,7 +106,8 @@ def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult
                 token_texts.append(ev)
             if kind and _USAGE_RE.search(ev):
                 usage_event = ev
-            if out.error_type:
+            if out.error_type:  # the events before it are kept, with their token counts
+                out.token_event_tokens = _tokens_per_event(token_texts, None)
                 return out
     if pending.strip():
         kind = _event(pending.strip(), out)
@@ -173,7 +172,15 @@ def _read_usage(ev: bytes, out: StreamResult) -> None:
 
 
 def _int(v: object) -> int | None:
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    """A count from ``usage``: an integer (or an integral float); None for anything else
+    (bool, NaN, infinity, 2.5, a string), which is then treated as missing."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
 
 
 def _tokens_per_event(events: list[bytes], completion_tokens: int | None) -> list[int]:

@@ -1,0 +1,53 @@
+"""Rows agentbench writes are rows agentbench reads: a malformed stream keeps consistent
+event columns, and a run an older writer left inconsistent still summarizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_metrics import MS, req, write_run
+
+from agentbench.metrics import summarize
+from agentbench.replay.writer import finish_record
+from agentbench.transport.http import RequestRecord
+from agentbench.transport.sse import parse_stream
+
+
+def _rec(chunks: list[bytes]) -> RequestRecord:
+    r = RequestRecord(request_id=0, stage="s", phase="measure", endpoint="e", lane=0,
+                      tree_id="t#0", session_id="t", relation="root", copy=0, turn=0,
+                      scheduled_ns=0, expected_input_tokens=10, expected_output_tokens=3,
+                      potential_cached_tokens=0, sent_ns=0, end_ns=9, http_status=200)
+    r.chunks = chunks
+    r.chunk_ns = list(range(1, len(chunks) + 1))
+    return r
+
+
+TOKEN = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+
+
+def test_a_malformed_event_keeps_the_rows_columns_consistent() -> None:
+    for bad in (b"garbage line\n\n", b"data: [1,2]\n\n",
+                b'data: {"usage": nope}\n\n', b'data: {"error": {"message": "x"}}\n\n'):
+        row = finish_record(_rec([TOKEN, TOKEN, bad, TOKEN]))
+        assert row["status"] == "error" and row["error_type"], bad
+        assert len(row["token_event_ns"]) == len(row["token_event_tokens"]) >= 2, bad
+
+
+def test_usage_counts_that_are_not_integers_are_missing() -> None:
+    for v in (b"NaN", b"Infinity", b"2.5", b'"7"', b"true"):
+        body = TOKEN + b'data: {"choices":[],"usage":{"prompt_tokens":' + v + \
+            b',"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+        st = parse_stream([body], [5])
+        assert st.prompt_tokens is None and st.completion_tokens == 1, v
+
+
+def test_rows_an_older_writer_left_inconsistent_still_summarize(tmp_path: Path) -> None:
+    r = req(scheduled_ns=0, sent_ns=0, first_token_ns=2 * MS, last_token_ns=6 * MS,
+            end_ns=7 * MS, token_events=3, token_event_ns=[2 * MS, 4 * MS, 6 * MS],
+            token_event_tokens=[], prompt_tokens=10, completion_tokens=3, cached_tokens=0,
+            expected_input_tokens=10)
+    s = summarize(write_run(tmp_path / "run", [r]), write=False)
+    # one token per event where the counts were lost: ITL = 2 ms, 2 ms
+    assert s["overall"]["latency"]["itl_ms"]["count"] == 2
+    assert s["overall"]["latency"]["itl_ms"]["p50"] == 2.0

@@ -93,8 +93,11 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     p = Path(run_dir)
     sp = p / R.SUMMARY_FILE
     rp = p / R.REQUESTS_FILE
+    from agentbench.spool import has_spools
+
     summary = None
-    if not refresh and sp.exists() and rp.exists() and sp.stat().st_mtime >= rp.stat().st_mtime:
+    fresh = sp.exists() and rp.exists() and sp.stat().st_mtime >= rp.stat().st_mtime
+    if not refresh and not has_spools(p) and fresh:
         try:
             summary = json.loads(sp.read_text())
         except ValueError as e:

@@ -224,6 +224,22 @@ def run(
         typer.echo("report: agentbench report " + " ".join(str(d) for d in run_dirs))
 
 
+@app.command()
+@guarded
+def recover(
+    runs: list[Path] = typer.Argument(..., help="Results folder(s) of runs cut short."),
+) -> None:
+    """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
+    and run.json says ``killed``. ``load``, ``report`` and ``gate`` do this by themselves."""
+    from agentbench.metrics.records_io import recover_if_cut_short
+
+    for d in runs:
+        if not d.is_dir():
+            raise InputError("results folder not found", source=str(d))
+        made = recover_if_cut_short(d)
+        typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))
+
+
 @app.command("serve-sim")
 @guarded
 def serve_sim(
@@ -331,11 +347,16 @@ def gate(
 
 def main() -> None:
     """Console entry point."""
+    import asyncio
+
     try:
         app()
     except KeyboardInterrupt:  # pragma: no cover - interactive
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except asyncio.CancelledError:  # SIGTERM during a run: its files are written
+        typer.echo("terminated", err=True)
+        sys.exit(143)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,9 @@ event columns, and a run an older writer left inconsistent still summarizes."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from test_metrics import MS, req, write_run
 
 from agentbench.metrics import summarize
@@ -51,3 +53,74 @@ def test_rows_an_older_writer_left_inconsistent_still_summarize(tmp_path: Path) 
     # one token per event where the counts were lost: ITL = 2 ms, 2 ms
     assert s["overall"]["latency"]["itl_ms"]["count"] == 2
     assert s["overall"]["latency"]["itl_ms"]["p50"] == 2.0
+
+
+LONG_RUN = """name: long
+endpoints: [{kind: simulated, instances: 4, router: round_robin}]
+trace: {kind: synth, profile: codex, sessions: 50}
+load: {kind: lanes, concurrency: 64}
+limits: {duration_s: 36000, recycle: true}
+"""
+
+
+def _start(tmp_path: Path) -> tuple[Any, Path]:
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "s.yaml").write_text(LONG_RUN)
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "run", str(tmp_path / "s.yaml"),
+                          "-o", str(out), "--run-id", "r"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    spool = out / "r" / "requests.parquet.spool.arrows"
+    deadline = time.monotonic() + 60
+    while not spool.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert spool.exists(), "no rows were spooled"
+    return p, out / "r"
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_run_keeps_its_rows_and_every_reader_reads_it(tmp_path: Path,
+                                                               sig: str) -> None:
+    import json
+    import signal
+
+    import pyarrow.parquet as pq
+
+    from agentbench import load
+    from agentbench.cli import app
+
+    p, d = _start(tmp_path)
+    p.send_signal(getattr(signal, sig))
+    rc = p.wait(60)
+    assert rc == (143 if sig == "SIGTERM" else -9)
+    if sig == "SIGTERM":  # like Ctrl-C: the run finishes its own files
+        assert (d / "requests.parquet").exists() and not (d / "requests.parquet.spool.arrows"
+                                                          ).exists()
+        assert json.loads((d / "run.json").read_text())["status"] == "interrupted"
+    else:  # only the spool is there: any reader finishes the run first
+        assert not (d / "requests.parquet").exists()
+    r = load(d)
+    n = pq.read_metadata(d / "requests.parquet").num_rows
+    assert n > 0 and r.summary["overall"]["requests"]["total"] == n
+    status = json.loads((d / "run.json").read_text())["status"]
+    assert status == ("interrupted" if sig == "SIGTERM" else "killed")
+    from typer.testing import CliRunner
+
+    res = CliRunner().invoke(app, ["recover", str(d)])
+    assert res.exit_code == 0 and "nothing to recover" in res.output
+
+
+def test_a_run_in_progress_is_not_recovered_under_its_writer(tmp_path: Path) -> None:
+    from agentbench import load
+    from agentbench.errors import InputError
+
+    p, d = _start(tmp_path)
+    try:
+        with pytest.raises(InputError, match="still in progress"):
+            load(d)
+    finally:
+        p.kill()
+        p.wait(30)

@@ -140,11 +140,30 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def recover_if_cut_short(d: Path) -> list[str]:
+    """A run whose process is gone (killed, crashed) left its rows in a spool: finish its
+    parquet files and run.json first. A run still in progress is an error."""
+    from agentbench.spool import has_spools, recover, writer_alive
+
+    if not has_spools(d):
+        return []
+    run = read_run_json(d)
+    if writer_alive(run):
+        raise InputError(f"the run is still in progress (pid {run.get('pid')}); read it when "
+                         "it ends", source=str(d))
+    try:
+        return recover(d)
+    except OSError as e:
+        raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
+                         source=str(d)) from None
+
+
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:
     """Read ``results/<run>/``; ``requests.parquet`` is required, the rest optional."""
     d = Path(run_dir)
     if not d.is_dir():
         raise InputError("results folder not found", source=str(d))
+    recover_if_cut_short(d)
     req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
                       dictionary=DICTIONARY_COLUMNS)
     events = req.select(list(LIST_COLUMNS)) if with_events else \

@@ -81,6 +81,7 @@ def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path) -> dict[str
                   "anchor_wall_ns": time.time_ns(),
                   "anchor_note": "wall-clock time at perf_ns 0; for humans, not for latency"},
         "status": "running",
+        "pid": os.getpid(),  # a reader finishes a run whose process is gone (agentbench.spool)
         "stages": [],
         "endpoints": [],
         "files": [records.REQUESTS_FILE, records.SESSIONS_FILE, records.SERVER_METRICS_FILE],

@@ -106,6 +106,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     health = Health()
     current = {"stage": ""}
     fleet: Fleet | None = None
+    sigterm = _cancel_on_sigterm()
     try:
         vocab = None
         if scenario.prompt.tokenizer:
@@ -174,6 +175,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         status = "interrupted"
         raise
     finally:
+        if sigterm is not None:
+            sigterm()
         if frozen:
             gc.unfreeze()
             gc.callbacks.remove(health.gc_callback)
@@ -206,3 +209,24 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     return RunResult(run_dir, info)
 
 
+
+
+def _cancel_on_sigterm() -> Callable[[], None] | None:
+    """SIGTERM ends the run as Ctrl-C does (the run task is cancelled; every finished row and
+    run.json are written). Returns the undo, or None where signals cannot be handled here
+    (not the main thread, another platform)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is None:
+        return None
+    try:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+
+    def undo() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+    return undo

@@ -1,24 +1,24 @@
 """Results as the run goes (CONTRACTS §6): finished rows are buffered, written in batches to
 an Arrow IPC spool, and converted to parquet when the run ends (normally, on Ctrl-C or on
-a crash). A spool left by a killed process is converted by :func:`recover`.
+a crash). A spool left by a killed process is converted by ``agentbench.spool.recover``,
+which every reader calls.
 """
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 
 from agentbench import records
+from agentbench.spool import SPOOL_SUFFIX, recover, spool_to_parquet
 from agentbench.transport.http import RequestRecord
 from agentbench.transport.sse import parse_stream
 
-SPOOL_SUFFIX = ".spool.arrows"
+__all__ = ["SPOOL_SUFFIX", "ResultsWriter", "finish_record", "recover", "spool_to_parquet"]
 
 
 def finish_record(rec: RequestRecord) -> dict[str, Any]:
@@ -90,29 +90,6 @@ class _Spool:
         spool_to_parquet(self.path, out, self.schema)
 
 
-def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
-    """Convert a spool (possibly cut short by a kill) to parquet; return rows written."""
-    batches: list[pa.RecordBatch] = []
-    if spool.exists():
-        try:
-            with pa.OSFile(str(spool), "rb") as src:
-                reader = ipc.open_stream(src)
-                while True:
-                    try:
-                        batches.append(reader.read_next_batch())
-                    except StopIteration:
-                        break
-        except (pa.ArrowInvalid, OSError):
-            pass  # a truncated last batch: keep what was complete
-    table = pa.Table.from_batches(batches, schema=schema)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
-    if spool.exists():
-        spool.unlink()
-    return table.num_rows
-
-
 class ResultsWriter:
     """requests / sessions / server-metrics rows of one run folder."""
 
@@ -171,17 +148,3 @@ class ResultsWriter:
         self.closed = True
         for name, s in self._spools.items():
             s.close(self.run_dir / name)
-
-
-def recover(run_dir: Path) -> list[str]:
-    """Convert spools a killed run left behind into parquet files; return the files made."""
-    made = []
-    schemas = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
-               records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
-               records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
-    for name, schema in schemas.items():
-        spool = run_dir / (name + SPOOL_SUFFIX)
-        if spool.exists():
-            spool_to_parquet(spool, run_dir / name, schema)
-            made.append(name)
-    return made

@@ -194,8 +194,10 @@ def run(
         base.output.run_id = run_id
     from agentbench.engines import serving
     from agentbench.metrics import format_summary, summarize
+    from agentbench.metrics.format import run_failure
 
     run_dirs: list[Path] = []
+    failed: list[str] = []
     traces: dict[str, Any] = {}  # variants that replay the same trace read it once
     for sc in expand_variants(base):
         if len(base.variants) > 1:
@@ -213,8 +215,12 @@ def run(
                 traces[key] = load_trace(sc)
             res = replay_run(sc, progress=progress, on_start=started, workers=workers,
                              trace=traces[key])
-        typer.echo(format_summary(summarize(res.run_dir)))
+        summary = summarize(res.run_dir)
+        typer.echo(format_summary(summary))
         typer.echo(f"results: {res.run_dir}")
+        why = run_failure(summary, sc.fail_on.error_rate)
+        if why is not None:
+            failed.append(f"{res.run_dir.name}: {why}")
         run_dirs.append(Path(res.run_dir))
     if len(run_dirs) > 1:
         from agentbench.api import compare
@@ -222,6 +228,10 @@ def run(
         cmp = compare(*run_dirs)
         typer.echo("\n".join(["", "comparison (against the first variant):", *cmp.headlines]))
         typer.echo("report: agentbench report " + " ".join(str(d) for d in run_dirs))
+    for line in failed:
+        typer.echo(f"failed: {line}", err=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()

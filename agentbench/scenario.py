@@ -291,6 +291,15 @@ class ServerMetrics(Strict):
         return self.interval_s
 
 
+class FailOn(Strict):
+    """When ``agentbench run`` exits 1: the run measured no successful request (always), or
+    more than this share of its measured requests failed."""
+
+    error_rate: float | None = Field(
+        None, ge=0, le=1, description="Exit 1 when the measured error rate exceeds this "
+        "(0-1); None: only when no measured request succeeded.")
+
+
 class Output(Strict):
     """Where results go."""
 
@@ -364,6 +373,8 @@ class Scenario(Strict):
     server_metrics: ServerMetrics = Field(default_factory=ServerMetrics,
                                           description="Prometheus scraping.")
     output: Output = Field(default_factory=Output, description="Results location.")
+    fail_on: FailOn = Field(default_factory=FailOn,
+                            description="When `agentbench run` exits 1 (a CI job's signal).")
     variants: list[Variant] = Field(
         default_factory=list,
         description="Run the scenario once per variant (a what-if experiment); each run "

@@ -124,3 +124,21 @@ def test_a_run_in_progress_is_not_recovered_under_its_writer(tmp_path: Path) -> 
     finally:
         p.kill()
         p.wait(30)
+
+
+def test_run_exits_1_when_nothing_succeeded_or_too_many_failed(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    base = ("name: x\nendpoints: [{kind: simulated, cache_blocks: CB}]\n"
+            "trace: {kind: synth, profile: codex, sessions: 2}\n"
+            "load: {kind: lanes, concurrency: 2}\nlimits: {max_requests: 6}\n")
+    # 10 blocks of 16 tokens cannot hold a Codex prompt: every request is refused (HTTP 400)
+    (tmp_path / "bad.yaml").write_text(base.replace("CB", "10"))
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "bad.yaml"), "-o", str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert "no measured request succeeded" in res.output and "http_400" in res.output
+    (tmp_path / "ok.yaml").write_text(base.replace("CB", "100000"))
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "ok.yaml"), "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output

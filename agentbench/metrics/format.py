@@ -75,6 +75,22 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
     return lines
 
 
+def run_failure(summary: dict[str, Any], max_error_rate: float | None) -> str | None:
+    """Why a run counts as failed (``agentbench run`` exits 1), or None: no measured request
+    succeeded, or the error rate passed ``max_error_rate``; with its most common errors."""
+    r = summary["overall"]["requests"]
+    why = None
+    if r["ok"] == 0:
+        why = f"no measured request succeeded ({r['total']:,} measured)"
+    elif max_error_rate is not None and r["error_rate"] > max_error_rate:
+        why = (f"error rate {r['error_rate']:.1%} is over fail_on.error_rate "
+               f"{max_error_rate:.1%}")
+    if why is None:
+        return None
+    errs = _error_lines(r)
+    return why + (f"; {errs[0].removeprefix('errors').strip()}" if errs else "")
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The run's headline figures on one screen (overall, then one line per stage)."""
     run = summary["run"]

@@ -1,4 +1,8 @@
-"""A paged prefix cache of prefix-chained blocks, with LRU eviction and pinning.
+"""FROZEN REFERENCE (tests only, never imported by the product): the per-block prefix cache
+that ``agentbench.sim.kvcache`` replaced, kept verbatim below so that
+``tests/test_sim_cache_equivalence.py`` can check the run-length cache against it.
+
+A paged prefix cache of prefix-chained blocks, with LRU eviction and pinning.
 
 Each block is known by the hash of its whole prefix (see ``prompt.PromptHasher``), so a
 block is reusable only when every block before it matches, as in vLLM's prefix caching.

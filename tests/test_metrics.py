@@ -288,8 +288,8 @@ def test_bad_input(tmp_path: Path) -> None:
     mismatch = write_run(tmp_path / "events", [
         req(sent_ns=0, end_ns=1),
         req(sent_ns=0, end_ns=1, token_event_ns=[1, 2], token_event_tokens=[1])])
-    with pytest.raises(InputError, match=r"requests.parquet:row 1: field 'token_event_tokens'"):
-        summarize(mismatch)
+    # tolerated (an older writer left such rows): one token per event there
+    assert summarize(mismatch, write=False)["overall"]["latency"]["itl_ms"]["count"] == 1
     d = write_run(tmp_path / "typo", [req(sent_ns=0, end_ns=1)],
                   scenario={"hardware": {"gpu": 2}})
     with pytest.raises(InputError, match=r"scenario\.hardware\.gpu"):

@@ -142,3 +142,22 @@ def test_run_exits_1_when_nothing_succeeded_or_too_many_failed(tmp_path: Path) -
     (tmp_path / "ok.yaml").write_text(base.replace("CB", "100000"))
     res = CliRunner().invoke(app, ["run", str(tmp_path / "ok.yaml"), "-o", str(tmp_path)])
     assert res.exit_code == 0, res.output
+
+
+def test_impossible_usage_is_counted_and_left_out(tmp_path: Path) -> None:
+    from agentbench.metrics import format_summary
+
+    def r(prompt: int, cached: int, out: int = 3) -> dict[str, Any]:
+        return req(scheduled_ns=0, sent_ns=0, first_token_ns=2 * MS, last_token_ns=6 * MS,
+                   end_ns=7 * MS, token_events=3, token_event_ns=[2 * MS, 4 * MS, 6 * MS],
+                   token_event_tokens=[1, 1, 1], prompt_tokens=prompt, completion_tokens=out,
+                   cached_tokens=cached, expected_input_tokens=1000)
+
+    rows = [r(1000, 400), r(1000, 5000), r(-5, 0), r(1000, 0, out=-3)]
+    s = summarize(write_run(tmp_path / "run", rows), write=False)
+    o = s["overall"]
+    assert o["requests"]["usage_invalid"] == 3
+    # only the believable row counts in the hit rate from usage: 400 / 1000
+    assert o["hit_rate"]["usage"]["value"] == 0.4
+    assert o["tokens"]["input_uncached"] >= 0
+    assert "3 requests reported impossible usage" in format_summary(s)

@@ -42,7 +42,7 @@ def test_eviction_is_lru_over_leaves_tail_first() -> None:
     c.insert(B, 3, now=2.0)  # 1-2-7 used at t=2 (touches 1, 2 through 7)
     # LRU: 4 (t=1, deepest first), then 3 (t=1); then 7 (t=2), then 2, then 1.
     assert c.lru_order() == [4, 3, 7, 2, 1]
-    c.touch(4, now=3.0)  # A used again: its path 1-2-3-4 is now the newest
+    c.touch(A, 4, now=3.0)  # A used again: its path 1-2-3-4 is now the newest
     assert c.lru_order() == [7, 4, 3, 2, 1]
     assert c.evict(1) == 1
     assert 7 not in c and c.match(B) == 2 and c.match(A) == 4
@@ -53,7 +53,7 @@ def test_pinned_blocks_and_their_prefix_survive_eviction() -> None:
     c = PrefixCache(5)
     c.insert(A, 4, now=1.0)
     c.insert(B, 3, now=2.0)
-    c.pin(4)  # a running request uses A: 1-2-3-4 all protected
+    c.pin(A, 4)  # a running request uses A: 1-2-3-4 all protected
     assert c.evict(5) == 1  # only 7 can go
     assert c.match(A) == 4 and 7 not in c
     assert not c.make_free(2)  # 1 block free, nothing evictable

@@ -4,7 +4,7 @@ the value does not exist (no first token, ≤ 1 output token, request never sent
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -131,6 +131,9 @@ class Derived:
     # reported duration = measured wall duration x time_factor (the simulator's speedup
     # when the run is in simulated time, see ``timebase``); ns stamps above stay wall
     time_factor: float = 1.0
+    #: usage the server reported that cannot be true (left out as if not reported)
+    usage_invalid: npt.NDArray[np.bool_] = field(
+        default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def _codes(col: pd.Series) -> tuple[npt.NDArray[np.int64], list[str]]:
@@ -155,6 +158,14 @@ def derive(requests: pd.DataFrame, events: pa.Table, time_factor: float = 1.0) -
         "stage": np.asarray(stages, dtype=object)[pair // max(len(tids), 1)],
         "tree_id": np.asarray(tids, dtype=object)[pair % max(len(tids), 1)]})
     completion = _f(df["completion_tokens"])
+    prompt = _f(df["prompt_tokens"])
+    cached = _f(df["cached_tokens"])
+    # impossible usage (negative counts, more cached than prompt tokens) is not believed:
+    # the row's usage is treated as missing, and counted in the summary
+    with np.errstate(invalid="ignore"):
+        bad_usage = (prompt < 0) | (cached < 0) | (completion < 0) | (cached > prompt)
+    if bad_usage.any():
+        prompt[bad_usage] = cached[bad_usage] = completion[bad_usage] = np.nan
     has_events = events.num_rows == n and n > 0
     streamed = np.full(n, np.nan)
     missing = np.flatnonzero(np.isnan(completion))  # usage absent: count streamed tokens
@@ -162,7 +173,6 @@ def derive(requests: pd.DataFrame, events: pa.Table, time_factor: float = 1.0) -
         streamed[missing] = streamed_tokens(events.take(pa.array(missing)))
     from_stream = np.isnan(completion) & ~np.isnan(streamed)
     out_tok = np.where(np.isnan(completion), streamed, completion)
-    prompt = _f(df["prompt_tokens"])
     expected_in = _f(df["expected_input_tokens"])
     itl, itl_count = itl_ms(events) if has_events else (np.zeros(0), np.zeros(n, np.int64))
     f = float(time_factor)
@@ -185,11 +195,12 @@ def derive(requests: pd.DataFrame, events: pa.Table, time_factor: float = 1.0) -
         input_tokens=np.where(np.isnan(prompt), expected_in, prompt),
         output_tokens=out_tok,
         output_from_stream=from_stream,
-        cached_tokens=_f(df["cached_tokens"]),
+        cached_tokens=cached,
         prompt_tokens=prompt,
         potential=_f(df["potential_cached_tokens"]),
         expected_input=expected_in,
         itl_ms=itl, itl_count=itl_count, sent_ns=sent, end_ns=end, scheduled_ns=sched,
         stage_code=stage_code, stages=stages, ep_code=ep_code, endpoints=endpoints,
         tree_code=tree_code.astype(np.int64), tree_keys=tree_keys, time_factor=f,
+        usage_invalid=bad_usage,
     )

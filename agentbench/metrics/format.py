@@ -25,15 +25,20 @@ def _lat(b: dict[str, Any], key: str, wall: bool = False) -> str:
 
 
 def _error_lines(r: dict[str, Any]) -> list[str]:
-    """The most common failures (type, HTTP status, count), so a failed run says why."""
+    """The most common failures (type, HTTP status, count), so a failed run says why; and
+    requests whose usage could not be true."""
+    bad = r.get("usage_invalid") or 0
+    warn = [f"warning       {bad:,} requests reported impossible usage (negative counts or "
+            "more cached than prompt tokens): left out of hit rates and token splits"
+            ] if bad else []
     rows = sorted(r.get("errors") or [], key=lambda e: -e["count"])
     if not rows:
-        return []
+        return warn
     parts = [f"{e['error_type']}" + (f" (HTTP {int(e['http_status'])})"
                                      if e.get("http_status") is not None else "")
              + f" x{e['count']:,}" for e in rows[:3]]
     more = f", +{len(rows) - 3} more kinds" if len(rows) > 3 else ""
-    return [f"errors        {', '.join(parts)}{more} (requests.parquet: error_message)"]
+    return [f"errors        {', '.join(parts)}{more} (requests.parquet: error_message)", *warn]
 
 
 def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
@@ -87,7 +92,7 @@ def run_failure(summary: dict[str, Any], max_error_rate: float | None) -> str | 
                f"{max_error_rate:.1%}")
     if why is None:
         return None
-    errs = _error_lines(r)
+    errs = [e for e in _error_lines(r) if e.startswith("errors")]
     return why + (f"; {errs[0].removeprefix('errors').strip()}" if errs else "")
 
 

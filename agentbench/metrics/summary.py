@@ -60,7 +60,8 @@ def _counts(d: Derived, m: Mask) -> dict[str, Any]:
     return {"total": int(m.sum()), "ok": int((m & d.ok).sum()),
             "failed": int((status == R.ERROR).sum()),
             "cancelled": int((status == R.CANCELLED).sum()),
-            "error_rate": ratio(float(failed.sum()), float(m.sum())), "errors": table}
+            "error_rate": ratio(float(failed.sum()), float(m.sum())), "errors": table,
+            "usage_invalid": int((m & d.usage_invalid).sum()) if d.usage_invalid.size else 0}
 
 
 class ItlGroups:

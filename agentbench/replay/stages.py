@@ -162,7 +162,9 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
     ctx.stopping = False
     ctx.requests_sent = 0
     ctx.max_requests = lim.max_requests
-    tasks: set[asyncio.Task[Any]] = set()
+    # insertion-ordered (a dict, not a set): cancelling at the deadline goes in start order,
+    # so a virtual-time run's rows come out in the same order every time
+    tasks: dict[asyncio.Task[Any], None] = {}
     warm = sc.warmup.enabled and k == 0
     t_stage = ctx.timers.now_ns() if stage_start_ns is None else stage_start_ns
 
@@ -196,7 +198,7 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
 
 
 async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource, warm: bool,
-                 tasks: set[asyncio.Task[Any]]) -> None:
+                 tasks: dict[asyncio.Task[Any], None]) -> None:
     max_sessions = sc.limits.max_sessions
 
     async def lane(i: int) -> None:
@@ -213,12 +215,12 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
 
     for i in lanes:
         t = asyncio.ensure_future(lane(i))
-        tasks.add(t)
+        tasks[t] = None
     await asyncio.gather(*tasks, return_exceptions=False)
 
 
 async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
-                    trace: Trace, tasks: set[asyncio.Task[Any]], shard: Shard,
+                    trace: Trace, tasks: dict[asyncio.Task[Any], None], shard: Shard,
                     t_stage: int) -> None:
     load = sc.load
     starts = [r.start_s for r in trace.roots()]
@@ -261,7 +263,7 @@ async def _arrivals(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
                     cap.release()
 
         t = asyncio.ensure_future(one())
-        tasks.add(t)
-        t.add_done_callback(tasks.discard)
+        tasks[t] = None
+        t.add_done_callback(lambda done: tasks.pop(done, None))
     while tasks:
         await asyncio.gather(*list(tasks), return_exceptions=True)

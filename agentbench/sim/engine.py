@@ -164,7 +164,7 @@ class Instance:
             return False  # nothing gave blocks back since it last failed: it still cannot fit
         k = gpu.match(hashes, limit)
         if k:
-            gpu.pin(hashes[k - 1])
+            gpu.pin(hashes, k)
         need = self.blocks_needed(req) - k
         if gpu.free < need:
             # as vLLM, evict only when that makes room: free + evictable blocks, where the
@@ -183,16 +183,16 @@ class Instance:
         req.reserved = need
         req.pinned = hashes[k - 1] if k else None
         if k:
-            gpu.touch(hashes[k - 1], now)
+            gpu.touch(hashes, k, now)
         kc = self.cpu.match(hashes, limit) if self.cpu is not None else 0
         ks = self.shared.match(hashes, limit) if self.shared is not None else 0
         bs = self.block_size
         cpu_blocks = max(0, kc - k)
         shared_blocks = max(0, ks - max(k, kc))
         if kc and self.cpu is not None:
-            self.cpu.touch(hashes[kc - 1], now)
+            self.cpu.touch(hashes, kc, now)
         if ks and self.shared is not None:
-            self.shared.touch(hashes[ks - 1], now)
+            self.shared.touch(hashes, ks, now)
         req.gpu_hit_tokens = k * bs
         req.cpu_hit_tokens = cpu_blocks * bs
         req.shared_hit_tokens = shared_blocks * bs
@@ -403,11 +403,11 @@ class Instance:
         r.reserved -= n_full - k0
         if n_full:
             gpu.insert(hashes, n_full, now)
-            gpu.pin(hashes[n_full - 1])
+            gpu.pin(hashes, n_full)
             if r.pinned is not None:
                 gpu.unpin(r.pinned)
             r.pinned = hashes[n_full - 1]
-            gpu.touch(hashes[n_full - 1], now)
+            gpu.touch(hashes, n_full, now)
             if self.cpu is not None:
                 self.cpu.insert(hashes, n_full, now, make_room=True)
             if self.shared is not None:

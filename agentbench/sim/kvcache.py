@@ -1,31 +1,69 @@
-"""A paged prefix cache of prefix-chained blocks, with LRU eviction and pinning.
+"""A paged prefix cache of prefix-chained blocks, with LRU eviction and pinning, stored as
+runs of blocks so that its work grows with the number of runs, not of blocks.
 
 Each block is known by the hash of its whole prefix (see ``prompt.PromptHasher``), so a
 block is reusable only when every block before it matches, as in vLLM's prefix caching.
 The cache keeps one invariant: a cached block's parent is cached. Blocks are inserted
 contiguously after a cached prefix and only *leaves* (blocks with no cached child) are
-evicted, so presence along a request's hash list is monotone and a lookup is a binary
-search: O(log n) per request instead of a walk over a 142K-token context.
+evicted.
 
-Eviction is LRU over unpinned leaves. A request touches only its deepest block; a block's
-effective last use is the latest touch in its subtree, carried up to the parent when a
-child is evicted, so the order equals LRU over all blocks with ties broken tail first
-(vLLM frees a request's blocks tail first). A request pins its deepest block, which
-protects the whole path above it.
+Semantics (per block). Every block has a last-use time ``T``: set when it is inserted,
+raised by ``touch``, and raised to a child's ``T`` when that child is evicted, so a leaf's
+``T`` is the latest use anywhere in its former subtree. Eviction is LRU over unpinned
+leaves, keyed ``(T, -depth, seq)``: ties go deepest first (vLLM frees a request's blocks
+tail first), then by the order the leaf entered the eviction heap. A pinned block protects
+its whole path.
+
+Storage (per run). A radix tree whose nodes each cover a contiguous range
+``hashes[start:end]`` of an inserted request's hash list (a reference, never a copy, so the
+lists must not be mutated; an insert points the path it extends at its own list, which
+holds the same hashes there, so older requests' lists are not kept alive). Because hashes
+are prefix-chained, a node is found by its first hash and a request matches a whole node
+when their hashes agree at the node's last block.
+Only a node's tail block can have children other than the next block, be pinned or be
+touched (a pin, touch or insert landing mid-node splits the node first), so a node needs
+two times: ``tb`` for its body blocks (their insertion time) and ``tt`` for its tail.
+Evicting from a node trims its tail in O(1): every block the eviction walk takes from one
+node follows from the heap's top, which does not change during the walk; and chains of
+equal time, which LRU evicts level by level in turn, are evicted a segment at a time in
+closed form (``kvties``).
+
+The eviction heap holds exactly the entries the per-block implementation held
+(``tests/reference_kvcache.py``: same pushes, pops, staleness test and rebuilds), so its
+order, ties included, is the same.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+from agentbench.sim.kvties import evict_tied
+
+
+class _Node:
+    """Blocks ``hashes[start:end]``, all inserted by one ``insert`` call (number ``ins``)."""
+
+    __slots__ = ("hashes", "start", "end", "tb", "tt", "parent", "children", "pins", "ins")
+
+    def __init__(self, hashes: Sequence[int], start: int, end: int, tb: float, tt: float,
+                 parent: _Node | None, ins: int) -> None:
+        self.hashes = hashes
+        self.start = start  # depth of the first block
+        self.end = end
+        self.tb = tb  # T of blocks start..end-2
+        self.tt = tt  # T of the tail block end-1; never below tb (it starts there, only rises)
+        self.parent = parent  # the node whose tail is block start-1
+        self.children = 0  # nodes starting at block ``end``
+        self.pins = 0  # pins of the tail block
+        self.ins = ins
 
 
 class PrefixCache:
     """``capacity`` blocks; ``reserved`` blocks are held by running requests (not cached).
 
-    Per-block state lives in parallel dicts keyed by block hash (parent, children count,
-    last touch, depth; pins only for pinned blocks) so that inserting a request's new blocks
-    is a few C-level ``dict.update`` calls rather than a Python loop.
+    Blocks are addressed as ``(hashes, k)``: block ``hashes[k - 1]`` of a request's hash
+    list. Pinned blocks are always node tails, so ``unpin`` and ``depth_of`` take a hash.
     """
 
     def __init__(self, capacity: int, name: str = "gpu") -> None:
@@ -35,62 +73,126 @@ class PrefixCache:
         self.name = name
         self.reserved = 0
         self.evictions = 0
-        self._touch: dict[int, float] = {}  # presence + last use
-        self._parent: dict[int, int | None] = {}
-        self._children: dict[int, int] = {}
-        self._depth: dict[int, int] = {}
-        self._pins: dict[int, int] = {}
-        self._heap: list[tuple[float, int, int, int]] = []  # (touch, -depth, seq, hash)
+        self._size = 0  # cached blocks
+        self._starts: dict[int, _Node] = {}  # first block's hash -> node
+        self._tails: dict[int, _Node] = {}  # tail block's hash -> node
+        self._heap: list[tuple[float, int, int, int]] = []  # (T, -depth, seq, hash)
         self._seq = 0
+        self._ins = 0  # insert calls that added blocks (the order blocks entered)
+        self._last = 0  # the last leaf popped for eviction (lru_order reads it)
 
     def __len__(self) -> int:
-        return len(self._touch)
+        return self._size
 
     def __contains__(self, h: int) -> bool:
-        return h in self._touch
+        """Whether block ``h`` is cached (O(1) for node tails, else a scan: for tests)."""
+        return h in self._tails or any(h in nd.hashes[nd.start:nd.end]
+                                       for nd in self._tails.values())
 
     @property
     def free(self) -> int:
         """Blocks neither cached nor reserved."""
-        return self.capacity - len(self._touch) - self.reserved
+        return self.capacity - self._size - self.reserved
+
+    # ------------------------------------------------------------ lookup
+
+    def _walk(self, hashes: Sequence[int], hi: int) -> tuple[int, _Node | None]:
+        """Leading cached blocks of ``hashes[:hi]`` and the node holding the last of them."""
+        if hi <= 0:
+            return 0, None
+        node = self._tails.get(hashes[hi - 1])
+        if node is not None:  # the whole range is cached, ending at a node's tail
+            return hi, node
+        node = self._starts.get(hashes[0])
+        if node is None:
+            return 0, None
+        starts = self._starts
+        while True:
+            own = node.hashes
+            last = min(node.end, hi) - 1
+            if own[last] != hashes[last]:  # diverges inside: own[start] matches, own[last] not
+                lo, bad = node.start, last
+                while bad - lo > 1:
+                    mid = (lo + bad) // 2
+                    if own[mid] == hashes[mid]:
+                        lo = mid
+                    else:
+                        bad = mid
+                return lo + 1, node
+            if last + 1 == hi:
+                return hi, node
+            nxt = starts.get(hashes[node.end]) if node.children else None
+            if nxt is None:
+                return node.end, node
+            node = nxt
 
     def match(self, hashes: Sequence[int], limit: int | None = None) -> int:
         """Number of leading blocks of ``hashes[:limit]`` that are cached."""
         hi = len(hashes) if limit is None else min(limit, len(hashes))
-        blocks = self._touch
-        if hi == 0 or hashes[0] not in blocks:
-            return 0
-        if hashes[hi - 1] in blocks:
-            return hi
-        lo = 1  # hashes[lo - 1] cached, hashes[hi - 1] not
-        while lo < hi - 1:
-            mid = (lo + hi) // 2
-            if hashes[mid - 1] in blocks:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return self._walk(hashes, hi)[0]
 
-    def touch(self, h: int, now: float) -> None:
-        """Mark block ``h`` (and so its whole prefix) used at ``now``."""
-        if now > self._touch[h]:
-            self._touch[h] = now
-        if not self._children[h] and h not in self._pins:
-            self._push(h)
+    def _split(self, node: _Node, k: int) -> _Node:
+        """Cut ``node`` after block ``k - 1`` (start < k < end); return the head part.
 
-    def pin(self, h: int) -> None:
-        if h not in self._touch:
-            raise KeyError(h)
-        self._pins[h] = self._pins.get(h, 0) + 1
+        The tail part keeps the object, so its children, pins and heap entries (keyed by
+        its tail hash) stay as they are; the head's tail is a body block, with time tb."""
+        head = _Node(node.hashes, node.start, k, node.tb, node.tb, node.parent, node.ins)
+        head.children = 1
+        node.start = k
+        node.parent = head
+        own = node.hashes
+        self._starts[own[head.start]] = head
+        self._starts[own[k]] = node
+        self._tails[own[k - 1]] = head
+        return head
+
+    def _tail_node(self, hashes: Sequence[int], k: int) -> _Node:
+        """The node whose tail is block ``hashes[k - 1]``, splitting one if needed."""
+        node = self._tails.get(hashes[k - 1]) if k > 0 else None
+        if node is not None:
+            return node
+        got, node = self._walk(hashes, k)
+        if got < k or node is None:
+            raise KeyError(hashes[k - 1] if k > 0 else None)
+        return self._split(node, k)
+
+    # ------------------------------------------------------------ use
+
+    def touch(self, hashes: Sequence[int], k: int, now: float) -> None:
+        """Mark block ``hashes[k - 1]`` (and so its whole prefix) used at ``now``."""
+        node = self._tails.get(hashes[k - 1])
+        if node is None:
+            got, node = self._walk(hashes, k)
+            if got < k or node is None:
+                raise KeyError(hashes[k - 1])
+        self._touch_in(node, k, now)
+
+    def _touch_in(self, node: _Node, k: int, now: float) -> None:
+        """``touch`` of block ``k - 1``, which lies in ``node``."""
+        if node.end != k:  # a body block: it has a child, so only its time can change
+            if now > node.tb:
+                self._split(node, k).tt = now
+            return
+        if now > node.tt:
+            node.tt = now
+        if not node.children and not node.pins:
+            self._push(node)
+
+    def pin(self, hashes: Sequence[int], k: int) -> None:
+        """Protect block ``hashes[k - 1]`` and its path from eviction (counted)."""
+        self._tail_node(hashes, k).pins += 1
 
     def unpin(self, h: int) -> None:
-        n = self._pins[h] - 1
-        if n:
-            self._pins[h] = n
-            return
-        del self._pins[h]
-        if not self._children[h]:
-            self._push(h)
+        """Undo one ``pin`` of block ``h``."""
+        node = self._tails.get(h)
+        if node is None or not node.pins:
+            raise KeyError(h)
+        self._unpin_node(node)
+
+    def _unpin_node(self, node: _Node) -> None:
+        node.pins -= 1
+        if not node.pins and not node.children:
+            self._push(node)
 
     def insert(self, hashes: Sequence[int], end: int, now: float, *,
                make_room: bool = False) -> int:
@@ -99,64 +201,102 @@ class PrefixCache:
         With ``make_room`` LRU blocks are evicted to fit (a tier); without it the caller has
         reserved the space. Blocks that do not fit are left out (the prefix that fits stays).
         """
-        k = self.match(hashes, end)
+        k, parent = self._walk(hashes, end)
         if k == end:
-            if k:
-                self.touch(hashes[k - 1], now)
+            if parent is not None:
+                self._touch_in(parent, k, now)
             return 0
-        parent = hashes[k - 1] if k else None
+        if parent is not None and parent.end != k:
+            parent = self._split(parent, k)
         if make_room:
             need = end - k
             if self.free < need:
                 if parent is not None:
-                    self.pin(parent)  # keep the prefix we extend
+                    parent.pins += 1  # keep the prefix we extend
                 self.evict(need - self.free)
                 if parent is not None:
-                    self.unpin(parent)
+                    self._unpin_node(parent)
             end = k + min(need, max(0, self.free))
             if end == k:
                 return 0
-        new = list(hashes[k:end])
-        self._touch.update(dict.fromkeys(new, now))
-        self._parent.update(zip(new, [parent, *new[:-1]], strict=True))
-        self._depth.update(zip(new, range(k, end), strict=True))
-        self._children.update(dict.fromkeys(new, 1))
-        self._children[new[-1]] = 0
+        self._ins += 1
+        node = _Node(hashes, k, end, now, now, parent, self._ins)
+        self._starts[hashes[k]] = node
+        self._tails[hashes[end - 1]] = node
         if parent is not None:
-            self._children[parent] += 1
-        self._push(new[-1])
+            parent.children += 1
+        up = parent
+        while up is not None and up.hashes is not hashes:
+            # the path holds hashes[:k] too: point it at this list so that the lists of
+            # earlier requests are not kept alive by the nodes they once inserted
+            up.hashes = hashes
+            up = up.parent
+        self._size += end - k
+        self._push(node)
         return end - k
 
+    # ------------------------------------------------------------ eviction
+
     def evict(self, n: int) -> int:
-        """Evict up to ``n`` unpinned leaf blocks in LRU order; return how many went."""
+        """Evict up to ``n`` unpinned leaf blocks in LRU order; return how many went.
+
+        Pops the LRU leaf, then walks up its path while the next block up is the next LRU
+        leaf (its time and depth at most the heap top's), as the per-block version did one
+        block at a time; within a node that walk is a range computed from the heap top.
+        Where it stops on a tie, the rotation among chains of equal time that follows is
+        applied in closed form (``kvties``)."""
         done = 0
         heap = self._heap
-        touch_of, parent_of, children, depth_of, pins = (
-            self._touch, self._parent, self._children, self._depth, self._pins)
+        tails, starts = self._tails, self._starts
         while done < n and heap:
             t, _, _, h = heapq.heappop(heap)
-            if touch_of.get(h) != t or children[h] or h in pins:
+            node = tails.get(h)
+            if node is None or node.tt != t or node.children or node.pins:
                 continue  # stale entry
-            while True:  # evict h, then walk up while the parent is the next LRU leaf
-                del touch_of[h], children[h], depth_of[h]
-                p = parent_of.pop(h)
+            self._last = h
+            while True:  # evict node's tail (time t == node.tt), then as much above as goes
+                own, s, e = node.hashes, node.start, node.end - 1
                 done += 1
+                if e > s:  # body blocks left: each takes time max(tb, t) = t as its child goes
+                    q = n - done
+                    if q > 0:
+                        if not heap or t < heap[0][0]:
+                            low = s
+                        elif t == heap[0][0]:
+                            low = max(s, -heap[0][1])  # depths >= the top's go first
+                        else:
+                            low = e
+                        if low < e:
+                            m = min(e - low, q)
+                            e -= m
+                            done += m
+                    if e > s:  # stop inside the node: its new tail is the next leaf
+                        del tails[own[node.end - 1]]
+                        node.end = e
+                        tails[own[e - 1]] = node
+                        self._push(node)
+                        if done < n:  # stopped on a tie: an entry of time t at depth e
+                            got, pops = evict_tied(heap, tails, self._seq, t, e, n - done)
+                            done += got
+                            self._seq += pops
+                        break
+                del tails[own[node.end - 1]], starts[own[s]]  # the whole node went
+                p = node.parent
                 if p is None:
                     break
-                c = children[p] - 1
-                children[p] = c
-                if touch_of[p] < t:
-                    touch_of[p] = t
-                if c or p in pins:
+                p.children -= 1
+                if p.tt < t:
+                    p.tt = t
+                if p.children or p.pins:
                     break
-                pt = touch_of[p]
-                if done < n and (not heap or (pt, -depth_of[p]) <= heap[0][:2]):
-                    h, t = p, pt
+                if done < n and (not heap or (p.tt, 1 - p.end) <= heap[0][:2]):
+                    node, t = p, p.tt
                     continue
                 self._push(p)
                 break
         self.evictions += done
-        if len(heap) > 4 * len(touch_of) + 1024:
+        self._size -= done
+        if len(heap) > 4 * self._size + 1024:
             self._rebuild_heap()
         return done
 
@@ -166,45 +306,71 @@ class PrefixCache:
             self.evict(n - self.free)
         return self.free >= n
 
-    def depth_of(self, h: int) -> int:
-        """Position of cached block ``h`` in its prompt (0: a prompt's first block)."""
-        return self._depth[h]
+    # ------------------------------------------------------------ inspection
 
-    def referenced_blocks(self, deepest: Sequence[int]) -> int:
-        """Distinct cached blocks on the paths above the given (pinned) deepest blocks."""
-        seen: set[int] = set()
-        parent_of = self._parent
+    def depth_of(self, h: int) -> int:
+        """Position of cached block ``h`` in its prompt (0: a prompt's first block).
+
+        O(1) for a node tail (every pinned block is one), else a scan."""
+        node = self._tails.get(h)
+        if node is not None:
+            return node.end - 1
+        for nd in self._tails.values():
+            own = nd.hashes
+            for i in range(nd.start, nd.end):
+                if own[i] == h:
+                    return i
+        raise KeyError(h)
+
+    def referenced_blocks(self, deepest: Iterable[int]) -> int:
+        """Distinct cached blocks on the paths above the given pinned blocks (node tails,
+        so whole nodes; other hashes are ignored)."""
+        seen: set[_Node] = set()
         for h in deepest:
-            cur: int | None = h
-            while cur is not None and cur not in seen and cur in parent_of:
-                seen.add(cur)
-                cur = parent_of[cur]
-        return len(seen)
+            node = self._tails.get(h)
+            while node is not None and node not in seen:
+                seen.add(node)
+                node = node.parent
+        return sum(nd.end - nd.start for nd in seen)
+
+    def blocks(self) -> list[int]:
+        """Every cached block's hash (for tests; O(n))."""
+        return [h for nd in self._tails.values() for h in nd.hashes[nd.start:nd.end]]
 
     def lru_order(self) -> list[int]:
         """Hashes in the order they would be evicted now (for tests; O(n^2))."""
         clone = PrefixCache(self.capacity, self.name)
-        clone._touch, clone._parent = dict(self._touch), dict(self._parent)
-        clone._children, clone._depth = dict(self._children), dict(self._depth)
-        clone._pins = dict(self._pins)
+        copies: dict[_Node, _Node] = {}
+        for nd in sorted(self._tails.values(), key=lambda x: x.start):  # parents first
+            c = _Node(nd.hashes, nd.start, nd.end, nd.tb, nd.tt,
+                      copies[nd.parent] if nd.parent is not None else None, nd.ins)
+            c.children, c.pins = nd.children, nd.pins
+            copies[nd] = c
+            clone._starts[nd.hashes[nd.start]] = c
+            clone._tails[nd.hashes[nd.end - 1]] = c
+        clone._size = self._size
         clone._rebuild_heap()
         order: list[int] = []
-        while True:
-            before = list(clone._touch)
-            if clone.evict(1) == 0:
-                break
-            order.extend(h for h in before if h not in clone._touch)
+        while clone.evict(1):
+            order.append(clone._last)  # one block at a time: always the popped leaf
         return order
 
-    def _push(self, h: int) -> None:
+    # ------------------------------------------------------------ heap
+
+    def _push(self, node: _Node) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (self._touch[h], -self._depth[h], self._seq, h))
+        d = node.end - 1
+        heapq.heappush(self._heap, (node.tt, -d, self._seq, node.hashes[d]))
 
     def _rebuild_heap(self) -> None:
-        self._heap = []
-        children, pins = self._children, self._pins
-        for h, t in self._touch.items():
-            if not children[h] and h not in pins:
-                self._seq += 1
-                self._heap.append((t, -self._depth[h], self._seq, h))
-        heapq.heapify(self._heap)
+        """The heap of every unpinned leaf, numbered in insertion order (as the per-block
+        version numbered its dict of blocks, which kept insertion order)."""
+        leaves = [nd for nd in self._tails.values() if not nd.children and not nd.pins]
+        leaves.sort(key=lambda nd: (nd.ins, nd.end))
+        heap = []
+        for nd in leaves:
+            self._seq += 1
+            d = nd.end - 1
+            heap.append((nd.tt, -d, self._seq, nd.hashes[d]))
+        heapq.heapify(heap)
+        self._heap = heap

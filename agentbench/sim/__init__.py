@@ -9,9 +9,15 @@ It runs in its own process by default (``process``), so its CPU never counts in 
 client's times; ``start_simulator(cfg, in_process=True)`` runs it in the caller's event
 loop and exposes ``handle.cluster``.
 
+In a virtual-time run (the default for simulated endpoints) none of that HTTP is used: the
+replay drives the cluster in its own process on its own simulated clock
+(``agentbench.transport.simulated``, ``virtual.TimerDriver``).
+
 Modules: ``presets`` (timing parameters and their sources), ``prompt`` (token counts and
-prefix-chained block hashes), ``kvcache`` (paged prefix cache), ``engine`` (one
-instance's scheduler), ``cluster`` (router, shared tier, async driver), ``histogram``
+prefix-chained block hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and
+``kvties`` (its closed-form eviction of equal-time chains), ``engine`` (one instance's
+scheduler), ``cluster`` (router, shared tier, wall-clock driver), ``virtual`` (virtual-time
+drivers), ``histogram``
 (latency histograms), ``metrics`` (Prometheus text), ``server`` (HTTP), ``process`` (the
 child process), ``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).
 """

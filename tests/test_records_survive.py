@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from test_metrics import MS, req, write_run
+from test_replay_cli import fast_server  # noqa: F401 - fixture
 
 from agentbench.metrics import summarize
 from agentbench.replay.writer import finish_record
@@ -161,3 +162,47 @@ def test_impossible_usage_is_counted_and_left_out(tmp_path: Path) -> None:
     assert o["hit_rate"]["usage"]["value"] == 0.4
     assert o["tokens"]["input_uncached"] >= 0
     assert "3 requests reported impossible usage" in format_summary(s)
+
+
+@pytest.mark.timeout(120)
+def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir: Path,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    """A URL password, custom credential headers and a secret body field: sent to the API,
+    found in no file of the run, its report, or the terminal."""
+    from test_replay_cli import write_scenario
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    secrets = ["pw-SECRET-1", "tok-SECRET-2", "SECRET-3-subscription", "SECRET-4-body"]
+    url = fast_server.replace("http://", f"http://alice:{secrets[0]}@")
+    sc = write_scenario(tmp_path / "s.yaml", url, tmp_path / "res", weka_dir,
+                        "limits: {max_requests: 6}\n")
+    text = sc.read_text().replace("    ignore_eos: null\n", "    ignore_eos: null\n"
+                                  f"    headers: {{X-Auth-Token: {secrets[1]}, "
+                                  f"Ocp-Apim-Subscription-Key: {secrets[2]}, "
+                                  "User-Agent: my-agent}\n"
+                                  f"    extra_body: {{api_token: {secrets[3]}, top_p: 0.9}}\n")
+    sc.write_text(text)
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", str(sc), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    run_dir = tmp_path / "res" / "r"
+    rep = runner.invoke(app, ["report", str(run_dir)])
+    assert rep.exit_code == 0, rep.output
+    files = [f for f in run_dir.rglob("*") if f.is_file()]
+    assert any(f.name == "report.html" for f in files)
+    for f in files:
+        data = f.read_bytes()
+        for s in secrets:
+            assert s.encode() not in data, (f.name, s)
+    for s in secrets:
+        assert s not in res.output + rep.output
+    import json
+
+    ep = json.loads((run_dir / "run.json").read_text())["scenario"]["endpoints"][0]
+    # only harmless headers keep their values
+    assert ep["headers"]["User-Agent"] == "my-agent"
+    assert ep["headers"]["X-Auth-Token"] == "<redacted>"
+    assert ep["extra_body"] == {"api_token": "<redacted>", "top_p": 0.9}
+    assert ep["url"].startswith("http://<redacted>@127.0.0.1:")

@@ -62,7 +62,7 @@ def time_base(run: dict[str, Any]) -> TimeBase:
         "(timing.idle_cap_s): windows and makespans leave that idle time out")])
 
 
-VIRTUAL_NOTE = ("virtual time: the replay and the embedded simulator ran on one simulated "
+VIRTUAL_NOTE = ("the replay and the embedded simulator ran on one simulated "
                 "clock in one process, without HTTP; every time (TTFT, TPOT, ITL, E2E, "
                 "schedule lag, window, makespan) is simulated, so the same scenario and seed "
                 "give the same figures whatever the host's load")

@@ -25,7 +25,63 @@ from agentbench.replay.schedule import choice_rng
 from agentbench.transport.http import Target
 
 CALIBRATION_SALT = 0xCA11B
-SENSITIVE_HEADERS = ("authorization", "api-key", "x-api-key", "proxy-authorization", "cookie")
+#: header values written to results as they are; every other header value is a secret
+HARMLESS_HEADERS = ("accept", "accept-encoding", "accept-language", "content-type",
+                    "user-agent", "cache-control", "connection", "x-request-id",
+                    "x-session-id", "openai-beta")
+#: ``extra_body`` keys whose values are secrets (matched case-insensitively, in part)
+SECRET_KEY_PARTS = ("key", "token", "secret", "password", "passwd", "auth", "credential",
+                    "cookie", "signature")
+
+
+def secret_key(key: str) -> bool:
+    k = key.lower()
+    return any(p in k for p in SECRET_KEY_PARTS)
+
+
+def url_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its ``user:password@`` part, and the user and password (None when
+    absent)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return url, None, None
+    if u.username is None and u.password is None:
+        return url, None, None
+    host = u.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{u.port}" if u.port is not None else "")
+    return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment)), u.username, u.password
+
+
+def _secret_values(obj: Any) -> list[str]:
+    """String values under secret-looking keys of a JSON-like object, at any depth."""
+    out: list[str] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(k, str) and secret_key(k):
+                out.extend(_strings(v))
+            else:
+                out.extend(_secret_values(v))
+    elif isinstance(obj, list):
+        for v in obj:
+            out.extend(_secret_values(v))
+    return out
+
+
+def _strings(v: Any) -> list[str]:
+    if isinstance(v, str):
+        return [v] if v else []
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return [str(v)] if len(str(v)) >= 6 else []
+    if isinstance(v, dict):
+        return [s for x in v.values() for s in _strings(x)]
+    if isinstance(v, list):
+        return [s for x in v for s in _strings(x)]
+    return []
 
 
 @dataclass
@@ -64,15 +120,30 @@ def api_path(api: str) -> str:
 
 
 def secrets_of(cfg: Any) -> tuple[str, ...]:
-    """Values that must never reach results: the API key and sensitive header values."""
+    """Values that must never reach results: the API key, every header value not on the
+    harmless list, the URL's user and password, and ``extra_body`` values under
+    secret-looking keys. Longest first, so a secret inside another is redacted whole."""
+    import base64
+
     out: list[str] = []
     env = getattr(cfg, "api_key_env", None)
     if env and os.environ.get(env):
         out.append(os.environ[env])
     for k, v in (getattr(cfg, "headers", None) or {}).items():
-        if k.lower() in SENSITIVE_HEADERS and v:
+        if k.lower() not in HARMLESS_HEADERS and v:
             out.append(v)
-    return tuple(out)
+            if " " in v.strip():  # "Bearer xyz": the token alone too
+                out.append(v.strip().split(None, 1)[1])
+    for url in (getattr(cfg, "url", None), getattr(cfg, "metrics_url", None)):
+        if url:
+            _, user, password = url_userinfo(url)
+            if password:
+                out.append(password)
+                out.append(base64.b64encode(f"{user or ''}:{password}".encode()).decode())
+            if user and password:
+                out.append(f"{user}:{password}")
+    out.extend(_secret_values(getattr(cfg, "extra_body", None) or {}))
+    return tuple(sorted(set(out), key=len, reverse=True))
 
 
 async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
@@ -93,8 +164,9 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
         base = split_base(str(handle.url))
         label = cfg.name or "sim"
     else:
-        base = split_base(cfg.url)
-        label = cfg.name or cfg.url
+        bare, _, _ = url_userinfo(cfg.url)
+        base = split_base(bare)
+        label = cfg.name or bare
     ep = _connect(cfg, base, label)
     ep.sim_handle = handle
     if cfg.kind != "simulated" and cfg.preflight:
@@ -146,6 +218,12 @@ def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
             key = os.environ.get(cfg.api_key_env)
             if key:
                 headers["Authorization"] = f"Bearer {key}"
+        _, user, password = url_userinfo(cfg.url)
+        if (user or password) and not any(k.lower() == "authorization" for k in headers):
+            import base64
+
+            cred = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode()
+            headers["Authorization"] = f"Basic {cred}"  # to the API only, never /metrics
         timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s)
         metrics_url = cfg.metrics_url or base + "/metrics"
         max_conn = cfg.max_connections
@@ -205,7 +283,8 @@ async def calibrate(ep: LiveEndpoint, model: str, extra: dict[str, Any],
         try:
             async with _http(ep).post(ep.target.url, data=json.dumps(body).encode(),
                                     headers=dict(ep.target.headers),
-                                    timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                                    timeout=aiohttp.ClientTimeout(total=60),
+                                allow_redirects=False) as resp:
                 data = await resp.json(content_type=None) if resp.status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             data = None
@@ -243,7 +322,8 @@ async def check_reachable(ep: LiveEndpoint, model: str, index: int) -> None:
     try:
         async with _http(ep).post(ep.target.url, data=json.dumps(body).encode(),
                                 headers=dict(ep.target.headers),
-                                timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                                timeout=aiohttp.ClientTimeout(total=60),
+                                allow_redirects=False) as resp:
             text = (await resp.read())[:300].decode("utf-8", "replace")
             status = resp.status
     except (aiohttp.ClientConnectionError, TimeoutError) as e:
@@ -271,7 +351,8 @@ async def probe_ignore_eos(ep: LiveEndpoint, model: str, extra: dict[str, Any]) 
     try:
         async with _http(ep).post(ep.target.url, data=json.dumps(body).encode(),
                                 headers=dict(ep.target.headers),
-                                timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                                timeout=aiohttp.ClientTimeout(total=30),
+                                allow_redirects=False) as resp:
             await resp.read()
             return 200 <= resp.status < 300
     except (aiohttp.ClientError, TimeoutError):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbench import records
-from agentbench.replay.endpoints import SENSITIVE_HEADERS
+from agentbench.replay.endpoints import HARMLESS_HEADERS
 
 
 def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
@@ -51,17 +51,32 @@ def git_commit() -> str | None:
 
 
 def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
-    """The scenario as JSON data with sensitive header values and secret strings removed."""
+    """The scenario as JSON data with header values (but harmless ones), ``extra_body``
+    values under secret-looking keys, URL passwords and secret strings removed."""
+    from agentbench.replay.endpoints import secret_key
+
     data = scenario.model_dump(mode="json")
     for ep in data.get("endpoints", []):
         for k in list(ep.get("headers") or {}):
-            if k.lower() in SENSITIVE_HEADERS:
+            if k.lower() not in HARMLESS_HEADERS:
                 ep["headers"][k] = "<redacted>"
+        body = ep.get("extra_body")
+        if isinstance(body, dict):
+            ep["extra_body"] = _redact_keys(body, secret_key)
     text = json.dumps(data)
     for s in secrets:
         if s:
             text = text.replace(json.dumps(s)[1:-1], "<redacted>")
     return json.loads(text)
+
+
+def _redact_keys(obj: Any, secret: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: "<redacted>" if isinstance(k, str) and secret(k) else _redact_keys(v, secret)
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact_keys(v, secret) for v in obj]
+    return obj
 
 
 def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path) -> dict[str, Any]:

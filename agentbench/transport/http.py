@@ -132,12 +132,17 @@ async def send(http: aiohttp.ClientSession, target: Target, body: bytes | Reques
         rec.sent_ns = perf_ns() - t0_ns  # the attempt; the body write stamps the hand-over
         if isinstance(body, RequestBody):
             body.stamp = lambda: setattr(rec, "sent_ns", perf_ns() - t0_ns)
+        # a redirect is not followed: it would re-send the body and the credentials to
+        # wherever the Location points
         async with http.post(target.url, data=body, headers=headers,
-                             timeout=target.timeout) as resp:
+                             timeout=target.timeout, allow_redirects=False) as resp:
             rec.http_status = resp.status
             if resp.status != 200:
                 text = (await resp.content.read(2000)).decode("utf-8", "replace")
                 rec.end_ns = perf_ns() - t0_ns
+                if 300 <= resp.status < 400:
+                    text = (f"redirect to {resp.headers.get('Location', '?')} not followed "
+                            "(set the endpoint url to where the server lives)")
                 _fail(rec, f"http_{resp.status}", text.strip() or resp.reason or "", target)
                 return
             read = resp.content.readany

@@ -12,7 +12,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True)
+    """No unknown keys, no coercion (``true`` is not a count, ``"5"`` is not a number), no
+    NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True,
+                              strict=True, allow_inf_nan=False)
+
+
+#: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
+#: tree's state in memory, and a typo (1e8) should be an error, not a MemoryError later
+MAX_LANES = 100_000
 
 
 # ---------------------------------------------------------------- endpoints
@@ -171,6 +180,8 @@ class LanesLoad(Strict):
         vals = v if isinstance(v, list) else [v]
         if not vals or any(x <= 0 for x in vals):
             raise ValueError("concurrency values must be positive integers")
+        if any(x > MAX_LANES for x in vals):
+            raise ValueError(f"concurrency values must be at most {MAX_LANES:,}")
         return v
 
 
@@ -304,7 +315,9 @@ class Output(Strict):
     """Where results go."""
 
     dir: str = Field("results", description="Parent folder of run folders.")
-    run_id: str | None = Field(None, description="Run folder name; None: name + timestamp.")
+    run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,199}$",
+                               description="Run folder name (a plain name: letters, digits, "
+                               "_ . = + -; no path); None: name + timestamp.")
 
 
 class Server(Strict):

@@ -58,13 +58,38 @@ def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (YAML keeps the last one
+    silently, so a duplicated section would quietly replace the first)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode,
+                    deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            dup = key in seen
+        except TypeError:
+            continue
+        if dup:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _unique_mapping)
+
+
 def parse_scenario(text: str, source: str = "<scenario>") -> Any:
     from pydantic import ValidationError
 
     from agentbench.scenario import Scenario
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None

@@ -206,3 +206,28 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
     assert ep["headers"]["X-Auth-Token"] == "<redacted>"
     assert ep["extra_body"] == {"api_token": "<redacted>", "top_p": 0.9}
     assert ep["url"].startswith("http://<redacted>@127.0.0.1:")
+
+
+@pytest.mark.parametrize("yaml_text, where", [
+    ("load: {kind: lanes, concurrency: true}", "load.concurrency"),
+    ("load: {kind: lanes, concurrency: 100000000}", "concurrency values must be at most"),
+    ("load: {kind: lanes, concurrency: 2}\nendpoints: [{kind: openai, url: 'http://x', "
+     "model: m, timeout_s: .inf}]", "timeout_s"),
+    ("load: {kind: lanes, concurrency: 2}\nload: {kind: lanes, concurrency: 3}",
+     "given twice"),
+    ("load: {kind: lanes, concurrency: 2}\noutput: {run_id: ../../x}", "output.run_id"),
+    ("load: {kind: lanes, concurrency: 2}\ntiming: {time_scale: .nan}", "timing.time_scale"),
+])
+def test_bad_scenario_values_are_one_clear_error(tmp_path: Path, yaml_text: str,
+                                                 where: str) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    base = "name: x\ntrace: {kind: synth, profile: codex, sessions: 2}\n"
+    if "endpoints" not in yaml_text:
+        base += "endpoints: [{kind: simulated}]\n"
+    (tmp_path / "s.yaml").write_text(base + yaml_text + "\n")
+    res = CliRunner().invoke(app, ["validate", str(tmp_path / "s.yaml")])
+    assert res.exit_code == 2, res.output
+    assert where in res.output and "Traceback" not in res.output

@@ -34,6 +34,9 @@ SECRET_KEY_PARTS = ("key", "token", "secret", "password", "passwd", "auth", "cre
                     "cookie", "signature")
 
 
+MIN_SECRET = 4
+
+
 def secret_key(key: str) -> bool:
     k = key.lower()
     return any(p in k for p in SECRET_KEY_PARTS)
@@ -122,7 +125,9 @@ def api_path(api: str) -> str:
 def secrets_of(cfg: Any) -> tuple[str, ...]:
     """Values that must never reach results: the API key, every header value not on the
     harmless list, the URL's user and password, and ``extra_body`` values under
-    secret-looking keys. Longest first, so a secret inside another is redacted whole."""
+    secret-looking keys. Longest first, so a secret inside another is redacted whole.
+    Values shorter than ``MIN_SECRET`` characters are left out: scrubbing them from free
+    text would mangle it (run.json redacts them where they stand, see ``rundir``)."""
     import base64
 
     out: list[str] = []
@@ -143,7 +148,7 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
             if user and password:
                 out.append(f"{user}:{password}")
     out.extend(_secret_values(getattr(cfg, "extra_body", None) or {}))
-    return tuple(sorted(set(out), key=len, reverse=True))
+    return tuple(sorted({s for s in out if len(s) >= MIN_SECRET}, key=len, reverse=True))
 
 
 async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],

@@ -55,8 +55,15 @@ def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     values under secret-looking keys, URL passwords and secret strings removed."""
     from agentbench.replay.endpoints import secret_key
 
+    from agentbench.replay.endpoints import url_userinfo
+
     data = scenario.model_dump(mode="json")
     for ep in data.get("endpoints", []):
+        for key in ("url", "metrics_url"):
+            if isinstance(ep.get(key), str):
+                bare, user, password = url_userinfo(ep[key])
+                if user or password:
+                    ep[key] = bare.replace("://", "://<redacted>@", 1)
         for k in list(ep.get("headers") or {}):
             if k.lower() not in HARMLESS_HEADERS:
                 ep["headers"][k] = "<redacted>"

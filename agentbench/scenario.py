@@ -34,6 +34,22 @@ class OpenAIEndpoint(Strict):
     name: str | None = Field(None, description="Label in results; defaults to the URL.")
     url: str = Field(pattern=r"^https?://\S+$",
                      description="Base URL, e.g. http://localhost:8000 (with or without /v1).")
+
+    @field_validator("url", "metrics_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is None:
+            return v
+        try:
+            u = urlsplit(v)
+            u.port  # noqa: B018 - raises on a port outside 0-65535
+        except ValueError as e:
+            raise ValueError(f"not a usable URL: {e}") from None
+        if not u.hostname:
+            raise ValueError("the URL names no host")
+        return v
     api: Literal["chat", "completions"] = Field(
         "chat", description="/v1/chat/completions (text blocks) or /v1/completions "
         "(token-id blocks).")
@@ -131,7 +147,8 @@ class TraceTransform(Strict):
     max_context_tokens: int | None = Field(
         None, gt=0, description="Cap every prompt at its first N tokens (applied first).")
     scale: float | None = Field(
-        None, gt=0, le=1, description="Multiply input/output lengths and block size by this.")
+        None, ge=0.001, le=1, description="Multiply input/output lengths and block size by "
+        "this (0.001-1: below that, prompts shrink to nothing).")
 
 
 class TraceSource(Strict):

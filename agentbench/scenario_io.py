@@ -243,9 +243,14 @@ def load_scenario(path: str | Path, *, check: bool = True) -> Any:
     """Read, validate and check a scenario file; raise ``ScenarioError`` with every problem."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise InputError(f"cannot read scenario ({e.strerror})", source=str(p)) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"not a text (UTF-8) file: byte {e.start} cannot be decoded",
+                         source=str(p)) from None
+    if "\x00" in text:
+        raise InputError("not a text file (it holds NUL bytes)", source=str(p))
     sc = parse_scenario(text, source=str(p))
     if check:
         problems, _ = check_scenario(sc, p.resolve().parent, text)

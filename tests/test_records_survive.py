@@ -217,6 +217,8 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
      "given twice"),
     ("load: {kind: lanes, concurrency: 2}\noutput: {run_id: ../../x}", "output.run_id"),
     ("load: {kind: lanes, concurrency: 2}\ntiming: {time_scale: .nan}", "timing.time_scale"),
+    ("load: {kind: lanes, concurrency: 2}\nendpoints: [{kind: openai, url: "
+     "'http://x:99999', model: m}]", "not a usable URL"),
 ])
 def test_bad_scenario_values_are_one_clear_error(tmp_path: Path, yaml_text: str,
                                                  where: str) -> None:
@@ -231,3 +233,22 @@ def test_bad_scenario_values_are_one_clear_error(tmp_path: Path, yaml_text: str,
     res = CliRunner().invoke(app, ["validate", str(tmp_path / "s.yaml")])
     assert res.exit_code == 2, res.output
     assert where in res.output and "Traceback" not in res.output
+
+
+def test_unreadable_scenario_files_and_output_folders_are_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    runner = CliRunner()
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00binary\x00")
+    res = runner.invoke(app, ["validate", str(tmp_path / "bin.yaml")])
+    assert res.exit_code == 2 and "not a text" in res.output, res.output
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "s.yaml").write_text(
+        "name: x\nendpoints: [{kind: simulated}]\n"
+        "trace: {kind: synth, profile: codex, sessions: 1}\n"
+        f"load: {{kind: lanes, concurrency: 1}}\nlimits: {{max_requests: 2}}\n"
+        f"output: {{dir: {tmp_path / 'afile'}}}\n")
+    res = runner.invoke(app, ["run", str(tmp_path / "s.yaml")])
+    assert res.exit_code == 2 and "is a file, not a folder" in res.output, res.output

@@ -19,8 +19,19 @@ from agentbench.replay.endpoints import HARMLESS_HEADERS
 
 def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
     """``<parent>/<run_id>``; a default id is ``<name>-<UTC timestamp>`` made unique."""
+    from agentbench.errors import InputError
+
     base = Path(parent)
-    base.mkdir(parents=True, exist_ok=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        if not os.access(base, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except (FileExistsError, NotADirectoryError):
+        raise InputError("is a file, not a folder", source=str(base),
+                         field="output.dir") from None
+    except OSError as e:
+        raise InputError(f"cannot write results there ({e.strerror})", source=str(base),
+                         field="output.dir") from None
     rid = run_id or f"{_safe(name)}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     path = base / rid
     n = 1
@@ -53,9 +64,7 @@ def git_commit() -> str | None:
 def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     """The scenario as JSON data with header values (but harmless ones), ``extra_body``
     values under secret-looking keys, URL passwords and secret strings removed."""
-    from agentbench.replay.endpoints import secret_key
-
-    from agentbench.replay.endpoints import url_userinfo
+    from agentbench.replay.endpoints import secret_key, url_userinfo
 
     data = scenario.model_dump(mode="json")
     for ep in data.get("endpoints", []):

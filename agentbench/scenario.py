@@ -27,6 +27,23 @@ MAX_LANES = 100_000
 # ---------------------------------------------------------------- endpoints
 
 
+def _default_retry_on() -> list[int | Literal["connect"]]:
+    return [429, 503, "connect"]
+
+
+class Retry(Strict):
+    """Sending a failed request again (off unless ``max_attempts`` > 1)."""
+
+    max_attempts: int = Field(1, ge=1, le=10, description="Attempts in all per request; 1: "
+                              "no retries.")
+    on: list[int | Literal["connect"]] = Field(
+        default_factory=_default_retry_on,
+        description="HTTP statuses (and 'connect' for connection errors) that are retried.")
+    backoff_s: float = Field(0.5, gt=0, description="First wait; doubled each attempt "
+                             "(the server's Retry-After wins when it sends one).")
+    max_backoff_s: float = Field(30.0, gt=0, description="Longest wait between attempts.")
+
+
 class OpenAIEndpoint(Strict):
     """A real server speaking the OpenAI API (vLLM, SGLang, llama.cpp, a router...)."""
 
@@ -71,6 +88,8 @@ class OpenAIEndpoint(Strict):
         "reached or refuses the key or model (401/403/404) stops the run with a one-line "
         "error instead of a run of failed requests.")
     timeout_s: float = Field(600.0, gt=0, description="Per-request timeout (whole stream).")
+    retry: Retry = Field(default_factory=Retry, description="Retry policy (off by default); "
+                         "connection errors always back off (see agentbench/replay/retry.py).")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="Fail a stream that sends nothing for this long.")
     max_connections: int = Field(

@@ -113,3 +113,41 @@ async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
         await asyncio.wait_for(run_scenario(
             scenario(f"http://127.0.0.1:{port}", tmp_path / "b"), trace=trace(3),
             progress=False), 50)
+
+
+@pytest.mark.timeout(60)
+async def test_retry_honours_retry_after_and_records_each_attempt(tmp_path):  # type: ignore[no-untyped-def]
+    """Two 429s (Retry-After 0.2 s), then success: three rows for the turn, the retry sent
+    no earlier than the server asked."""
+    streamed = iter(range(1000))
+
+    def fault(n: int, body: dict[str, Any]) -> str | None:
+        return "http429" if body.get("stream") and next(streamed) < 2 else None
+
+    srv = FakeServer(ServerConfig(fault=fault, retry_after_s=0.2))
+    await srv.start()
+    try:
+        sc = scenario(srv.url, tmp_path)
+        sc.endpoints[0].retry.max_attempts = 3
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(2), progress=False), 50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas().sort_values("sent_ns")
+    assert list(req.turn) == [0, 0, 0, 1]
+    assert list(req.status) == [records.ERROR, records.ERROR, records.OK, records.OK]
+    gaps = np.diff(req.sent_ns.to_numpy()[:3]) / 1e9
+    assert (gaps >= 0.2).all() and (gaps < 1.0).all()
+
+
+@pytest.mark.timeout(60)
+async def test_connection_errors_back_off_instead_of_spinning(tmp_path):  # type: ignore[no-untyped-def]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sc = scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False)
+    res = await asyncio.wait_for(run_scenario(sc, trace=trace(6), progress=False), 50)
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas().sort_values("sent_ns")
+    assert (req.error_type == "connect_error").all()
+    gaps = np.diff(req.sent_ns.to_numpy()) / 1e9
+    # 0.05, 0.1, 0.2, 0.4, 0.8 s: each wait at least doubles
+    assert (gaps[1:] >= 1.8 * gaps[:-1]).all() and gaps[0] >= 0.05

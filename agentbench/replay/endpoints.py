@@ -106,6 +106,9 @@ class LiveEndpoint:
     #: the in-process simulator on the virtual clock (``agentbench.transport.simulated``);
     #: None: HTTP
     transport: Any = None
+    retry: Any = None  # the endpoint's retry policy (``agentbench.replay.retry``), or None
+    connect_failures: int = 0  # connection errors in a row (connection backoff)
+    blocked_until_ns: int = 0  # no request is sent before this (run clock)
 
     @property
     def sim_block(self) -> int | None:
@@ -174,6 +177,8 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
         label = cfg.name or bare
     ep = _connect(cfg, base, label)
     ep.sim_handle = handle
+    policy = getattr(cfg, "retry", None)
+    ep.retry = policy if policy is not None and policy.max_attempts > 1 else None
     if cfg.kind != "simulated" and cfg.preflight:
         try:
             await check_reachable(ep, cfg.model, index)
@@ -267,6 +272,8 @@ def reconnect(cfg: Any, index: int, found: dict[str, Any]) -> LiveEndpoint:
         raise InputError(str(e), where=f"endpoints[{index}]", field="extra_body") from None
     ep.overhead = int(found["overhead"])
     ep.notes = list(found["notes"])
+    policy = getattr(cfg, "retry", None)
+    ep.retry = policy if policy is not None and policy.max_attempts > 1 else None
     return ep
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from agentbench import records
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
+from agentbench.replay.retry import note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.writer import ResultsWriter
@@ -268,11 +269,38 @@ class TreeRun:
 
     async def _request(self, sess: Session, st: SessionState, k: int, scheduled: int,
                        phase: str, content: list[bytes] | None) -> RequestRecord:
+        """Send turn ``k`` (again, under the endpoint's retry policy) and record each
+        attempt."""
         ctx = self.ctx
-        turn = sess.turns[k]
         ep = ctx.endpoints[ctx.router.pick(self.sticky)]
         if content is None:
             content = self._content(sess, k, ep.api, ep.overhead, ep.sim_block)
+        attempt = 1
+        while True:
+            rec = await self._attempt(sess, st, k, scheduled, phase, content, ep)
+            policy = ep.retry
+            if policy is None or attempt >= policy.max_attempts or ctx.stopping \
+                    or not retryable(rec, policy):
+                return rec
+            wait = retry_delay_ns(attempt, policy, rec.retry_after_s)
+            attempt += 1
+            try:
+                scheduled = await ctx.timers.wait_until(ctx.timers.now_ns() + wait,
+                                                        pullable=False)
+            except StageOver:
+                return rec
+            if not ctx.take_request():
+                return rec
+
+    async def _attempt(self, sess: Session, st: SessionState, k: int, scheduled: int,
+                       phase: str, content: Any, ep: LiveEndpoint) -> RequestRecord:
+        """Send turn ``k`` once to ``ep`` (after the endpoint's connection backoff) and
+        record the row."""
+        ctx = self.ctx
+        turn = sess.turns[k]
+        if ep.blocked_until_ns > ctx.timers.now_ns():
+            with contextlib.suppress(StageOver):
+                await ctx.timers.wait_until(ep.blocked_until_ns, pullable=False)
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,
@@ -296,6 +324,7 @@ class TreeRun:
             raise
         ep.inflight -= 1
         ctx.timers.request_ended()
+        note_outcome(ep, rec, ctx.timers.now_ns())
         try:
             # reading the stored stream waits for its turn in the loop, so that streams
             # still in flight are stamped first when many end at once

@@ -40,6 +40,7 @@ class ServerConfig:
     keep_requests: bool = True
     fault: Callable[[int, dict[str, Any]], str | None] | None = None
     stall_s: float = 3600.0
+    retry_after_s: float = 1.0  # sent with every 429
     #: counts a chat request's prompt from its message contents (a real server's tokenizer
     #: and template); None: ``agentbench.tokenize.chat_prompt_tokens``
     chat_counter: Callable[[list[str]], int] | None = None
@@ -123,7 +124,8 @@ class FakeServer:
         if fault == "http500":
             return web.json_response({"error": {"message": "internal error"}}, status=500)
         if fault == "http429":
-            return web.json_response({"error": {"message": "rate limited"}}, status=429)
+            return web.json_response({"error": {"message": "rate limited"}}, status=429,
+                                     headers={"Retry-After": str(self.cfg.retry_after_s)})
         out_n = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
             text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))

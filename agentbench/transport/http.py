@@ -53,6 +53,8 @@ class RequestRecord:
     #: what the stream said, when a transport knows it without bytes (the in-process
     #: simulator); HTTP leaves it None and the writer reads ``chunks``
     result: Any = None
+    #: the server's Retry-After, seconds (429, 503), when it sent one; not written
+    retry_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,7 @@ async def send(http: aiohttp.ClientSession, target: Target, body: bytes | Reques
             if resp.status != 200:
                 text = (await resp.content.read(2000)).decode("utf-8", "replace")
                 rec.end_ns = perf_ns() - t0_ns
+                rec.retry_after_s = _retry_after(resp.headers.get("Retry-After"))
                 if 300 <= resp.status < 400:
                     text = (f"redirect to {resp.headers.get('Location', '?')} not followed "
                             "(set the endpoint url to where the server lives)")
@@ -178,6 +181,17 @@ async def send(http: aiohttp.ClientSession, target: Target, body: bytes | Reques
     except Exception as e:  # any other failure is data too
         rec.end_ns = perf_ns() - t0_ns
         _fail(rec, type(e).__name__, str(e), target)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (a number; an HTTP date is not followed), None if absent."""
+    if not value:
+        return None
+    try:
+        s = float(value.strip())
+    except ValueError:
+        return None
+    return s if 0 <= s < 86400 else None
 
 
 def _fail(rec: RequestRecord, kind: str, message: str, target: Target) -> None:

@@ -93,6 +93,7 @@ class Pair:
         limit = None if b % 3 == 0 else b % (len(r) + 1)
         k = ref.match(r, limit)
         assert new.match(r, limit) == k
+        assert new.match(r, limit, c % (len(r) + 1)) == k  # a hint only changes the lookup
         if op == 1:
             return
         if op in (2, 3):  # insert: without make_room only when it fits, as the engine does
@@ -134,7 +135,7 @@ class Pair:
         ref.touch(r[k - 1], now)
         new.touch(r, k, now)
         now = self.tick(c)
-        assert ref.insert(r, len(r), now) == new.insert(r, len(r), now)
+        assert ref.insert(r, len(r), now) == new.insert(r, len(r), now, pinned=k)
         n = len(r)
         ref.pin(r[n - 1])
         new.pin(r, n)
@@ -159,6 +160,7 @@ class Pair:
             assert new.depth_of(h) == ref.depth_of(h)
             assert h in new
         assert new.referenced_blocks(self.pins) == ref.referenced_blocks(self.pins)
+        assert new.held == ref.referenced_blocks(self.pins)  # counted as pins come and go
         if orders:
             assert new.lru_order() == ref.lru_order()
 
@@ -255,11 +257,17 @@ def test_mid_node_pin_touch_and_branch_split_runs() -> None:
     a = [1, 2, 3, 4, 5, 6]
     assert c.insert(a, 6, now=1.0) == 6
     c.pin(a, 3)  # block 3 is mid-run: the run splits, 1-2-3 pinned
+    assert c.held == 3
     assert c.depth_of(3) == 2 and c.evict(20) == 3 and c.match(a) == 3
     c.touch(a, 2, now=5.0)  # mid-node touch: 2 now outlives 3
     b = [1, 2, 9]
     assert c.insert(b, 3, now=2.0) == 1  # a branch off block 2
+    c.pin(b, 3)
+    assert c.held == 4
     c.unpin(3)
+    assert c.held == 3
+    c.unpin(9)
+    assert c.held == 0
     assert c.lru_order() == [3, 9, 2, 1]  # 3 (t=1), 9 (t=2), then 2 with its own t=5
     assert c.referenced_blocks([9]) == 3 and len(c) == 4
 
@@ -270,6 +278,18 @@ def test_mid_node_pin_touch_and_branch_split_runs() -> None:
 class RefAdapter(RefCache):
     """The reference behind the new cache's (hashes, k) calls (its own code calls pin and
     touch with a hash)."""
+
+    def match(self, hashes: Sequence[int], limit: int | None = None, hint: int = 0) -> int:
+        return super().match(hashes, limit)
+
+    def insert(self, hashes: Sequence[int], end: int, now: float, *,
+               make_room: bool = False, pinned: int = 0) -> int:
+        return super().insert(hashes, end, now, make_room=make_room)
+
+    @property
+    def held(self) -> int:
+        """Blocks on the paths above pinned blocks (the new cache counts them as it goes)."""
+        return self.referenced_blocks(list(self._pins))
 
     def pin(self, hashes: Sequence[int] | int, k: int = 0) -> None:  # type: ignore[override]
         super().pin(hashes[k - 1] if isinstance(hashes, Sequence) else hashes)

@@ -16,8 +16,8 @@ replay drives the cluster in its own process on its own simulated clock
 Modules: ``presets`` (timing parameters and their sources), ``prompt`` (token counts and
 prefix-chained block hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and
 ``kvties`` (its closed-form eviction of equal-time chains), ``engine`` (one instance's
-scheduler), ``cluster`` (router, shared tier, wall-clock driver), ``virtual`` (virtual-time
-drivers), ``histogram``
+scheduler), ``decoderuns`` (its decode-only steps computed ahead), ``cluster`` (router,
+shared tier, wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram``
 (latency histograms), ``metrics`` (Prometheus text), ``server`` (HTTP), ``process`` (the
 child process), ``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).
 """

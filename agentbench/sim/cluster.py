@@ -162,18 +162,26 @@ class Cluster:
     def submit(self, req: SimRequest, at: float | None = None) -> Instance:
         """Route ``req`` and queue it (arriving now, or at simulated time ``at`` on a virtual
         clock); raise ``SimRejected`` when it can never run."""
+        return self.place(req, self.route(req, at))
+
+    def route(self, req: SimRequest, at: float | None = None) -> int:
+        """``submit``'s first half: the instance ``req`` goes to (its arrival set)."""
         why = first_fit_error(self.instances[0], req)
         if why is not None:
             raise SimRejected(why)
         req.arrival = self.now() if at is None else at
         if self.driver is not None:
             self.driver.sync(req.arrival)  # routing reads every instance's state
-        inst = self.instances[self.router.choose(req, self.instances)]
+        return self.router.choose(req, self.instances)
+
+    def place(self, req: SimRequest, index: int) -> Instance:
+        """``submit``'s second half: queue ``req`` on instance ``index`` (from ``route``)."""
+        inst = self.instances[index]
         inst.add(req)
         if self._wake:
-            self._wake[inst.index].set()
+            self._wake[index].set()
         if self.driver is not None:
-            self.driver.wake(inst.index)
+            self.driver.wake(index)
         return inst
 
     def abort(self, req: SimRequest) -> None:

@@ -6,7 +6,8 @@ blocks, give every running decode one token and prefills chunks of the token bud
 then committed at its end time (``commit``: finished prefills cache their blocks and emit
 their first token, decodes emit one token, finished requests release their blocks). The
 async driver in ``cluster.py`` sleeps between the two; a benchmark may call them
-back-to-back on a virtual clock.
+back-to-back on a virtual clock, where ``decoderuns`` advances runs of decode-only steps
+in bulk.
 
 Simplifications (documented): a request reserves blocks for its whole prompt and
 ``max_tokens`` at admission, so there is no preemption; prompt blocks enter the prefix cache
@@ -18,7 +19,7 @@ to the step in which the request is admitted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimRequest:
     """One request inside the simulator. Times are simulated seconds."""
 
@@ -101,9 +102,11 @@ class Instance:
         self._releases = 0  # requests that gave their blocks back (finished or aborted)
         self._blocked: tuple[SimRequest, int] | None = None  # (head, releases) that failed
         self._decode_ctx = 0  # sum of context tokens over self.decoding
-        self._dec_batch: list[SimRequest] = []  # decodes of the planned step
-        self._prefill_plan: list[tuple[SimRequest, int]] = []  # (request, prompt tokens)
+        self._dec_batch: Sequence[SimRequest] = ()  # decodes of the planned step
+        self._prefill_plan: Sequence[tuple[SimRequest, int]] = ()  # (request, prompt tokens)
         self._dirty = False  # an aborted request still sits in decoding/prefilling
+        #: blocks a session's last prompt cached: where its next prompt's lookup may start
+        self._turn_ends: dict[str, int] = {}
         self._attn = 4.0 * preset.layers * preset.hidden
         self._lin = 2.0 * preset.params
         self._s_flop, self._s_byte = preset.s_per_flop, preset.s_per_byte
@@ -157,56 +160,60 @@ class Instance:
 
     def _admit(self, req: SimRequest, now: float) -> bool:
         """Match the prefix in GPU, CPU and shared tiers and reserve blocks; False if full."""
-        hashes, limit = req.hashes, req.match_limit
-        gpu = self.gpu
-        if self._blocked is not None and self._blocked[0] is req \
-                and self._blocked[1] == self._releases:
+        blocked = self._blocked
+        if blocked is not None and blocked[0] is req and blocked[1] == self._releases:
             return False  # nothing gave blocks back since it last failed: it still cannot fit
-        k = gpu.match(hashes, limit)
+        hashes, limit, session = req.hashes, req.match_limit, req.session
+        gpu = self.gpu
+        hint = self._turn_ends.get(session, 0) if session is not None else 0
+        k = gpu.match(hashes, limit, hint)
         if k:
             gpu.pin(hashes, k)
-        need = self.blocks_needed(req) - k
-        if gpu.free < need:
-            # as vLLM, evict only when that makes room: free + evictable blocks, where the
-            # blocks on a running request's (or this one's) cached path cannot be evicted
-            paths = self._held_paths()
+        need = -(-(req.prompt_tokens + req.output_tokens) // self.block_size) - k
+        # as vLLM, evict only when that makes room: free + evictable blocks, where the blocks
+        # on a running request's (or this one's) cached path, those above a pinned block
+        # (``gpu.held``), cannot be evicted
+        if gpu.free < need and (gpu.capacity - gpu.reserved - gpu.held < need
+                                or not gpu.make_free(need)):
             if k:
-                paths.append(hashes[:k])
-            if gpu.capacity - gpu.reserved - trie_size(paths) < need \
-                    or not gpu.make_free(need):
-                if k:
-                    gpu.unpin(hashes[k - 1])
-                self._blocked = (req, self._releases)
-                return False
+                gpu.unpin(hashes[k - 1])
+            self._blocked = (req, self._releases)
+            return False
         self._blocked = None
         gpu.reserved += need
         req.reserved = need
-        req.pinned = hashes[k - 1] if k else None
-        if k:
-            gpu.touch(hashes, k, now)
-        kc = self.cpu.match(hashes, limit) if self.cpu is not None else 0
-        ks = self.shared.match(hashes, limit) if self.shared is not None else 0
         bs = self.block_size
-        cpu_blocks = max(0, kc - k)
-        shared_blocks = max(0, ks - max(k, kc))
-        if kc and self.cpu is not None:
-            self.cpu.touch(hashes, kc, now)
-        if ks and self.shared is not None:
-            self.shared.touch(hashes, ks, now)
-        req.gpu_hit_tokens = k * bs
-        req.cpu_hit_tokens = cpu_blocks * bs
-        req.shared_hit_tokens = shared_blocks * bs
-        req.cached_tokens = (k + cpu_blocks + shared_blocks) * bs
-        req.computed = req.cached_tokens
-        req.admitted_at = now
         st = self.stats
+        if k:
+            req.pinned = hashes[k - 1]
+            gpu.touch(hashes, k, now)
+        else:
+            req.pinned = None
+        cpu, shared = self.cpu, self.shared
+        if cpu is None and shared is None:
+            req.gpu_hit_tokens = req.cached_tokens = req.computed = cached = k * bs
+            st.hits_gpu += cached
+        else:
+            kc = cpu.match(hashes, limit, hint) if cpu is not None else 0
+            ks = shared.match(hashes, limit, hint) if shared is not None else 0
+            cpu_blocks = max(0, kc - k)
+            shared_blocks = max(0, ks - max(k, kc))
+            if kc and cpu is not None:
+                cpu.touch(hashes, kc, now)
+            if ks and shared is not None:
+                shared.touch(hashes, ks, now)
+            req.gpu_hit_tokens = k * bs
+            req.cpu_hit_tokens = cpu_blocks * bs
+            req.shared_hit_tokens = shared_blocks * bs
+            req.cached_tokens = req.computed = cached = (k + cpu_blocks + shared_blocks) * bs
+            st.hits_gpu += req.gpu_hit_tokens
+            st.hits_cpu += req.cpu_hit_tokens
+            st.hits_shared += req.shared_hit_tokens
+        req.admitted_at = now
         st.requests_admitted += 1
         st.prompt_tokens += req.prompt_tokens
         st.prefix_queries += req.prompt_tokens
-        st.prefix_hits += req.cached_tokens
-        st.hits_gpu += req.gpu_hit_tokens
-        st.hits_cpu += req.cpu_hit_tokens
-        st.hits_shared += req.shared_hit_tokens
+        st.prefix_hits += cached
         return True
 
     def plan(self, now: float) -> float | None:
@@ -231,7 +238,7 @@ class Instance:
         flops = len(batch) * lin + ctx * attn
         if not self.prefilling and not self.waiting:  # decode-only step (the common case)
             self._dec_batch = batch
-            self._prefill_plan = []
+            self._prefill_plan = _NOTHING
             if not batch:
                 return None
             dur = max(flops * self._s_flop, (self._wb + ctx * self._kvb) * self._s_byte) \
@@ -276,66 +283,6 @@ class Instance:
         self.stats.busy_s += dur
         return dur
 
-    # ------------------------------------------------------------ decode runs
-
-    def decode_run(self, start: float, max_steps: int) -> tuple[list[float], bool]:
-        """End times of the steps ahead that are certain now: when nothing waits or
-        prefills and every decode fits the budget, each step is a decode step of the same
-        batch until one of its requests finishes, so their ends follow from ``plan``'s own
-        arithmetic, step by step. Empty otherwise. At most ``max_steps``; the flag tells
-        whether the last one finishes a request. ``apply_decode_steps`` commits them in
-        bulk; a last step that finishes requests is planned and committed as usual."""
-        if self._dirty:
-            self._purge()
-        dec = self.decoding
-        if self.prefilling or not dec or len(dec) > self.preset.max_num_batched_tokens \
-                or not self._queue_stuck():
-            return [], False
-        left = min(r.output_tokens - r.generated for r in dec)
-        n = min(left, max_steps)
-        b, ctx, t = len(dec), self._decode_ctx, start
-        lin_b, attn, s_flop = b * self._lin, self._attn, self._s_flop
-        wb, kvb, s_byte, over = self._wb, self._kvb, self._s_byte, self._overhead
-        ends = []
-        for _ in range(n):
-            t = t + (max((lin_b + ctx * attn) * s_flop, (wb + ctx * kvb) * s_byte) + over)
-            ends.append(t)
-            ctx += b
-        return ends, n == left
-
-    def _queue_stuck(self) -> bool:
-        """Nothing waiting can be admitted until a request gives its blocks or its slot
-        back: the queue is empty, the sequence slots are full, or the head failed
-        admission and nothing was released since (then ``plan`` makes pure decode steps,
-        with the same duration as its decode-only path)."""
-        if not self.waiting:
-            return True
-        if len(self.decoding) + len(self.prefilling) >= self.preset.max_num_seqs:
-            return True
-        b = self._blocked
-        return b is not None and b[0] is self.waiting[0] and b[1] == self._releases
-
-    def apply_decode_steps(self, starts_ends: list[float], j: int,
-                           stamp: list[int] | None = None) -> None:
-        """Commit ``j`` decode steps of a ``decode_run`` (``starts_ends``: its start, then
-        its step ends), none of which finishes a request. Requests with ``on_steps`` get the
-        steps' end times (``stamp``: the same in integer ns, when the caller has them)."""
-        if j <= 0:
-            return
-        dec = self.decoding
-        st = self.stats
-        for k in range(j):
-            st.busy_s += starts_ends[k + 1] - starts_ends[k]
-        st.steps += j
-        st.generation_tokens += len(dec) * j
-        self._decode_ctx += len(dec) * j
-        for r in dec:
-            r.generated += j
-            if r.on_steps is not None:
-                r.on_steps(r, stamp if stamp is not None else starts_ends[1:j + 1])
-            elif r.on_progress is not None:
-                r.on_progress(r)
-
     def commit(self, now: float) -> list[SimRequest]:
         """Apply the planned step, ending at ``now``; return the requests that finished."""
         done: list[SimRequest] = []
@@ -344,9 +291,10 @@ class Instance:
         for r in self._dec_batch:
             if r.aborted:
                 continue
-            r.generated += 1
+            g = r.generated + 1
+            r.generated = g
             emitted += 1
-            if r.generated >= r.output_tokens:
+            if g >= r.output_tokens:
                 r.finished_at = now
                 r.finish_reason = r.finish_as
                 done.append(r)
@@ -355,7 +303,9 @@ class Instance:
         self._decode_ctx += emitted
         n_dec_done = len(done)
         started: list[SimRequest] = []
-        for r, n in self._prefill_plan:
+        plan = self._prefill_plan
+        self._dec_batch = self._prefill_plan = _NOTHING
+        for r, n in plan:
             if r.aborted:
                 continue
             r.computed += n
@@ -374,8 +324,6 @@ class Instance:
             if r.on_progress is not None:
                 r.on_progress(r)
         st.generation_tokens += emitted
-        self._dec_batch = []
-        self._prefill_plan = []
         if started:
             ids = set(map(id, started))
             self.prefilling = [r for r in self.prefilling if id(r) not in ids]
@@ -383,7 +331,11 @@ class Instance:
             if new:
                 self.decoding = self.decoding + new
                 self._decode_ctx += sum(r.prompt_tokens + 1 for r in new)
-        if n_dec_done:
+        if n_dec_done == 1:
+            gone = done[0]
+            self.decoding = [r for r in self.decoding if r is not gone]
+            self._decode_ctx -= gone.prompt_tokens + gone.generated
+        elif n_dec_done:
             ids = set(map(id, done[:n_dec_done]))
             self.decoding = [r for r in self.decoding if id(r) not in ids]
             self._decode_ctx -= sum(r.prompt_tokens + r.generated for r in done[:n_dec_done])
@@ -402,12 +354,14 @@ class Instance:
         gpu.reserved -= n_full - k0
         r.reserved -= n_full - k0
         if n_full:
-            gpu.insert(hashes, n_full, now)
+            # inserted (or touched, when cached already) at ``now``: no touch left to do
+            gpu.insert(hashes, n_full, now, pinned=k0)  # k0 > 0: hashes[k0 - 1] is pinned
             gpu.pin(hashes, n_full)
             if r.pinned is not None:
                 gpu.unpin(r.pinned)
             r.pinned = hashes[n_full - 1]
-            gpu.touch(hashes, n_full, now)
+            if r.session is not None:
+                self._turn_ends[r.session] = n_full
             if self.cpu is not None:
                 self.cpu.insert(hashes, n_full, now, make_room=True)
             if self.shared is not None:
@@ -424,41 +378,14 @@ class Instance:
     # ------------------------------------------------------------ gauges
 
     def kv_usage(self) -> float:
-        """Share of GPU blocks held by running requests (vLLM's kv_cache_usage_perc).
-
-        A running request holds the cached path above its pinned block, which is its
-        hash list up to that block (block ``i`` of a request sits at depth ``i``), so the
-        blocks held are the nodes of the trie of those lists: their total length less the
-        common prefixes of neighbours in sorted order (equal to
-        ``gpu.referenced_blocks(pinned)``, without walking every path)."""
+        """Share of GPU blocks held by running requests (vLLM's kv_cache_usage_perc): the
+        blocks they reserved and the cached blocks on their paths, which are those above
+        their pinned blocks (``gpu.held``, counted as pins come and go)."""
         gpu = self.gpu
-        used = trie_size(self._held_paths()) + gpu.reserved
-        return min(1.0, used / gpu.capacity)
-
-    def _held_paths(self) -> list[list[int]]:
-        """The cached path of every running request (its hashes up to its pinned block)."""
-        depth = self.gpu.depth_of
-        return [r.hashes[:depth(r.pinned) + 1] for r in self.decoding + self.prefilling
-                if r.pinned is not None and not r.aborted]
+        return min(1.0, (gpu.held + gpu.reserved) / gpu.capacity)
 
 
-def trie_size(paths: list[list[int]]) -> int:
-    """Distinct prefixes among prefix-chained hash lists (equal at ``i`` means equal up to
-    ``i``): total length less the common prefix of each neighbour pair in sorted order."""
-    if not paths:
-        return 0
-    paths.sort()
-    total = sum(map(len, paths))
-    for a, b in zip(paths, paths[1:], strict=False):
-        lo, hi = 0, min(len(a), len(b))  # a[:lo] == b[:lo]; find the largest such lo
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if a[mid - 1] == b[mid - 1]:
-                lo = mid
-            else:
-                hi = mid - 1
-        total -= lo
-    return total
+_NOTHING: tuple[()] = ()  # no step planned
 
 
 def first_fit_error(inst: Instance, req: SimRequest) -> str | None:

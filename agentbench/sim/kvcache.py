@@ -31,6 +31,10 @@ closed form (``kvties``).
 The eviction heap holds exactly the entries the per-block implementation held
 (``tests/reference_kvcache.py``: same pushes, pops, staleness test and rebuilds), so its
 order, ties included, is the same.
+
+Blocks on the paths above pinned blocks (``held``: eviction cannot take them) are counted
+as pins come and go: a node's ``refs`` counts its pins and its children with refs. Lookups
+may start at a node known to be on the way (``match``'s hint, ``insert``'s ``pinned``).
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ from agentbench.sim.kvties import evict_tied
 class _Node:
     """Blocks ``hashes[start:end]``, all inserted by one ``insert`` call (number ``ins``)."""
 
-    __slots__ = ("hashes", "start", "end", "tb", "tt", "parent", "children", "pins", "ins")
+    __slots__ = ("hashes", "start", "end", "tb", "tt", "parent", "children", "pins", "ins",
+                 "refs")
 
     def __init__(self, hashes: Sequence[int], start: int, end: int, tb: float, tt: float,
                  parent: _Node | None, ins: int) -> None:
@@ -57,6 +62,7 @@ class _Node:
         self.children = 0  # nodes starting at block ``end``
         self.pins = 0  # pins of the tail block
         self.ins = ins
+        self.refs = 0  # pin() calls on the tail + children with refs: held when nonzero
 
 
 class PrefixCache:
@@ -80,6 +86,9 @@ class PrefixCache:
         self._seq = 0
         self._ins = 0  # insert calls that added blocks (the order blocks entered)
         self._last = 0  # the last leaf popped for eviction (lru_order reads it)
+        #: blocks on the paths above pinned blocks (``referenced_blocks`` of every pin),
+        #: kept as pins come and go: blocks that eviction cannot take
+        self.held = 0
 
     def __len__(self) -> int:
         return self._size
@@ -96,40 +105,51 @@ class PrefixCache:
 
     # ------------------------------------------------------------ lookup
 
-    def _walk(self, hashes: Sequence[int], hi: int) -> tuple[int, _Node | None]:
-        """Leading cached blocks of ``hashes[:hi]`` and the node holding the last of them."""
-        if hi <= 0:
-            return 0, None
-        node = self._tails.get(hashes[hi - 1])
-        if node is not None:  # the whole range is cached, ending at a node's tail
-            return hi, node
-        node = self._starts.get(hashes[0])
+    def _walk(self, hashes: Sequence[int], hi: int,
+              node: _Node | None = None) -> tuple[int, _Node | None]:
+        """Leading cached blocks of ``hashes[:hi]`` and the node holding the last of them
+        (from ``node``, a node on the path ending before ``hi``, when given)."""
         if node is None:
-            return 0, None
-        starts = self._starts
-        while True:
-            own = node.hashes
-            last = min(node.end, hi) - 1
-            if own[last] != hashes[last]:  # diverges inside: own[start] matches, own[last] not
-                lo, bad = node.start, last
-                while bad - lo > 1:
-                    mid = (lo + bad) // 2
-                    if own[mid] == hashes[mid]:
-                        lo = mid
-                    else:
-                        bad = mid
-                return lo + 1, node
-            if last + 1 == hi:
+            if hi <= 0:
+                return 0, None
+            node = self._tails.get(hashes[hi - 1])
+            if node is not None:  # the whole range is cached, ending at a node's tail
                 return hi, node
-            nxt = starts.get(hashes[node.end]) if node.children else None
-            if nxt is None:
-                return node.end, node
-            node = nxt
+            node = self._starts.get(hashes[0])
+            if node is None:
+                return 0, None
+        starts = self._starts
+        while True:  # node's first block matches
+            last = node.end
+            if last < hi:
+                if node.children:
+                    nxt = starts.get(hashes[last])
+                    if nxt is not None:  # block ``last`` matches, so all of node does
+                        node = nxt
+                        continue
+            else:
+                last = hi
+            own = node.hashes
+            if own[last - 1] == hashes[last - 1]:
+                return last, node
+            lo, bad = node.start, last - 1  # diverges inside: own[lo] matches, own[bad] not
+            while bad - lo > 1:
+                mid = (lo + bad) // 2
+                if own[mid] == hashes[mid]:
+                    lo = mid
+                else:
+                    bad = mid
+            return lo + 1, node
 
-    def match(self, hashes: Sequence[int], limit: int | None = None) -> int:
-        """Number of leading blocks of ``hashes[:limit]`` that are cached."""
+    def match(self, hashes: Sequence[int], limit: int | None = None, hint: int = 0) -> int:
+        """Number of leading blocks of ``hashes[:limit]`` that are cached. ``hint``: a block
+        count that may end at a node's tail on the way (where a growing conversation's last
+        prompt ended), where the lookup can start; the result does not depend on it."""
         hi = len(hashes) if limit is None else min(limit, len(hashes))
-        return self._walk(hashes, hi)[0]
+        tails = self._tails  # a hint's block cached means its path is
+        node = tails.get(hashes[hint - 1]) if 0 < hint < hi and hashes[hi - 1] not in tails \
+            else None
+        return self._walk(hashes, hi, node)[0]
 
     def _split(self, node: _Node, k: int) -> _Node:
         """Cut ``node`` after block ``k - 1`` (start < k < end); return the head part.
@@ -138,6 +158,7 @@ class PrefixCache:
         its tail hash) stay as they are; the head's tail is a body block, with time tb."""
         head = _Node(node.hashes, node.start, k, node.tb, node.tb, node.parent, node.ins)
         head.children = 1
+        head.refs = 1 if node.refs else 0  # node's held blocks are now split between the two
         node.start = k
         node.parent = head
         own = node.hashes
@@ -180,7 +201,9 @@ class PrefixCache:
 
     def pin(self, hashes: Sequence[int], k: int) -> None:
         """Protect block ``hashes[k - 1]`` and its path from eviction (counted)."""
-        self._tail_node(hashes, k).pins += 1
+        node = self._tail_node(hashes, k)
+        node.pins += 1
+        self._refer(node, 1)
 
     def unpin(self, h: int) -> None:
         """Undo one ``pin`` of block ``h``."""
@@ -188,6 +211,20 @@ class PrefixCache:
         if node is None or not node.pins:
             raise KeyError(h)
         self._unpin_node(node)
+        self._refer(node, -1)
+
+    def _refer(self, node: _Node | None, d: int) -> None:
+        """Add ``d`` (1 or -1) to ``node``'s refs and up the path while a count leaves or
+        reaches zero; ``held`` gains or loses those nodes' blocks."""
+        n = 0
+        while node is not None:
+            refs = node.refs
+            node.refs = refs + d
+            if refs and refs + d:  # held before and after: so is everything above
+                break
+            n += node.end - node.start
+            node = node.parent
+        self.held += n * d
 
     def _unpin_node(self, node: _Node) -> None:
         node.pins -= 1
@@ -195,13 +232,16 @@ class PrefixCache:
             self._push(node)
 
     def insert(self, hashes: Sequence[int], end: int, now: float, *,
-               make_room: bool = False) -> int:
+               make_room: bool = False, pinned: int = 0) -> int:
         """Cache ``hashes[:end]`` (the prefix already cached is kept); return blocks added.
 
         With ``make_room`` LRU blocks are evicted to fit (a tier); without it the caller has
         reserved the space. Blocks that do not fit are left out (the prefix that fits stays).
+        ``pinned``: block ``hashes[pinned - 1]`` is pinned (so cached, a node's tail), where
+        the lookup of the cached prefix may start.
         """
-        k, parent = self._walk(hashes, end)
+        start = self._tails.get(hashes[pinned - 1]) if 0 < pinned < end else None
+        k, parent = self._walk(hashes, end, start)
         if k == end:
             if parent is not None:
                 self._touch_in(parent, k, now)

@@ -23,15 +23,12 @@ entries (same keys and sequence numbers) as ``P`` single pops would.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from agentbench.sim.kvcache import _Node
+from typing import Any
 
 Entry = tuple[float, int, int, int]  # (T, -depth, seq, hash)
 
 
-def evict_tied(heap: list[Entry], tails: dict[int, _Node], seq: int, t: float, e: int,
+def evict_tied(heap: list[Entry], tails: dict[int, Any], seq: int, t: float, e: int,
                q: int) -> tuple[int, int]:
     """Apply the pops of the tie group at the heap top; return (blocks evicted, pops).
 
@@ -43,7 +40,7 @@ def evict_tied(heap: list[Entry], tails: dict[int, _Node], seq: int, t: float, e
     while heap and heap[0][0] == t and -heap[0][1] >= e - 1:
         group.append(heapq.heappop(heap))
     k = len(group)
-    chains: list[_Node] = []
+    chains: list[Any] = []  # kvcache._Node (not imported: kvcache imports this)
     seen: set[int] = set()
     for ent in group:
         nd = tails.get(ent[3])

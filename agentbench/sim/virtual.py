@@ -5,21 +5,27 @@
   engine and the agents share one simulated clock;
 - ``run_virtual``: a fixed schedule of requests run to completion without an event loop
   (the scheduling benchmark, tests that need many simulated requests).
+
+Both advance an instance whose next steps are certain a decode run at a time
+(``decoderuns``), with the records of stepping it one step at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import heapq
 import math
 from collections.abc import Iterable
 
+from agentbench.sim import decoderuns
 from agentbench.sim.cluster import Cluster, plan_next
+from agentbench.sim.decoderuns import DecodeRun, decode_run
 from agentbench.sim.engine import Instance, SimRequest
 
-#: steps computed ahead at a time (arrivals elsewhere usually cut a run short)
+#: steps computed ahead at a time by ``TimerDriver`` (arrivals elsewhere usually cut a run
+#: short); ``run_virtual`` computes a run up to the step that finishes a request
 RUN_STEPS = 32
+UNBOUNDED = 1 << 62
 
 
 class TimerDriver:
@@ -28,7 +34,7 @@ class TimerDriver:
     wall-clock driver (``Cluster._drive``), without a task or a sleep per step.
 
     Decode runs: when an instance's next steps are all decode steps of one batch until a
-    request finishes (``Instance.decode_run``), one timer covers them and their tokens
+    request finishes (``decoderuns.decode_run``), one timer covers them and their tokens
     are stamped at each step's end. Anything that reads or changes an instance (an
     arrival, an abort, a metrics sample) first calls ``sync(t)``: the steps ended by ``t``
     are committed, the one in progress is planned as it would have been, and the run ends
@@ -40,9 +46,7 @@ class TimerDriver:
         n = len(cluster.instances)
         self.end_prev = [0.0] * n
         self.handles: list[asyncio.TimerHandle | None] = [None] * n
-        self.runs: list[list[float] | None] = [None] * n  # [start, end 1, ..., end K]
-        self.applied = [0] * n  # steps of the run committed so far
-        self.run_finishes = [False] * n  # whether a run's last step finishes a request
+        self.runs: list[DecodeRun | None] = [None] * n
 
     def start(self) -> None:
         self.cluster.driver = self
@@ -59,53 +63,35 @@ class TimerDriver:
         for i, run in enumerate(self.runs):
             if run is None:
                 continue
-            k = len(run) - 1
-            m = min(bisect.bisect_right(run, t, 1) - 1, k - 1)  # steps ended by t
-            self._apply(i, m)
-            start = run[m]  # the step in progress, planned as it was at its start
-            dur = self.cluster.instances[i].plan(start)
-            assert dur is not None
+            end = decoderuns.cut(self.cluster.instances[i], run, t, True, ns=True)
             self.runs[i] = None
             h = self.handles[i]
             if h is not None:
                 h.cancel()
-            self.handles[i] = self.loop.call_at(start + dur, self._done, i, start + dur)
+            self.handles[i] = self.loop.call_at(end, self._done, i, end)
 
     def wake(self, i: int) -> None:
         if self.handles[i] is None:
             self._begin(i, max(self.end_prev[i], self.cluster.now()))
 
-    def _apply(self, i: int, upto: int) -> None:
-        run, a = self.runs[i], self.applied[i]
-        if run is not None and upto > a:
-            stamp = [round(e * 1e9) for e in run[a + 1:upto + 1]]
-            self.cluster.instances[i].apply_decode_steps(run[a:upto + 1], upto - a, stamp)
-            self.applied[i] = upto
-
     def _run_end(self, i: int) -> None:
         run = self.runs[i]
         assert run is not None
-        k = len(run) - 1
-        if not self.run_finishes[i]:  # a run cut at RUN_STEPS: commit it, go on
-            self._apply(i, k)
-            self.runs[i] = None
-            self.end_prev[i] = run[k]
-            self._begin(i, run[k])
-            return
-        self._apply(i, k - 1)
         self.runs[i] = None
-        dur = self.cluster.instances[i].plan(run[k - 1])  # the last step, as usual
-        assert dur is not None
-        self._done(i, run[k - 1] + dur)
+        inst = self.cluster.instances[i]
+        if not run.finishes:  # a run cut at RUN_STEPS: commit it, go on
+            decoderuns.apply(inst, run, run.steps, ns=True)
+            self.end_prev[i] = run.end
+            self._begin(i, run.end)
+            return
+        self._done(i, decoderuns.last_step(inst, run, ns=True))  # the last step, as usual
 
     def _begin(self, i: int, start: float) -> None:
         inst = self.cluster.instances[i]
-        ends, finishes = inst.decode_run(start, RUN_STEPS)
-        if len(ends) > 1:
-            self.runs[i] = [start, *ends]
-            self.applied[i] = 0
-            self.run_finishes[i] = finishes
-            self.handles[i] = self.loop.call_at(ends[-1], self._run_end, i)
+        run = decode_run(inst, start, RUN_STEPS)
+        if run is not None:
+            self.runs[i] = run
+            self.handles[i] = self.loop.call_at(run.end, self._run_end, i)
             return
         step = plan_next(inst, start)
         if step is None:
@@ -126,12 +112,22 @@ class TimerDriver:
 def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
                 start: float = 0.0) -> list[SimRequest]:
     """Submit each request at its simulated arrival time and step every instance until all
-    are done; return the requests in completion order. Times continue from ``start``."""
+    are done; return the requests in completion order. Times continue from ``start``.
+
+    Each instance has one pending event in a heap keyed (end, instance), the end of its
+    step in progress or of its decode run; an arrival routed to an instance in a run cuts
+    the run where it is (nothing else reads an instance during a run: routing sees its
+    load and caches, which a run does not change). Requests' ``on_progress`` is called
+    once per run of steps (``on_steps`` gets the steps' end times)."""
     arrivals = sorted(schedule, key=lambda x: x[0])
+    instances = cluster.instances
+    n = len(instances)
     steps: list[tuple[float, int]] = []
-    end_prev = [start] * len(cluster.instances)
-    in_flight = [False] * len(cluster.instances)
+    end_prev = [start] * n
+    in_flight = [False] * n
+    runs: list[DecodeRun | None] = [None] * n
     done: list[SimRequest] = []
+    heapreplace, apply, last_step = heapq.heapreplace, decoderuns.apply, decoderuns.last_step
 
     def begin(inst: Instance, t: float) -> None:
         at = max(t, end_prev[inst.index])
@@ -144,17 +140,35 @@ def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
             in_flight[inst.index] = True
 
     i = 0
-    while i < len(arrivals) or steps:
-        t_arr = arrivals[i][0] if i < len(arrivals) else math.inf
+    n_arr = len(arrivals)
+    t_arr = arrivals[0][0] if n_arr else math.inf
+    while steps or i < n_arr:
         if steps and steps[0][0] < t_arr:
             end, idx = steps[0]
-            inst = cluster.instances[idx]
-            done.extend(inst.commit(end))
+            inst = instances[idx]
+            run = runs[idx]
+            if run is None:
+                fin = inst.commit(end)
+                if fin:
+                    done.extend(fin)
+            else:
+                runs[idx] = None
+                if run.finishes:
+                    last_step(inst, run)
+                    done.extend(inst.commit(end))
+                else:
+                    apply(inst, run, run.steps)
             end_prev[idx] = end
-            dur = inst.plan(end) if inst.has_work() else None
-            if dur is not None:  # the common case: the next step follows at once
-                heapq.heapreplace(steps, (end + dur, idx))
-                continue
+            if inst.has_work():
+                run = None if inst.prefilling else decode_run(inst, end, UNBOUNDED)
+                if run is not None:
+                    runs[idx] = run
+                    heapreplace(steps, (run.end, idx))
+                    continue
+                dur = inst.plan(end)
+                if dur is not None:  # the common case: the next step follows at once
+                    heapreplace(steps, (end + dur, idx))
+                    continue
             heapq.heappop(steps)
             in_flight[idx] = False
             if inst.has_work():
@@ -162,8 +176,18 @@ def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
         else:
             t, req = arrivals[i]
             i += 1
-            inst = cluster.submit(req, at=t)
-            if not in_flight[inst.index]:
+            t_arr = arrivals[i][0] if i < n_arr else math.inf
+            idx = cluster.route(req, at=t)
+            run = runs[idx]
+            if run is not None:  # its step in progress at t, planned before the arrival
+                runs[idx] = None
+                end = decoderuns.cut(instances[idx], run, t, False)
+                if end != run.end:
+                    pos = next(p for p, e in enumerate(steps) if e[1] == idx)
+                    steps[pos] = (end, idx)
+                    heapq.heapify(steps)
+            inst = cluster.place(req, idx)
+            if not in_flight[idx]:
                 begin(inst, t)
     return done
 

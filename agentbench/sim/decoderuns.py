@@ -1,0 +1,229 @@
+"""Decode runs: an instance's next steps computed ahead when they are certain, so that a
+virtual-time driver advances it many steps at a time with the records of stepping it one
+step at a time.
+
+When nothing prefills, every decode fits the token budget and nothing waiting can be
+admitted until a request gives its blocks or its slot back (``queue_stuck``), each step is
+a decode step of the same batch until one of its requests finishes: the steps' durations
+are ``Instance.plan``'s, bit for bit (its float operations, in Python or elementwise in
+numpy, or an integer form where that is exact; when memory time exceeds compute time far
+beyond rounding at both ends of a run, at every step), their ends and the instance's busy
+time are summed one step at a time as stepping does, and nothing outside the instance sees
+them (its load and its caches do not change, so routing does not either). Only an arrival
+routed to it, an abort or a read of its state can change its course; a driver then cuts
+the run there (``cut``): the steps ended are committed in bulk (``apply``) and the step in
+progress is planned as it was at its start. A run ends at the step that finishes a
+request, which is planned and committed as usual (``last_step``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from itertools import accumulate
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from agentbench.sim.engine import Instance
+
+#: runs at least this long compute their steps with numpy (the same IEEE operations,
+#: elementwise, and cumulative sums one addition at a time)
+NUMPY_STEPS = 40
+#: memory time above compute time by this factor at a run's ends: above it at every step
+MARGIN = 1.0 + 2.0 ** -30
+
+Floats = list[float] | npt.NDArray[np.float64]
+
+
+class DecodeRun:
+    """Steps ``1..K`` planned ahead: ``times[k]`` is step ``k``'s end (``times[0]`` the
+    run's start) and ``busy[k]`` the instance's ``stats.busy_s`` once it is committed
+    (``busy[0]`` before the run), each the previous plus step ``k``'s duration, added one
+    step at a time as ``plan`` does (lists or float64 arrays); ``end``: ``times[K]``;
+    ``finishes``: whether step ``K`` finishes a request; ``applied``: steps committed."""
+
+    __slots__ = ("times", "busy", "steps", "end", "finishes", "applied")
+
+    def __init__(self, times: Floats, busy: Floats, finishes: bool) -> None:
+        self.times = times
+        self.busy = busy
+        self.steps = len(times) - 1
+        self.end = float(times[-1])
+        self.finishes = finishes
+        self.applied = 0
+
+
+def queue_stuck(inst: Instance) -> bool:
+    """Nothing waiting can be admitted until a request gives its blocks or its slot back:
+    the queue is empty, the sequence slots are full, or the head failed admission and
+    nothing was released since (then ``plan`` makes pure decode steps, with the same
+    duration as its decode-only path)."""
+    if not inst.waiting:
+        return True
+    if len(inst.decoding) + len(inst.prefilling) >= inst.preset.max_num_seqs:
+        return True
+    b = inst._blocked
+    return b is not None and b[0] is inst.waiting[0] and b[1] == inst._releases
+
+
+def decode_run(inst: Instance, start: float, max_steps: int) -> DecodeRun | None:
+    """The steps from ``start`` that are certain now (at most ``max_steps``, up to the first
+    that finishes a request); None when fewer than two are."""
+    if inst._dirty:
+        inst._purge()
+    dec = inst.decoding
+    if inst.prefilling or not dec or len(dec) > inst.preset.max_num_batched_tokens \
+            or inst.waiting and not queue_stuck(inst):
+        return None
+    left = min([r.output_tokens - r.generated for r in dec])
+    n = left if left <= max_steps else max_steps
+    if n < 2:
+        return None
+    kvb = inst._kvb
+    if inst.waiting and isinstance(kvb, int) and (inst._decode_ctx + len(dec) * n) * kvb \
+            >= 1 << 53:  # plan() with a queue reads the KV bytes as a float: the same below
+        return None
+    busy = inst.stats.busy_s
+    rows = _steps(inst, len(dec), inst._decode_ctx, n, start, busy)
+    if rows is not None:
+        return DecodeRun(rows[0], rows[1], n == left)
+    durs = durations(inst, len(dec), inst._decode_ctx, n)
+    return DecodeRun(list(accumulate(durs, initial=start)),
+                     list(accumulate(durs, initial=busy)), n == left)
+
+
+def _memory_bound(inst: Instance, b: int, ctx: int, last: int) -> bool:
+    """Whether every step from context ``ctx`` to ``last`` (exclusive, by ``b``) is memory
+    bound by a margin far above rounding: both terms are linear in the context, so it is
+    when it is at the first and the last step (decode is, but for huge batches)."""
+    lin_b, attn, s_flop = b * inst._lin, inst._attn, inst._s_flop
+    wb, kvb, s_byte = inst._wb, inst._kvb, inst._s_byte
+    c1 = last - b
+    return (wb + ctx * kvb) * s_byte > (lin_b + ctx * attn) * s_flop * MARGIN \
+        and (wb + c1 * kvb) * s_byte > (lin_b + c1 * attn) * s_flop * MARGIN
+
+
+def _steps(inst: Instance, b: int, ctx: int, n: int, start: float,
+           busy: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    """``durations``' running sums from ``start`` and from ``busy`` (``[start, end 1, ...,
+    end n]``, ``[busy, ...]``) with numpy; None for short runs, or where float64 products
+    would differ from Python's (an integer ``kvb`` times a context is an exact integer in
+    Python, and in float64 only below 2**53)."""
+    last = ctx + b * n
+    kvb, wb = inst._kvb, inst._wb
+    if n < NUMPY_STEPS or last >= 1 << 53 or isinstance(kvb, int) and last * kvb >= 1 << 53:
+        return None
+    out = np.empty((3, n + 1))  # durations (after a free slot), ends, busy
+    d = out[0, 1:]  # elementwise as Python's floats (``x + y`` is ``y + x`` in IEEE)
+    if isinstance(kvb, int) and float(wb).is_integer() and wb + last * kvb < 1 << 53:
+        # wb + c * kvb is an integer below 2**53, exact in float64 however it is summed
+        np.multiply(_index(n), b * kvb, out=d)
+        d += wb + ctx * kvb
+    else:
+        np.multiply(np.arange(ctx, last, b, dtype=np.float64), kvb, out=d)
+        d += wb
+    d *= inst._s_byte
+    if not _memory_bound(inst, b, ctx, last):
+        c = np.arange(ctx, last, b, dtype=np.float64)
+        c *= inst._attn
+        c += b * inst._lin
+        c *= inst._s_flop
+        np.maximum(d, c, out=d)
+    d += inst._overhead
+    durs, ends, busy_row = out
+    durs[0] = start
+    np.add.accumulate(durs, out=ends)  # one addition at a time
+    durs[0] = busy
+    np.add.accumulate(durs, out=busy_row)
+    return ends, busy_row
+
+
+_INDEX = np.arange(1 << 10, dtype=np.float64)
+
+
+def _index(n: int) -> npt.NDArray[np.float64]:
+    """``0.0, 1.0, ..., n - 1`` (a view of a table grown as needed)."""
+    global _INDEX
+    if len(_INDEX) < n:
+        _INDEX = np.arange(max(n, 2 * len(_INDEX)), dtype=np.float64)
+    return _INDEX[:n]
+
+
+def durations(inst: Instance, b: int, ctx: int, n: int) -> list[float]:
+    """Durations of ``n`` decode steps of ``b`` requests whose first has context ``ctx``
+    (step ``k``'s: ``ctx + k * b``): ``plan``'s decode-only ``max(compute, memory) +
+    overhead``, the same float operations on the same values."""
+    lin_b, attn, s_flop = b * inst._lin, inst._attn, inst._s_flop
+    wb, kvb, s_byte, over = inst._wb, inst._kvb, inst._s_byte, inst._overhead
+    last = ctx + b * n
+    if _memory_bound(inst, b, ctx, last):
+        return [(wb + c * kvb) * s_byte + over for c in range(ctx, last, b)]
+    # max(x, y) is y only when y > x
+    return [(y if (y := (wb + c * kvb) * s_byte) > (x := (lin_b + c * attn) * s_flop)
+             else x) + over for c in range(ctx, last, b)]
+
+
+def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
+    """Commit the run's steps up to ``upto`` (none of them finishes a request). Requests
+    with ``on_steps`` get the steps' end times (with ``ns`` in integer nanoseconds);
+    others' ``on_progress`` is called once."""
+    a = run.applied
+    j = upto - a
+    if j <= 0:
+        return
+    run.applied = upto
+    st = inst.stats
+    st.busy_s = float(run.busy[upto])  # it was busy[a]: nothing else steps the instance
+    st.steps += j
+    dec = inst.decoding
+    st.generation_tokens += len(dec) * j
+    inst._decode_ctx += len(dec) * j
+    ends: Sequence[float] | list[int] | None = None
+    for r in dec:
+        r.generated += j
+        if r.on_steps is not None:
+            if ends is None:
+                ends = [float(e) for e in run.times[a + 1:upto + 1]]
+                if ns:
+                    ends = [round(e * 1e9) for e in ends]
+            r.on_steps(r, list(ends))
+        elif r.on_progress is not None:
+            r.on_progress(r)
+
+
+def cut(inst: Instance, run: DecodeRun, t: float, ended_at_t: bool, ns: bool = False) -> float:
+    """End the run at time ``t``: commit the steps ended before ``t`` (and those ending at
+    ``t`` with ``ended_at_t``), plan the step in progress as it was planned at its start;
+    return its end (the driver commits it there, as any planned step)."""
+    times = run.times
+    m = (bisect.bisect_right(times, t, 1) if ended_at_t else bisect.bisect_left(times, t, 1))
+    m = min(m - 1, run.steps - 1)
+    apply(inst, run, m, ns)
+    return _plan(inst, run, m)
+
+
+def last_step(inst: Instance, run: DecodeRun, ns: bool = False) -> float:
+    """The run's last step finishes a request: commit the others, plan it as usual and
+    return its end (the driver commits it there)."""
+    apply(inst, run, run.steps - 1, ns)
+    return _plan(inst, run, run.steps - 1)
+
+
+def _plan(inst: Instance, run: DecodeRun, m: int) -> float:
+    """``inst.plan(run.times[m])`` for the run's step ``m + 1``, whose start follows the
+    steps committed: a decode step of the whole batch (what ``decode_run`` checked still
+    holds), of the run's duration; return its end. (Were a request aborted behind the
+    driver's back, as at shutdown, ``plan`` itself plans it.)"""
+    if inst._dirty:
+        dur = inst.plan(float(run.times[m]))
+        assert dur is not None
+        return float(run.times[m]) + dur
+    inst._dec_batch = inst.decoding
+    inst._prefill_plan = ()
+    st = inst.stats
+    st.steps += 1
+    st.busy_s = float(run.busy[m + 1])  # busy[m] + the step's duration
+    return float(run.times[m + 1])

@@ -7,12 +7,13 @@
 1. Scheduling work: agentic sessions (growing shared prefixes) on 4 instances, run on a
    virtual clock (``speedup`` infinite): routing, prefix matching, block reservation,
    continuous-batching steps, token emission, eviction. Figure: simulated requests per
-   second of wall time. Prompts are pre-hashed so this isolates the engine. Its cost is
-   about 3 us per engine step plus ~0.5 us per token of the step's batch plus ~2 us per
-   block that misses the cache (inserted, later evicted), so small batches of long outputs
-   and cache thrash are its slow cases; all three are printed, each with how many simulated
-   seconds it runs per wall second: the largest ``speedup`` that the 4 simulated instances
-   can be driven at in real time on one core.
+   CPU second. Prompts are pre-hashed so this isolates the engine. Steps that add or finish
+   a request are planned one by one; the decode-only steps between them are computed
+   ahead as one run (``agentbench/sim/decoderuns.py``), and the prefix cache works per
+   run of blocks (``kvcache``), so the cost is per request and per run more than per token
+   or block. Three workloads are printed (many short agents, long contexts with small
+   batches, cache thrash), each with how many simulated seconds it runs per CPU second: the
+   largest ``speedup`` that the 4 simulated instances could be driven at in real time.
 2. Prompt cost: tokenizing + hashing a chat request whose context grew by one turn.
 3. HTTP: requests/s through the aiohttp server (instant preset, small prompts).
 4. --replay: the shipped simulated scenarios through the replay and the in-process

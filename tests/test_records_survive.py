@@ -252,3 +252,22 @@ def test_unreadable_scenario_files_and_output_folders_are_one_line(tmp_path: Pat
         f"output: {{dir: {tmp_path / 'afile'}}}\n")
     res = runner.invoke(app, ["run", str(tmp_path / "s.yaml")])
     assert res.exit_code == 2 and "is a file, not a folder" in res.output, res.output
+
+
+@pytest.mark.parametrize("content", [
+    b"\xff\xfe\x00\x01binary\x00" * 50,
+    b'\xff\xfe{"a":1}\n',
+    b'{"timestamp": 0, "input_length": NaN, "output_length": 5, "hash_ids": [1]}\n',
+    b'{"timestamp": 0, "input_length": Infinity, "output_length": 5, "hash_ids": [1]}\n',
+    b'{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": ["a"]}\n',
+])
+def test_bad_traces_are_one_line(tmp_path: Path, content: bytes) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    (tmp_path / "t.jsonl").write_bytes(content)
+    res = CliRunner().invoke(app, ["traces", "stats", str(tmp_path / "t.jsonl")])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "t.jsonl" in lines[0]

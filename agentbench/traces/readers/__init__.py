@@ -28,14 +28,23 @@ READERS: dict[str, str] = {
 
 
 def read_trace(source: str | Path, format: str | None = None, **options: Any) -> Trace:
-    """Read ``source`` (file, folder, or Hugging Face dataset id) as ``format``."""
-    fmt = format or detect_format(source)
-    if fmt not in READERS:
-        raise InputError(
-            f"unknown trace format {fmt!r} (known: {', '.join(READERS)})", source=str(source)
-        )
-    module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
-    trace: Trace = module.read(source, **options)
+    """Read ``source`` (file, folder, or Hugging Face dataset id) as ``format``. Whatever
+    the bytes, a bad trace is an ``InputError`` naming it, never a traceback."""
+    try:
+        fmt = format or detect_format(source)
+        if fmt not in READERS:
+            raise InputError(
+                f"unknown trace format {fmt!r} (known: {', '.join(READERS)})",
+                source=str(source))
+        module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
+        trace: Trace = module.read(source, **options)
+    except InputError:
+        raise
+    except UnicodeError as e:
+        raise InputError(f"not UTF-8 text ({e})", source=str(source)) from e
+    except (ValueError, OverflowError, RecursionError) as e:
+        raise InputError(f"cannot read it: {type(e).__name__}: {str(e)[:200]}",
+                         source=str(source)) from e
     return trace
 
 

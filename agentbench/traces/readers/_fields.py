@@ -17,7 +17,8 @@ def req_int(rec: dict[str, Any], key: str, *, nonneg: bool = True) -> int:
     if key not in rec:
         raise InputError("missing", field=key)
     val = rec[key]
-    if isinstance(val, bool) or not isinstance(val, int | float) or val != int(val):
+    if isinstance(val, bool) or not isinstance(val, int | float) \
+            or (isinstance(val, float) and not val.is_integer()):  # NaN, inf, 2.5
         raise InputError(f"expected an integer, got {val!r}", field=key)
     if nonneg and val < 0:
         raise InputError(f"negative length {val}", field=key)

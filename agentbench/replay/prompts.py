@@ -122,6 +122,25 @@ def rest_segments(turn: Turn, session_id: str, next_turn: Turn | None,
     return segs
 
 
+def tail_layout(turn: Turn, session_id: str, next_turn: Turn | None, n_full: int,
+                cut: int) -> tuple[int, list[Segment]]:
+    """What follows a turn's leading whole blocks once ``cut`` tokens (template, shared
+    prefix) are taken off the end, as ``layout`` does: (whole blocks kept, segments after
+    them). A cut that reaches into the whole blocks (a tiny tail) drops them from the end
+    and leaves the last one cut."""
+    segs = rest_segments(turn, session_id, next_turn, n_full)
+    left = trim_end(segs, cut)
+    keep, bs = n_full, turn.block_size
+    while left > 0 and keep > 0:
+        keep -= 1
+        if bs > left:
+            segs = [Segment(int(turn.hash_ids[keep]), bs - left)]
+            left = 0
+        else:
+            left -= bs
+    return keep, segs
+
+
 class BlockCache:
     """Pre-encoded fragments of blocks, one store per salt so a finished trace copy's blocks
     can be dropped (``release``) and memory follows the live trees. Full blocks are keyed
@@ -246,17 +265,8 @@ class SessionPrompt:
         if n_full > have:
             frags.extend(cache.full_many(salt, ids[have:n_full], bs))
         self._ids = ids[:n_full]
-        segs = rest_segments(turn, self.session_id, next_turn, n_full)
-        # take the template and shared-prefix tokens off the end, as layout does
-        cut = trim_end(segs, self.overhead + self.shared_prefix)
-        keep = n_full
-        while cut > 0 and keep > 0:  # the cut reaches into whole blocks (a tiny tail)
-            keep -= 1
-            if bs > cut:
-                segs = [Segment(int(ids[keep]), bs - cut)]
-                cut = 0
-            else:
-                cut -= bs
+        keep, segs = tail_layout(turn, self.session_id, next_turn, n_full,
+                                 self.overhead + self.shared_prefix)
         out = frags[:keep] if keep < n_full else frags[:]
         out.extend(cache.fragment(salt, sg, bs) for sg in segs)
         if self.shared_prefix:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from agentbench.replay.progress import Progress, planned_requests
 from agentbench.replay.prompts import BlockCache
 from agentbench.replay.rundir import make_run_dir, run_info, write_run_json
 from agentbench.replay.schedule import NS
-from agentbench.replay.scrape import sample_loop, scrape_loop, scrape_once
+from agentbench.replay.scrape import http_collector, sample_collector, scrape_loop
 from agentbench.replay.stages import Health, TreeSource, flush_loop, run_stage, stages_of
 from agentbench.replay.timers import Timers
 from agentbench.replay.tree import RunContext, tree_specs
@@ -131,14 +130,13 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         if scenario.server_metrics.enabled:
             every = scenario.server_metrics.interval_for(VIRTUAL if virtual else WALL)
             for e in endpoints:
-                if e.transport is not None:
-                    bg.append(asyncio.ensure_future(sample_loop(
-                        e.transport.metrics_samples, e.label, every, timers.now_ns,
-                        writer.add_server_samples, stop_bg)))
-                elif e.metrics_url and e.http is not None:
+                collect = (sample_collector(e.transport.metrics_samples, e.label)
+                           if e.transport is not None else
+                           http_collector(e.http, e.metrics_url, e.label)
+                           if e.metrics_url and e.http is not None else None)
+                if collect is not None:
                     bg.append(asyncio.ensure_future(scrape_loop(
-                        functools.partial(scrape_once, e.http, e.metrics_url), e.label,
-                        every, timers.now_ns, writer.add_server_samples, stop_bg)))
+                        collect, every, timers.now_ns, writer.add_server_samples, stop_bg)))
         if n_workers > 1:
             fleet = Fleet(n_workers, scenario, trace,
                           [opened(e) for e in endpoints], t0, run_dir)

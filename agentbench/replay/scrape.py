@@ -33,45 +33,50 @@ async def scrape_once(http: aiohttp.ClientSession, url: str) -> str | None:
         return None
 
 
-async def scrape_loop(fetch: Callable[[], Awaitable[str | None]], endpoint: str,
-                      interval_s: float, now_ns: Callable[[], int],
-                      sink: Callable[[list[dict[str, Any]]], None],
+Rows = list[dict[str, Any]]
+
+
+def http_collector(http: aiohttp.ClientSession, url: str, endpoint: str
+                   ) -> Callable[[int], Awaitable[Rows | None]]:
+    """Rows of one scrape of ``url``'s Prometheus text; None when there is none (an error
+    status, not reachable, not Prometheus text)."""
+    async def collect(t: int) -> Rows | None:
+        text = await scrape_once(http, url)
+        if text is None:
+            return None
+        try:
+            return parse_samples(text, t, endpoint)
+        except ValueError:
+            return None
+
+    return collect
+
+
+def sample_collector(sample: Callable[[], list[tuple[str, dict[str, str], float]]],
+                     endpoint: str) -> Callable[[int], Awaitable[Rows | None]]:
+    """Rows of an in-process server that hands its samples over directly (the simulator in
+    virtual time: no text to render or parse)."""
+    async def collect(t: int) -> Rows | None:
+        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": list(lab.items()),
+                 "value": v} for name, lab, v in sample()]
+
+    return collect
+
+
+async def scrape_loop(collect: Callable[[int], Awaitable[Rows | None]], interval_s: float,
+                      now_ns: Callable[[], int], sink: Callable[[Rows], None],
                       stop: asyncio.Event) -> int:
-    """Scrape every ``interval_s`` until ``stop`` is set (and once more then); return the
-    number of scrapes. Stops at once when the first scrape finds no /metrics. ``fetch``
-    returns the text: ``scrape_once`` over HTTP, or the in-process simulator's own."""
+    """Collect samples every ``interval_s`` until ``stop`` is set (and once more then);
+    return the number of scrapes. Stops at once when the first one finds no metrics."""
     n = 0
     while True:
-        t = now_ns()
-        text = await fetch()
-        if text is None:
+        rows = await collect(now_ns())
+        if rows is None:
             if n == 0:
                 return 0
         else:
-            try:
-                sink(parse_samples(text, t, endpoint))
-                n += 1
-            except ValueError:
-                if n == 0:
-                    return 0
-        if stop.is_set():
-            return n
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), interval_s)
-
-
-async def sample_loop(sample: Callable[[], list[tuple[str, dict[str, str], float]]],
-                      endpoint: str, interval_s: float, now_ns: Callable[[], int],
-                      sink: Callable[[list[dict[str, Any]]], None],
-                      stop: asyncio.Event) -> int:
-    """``scrape_loop`` for an in-process server that hands its samples over directly
-    (the simulator in virtual time: no text to render or parse)."""
-    n = 0
-    while True:
-        t = now_ns()
-        sink([{"time_ns": t, "endpoint": endpoint, "name": name, "labels": list(lab.items()),
-               "value": v} for name, lab, v in sample()])
-        n += 1
+            sink(rows)
+            n += 1
         if stop.is_set():
             return n
         with contextlib.suppress(TimeoutError):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.replay.prompts import SHARED_PREFIX_SALT, Segment, rest_segments, trim_end
+from agentbench.replay.prompts import SHARED_PREFIX_SALT, Segment, tail_layout
 from agentbench.sim.prompt import splitmix64
 from agentbench.tokenize import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
 from agentbench.traces.model import Turn
@@ -96,16 +96,8 @@ class SegmentPrompt:
         if n_full > have:
             self._whole = np.concatenate([self._whole, _ident(self.salt, ids[have:n_full])])
         self._ids = ids[:n_full]
-        segs = rest_segments(turn, self.session_id, next_turn, n_full)
-        cut = trim_end(segs, self.overhead + self.shared_prefix)  # as SessionPrompt does
-        keep = n_full
-        while cut > 0 and keep > 0:
-            keep -= 1
-            if bs > cut:
-                segs = [Segment(int(ids[keep]), bs - cut)]
-                cut = 0
-            else:
-                cut -= bs
+        keep, segs = tail_layout(turn, self.session_id, next_turn, n_full,
+                                 self.overhead + self.shared_prefix)
         head_i: list[np.uint64] = []
         head_n: list[int] = []
         if self.chat:

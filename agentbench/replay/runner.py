@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbench.replay.clock import VIRTUAL, WALL, now_ns_of
+from agentbench.replay.clock import VIRTUAL, now_ns_of
 from agentbench.replay.endpoints import (
     LiveEndpoint,
     Router,
@@ -60,7 +60,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     clock, so any ``workers`` gives the same records."""
     from agentbench.replay.workers import Fleet, resolve_workers
 
-    virtual = scenario.clock_mode == VIRTUAL
+    clock = scenario.clock_mode  # VIRTUAL or WALL
+    virtual = clock == VIRTUAL
     asked_workers = workers
     n_workers = 1 if virtual else resolve_workers(workers, scenario)
     if n_workers > 1 and on_request is not None:
@@ -78,7 +79,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                      "requests": trace.n_requests()}
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     info["workers"] = n_workers
-    info["time_base"] = VIRTUAL if virtual else WALL
+    info["time_base"] = clock
     if virtual:
         info["clock"] = {"kind": "virtual: simulated ns from the run start (one discrete-event "
                                  "clock for the replay and the simulator; no wall time)"}
@@ -93,8 +94,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     t0 = 0 if virtual else wall_t0
     if not virtual:
         info["clock"]["t0_perf_ns"] = t0  # to line up with server-side logs on the same host
-    now_ns = now_ns_of(VIRTUAL if virtual else WALL, t0)
-    cap = scenario.timing.idle_cap_for(VIRTUAL if virtual else WALL)
+    now_ns = now_ns_of(clock, t0)
+    cap = scenario.timing.idle_cap_for(clock)
     timers = Timers(t0, None if cap is None else int(cap * NS), now_ns)
     endpoints: list[LiveEndpoint] = []
     stop_bg = asyncio.Event()
@@ -128,7 +129,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             caches=caches, potential=potential, on_request=on_request,
             flavor=next(iter(flavors)) if len(flavors) == 1 else None)
         if scenario.server_metrics.enabled:
-            every = scenario.server_metrics.interval_for(VIRTUAL if virtual else WALL)
+            every = scenario.server_metrics.interval_for(clock)
             for e in endpoints:
                 collect = (sample_collector(e.transport.metrics_samples, e.label)
                            if e.transport is not None else

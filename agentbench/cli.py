@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from agentbench.errors import InputError
+from agentbench.errors import InputError, ResultsWriteError
 
 app = typer.Typer(
     name="agentbench",
@@ -43,6 +43,11 @@ def guarded(fn: F) -> F:
             for line in lines:
                 typer.echo(f"error: {line}", err=True)
             raise typer.Exit(2) from None
+        except ResultsWriteError as e:
+            if _STATE["debug"]:
+                raise
+            typer.echo(f"error: {e.one_line()}", err=True)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -38,3 +38,20 @@ class InputError(Exception):
             where=self.where or where,
             field=self.field,
         )
+
+
+class ResultsWriteError(Exception):
+    """The results folder stopped taking writes (disk full, quota, read-only, removed):
+    the run stops, every row that fit is kept, and the user gets one line (exit code 1)."""
+
+    def __init__(self, path: str, reason: str, kept: int | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.kept = kept
+        self.hint = ""
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        kept = "" if self.kept is None else f"; {self.kept} request rows kept"
+        hint = f"; {self.hint}" if self.hint else ""
+        return f"{self.path}: cannot write results ({self.reason}){kept}{hint}"

@@ -92,6 +92,11 @@ class OpenAIEndpoint(Strict):
                          "connection errors always back off (see agentbench/replay/retry.py).")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="Fail a stream that sends nothing for this long.")
+    reconnect_s: float = Field(
+        60.0, ge=0, le=86400, description="How long a request whose connection is refused "
+        "keeps trying (backing off 0.05 s doubling to 5 s) before it counts as a failed "
+        "request; each try is its own row (connect_error) but none spends the request "
+        "budget, so a server that restarts does not use up max_requests. 0: one try.")
     max_connections: int = Field(
         0, ge=0, description="Connection pool size; 0 = no limit (one per request in flight).")
 

@@ -15,6 +15,7 @@ import os
 import socket
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
@@ -22,18 +23,49 @@ import pyarrow.parquet as pq
 from agentbench import records
 
 SPOOL_SUFFIX = ".spool.arrows"
+JOURNAL_SUFFIX = ".journal.jsonl"
 SCHEMAS = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
            records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
            records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
 
 
+def journal_of(spool: Path) -> Path:
+    return spool.with_name(spool.name.removesuffix(SPOOL_SUFFIX) + JOURNAL_SUFFIX)
+
+
+def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.RecordBatch]:
+    """Rows of a journal (``<seq> <json>`` lines) that the spool lacks (``seq >= after``).
+    A line cut short by the kill, or one that does not fit the schema, is left out."""
+    rows: list[dict[str, object]] = []
+    with contextlib.suppress(OSError), open(journal, "rb") as f:
+        for line in f:
+            seq, _, text = line.partition(b" ")
+            try:
+                if int(seq) < after:
+                    continue
+                row = orjson.loads(text)
+            except (ValueError, orjson.JSONDecodeError):
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    try:
+        return [pa.RecordBatch.from_pylist(rows, schema=schema)] if rows else []
+    except (pa.ArrowException, TypeError, ValueError):  # one bad row: keep the others
+        out = []
+        for row in rows:
+            with contextlib.suppress(pa.ArrowException, TypeError, ValueError):
+                out.append(pa.RecordBatch.from_pylist([row], schema=schema))
+        return out
+
+
 def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
-    """Convert a spool (possibly cut short by a kill) to parquet, after the rows ``out``
-    already holds; return rows written."""
+    """Convert a spool and its journal (possibly cut short by a kill) to parquet, after the
+    rows ``out`` already holds; return rows written."""
     batches: list[pa.RecordBatch] = []
     if out.exists():  # a parquet file cut short is left out: the spool still has its rows
         with contextlib.suppress(pa.ArrowInvalid, OSError):
             batches.extend(pq.read_table(out, schema=schema).to_batches())
+    before = len(batches)
     if spool.exists():
         try:
             with pa.OSFile(str(spool), "rb") as src:
@@ -45,17 +77,28 @@ def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
                         break
         except (pa.ArrowInvalid, OSError):
             pass  # a truncated last batch: keep what was complete
+    journal = journal_of(spool)
+    if journal.exists():
+        in_spool = sum(b.num_rows for b in batches[before:])
+        batches.extend(journal_rows(journal, in_spool, schema))
     table = pa.Table.from_batches(batches, schema=schema)
     tmp = out.with_suffix(out.suffix + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
-    if spool.exists():
-        spool.unlink()
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a half-written file would only take space: the spool stays
+        raise
+    for f in (spool, journal):
+        if f.exists():
+            f.unlink()
     return table.num_rows
 
 
 def has_spools(run_dir: Path) -> bool:
-    return any((run_dir / (name + SPOOL_SUFFIX)).exists() for name in SCHEMAS)
+    return any((run_dir / (name + sfx)).exists()
+               for name in SCHEMAS for sfx in (SPOOL_SUFFIX, JOURNAL_SUFFIX))
 
 
 def writer_alive(run: dict[str, object]) -> bool:
@@ -82,9 +125,11 @@ def recover(run_dir: Path) -> list[str]:
     made = []
     for name, schema in SCHEMAS.items():
         spool = run_dir / (name + SPOOL_SUFFIX)
-        if spool.exists():
+        if spool.exists() or journal_of(spool).exists():
             spool_to_parquet(spool, run_dir / name, schema)
             made.append(name)
+    with contextlib.suppress(OSError):
+        (run_dir / ".reserve").unlink()  # the space a killed run set aside
     path = run_dir / records.RUN_FILE
     try:
         run = json.loads(path.read_text())

@@ -37,12 +37,13 @@ def trace(turns: int) -> Trace:
     return Trace([Session("s", None, "root", None, None, None, "test", "x", 0.0, ts)])
 
 
-def scenario(url: str, out: Any, stall_s: float = 0.3, preflight: bool = True) -> Scenario:
+def scenario(url: str, out: Any, stall_s: float = 0.3, preflight: bool = True,
+             reconnect_s: float = 0.0) -> Scenario:
     return Scenario.model_validate({
         "name": "faults",
         "endpoints": [{"kind": "openai", "url": url, "model": "m", "ignore_eos": True,
                        "stall_timeout_s": stall_s, "timeout_s": 10,
-                       "preflight": preflight}],
+                       "preflight": preflight, "reconnect_s": reconnect_s}],
         "trace": {"kind": "file", "source": "unused"},
         "load": {"kind": "lanes", "concurrency": 1},
         "timing": {"time_scale": 0.0},
@@ -98,7 +99,8 @@ async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # without the preflight check every request becomes a record with the error
+    # without the preflight check (and with one try per request, reconnect_s: 0) every
+    # request becomes a record with the error
     res = await asyncio.wait_for(run_scenario(
         scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False), trace=trace(3),
         progress=False), 50)
@@ -137,6 +139,9 @@ async def test_retry_honours_retry_after_and_records_each_attempt(tmp_path):  # 
     assert list(req.status) == [records.ERROR, records.ERROR, records.OK, records.OK]
     gaps = np.diff(req.sent_ns.to_numpy()[:3]) / 1e9
     assert (gaps >= 0.2).all() and (gaps < 1.0).all()
+    # the session counts the retried turn once, by its last attempt
+    ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert list(ses.status) == [records.OK] and list(ses.turns_done) == [2]
 
 
 @pytest.mark.timeout(60)
@@ -151,3 +156,34 @@ async def test_connection_errors_back_off_instead_of_spinning(tmp_path):  # type
     gaps = np.diff(req.sent_ns.to_numpy()) / 1e9
     # 0.05, 0.1, 0.2, 0.4, 0.8 s: each wait at least doubles
     assert (gaps[1:] >= 1.8 * gaps[:-1]).all() and gaps[0] >= 0.05
+
+
+@pytest.mark.timeout(60)
+async def test_a_server_that_comes_back_does_not_use_up_the_request_budget(tmp_path):  # type: ignore[no-untyped-def]
+    """Down for the first ~0.8 s, then up: the refused tries are rows (connect_error), and
+    the budget of 4 requests still buys 4 requests that reached the server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sc = scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False, reconnect_s=30)
+    sc.limits.max_requests = 4
+    srv = FakeServer(ServerConfig())
+
+    async def come_back() -> None:
+        await asyncio.sleep(0.8)
+        await srv.start(port=port)
+
+    up = asyncio.ensure_future(come_back())
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(6), progress=False), 50)
+    finally:
+        await up
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    refused = req[req.error_type == "connect_error"]
+    assert 2 <= len(refused) <= 8  # 0.05, 0.1, 0.2, 0.4 s backoff: a handful, no spinning
+    assert (req.status == records.OK).sum() == 4 == len(srv.received)
+    assert len(req) == len(refused) + len(srv.received)
+    # each refused try is a row, but the session counts each turn once and ends ok
+    ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert list(ses.status) == ["incomplete"] and list(ses.turns_done) == [4]

@@ -109,6 +109,7 @@ class LiveEndpoint:
     retry: Any = None  # the endpoint's retry policy (``agentbench.replay.retry``), or None
     connect_failures: int = 0  # connection errors in a row (connection backoff)
     blocked_until_ns: int = 0  # no request is sent before this (run clock)
+    reconnect_ns: int = 0  # how long a refused connection keeps trying (no budget spent)
 
     @property
     def sim_block(self) -> int | None:
@@ -179,6 +180,7 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
     ep.sim_handle = handle
     policy = getattr(cfg, "retry", None)
     ep.retry = policy if policy is not None and policy.max_attempts > 1 else None
+    ep.reconnect_ns = int(getattr(cfg, "reconnect_s", 0.0) * 1_000_000_000)
     if cfg.kind != "simulated" and cfg.preflight:
         try:
             await check_reachable(ep, cfg.model, index)
@@ -274,6 +276,7 @@ def reconnect(cfg: Any, index: int, found: dict[str, Any]) -> LiveEndpoint:
     ep.notes = list(found["notes"])
     policy = getattr(cfg, "retry", None)
     ep.retry = policy if policy is not None and policy.max_attempts > 1 else None
+    ep.reconnect_ns = int(getattr(cfg, "reconnect_s", 0.0) * 1_000_000_000)
     return ep
 
 

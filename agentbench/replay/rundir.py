@@ -3,6 +3,7 @@ commit, host, wall-clock anchor (not for latency), seed, stages and outcome."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -125,5 +126,27 @@ def write_run_json(run_dir: Path, info: dict[str, Any], secrets: tuple[str, ...]
         if s:
             text = text.replace(s, "<redacted>")
     tmp = run_dir / (records.RUN_FILE + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, run_dir / records.RUN_FILE)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, run_dir / records.RUN_FILE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+#: space set aside in the run folder while a run writes, given back when the disk fills so
+#: that run.json can still record how the run ended
+RESERVE_FILE = ".reserve"
+RESERVE_BYTES = 256 * 1024
+
+
+def reserve_space(run_dir: Path) -> None:
+    """Allocate ``RESERVE_FILE`` (real blocks, not a sparse file); best effort."""
+    with contextlib.suppress(OSError), open(run_dir / RESERVE_FILE, "wb") as f:
+        f.write(b"\0" * RESERVE_BYTES)
+
+
+def release_space(run_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        (run_dir / RESERVE_FILE).unlink()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentbench.errors import ResultsWriteError
 from agentbench.replay.clock import VIRTUAL, now_ns_of
 from agentbench.replay.endpoints import (
     LiveEndpoint,
@@ -23,7 +24,13 @@ from agentbench.replay.endpoints import (
 )
 from agentbench.replay.progress import Progress, planned_requests
 from agentbench.replay.prompts import BlockCache
-from agentbench.replay.rundir import make_run_dir, run_info, write_run_json
+from agentbench.replay.rundir import (
+    make_run_dir,
+    release_space,
+    reserve_space,
+    run_info,
+    write_run_json,
+)
 from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import http_collector, sample_collector, scrape_loop
 from agentbench.replay.stages import Health, TreeSource, flush_loop, run_stage, stages_of
@@ -87,9 +94,13 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             info["workers_note"] = (f"--workers {asked_workers} ignored: a virtual-clock run "
                                     "is one process")
     write_run_json(run_dir, info, secrets)
+    reserve_space(run_dir)
     if on_start is not None:
         on_start(run_dir)
     writer = ResultsWriter(run_dir)
+    main = asyncio.current_task()
+    if main is not None:  # a disk that refuses the results stops the run
+        writer.on_failure = lambda _e: main.cancel()
     wall_t0 = time.perf_counter_ns()
     t0 = 0 if virtual else wall_t0
     if not virtual:
@@ -189,23 +200,54 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             await close_endpoint(e)
         if bar is not None:
             bar.close()
+        writer.on_failure = None
         writer.close()
+        release_space(run_dir)  # room for run.json, whatever the disk did
+        if writer.failure is not None:
+            status = "results_write_failed"
+            info["results_write_error"] = writer.failure.reason
         info["status"] = status
         info["end_wall"] = __import__("datetime").datetime.now(
             __import__("datetime").UTC).isoformat()
         info["duration_ns"] = timers.now_ns()
         info["wall_duration_ns"] = time.perf_counter_ns() - wall_t0
         info["idle_pulled_in_ns"] = timers.pulled_in_ns
-        info["requests_written"] = writer.n_requests
+        info["requests_written"] = writer.kept
         info["client_health"] = health.summary()
         if fleet is not None:
-            info["requests_written"] = fleet.merge(run_dir)
+            for c in fleet.closed:
+                if c.get("write_error") and writer.failure is None:
+                    writer.failure = ResultsWriteError(str(run_dir), c["write_error"])
+            try:
+                info["requests_written"] = fleet.merge(run_dir)
+            except OSError as e:
+                if writer.failure is None:
+                    writer.failure = ResultsWriteError(str(run_dir), e.strerror or str(e))
             info["idle_pulled_in_ns"] = max(
                 [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
             info["client_health"] = {"parent": info["client_health"],
                                      "workers": [c["client_health"] for c in fleet.closed]}
-        write_run_json(run_dir, info, secrets)
+        try:
+            write_run_json(run_dir, info, secrets)
+        except OSError as e:
+            if writer.failure is None:
+                writer.failure = ResultsWriteError(str(run_dir / "run.json"),
+                                                   e.strerror or str(e), writer.kept)
+        if writer.failure is not None:
+            raise _stopped_by(writer.failure, run_dir) from None
     return RunResult(run_dir, info)
+
+
+def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
+    """The one line a run stopped by its disk ends with: what failed, what was kept, and
+    how to finish the files once there is room."""
+    from agentbench.spool import has_spools
+
+    if has_spools(run_dir):
+        failure.hint = (f"free space, then `agentbench recover {run_dir}` writes the "
+                        "parquet files")
+    failure.args = (failure.one_line(),)
+    return failure
 
 
 

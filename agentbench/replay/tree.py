@@ -19,7 +19,7 @@ from typing import Any
 from agentbench import records
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
-from agentbench.replay.retry import note_outcome, retry_delay_ns, retryable
+from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.writer import ResultsWriter
@@ -276,8 +276,22 @@ class TreeRun:
         if content is None:
             content = self._content(sess, k, ep.api, ep.overhead, ep.sim_block)
         attempt = 1
+        refused_since: int | None = None
         while True:
             rec = await self._attempt(sess, st, k, scheduled, phase, content, ep)
+            if rec.error_type in CONNECT_ERRORS and not ctx.stopping:
+                # the request never reached the server: try again (after the endpoint's
+                # backoff) within reconnect_s, without spending the request budget
+                now = ctx.timers.now_ns()
+                refused_since = now if refused_since is None else refused_since
+                if now - refused_since < ep.reconnect_ns:
+                    with contextlib.suppress(StageOver):
+                        await ctx.timers.wait_until(ep.blocked_until_ns, pullable=False)
+                    if not ctx.stopping:
+                        self._again(st, rec)
+                        continue
+                    return rec
+            refused_since = None
             policy = ep.retry
             if policy is None or attempt >= policy.max_attempts or ctx.stopping \
                     or not retryable(rec, policy):
@@ -291,6 +305,15 @@ class TreeRun:
                 return rec
             if not ctx.take_request():
                 return rec
+            self._again(st, rec)
+
+    @staticmethod
+    def _again(st: SessionState, rec: RequestRecord) -> None:
+        """``rec`` is not the turn's last attempt: its session counts the turn (and its
+        outcome) once, at the last attempt."""
+        st.turns_done -= 1
+        if rec.status not in (records.OK, records.CANCELLED):
+            st.errors -= 1
 
     async def _attempt(self, sess: Session, st: SessionState, k: int, scheduled: int,
                        phase: str, content: Any, ep: LiveEndpoint) -> RequestRecord:

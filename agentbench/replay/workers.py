@@ -151,6 +151,9 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     sc, trace = spec.scenario, spec.trace
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     writer = ResultsWriter(Path(spec.out_dir))
+    main = asyncio.current_task()
+    if main is not None:  # a disk that refuses the results stops this worker
+        writer.on_failure = lambda _e: main.cancel()
     cap = sc.timing.idle_cap_s
     timers = Timers(spec.t0_ns, None if cap is None else int(cap * 1_000_000_000))
     timers.busy_elsewhere = lambda: shared.busy_elsewhere(spec.index)
@@ -210,11 +213,14 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
             await asyncio.wait_for(asyncio.gather(*bg, return_exceptions=True), 15)
         for e in endpoints:
             await close_endpoint(e)
+        writer.on_failure = None
         writer.close()
         _publish(spec.index, shared, ctx)
         with contextlib.suppress(OSError, ValueError):
             conn.send(("closed", {"worker": spec.index, "pid": os.getpid(), "status": status,
-                                  "requests_written": writer.n_requests,
+                                  "requests_written": writer.kept,
+                                  "write_error": (writer.failure.reason
+                                                  if writer.failure else None),
                                   "idle_pulled_in_ns": timers.pulled_in_ns,
                                   "client_health": health.summary()}))
 

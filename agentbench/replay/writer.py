@@ -1,20 +1,27 @@
-"""Results as the run goes (CONTRACTS §6): finished rows are buffered, written in batches to
-an Arrow IPC spool, and converted to parquet when the run ends (normally, on Ctrl-C or on
-a crash). A spool left by a killed process is converted by ``agentbench.spool.recover``,
-which every reader calls.
+"""Results as the run goes (CONTRACTS §6): each finished row is appended at once to a
+journal (one JSON line, ~4 us), rows are written in batches to an Arrow IPC spool (the
+journal is then emptied), and the spool is converted to parquet when the run ends
+(normally, on Ctrl-C or on a crash). The journal is what makes SIGKILL lose no finished
+row; a spool and journal left by a killed process are converted by
+``agentbench.spool.recover``, which every reader calls.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from agentbench import records
-from agentbench.spool import SPOOL_SUFFIX, recover, spool_to_parquet
+from agentbench.errors import ResultsWriteError
+from agentbench.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
 from agentbench.transport.http import RequestRecord
 from agentbench.transport.sse import parse_stream
 
@@ -61,33 +68,108 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
     return row
 
 
+#: errors of a disk that is full (or a quota, or a file size limit): the rows that still fit
+#: are written one by one; any other write error stops the spool at once
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
 class _Spool:
+    """Rows appended to an Arrow IPC stream file (the schema once, then one message per
+    batch), written with plain ``os.write`` so that a failed write can be cut back to the
+    last whole batch: a full disk keeps every row that fits, and the file stays a valid
+    stream that :func:`agentbench.spool.spool_to_parquet` reads."""
+
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.path = path
         self.schema = schema
         self.rows: list[dict[str, Any]] = []
-        self._sink: Any = None
-        self._writer: ipc.RecordBatchStreamWriter | None = None
+        self._fd: int | None = None
+        self._size = 0
         self.written = 0
+        self.failed: ResultsWriteError | None = None
+        self.journal_path = path.with_name(
+            path.name.removesuffix(SPOOL_SUFFIX) + JOURNAL_SUFFIX)
+        self._journal: int | None = None
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Buffer a row and append it to the journal (``<seq> <json>``: the row's place in
+        the spool, so recovery takes only what the spool lacks). A journal the disk refuses
+        makes the buffered rows go to the spool at once (which decides the failure)."""
+        self.rows.append(row)
+        seq = self.written + len(self.rows) - 1
+        try:
+            if self._journal is None:
+                self._journal = os.open(self.journal_path,
+                                        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+                                        0o644)
+            line = b"%d %s\n" % (seq, orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY))
+            if os.write(self._journal, line) != len(line):
+                raise OSError(errno.ENOSPC, "short write")
+        except OSError:
+            self.flush()
 
     def flush(self) -> None:
-        if not self.rows:
+        """Write the buffered rows; raise ResultsWriteError (once) when the disk refuses
+        them. After a failure rows are dropped (counted in ``lost``)."""
+        if not self.rows or self.failed is not None:
             return
         batch = pa.RecordBatch.from_pylist(self.rows, schema=self.schema)
-        if self._writer is None:
-            self._sink = pa.OSFile(str(self.path), "wb")
-            self._writer = ipc.new_stream(self._sink, self.schema)
-        self._writer.write_batch(batch)
-        self._sink.flush()
-        self.written += len(self.rows)
         self.rows = []
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                self._write(self.schema.serialize())
+            self._put(batch)
+        except OSError as e:
+            self.failed = ResultsWriteError(str(self.path), e.strerror or str(e))
+        if self._journal is not None and self.failed is None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._journal, 0)  # every journaled row is in the spool now
+        if self.failed is not None:
+            raise self.failed
+
+    def _put(self, batch: pa.RecordBatch) -> None:
+        try:
+            self._write(batch.serialize())
+            self.written += batch.num_rows
+        except OSError as e:
+            if e.errno not in _NO_SPACE or batch.num_rows == 1:
+                raise
+            half = batch.num_rows // 2  # keep what fits: halves, down to single rows
+            self._put(batch.slice(0, half))
+            self._put(batch.slice(half))
+
+    def _write(self, data: Any) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError:
+            with contextlib.suppress(OSError):  # back to the last whole message
+                os.ftruncate(self._fd, self._size)
+                os.lseek(self._fd, self._size, os.SEEK_SET)
+            raise
+        self._size += len(data)
 
     def close(self, out: Path) -> None:
-        self.flush()
-        if self._writer is not None:
-            self._writer.close()
-            self._sink.close()
-        spool_to_parquet(self.path, out, self.schema)
+        """Flush, then convert to parquet; a failure leaves the spool for ``recover``."""
+        try:
+            self.flush()
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if self._journal is not None:
+                os.close(self._journal)
+                self._journal = None
+        if self.failed is None:
+            with contextlib.suppress(OSError):
+                self.journal_path.unlink()
+        try:
+            spool_to_parquet(self.path, out, self.schema)
+        except OSError as e:
+            raise ResultsWriteError(str(out), e.strerror or str(e)) from None
 
 
 class ResultsWriter:
@@ -113,6 +195,10 @@ class ResultsWriter:
         self.n_errors = 0
         self.recent_ttft_ms: deque[float] = deque(maxlen=256)
         self.closed = False
+        #: the first write the disk refused; the run stops on it (``on_failure``)
+        self.failure: ResultsWriteError | None = None
+        self.on_failure: Callable[[ResultsWriteError], None] | None = None
+        self.lost = 0  # rows dropped after a failure
 
     def add_request(self, rec: RequestRecord) -> dict[str, Any]:
         row = finish_record(rec)
@@ -128,23 +214,50 @@ class ResultsWriter:
         self._add(records.SESSIONS_FILE, row)
 
     def add_server_samples(self, rows: list[dict[str, Any]]) -> None:
-        spool = self._spools[records.SERVER_METRICS_FILE]
-        spool.rows.extend(rows)
+        for row in rows:
+            self._add(records.SERVER_METRICS_FILE, row, batch=False)
 
-    def _add(self, name: str, row: dict[str, Any]) -> None:
+    def _add(self, name: str, row: dict[str, Any], batch: bool = True) -> None:
         spool = self._spools[name]
-        spool.rows.append(row)
-        if len(spool.rows) >= self.flush_rows:
-            spool.flush()
+        if spool.failed is not None:
+            self.lost += 1
+            return
+        try:
+            spool.add(row)
+            if batch and len(spool.rows) >= self.flush_rows:
+                spool.flush()
+        except ResultsWriteError as e:
+            self._failed(e)
 
     def flush(self) -> None:
         for s in self._spools.values():
-            s.flush()
+            try:
+                s.flush()
+            except ResultsWriteError as e:
+                self._failed(e)
+
+    @property
+    def kept(self) -> int:
+        """Request rows on disk (in the spool; the journal may hold a few more)."""
+        return self._spools[records.REQUESTS_FILE].written
+
+    def _failed(self, e: ResultsWriteError) -> None:
+        if self.failure is None:
+            self.failure = e
+            if self.on_failure is not None:
+                self.on_failure(e)
 
     def close(self) -> None:
-        """Write the parquet files (idempotent)."""
+        """Write the parquet files (idempotent). A file the disk refuses keeps its spool
+        (``agentbench recover`` finishes it) and sets ``failure``; nothing is raised."""
         if self.closed:
             return
         self.closed = True
         for name, s in self._spools.items():
-            s.close(self.run_dir / name)
+            try:
+                s.close(self.run_dir / name)
+            except ResultsWriteError as e:
+                self._failed(e)
+        if self.failure is not None:
+            self.failure.kept = self.kept
+            self.failure.args = (self.failure.one_line(),)

@@ -164,7 +164,8 @@ def derive(requests: pd.DataFrame, events: pa.Table, time_factor: float = 1.0) -
     # the row's usage is treated as missing, and counted in the summary
     with np.errstate(invalid="ignore"):
         bad_usage = (prompt < 0) | (cached < 0) | (completion < 0) | (cached > prompt)
-    if bad_usage.any():
+    if bad_usage.any():  # (copies: the columns may be read-only views of the Arrow data)
+        prompt, cached, completion = prompt.copy(), cached.copy(), completion.copy()
         prompt[bad_usage] = cached[bad_usage] = completion[bad_usage] = np.nan
     has_events = events.num_rows == n and n > 0
     streamed = np.full(n, np.nan)

@@ -26,7 +26,10 @@ from aiohttp import web
 
 from agentbench import tokenize
 
-FAULTS = ("http500", "http429", "reset", "stall", "malformed", "error_event", "no_done")
+#: where the "redirect" fault sends a client (nothing listens there)
+REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
+FAULTS = ("http500", "http429", "http400", "redirect", "reset", "stall", "malformed",
+          "error_event", "no_done", "no_usage", "bad_usage")
 
 
 @dataclass
@@ -126,6 +129,10 @@ class FakeServer:
         if fault == "http429":
             return web.json_response({"error": {"message": "rate limited"}}, status=429,
                                      headers={"Retry-After": str(self.cfg.retry_after_s)})
+        if fault == "http400":
+            return web.json_response({"error": {"message": "bad request"}}, status=400)
+        if fault == "redirect":  # to another origin: a client must not follow with the body
+            return web.Response(status=307, headers={"Location": REDIRECT_TO})
         out_n = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
             text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))
@@ -142,9 +149,12 @@ class FakeServer:
         await resp.prepare(request)
         base = ('{"id":"x","object":"chat.completion.chunk","created":0,"model":"fake",'
                 if chat else '{"id":"x","object":"text_completion","created":0,"model":"fake",')
+        cached = prompt + 100 if fault == "bad_usage" else 0  # impossible: more than prompt
         usage = (f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{out_n},'
                  f'"total_tokens":{prompt + out_n},'
-                 f'"prompt_tokens_details":{{"cached_tokens":0}}}}')
+                 f'"prompt_tokens_details":{{"cached_tokens":{cached}}}}}')
+        if fault == "no_usage":
+            usage = '"usage":null'
         if chat:
             await resp.write(("data: " + base + '"choices":[{"index":0,"delta":{"role":'
                               '"assistant","content":""},"finish_reason":null}]}\n\n').encode())

@@ -1,0 +1,130 @@
+"""A results disk that fills up or turns read-only mid-run: the run stops with one line
+(exit 1), every row that fit stays on disk, and the run reads once there is room.
+
+A real small filesystem (tmpfs) is used where this process may mount one (root in a
+container usually may); the file-size limit (RLIMIT_FSIZE, EFBIG) runs everywhere."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import (
+    agentbench,
+    one_line_error,
+    report_reads,
+    rows,
+    run_cli,
+    run_json,
+    scenario,
+    wait_for,
+)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode})")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def _limit_file_size(limit: int) -> Any:
+    def pre() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+def _long_run(tmp_path: Path, url: str) -> Path:
+    return scenario(tmp_path, url, lanes=8, limits="duration_s: 300")
+
+
+def _check_stopped_run(r: Any, run: Path, srv: Any, tmp_path: Path, why: str) -> None:
+    assert r.returncode == 1, r.stderr
+    line = one_line_error(r.stderr)
+    assert why in line and "request rows kept" in line, line
+    kept = int(line.split("; ")[1].split()[0])
+    assert kept > 0
+    where = tmp_path / "copy"
+    shutil.copytree(run, where)  # to a disk with room: the first reader finishes it
+    req = rows(where)
+    assert kept <= len(req) <= len(srv.seen())
+    report_reads(where, tmp_path)
+
+
+@pytest.mark.timeout(180)
+def test_a_full_disk_stops_the_run_with_one_line_and_keeps_what_fit(
+        tmp_path: Path, fault_server: Any) -> None:
+    srv = fault_server()
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        r = run_cli("run", str(_long_run(tmp_path, srv.url)), "-o", str(disk), "--run-id",
+                    "r", timeout=150)
+        run = disk / "r"
+        assert run_json(run)["status"] == "results_write_failed"
+        _check_stopped_run(r, run, srv, tmp_path, "No space left on device")
+
+
+@pytest.mark.timeout(180)
+def test_a_file_size_limit_stops_the_run_the_same_way(tmp_path: Path,
+                                                      fault_server: Any) -> None:
+    srv = fault_server()
+    r = run_cli("run", str(_long_run(tmp_path, srv.url)), "-o", str(tmp_path / "out"),
+                "--run-id", "r", timeout=150, preexec_fn=_limit_file_size(400_000))
+    run = tmp_path / "out" / "r"
+    assert run_json(run)["status"] == "results_write_failed"
+    _check_stopped_run(r, run, srv, tmp_path, "File too large")
+
+
+@pytest.mark.timeout(180)
+def test_a_results_folder_that_turns_read_only_mid_run(tmp_path: Path,
+                                                      fault_server: Any) -> None:
+    """The run folder is mounted read-only over itself mid-run (the files already open
+    keep their writes; nothing new can be made there): finishing the files fails, the run
+    exits 1 with one line, and the rows stay in the spool and journal for the first reader
+    once the folder is writable again."""
+    srv = fault_server(itl=0.002)
+    p = agentbench("run", str(_long_run(tmp_path, srv.url)), "-o", str(tmp_path / "out"),
+                   "--run-id", "r")
+    run = tmp_path / "out" / "r"
+    wait_for(lambda: (run / "requests.parquet.spool.arrows").exists(), 60)
+    bind = subprocess.run(["mount", "--bind", str(run), str(run)], capture_output=True,
+                          text=True)
+    if bind.returncode != 0:
+        p.kill()
+        p.communicate()
+        pytest.skip(f"cannot bind-mount here ({bind.stderr.strip()})")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(run)], check=True)
+        wait_for(lambda: len(srv.done_ns()) >= 40, 60)
+        p.send_signal(signal.SIGINT)  # the run ends; its files cannot be finished
+        out, err = p.communicate(timeout=120)
+    finally:
+        subprocess.run(["umount", "-l", str(run)], capture_output=True)
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    _check_stopped_run(r, run, srv, tmp_path, "Read-only file system")
+
+
+@pytest.mark.timeout(60)
+def test_a_read_only_results_folder_is_refused_before_the_run(tmp_path: Path,
+                                                              fault_server: Any) -> None:
+    srv = fault_server()
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        r = run_cli("run", str(_long_run(tmp_path, srv.url)), "-o", str(disk), "--run-id",
+                    "r", timeout=50)
+        assert r.returncode == 2
+        assert "cannot write results there" in one_line_error(r.stderr)
+        assert srv.seen() == []

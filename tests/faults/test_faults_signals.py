@@ -1,0 +1,77 @@
+"""agentbench stopped from outside mid-run (SIGINT, SIGTERM, two Ctrl-C 10 ms apart,
+SIGKILL) while streams are in flight: the rows, the exit code, and a run that every reader
+reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import agentbench, report_reads, rows, run_json, scenario, wait_for
+
+
+def _start(tmp_path: Path, srv: Any) -> Any:
+    # 8 lanes of ~1 s streams (ITL 10 ms): requests are always in flight
+    sc = scenario(tmp_path, srv.url, lanes=8, limits="duration_s: 120")
+    return agentbench("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_run_has_a_row_for_every_request_the_server_saw(
+        tmp_path: Path, fault_server: Any, sig: int, code: int) -> None:
+    srv = fault_server(itl=0.01)
+    p = _start(tmp_path, srv)
+    wait_for(lambda: len(srv.done_ns()) >= 12, 60)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == code, err
+    assert "Traceback" not in err
+    run = tmp_path / "out" / "r"
+    req = rows(run)
+    assert len(req) == len(srv.seen())  # finished ones and the cancelled in-flight ones
+    assert (req.status == "cancelled").sum() >= 1
+    assert run_json(run)["status"] == "interrupted"
+    report_reads(run, tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_two_ctrl_c_10_ms_apart_still_leave_a_readable_run(tmp_path: Path,
+                                                           fault_server: Any) -> None:
+    srv = fault_server(itl=0.01)
+    p = _start(tmp_path, srv)
+    wait_for(lambda: len(srv.done_ns()) >= 12, 60)
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.01)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode != 0
+    run = tmp_path / "out" / "r"
+    req = rows(run)
+    done_before = len(srv.done_ns())
+    assert done_before - 8 <= len(req) <= len(srv.seen())
+    report_reads(run, tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_keeps_every_finished_request(tmp_path: Path, fault_server: Any) -> None:
+    """No chance to clean up: the journal has each row the moment its request ended, so
+    every request the server had finished 0.1 s before the kill has a row, and the run is
+    recovered by the first reader (status ``killed``)."""
+    srv = fault_server(itl=0.01)
+    p = _start(tmp_path, srv)
+    wait_for(lambda: len(srv.done_ns()) >= 20, 60)
+    t_kill = time.time_ns()
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=30)
+    finished_before = sum(t < t_kill - 100_000_000 for t in srv.done_ns())
+    run = tmp_path / "out" / "r"
+    req = rows(run)  # agentbench.load recovers the spool and the journal
+    ok = req[req.status == "ok"]
+    assert finished_before <= len(ok) <= len(req) <= len(srv.seen())
+    assert run_json(run)["status"] == "killed"
+    report_reads(run, tmp_path)

@@ -96,11 +96,21 @@ def traces_stats(
     option: list[str] = typer.Option(
         [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
         "(repeatable)."),
+    skip_bad: bool = typer.Option(
+        False, "--skip-bad", help="In a folder, skip bad trace files (each named on stderr) "
+        "instead of stopping at them."),
 ) -> None:
     """Sessions, requests, token and time distributions, subagents, potential hit rate."""
     from agentbench.traces.stats import format_stats, trace_stats
 
-    st = trace_stats(_read_transformed(source, format, scale, max_context, option))
+    # read_trace takes skip_bad beside the reader options
+    trace = _read_transformed(source, format, scale, max_context,
+                              [*option, "skip_bad=true"] if skip_bad else option)
+    if trace.skipped:
+        typer.echo(f"warning: skipped {len(trace.skipped)} bad trace file(s):", err=True)
+        for line in trace.skipped:
+            typer.echo(f"warning: {line}", err=True)
+    st = trace_stats(trace)
     if as_json:
         typer.echo(json.dumps(st.to_dict(), indent=2))
     else:

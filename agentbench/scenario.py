@@ -183,6 +183,9 @@ class TraceSource(Strict):
     format: str | None = Field(None, description="Reader to use; None: detect from content.")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="Reader options (tokenizer, seed...).")
+    skip_bad: bool = Field(False, description="For a folder source: skip its bad files "
+                           "(counted and named in the trace's `skipped`) instead of "
+                           "stopping at them.")
     filters: TraceFilters = Field(default_factory=TraceFilters,
                                   description="Session selection.")
     transform: TraceTransform = Field(default_factory=TraceTransform,

@@ -196,8 +196,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         if bg:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*bg, return_exceptions=True), 15)
-        for e in endpoints:
-            await close_endpoint(e)
+        for live in endpoints:
+            await close_endpoint(live)
         if bar is not None:
             bar.close()
         writer.on_failure = None
@@ -220,19 +220,19 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                     writer.failure = ResultsWriteError(str(run_dir), c["write_error"])
             try:
                 info["requests_written"] = fleet.merge(run_dir)
-            except OSError as e:
+            except OSError as err:
                 if writer.failure is None:
-                    writer.failure = ResultsWriteError(str(run_dir), e.strerror or str(e))
+                    writer.failure = ResultsWriteError(str(run_dir), err.strerror or str(err))
             info["idle_pulled_in_ns"] = max(
                 [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
             info["client_health"] = {"parent": info["client_health"],
                                      "workers": [c["client_health"] for c in fleet.closed]}
         try:
             write_run_json(run_dir, info, secrets)
-        except OSError as e:
+        except OSError as err:
             if writer.failure is None:
                 writer.failure = ResultsWriteError(str(run_dir / "run.json"),
-                                                   e.strerror or str(e), writer.kept)
+                                                   err.strerror or str(err), writer.kept)
         if writer.failure is not None:
             raise _stopped_by(writer.failure, run_dir) from None
     return RunResult(run_dir, info)

@@ -197,7 +197,7 @@ class ResultsWriter:
         self.closed = False
         #: the first write the disk refused; the run stops on it (``on_failure``)
         self.failure: ResultsWriteError | None = None
-        self.on_failure: Callable[[ResultsWriteError], None] | None = None
+        self.on_failure: Callable[[ResultsWriteError], object] | None = None
         self.lost = 0  # rows dropped after a failure
 
     def add_request(self, rec: RequestRecord) -> dict[str, Any]:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from agentbench.errors import InputError
 from agentbench.traces import transform
 from agentbench.traces.model import Session, Trace
 
 
 def load_scenario_trace(spec: Any, seed: int) -> Trace:
-    """Build the trace of ``scenario.trace`` (a TraceSource or SynthSource)."""
+    """Build the trace of ``scenario.trace`` (a TraceSource or SynthSource). With
+    ``trace.skip_bad``, the bad files of a folder are left out and listed in the trace's
+    ``skipped``."""
     if spec.kind == "synth":
         from agentbench.traces.synth import synthesize
 
@@ -19,7 +22,11 @@ def load_scenario_trace(spec: Any, seed: int) -> Trace:
     else:
         from agentbench.traces.readers import read_trace
 
-        trace = read_trace(spec.source, format=spec.format, **spec.options)
+        if "skip_bad" in spec.options:
+            raise InputError("set trace.skip_bad, not a reader option",
+                             field="trace.options.skip_bad")
+        trace = read_trace(spec.source, format=spec.format, skip_bad=spec.skip_bad,
+                           **spec.options)
     tf = spec.transform
     if tf.max_context_tokens is not None:
         trace = transform.truncate(trace, tf.max_context_tokens)
@@ -47,4 +54,4 @@ def apply_filters(trace: Trace, filters: Any, seed: int) -> Trace:
     if filters.max_sessions is not None:
         trees = trees[: filters.max_sessions]
     sessions: list[Session] = [s for tree in trees for s in tree]
-    return Trace(sessions, name=trace.name)
+    return Trace(sessions, name=trace.name, skipped=trace.skipped)

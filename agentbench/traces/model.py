@@ -24,6 +24,12 @@ Relation = Literal["root", "fork", "spawn"]
 RELATIONS: tuple[str, ...] = ("root", "fork", "spawn")
 HashIds = npt.NDArray[np.int64]
 
+#: The most tokens one request may count (input or output): ten times the longest context
+#: served today (1M tokens), so a garbled count (``1e15``) is an error naming its field
+#: before anything is sized by it, not a MemoryError later. A list of hash ids is bounded
+#: by it too, as ``ceil(MAX_TOKENS / block_size)`` ids at most.
+MAX_TOKENS = 10_000_000
+
 
 def as_hash_ids(values: Sequence[int] | npt.ArrayLike) -> HashIds:
     """Hash ids as a read-only-friendly int64 array (no copy when already one)."""
@@ -73,10 +79,13 @@ class Turn:
 
     def validate(self) -> None:
         """Raise ``InputError`` (field named) when the turn cannot be a real request."""
-        if self.input_tokens < 0:
-            raise InputError(f"negative length {self.input_tokens}", field="input_tokens")
-        if self.output_tokens < 0:
-            raise InputError(f"negative length {self.output_tokens}", field="output_tokens")
+        for name, n in (("input_tokens", self.input_tokens),
+                        ("output_tokens", self.output_tokens)):
+            if n < 0:
+                raise InputError(f"negative length {n}", field=name)
+            if n > MAX_TOKENS:
+                raise InputError(f"{n} tokens is over the {MAX_TOKENS:,} a request may count",
+                                 field=name)
         if self.block_size <= 0:
             raise InputError(f"block size must be positive, got {self.block_size}",
                              field="block_size")
@@ -87,8 +96,9 @@ class Turn:
                 f"most {allowed} blocks of {self.block_size}",
                 field="hash_ids",
             )
-        if self.think_s < 0 or (self.api_s is not None and self.api_s < 0):
-            raise InputError("negative time", field="think_s" if self.think_s < 0 else "api_s")
+        for name, v in (("t", self.t), ("think_s", self.think_s), ("api_s", self.api_s)):
+            if v is not None and not 0 <= v < math.inf:  # also NaN
+                raise InputError(f"expected a finite non-negative time, got {v}", field=name)
         if self.cached_tokens is not None and not 0 <= self.cached_tokens <= self.input_tokens:
             raise InputError(
                 f"cached_tokens {self.cached_tokens} outside [0, {self.input_tokens}]",
@@ -143,10 +153,15 @@ class Session:
 
 @dataclass(slots=True, eq=False)
 class Trace:
-    """A set of sessions, in source order (roots before their children)."""
+    """A set of sessions, in source order (roots before their children).
+
+    ``skipped`` holds one line (the file and why) per bad file a ``skip_bad`` read of a
+    folder left out; empty otherwise.
+    """
 
     sessions: list[Session]
     name: str = ""
+    skipped: list[str] = field(default_factory=list)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trace):
@@ -221,10 +236,17 @@ class Trace:
                         and s.join_turn <= s.parent_turn):
                     raise InputError("join_turn must come after parent_turn", source=s.source,
                                      where=where, field="join_turn")
+            if not 0 <= s.start_s < math.inf:
+                raise InputError(f"expected a finite non-negative time, got {s.start_s}",
+                                 source=s.source, where=where, field="start_s")
             for i, turn in enumerate(s.turns):
                 if turn.turn != i:
                     raise InputError(f"turn index {turn.turn} at position {i}",
                                      source=s.source, where=where, field="turn")
+                if i and turn.t < s.turns[i - 1].t:  # turns are in time order
+                    raise InputError(f"t {turn.t} is before the previous turn's "
+                                     f"{s.turns[i - 1].t}", source=s.source,
+                                     where=f"{where} turn {i}", field="t")
                 try:
                     turn.validate()
                 except InputError as e:

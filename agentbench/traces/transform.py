@@ -44,7 +44,7 @@ def scale(trace: Trace, factor: float) -> Trace:
                 hash_ids=ids, block_size=new_bs, cached_tokens=cached,
             ))
         out.append(_with_turns(s, turns))
-    return Trace(out, name=f"{trace.name}@x{factor:g}")
+    return Trace(out, name=f"{trace.name}@x{factor:g}", skipped=trace.skipped)
 
 
 def truncate(trace: Trace, max_context_tokens: int) -> Trace:
@@ -63,7 +63,7 @@ def truncate(trace: Trace, max_context_tokens: int) -> Trace:
             turns.append(replace(t, input_tokens=max_context_tokens, hash_ids=t.hash_ids[:keep],
                                  cached_tokens=cached))
         out.append(_with_turns(s, turns))
-    return Trace(out, name=f"{trace.name}@max{max_context_tokens}")
+    return Trace(out, name=f"{trace.name}@max{max_context_tokens}", skipped=trace.skipped)
 
 
 def block_grouping(block_size: int, factor: float) -> tuple[int, int]:

@@ -2,17 +2,22 @@
 
 Each reader is a function ``read(path, **options) -> Trace`` in its own module, imported
 only when used. ``detect_format`` looks at content, not at file names alone.
+
+A folder is read file by file (``read_files``): every bad file is named in one
+``BadTraceFiles`` error, or, with ``skip_bad``, left out and listed in ``Trace.skipped``.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Trace
+from agentbench.traces.readers._fields import first_lines, json_problem
 
 # format name -> module under agentbench.traces.readers exposing read(path, **options)
 READERS: dict[str, str] = {
@@ -25,11 +30,59 @@ READERS: dict[str, str] = {
     "native": "native",
     "hf": "hf",
 }
+#: readers of a file or a folder of files, whose ``read`` takes ``skip_bad``
+FOLDER_READERS = frozenset({"weka", "mooncake", "sharegpt", "bailian", "copilot",
+                            "openai-log"})
+#: bad files a one-line error lists before "(+N more)"; ``lines()`` lists them all
+_LISTED = 10
+
+T = TypeVar("T")
 
 
-def read_trace(source: str | Path, format: str | None = None, **options: Any) -> Trace:
+class BadTraceFiles(InputError):
+    """Bad files of a trace folder: ``errors`` holds one located error per file. The one
+    line lists them; ``lines()`` gives one line per file (the CLI prints those). ``source``,
+    ``where`` and ``field`` are those of the first bad file."""
+
+    def __init__(self, folder: str, errors: list[InputError], n_files: int,
+                 *, skip_bad: bool) -> None:
+        self.folder = folder
+        self.errors = errors
+        self.n_files = n_files
+        self.skip_bad = skip_bad
+        first = errors[0]
+        super().__init__(first.message, source=first.source, where=first.where,
+                         field=first.field)
+
+    def summary(self) -> str:
+        k, n = len(self.errors), self.n_files
+        what = (f"all {n} trace files are bad" if k == n
+                else f"{k} of {n} trace files are bad")
+        hint = ("nothing left to read" if self.skip_bad and k == n
+                else "skip_bad (--skip-bad) reads the others" if k < n else "")
+        return f"{self.folder}: {what}" + (f" ({hint})" if hint else "")
+
+    def one_line(self) -> str:
+        listed = "; ".join(e.one_line() for e in self.errors[:_LISTED])
+        more = f" (+{len(self.errors) - _LISTED} more)" if len(self.errors) > _LISTED else ""
+        return f"{self.summary()}: {listed}{more}"
+
+    def lines(self) -> list[str]:
+        return [self.summary(), *(e.one_line() for e in self.errors)]
+
+    def located(self, *, source: str | None = None, where: str | None = None) -> InputError:
+        return self  # already names every file
+
+
+def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool = False,
+               **options: Any) -> Trace:
     """Read ``source`` (file, folder, or Hugging Face dataset id) as ``format``. Whatever
-    the bytes, a bad trace is an ``InputError`` naming it, never a traceback."""
+    the bytes, a bad trace is an ``InputError`` naming it, never a traceback.
+
+    In a folder, every bad file is named (``BadTraceFiles``); with ``skip_bad`` they are
+    left out instead and listed, one line each, in the trace's ``skipped``."""
+    if not isinstance(skip_bad, bool):
+        raise InputError(f"expected true or false, got {skip_bad!r}", field="skip_bad")
     try:
         fmt = format or detect_format(source)
         if fmt not in READERS:
@@ -37,15 +90,47 @@ def read_trace(source: str | Path, format: str | None = None, **options: Any) ->
                 f"unknown trace format {fmt!r} (known: {', '.join(READERS)})",
                 source=str(source))
         module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
+        if fmt in FOLDER_READERS:
+            options["skip_bad"] = skip_bad
         trace: Trace = module.read(source, **options)
     except InputError:
         raise
-    except UnicodeError as e:
-        raise InputError(f"not UTF-8 text ({e})", source=str(source)) from e
-    except (ValueError, OverflowError, RecursionError) as e:
-        raise InputError(f"cannot read it: {type(e).__name__}: {str(e)[:200]}",
-                         source=str(source)) from e
+    except (UnicodeError, ValueError, OverflowError, RecursionError) as e:
+        raise as_input_error(e, str(source)) from e
     return trace
+
+
+def as_input_error(e: BaseException, source: str) -> InputError:
+    """A reader's failure as the one-line error naming ``source``."""
+    if isinstance(e, InputError):
+        return e
+    if isinstance(e, UnicodeError):
+        return InputError(f"not UTF-8 text ({e})", source=source)
+    if isinstance(e, RecursionError):
+        return InputError("nested too deeply", source=source)
+    msg = str(e).splitlines()[0][:200] if str(e) else ""
+    return InputError(f"cannot read it: {type(e).__name__}: {msg}", source=source)
+
+
+def read_files(path: Path, suffixes: tuple[str, ...], read_one: Callable[[Path], T], *,
+               skip_bad: bool) -> tuple[list[T], list[str]]:
+    """``read_one`` of every trace file of ``path`` (a folder, or one file), and the one-line
+    reasons of the files skipped. A folder's bad files are all named in one
+    ``BadTraceFiles``; with ``skip_bad`` they are skipped unless none is left."""
+    files = trace_files(path, suffixes)
+    if not path.is_dir():
+        return [read_one(files[0])], []
+    out: list[T] = []
+    bad: list[InputError] = []
+    for f in files:
+        try:
+            out.append(read_one(f))
+        except (InputError, UnicodeError, ValueError, OverflowError, RecursionError) as e:
+            err = as_input_error(e, str(f))
+            bad.append(err if isinstance(err, BadTraceFiles) else err.located(source=str(f)))
+    if bad and (not skip_bad or not out):
+        raise BadTraceFiles(str(path), bad, len(files), skip_bad=skip_bad)
+    return out, [e.one_line() for e in bad]
 
 
 def detect_format(source: str | Path) -> str:
@@ -99,34 +184,55 @@ def detect_record_format(rec: Any, *, source: str = "") -> str:
 
 
 def _detect_dir(path: Path) -> str:
+    """The format of the first trace file whose format can be told; when none can, every
+    candidate's reason."""
     if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
         return "hf"
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = [p for p in sorted(path.iterdir()) if p.is_file() and not p.name.startswith(".")
+             and p.suffix in (".json", ".jsonl", ".parquet")]
+    if not files:
+        raise InputError("folder holds no .json, .jsonl or .parquet trace files",
+                         source=str(path))
+    bad: list[InputError] = []
     for p in files:
-        if p.suffix in (".json", ".jsonl", ".parquet"):
+        try:
             return detect_format(p)
-    raise InputError("folder holds no .json, .jsonl or .parquet trace files", source=str(path))
+        except (InputError, UnicodeError, ValueError, RecursionError) as e:
+            bad.append(as_input_error(e, str(p)).located(source=str(p)))
+    raise BadTraceFiles(str(path), bad, len(files), skip_bad=False)
 
 
 def _first_record(path: Path) -> Any:
-    """First JSON value of a .json document or of a JSONL file (first non-empty line)."""
-    with path.open("rb") as f:
-        start = f.read(1 << 16)
-    stripped = start.lstrip()
-    if not stripped:
+    """First JSON value of a .json document or of a JSONL file (first non-empty line, read
+    whole however long)."""
+    lines = first_lines(path, 2)
+    if not lines:
         raise InputError("empty file", source=str(path))
-    # JSONL: the first line is a complete value
-    line = stripped.split(b"\n", 1)[0]
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
-        pass
+    try:  # JSONL: the first line is a complete value
+        return json.loads(lines[0])
+    except (ValueError, RecursionError) as e:
+        first_problem = json_problem(e)
     try:
         with path.open("rb") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
+        if e.lineno > 1 and len(lines) > 1 and _is_json(lines[1]):
+            # JSONL whose first line is broken: the document error (at the line after it)
+            # would point past the culprit
+            raise InputError(f"not valid JSON ({first_problem})", source=str(path),
+                             where="line 1") from None
         raise InputError(f"not valid JSON ({e.msg})", source=str(path),
                          where=f"line {e.lineno} column {e.colno}") from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"not valid JSON ({json_problem(e)})", source=str(path)) from None
+
+
+def _is_json(text: bytes) -> bool:
+    try:
+        json.loads(text)
+        return True
+    except (ValueError, RecursionError):
+        return False
 
 
 _FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".yaml", ".yml", ".arrow", ".gz")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from agentbench.errors import InputError
-from agentbench.traces.model import HashIds
+from agentbench.traces.model import MAX_TOKENS, HashIds
 
 
 def req_int(rec: dict[str, Any], key: str, *, nonneg: bool = True) -> int:
@@ -23,6 +24,23 @@ def req_int(rec: dict[str, Any], key: str, *, nonneg: bool = True) -> int:
     if nonneg and val < 0:
         raise InputError(f"negative length {val}", field=key)
     return int(val)
+
+
+def req_tokens(rec: dict[str, Any], key: str) -> int:
+    """A token count: an integer in ``[0, MAX_TOKENS]``."""
+    n = req_int(rec, key)
+    if n > MAX_TOKENS:
+        raise InputError(f"{n} tokens is over the {MAX_TOKENS:,} a request may count",
+                         field=key)
+    return n
+
+
+def check_block_size(block_size: Any) -> int:
+    """A block size given as a reader option: a positive integer."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
+        raise InputError(f"expected a positive integer, got {block_size!r}",
+                         field="block_size")
+    return block_size
 
 
 def req_num(rec: dict[str, Any], key: str, *, nonneg: bool = False) -> float:
@@ -41,17 +59,35 @@ def _num(val: Any, key: str, nonneg: bool) -> float:
         raise InputError(f"expected a number, got {val!r}", field=key)
     if val != val:  # NaN
         raise InputError("NaN", field=key)
-    if nonneg and val < 0:
+    try:
+        num = float(val)
+    except OverflowError:  # an integer past the float range
+        num = math.inf
+    if not -math.inf < num < math.inf:
+        raise InputError(f"expected a finite number, got {val!r}", field=key)
+    if nonneg and num < 0:
         raise InputError(f"negative value {val}", field=key)
-    return float(val)
+    return num
 
 
-def req_hash_ids(rec: dict[str, Any], key: str = "hash_ids") -> HashIds:
+def max_hash_ids(tokens: int, block_size: int) -> int:
+    """The most hash ids ``tokens`` input tokens allow in blocks of ``block_size``."""
+    return -(-tokens // block_size)
+
+
+def req_hash_ids(rec: dict[str, Any], key: str = "hash_ids", *,
+                 tokens: int = MAX_TOKENS, block_size: int = 1) -> HashIds:
+    """The hash ids of a request of ``tokens`` input tokens, its length checked before
+    anything is built from it."""
     if key not in rec:
         raise InputError("missing", field=key)
     val = rec[key]
     if not isinstance(val, list):
         raise InputError(f"expected a list of integers, got {type(val).__name__}", field=key)
+    allowed = max_hash_ids(tokens, block_size)
+    if len(val) > allowed:
+        raise InputError(f"{len(val)} hash ids but {tokens} input tokens allow at most "
+                         f"{allowed} blocks of {block_size}", field=key)
     try:
         arr = np.array(val, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
@@ -70,6 +106,21 @@ def load_json(path: Path) -> Any:
                          where=f"line {e.lineno} column {e.colno}") from None
     except UnicodeDecodeError:
         raise InputError("not UTF-8 text", source=str(path)) from None
+    except (ValueError, RecursionError) as e:  # an integer of 5,000 digits, deep nesting
+        raise InputError(f"invalid JSON ({json_problem(e)})", source=str(path)) from None
+
+
+def json_problem(e: Exception) -> str:
+    """What is wrong with JSON that decoding rejected, in a few words."""
+    if isinstance(e, json.JSONDecodeError):
+        return e.msg
+    if isinstance(e, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    if "digits" in str(e):  # int() refuses numbers of thousands of digits
+        return "a number with too many digits"
+    return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -80,13 +131,32 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"invalid JSON ({e.msg})", source=str(path),
-                                 where=f"line {lineno}") from None
             except UnicodeDecodeError:
                 raise InputError("not UTF-8 text", source=str(path),
+                                 where=f"line {lineno}") from None
+            except (ValueError, RecursionError) as e:
+                raise InputError(f"invalid JSON ({json_problem(e)})", source=str(path),
                                  where=f"line {lineno}") from None
             if not isinstance(rec, dict):
                 raise InputError("expected a JSON object", source=str(path),
                                  where=f"line {lineno}")
             yield lineno, rec
+
+
+def first_line(path: Path) -> bytes:
+    """The first non-blank line of a file, whole however long (a JSONL record may well pass
+    64 KiB); empty bytes for a blank file."""
+    lines = first_lines(path, 1)
+    return lines[0] if lines else b""
+
+
+def first_lines(path: Path, n: int) -> list[bytes]:
+    """The first ``n`` non-blank lines of a file (stripped), each whole."""
+    out: list[bytes] = []
+    with path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                out.append(line.strip())
+                if len(out) == n:
+                    break
+    return out

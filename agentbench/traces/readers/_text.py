@@ -183,16 +183,18 @@ def iter_file_records(path: Any) -> Any:
 
 
 def _looks_jsonl(p: Any) -> bool:
-    with p.open("rb") as f:
-        head = f.read(1 << 16).lstrip()
-    if not head.startswith(b"{"):
-        return False
+    """Whether the first line is a whole JSON object (then the file is JSONL)."""
     import json
 
+    from agentbench.traces.readers._fields import first_line
+
+    line = first_line(p)
+    if not line.startswith(b"{"):
+        return False
     try:
-        json.loads(head.split(b"\n", 1)[0])
+        json.loads(line)
         return True
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return False
 
 

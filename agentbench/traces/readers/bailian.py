@@ -8,7 +8,7 @@ when a parent has several children (in timestamp order), the first continues the
 and each later one becomes a **fork** session starting after the parent's turn
 (``parent_turn``), inheriting its context. A child whose parent is not in the file (cut
 off by the trace window) starts a root session; a child sent before its parent is an
-error. Think time is the start-to-start gap
+error, and so is a negative timestamp. Think time is the start-to-start gap
 from the parent (no response time is recorded). One hash scope per file.
 """
 
@@ -20,30 +20,43 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
-from agentbench.traces.readers import trace_files
-from agentbench.traces.readers._fields import iter_jsonl, req_hash_ids, req_int, req_num
+from agentbench.traces.readers import read_files
+from agentbench.traces.readers._fields import (
+    check_block_size,
+    iter_jsonl,
+    req_hash_ids,
+    req_int,
+    req_num,
+    req_tokens,
+)
 from agentbench.traces.readers._text import reject_unknown
 
 BLOCK_SIZE = 16
 
 
-def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
+def read(source: str | Path, *, block_size: int = BLOCK_SIZE, skip_bad: bool = False,
+         **options: Any) -> Trace:
     """Read a Bailian JSONL file or a folder of them (one hash scope per file)."""
     reject_unknown(options, "bailian")
+    check_block_size(block_size)
     path = Path(source)
-    sessions: list[Session] = []
-    for file in trace_files(path, (".jsonl", ".json")):
+
+    def one(file: Path) -> list[Session]:
         rows = ((f"line {n}", rec) for n, rec in iter_jsonl(file))
-        sessions.extend(build_sessions(rows, str(file), block_size))
-    trace = Trace(sessions, name=path.stem)
+        return build_sessions(rows, str(file), block_size)
+
+    per_file, skipped = read_files(path, (".jsonl", ".json"), one, skip_bad=skip_bad)
+    trace = Trace([s for ss in per_file for s in ss], name=path.stem, skipped=skipped)
     trace.validate()
     return trace
+
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str,
                  block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
     """Read decoded records (e.g. Hugging Face dataset rows) as one Bailian file."""
     reject_unknown(options, "bailian")
+    check_block_size(block_size)
     rows = ((f"record {i}", rec) for i, rec in enumerate(records))
     trace = Trace(build_sessions(rows, source, block_size), name=Path(source).name or source)
     trace.validate()
@@ -72,13 +85,14 @@ def build_sessions(rows: Iterable[tuple[str, dict[str, Any]]], source: str,
             chat_id = req_int(rec, "chat_id", nonneg=False)
             parent = req_int(rec, "parent_chat_id", nonneg=False) if rec.get(
                 "parent_chat_id") is not None else -1
+            inp = req_tokens(rec, "input_length")
             turn = Turn(
-                turn=0, t=0.0, think_s=0.0, api_s=None,
-                input_tokens=req_int(rec, "input_length"),
-                output_tokens=req_int(rec, "output_length"),
-                hash_ids=req_hash_ids(rec), block_size=block_size,
+                turn=0, t=0.0, think_s=0.0, api_s=None, input_tokens=inp,
+                output_tokens=req_tokens(rec, "output_length"),
+                hash_ids=req_hash_ids(rec, tokens=inp, block_size=block_size),
+                block_size=block_size,
             )
-            ts = req_num(rec, "timestamp")
+            ts = req_num(rec, "timestamp", nonneg=True)
             turn.validate()
             if chat_id in by_id:
                 raise InputError(f"duplicate chat_id {chat_id}", field="chat_id")

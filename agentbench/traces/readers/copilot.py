@@ -12,7 +12,8 @@ same segments share leading blocks, and hash ids are prefix-chained block hashes
 segment layout (``block_size``, default 64) over ``min(segment tokens, prompt tokens)``.
 Think time before an agent call is the duration of the tool batches the previous call
 asked for; before a user call (or when no batch is recorded) the gap from the previous
-call's end. The recorded cached tokens stay in ``Turn.cached_tokens``.
+call's end. The recorded cached tokens stay in ``Turn.cached_tokens``. Calls are listed
+in time order: a call stamped before the previous one (or a negative number) is an error.
 """
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ import numpy as np
 
 from agentbench.errors import InputError
 from agentbench.traces.model import HashIds, Session, Trace, Turn
-from agentbench.traces.readers import trace_files
-from agentbench.traces.readers._fields import opt_num, req_int
+from agentbench.traces.readers import read_files
+from agentbench.traces.readers._fields import (
+    check_block_size,
+    opt_num,
+    req_int,
+    req_num,
+    req_tokens,
+)
 from agentbench.traces.readers._text import (
     DEFAULT_BLOCK_SIZE,
     iter_file_records,
@@ -36,14 +43,16 @@ from agentbench.traces.readers._text import (
 )
 
 
-def read(source: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE, **options: Any) -> Trace:
+def read(source: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE, skip_bad: bool = False,
+         **options: Any) -> Trace:
     """Read a Copilot sessions file (JSON / JSONL) or a folder of them."""
     reject_unknown(options, "copilot")
+    check_block_size(block_size)
     path = Path(source)
-    sessions: list[Session] = []
-    for file in trace_files(path, (".json", ".jsonl")):
-        sessions.extend(_sessions(_records(file), str(file), block_size))
-    trace = Trace(sessions, name=path.stem)
+    per_file, skipped = read_files(
+        path, (".json", ".jsonl"), lambda f: _sessions(_records(f), str(f), block_size),
+        skip_bad=skip_bad)
+    trace = Trace([s for ss in per_file for s in ss], name=path.stem, skipped=skipped)
     trace.validate()
     return trace
 
@@ -52,6 +61,7 @@ def read_records(records: Iterable[dict[str, Any]], *, source: str,
                  block_size: int = DEFAULT_BLOCK_SIZE, **options: Any) -> Trace:
     """Read decoded session records (e.g. Hugging Face dataset rows)."""
     reject_unknown(options, "copilot")
+    check_block_size(block_size)
     rows = ((f"record {i}", rec) for i, rec in enumerate(records))
     trace = Trace(_sessions(rows, source, block_size), name=Path(source).name or source)
     trace.validate()
@@ -90,17 +100,16 @@ def _sessions(rows: Iterable[tuple[str, Any]], source: str, block_size: int) -> 
 
 
 def _time(val: Any, field: str) -> float:
-    """Seconds of an ISO-8601 timestamp (or a number of seconds)."""
+    """Seconds of an ISO-8601 timestamp (or a non-negative number of seconds)."""
     if isinstance(val, bool):
         raise InputError(f"expected a timestamp, got {val!r}", field=field)
     if isinstance(val, int | float):
-        return float(val)
+        return req_num({field: val}, field, nonneg=True)
     if isinstance(val, str):
         try:
-            dt = datetime.fromisoformat(val.replace("Z", "+00:00"))
-        except ValueError:
+            return datetime.fromisoformat(val.replace("Z", "+00:00")).timestamp()
+        except (ValueError, OverflowError):  # also a time out of datetime's range
             raise InputError(f"not an ISO-8601 timestamp: {val!r}", field=field) from None
-        return dt.timestamp()
     raise InputError("missing" if val is None else f"expected a timestamp, got {val!r}",
                      field=field)
 
@@ -118,13 +127,17 @@ def _session(rec: Any, source: str, block_size: int) -> Session:
     layout = _Layout(block_size)
     prev_end: float | None = None
     prev_id: Any = None
+    prev_ts, prev_ts_raw = 0.0, None  # the previous call's start, and as written
     first: float | None = None
     for i, ct in enumerate(turns_in):
         here = f"turns[{i}]"
         if not isinstance(ct, dict) or not isinstance(ct.get("llm_calls"), list):
             raise InputError("missing or not a list", field=f"{here}.llm_calls")
         batches: dict[Any, float] = {}
-        for j, b in enumerate(ct.get("tool_batches") or []):
+        tool_batches = ct.get("tool_batches") or []
+        if not isinstance(tool_batches, list):
+            raise InputError("expected a list", field=f"{here}.tool_batches")
+        for j, b in enumerate(tool_batches):
             if not isinstance(b, dict):
                 raise InputError("expected an object", field=f"{here}.tool_batches[{j}]")
             try:
@@ -132,20 +145,25 @@ def _session(rec: Any, source: str, block_size: int) -> Session:
             except InputError as e:
                 raise InputError(e.message, field=f"{here}.tool_batches[{j}].duration_ms"
                                  ) from None
-            batches[b.get("request_id")] = batches.get(b.get("request_id"), 0.0) + d / 1000
+            rid = _id(b.get("request_id"))
+            batches[rid] = batches.get(rid, 0.0) + d / 1000
         for j, call in enumerate(ct["llm_calls"]):
             at = f"{here}.llm_calls[{j}]"
             if not isinstance(call, dict):
                 raise InputError("expected an object", field=at)
             try:
                 ts = _time(call.get("timestamp"), "timestamp")
+                if first is not None and ts < prev_ts:  # calls are listed in time order
+                    raise InputError(f"{call['timestamp']!r} is before the previous call's "
+                                     f"{prev_ts_raw!r}", field="timestamp")
                 dur = (opt_num(call, "duration_ms", nonneg=True) or 0.0) / 1000
                 tokens = call.get("tokens")
                 if not isinstance(tokens, dict):
                     raise InputError("missing or not an object", field="tokens")
-                prompt = req_int(tokens, "prompt")
-                completion = req_int(tokens, "completion")
-                cached = req_int(tokens, "cached") if tokens.get("cached") is not None else None
+                prompt = req_tokens(tokens, "prompt")
+                completion = req_tokens(tokens, "completion")
+                cached = (req_tokens(tokens, "cached") if tokens.get("cached") is not None
+                          else None)
                 hash_ids = layout.hash_ids(call.get("message_metadata"), prompt)
             except InputError as e:
                 fld = f"{at}.tokens.{e.field}" if e.field in ("prompt", "completion", "cached") \
@@ -168,12 +186,19 @@ def _session(rec: Any, source: str, block_size: int) -> Session:
                 raise InputError(e.message, field=f"{at}.{e.field}") from None
             turns.append(turn)
             model = model or (call.get("model") if isinstance(call.get("model"), str) else None)
-            prev_end, prev_id = ts + dur, call.get("message_id")
+            prev_end, prev_id = ts + dur, _id(call.get("message_id"))
+            prev_ts, prev_ts_raw = ts, call["timestamp"]
     return Session(
         session_id=str(rec["session_id"]), parent_id=None, relation="root", parent_turn=None,
         join_turn=None, model=model, source=f"{source}#copilot", scope=source,
         start_s=first or 0.0, turns=turns,
     )
+
+
+def _id(val: Any) -> Any:
+    """A message or request id as a dict key (an id that is a JSON list or object counts
+    by its text)."""
+    return val if isinstance(val, str | int | float | None) else repr(val)
 
 
 class _Layout:
@@ -196,7 +221,7 @@ class _Layout:
                 raise InputError("expected an object", field=f"message_metadata[{k}]")
             try:
                 seq = req_int(m, "sequenceId", nonneg=False)
-                n = req_int(m, "token_len")
+                n = req_tokens(m, "token_len")
             except InputError as e:
                 raise InputError(e.message, field=f"message_metadata[{k}].{e.field}") from None
             ident = repr((seq, m.get("type"), m.get("role"), n)).encode()

@@ -6,7 +6,8 @@ Mooncake files carry it).
 Without ``session_id`` every request is a one-turn root session starting at its timestamp.
 With it, a session's requests become its turns in timestamp order (a later turn may give
 only ``delay``: it then starts ``delay`` after the previous one); think time is ``delay``
-when given, else the start-to-start gap (the trace records no response time). One hash
+when given, else the start-to-start gap (the trace records no response time); lines of a
+session may come in any order, but a negative timestamp is an error. One hash
 scope per file. Reading is columnar so that read + stats stays close to the cost of
 decoding the JSON.
 """
@@ -24,32 +25,45 @@ from typing import Any
 import numpy as np
 
 from agentbench.errors import InputError
-from agentbench.traces.model import Session, Trace, Turn
-from agentbench.traces.readers import trace_files
-from agentbench.traces.readers._fields import opt_num, req_hash_ids, req_int, req_num
+from agentbench.traces.model import MAX_TOKENS, Session, Trace, Turn
+from agentbench.traces.readers import read_files
+from agentbench.traces.readers._fields import (
+    check_block_size,
+    json_problem,
+    opt_num,
+    req_hash_ids,
+    req_num,
+    req_tokens,
+)
 from agentbench.traces.readers._text import reject_unknown
 
 BLOCK_SIZE = 512
 _NUMBER = (int, float)
+#: timestamps at or above this (or not a number: NaN, infinity, 10**400) take the careful
+#: path, which names them
+_BIG = 1e300
 
 
-def read(source: str | Path, *, block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
+def read(source: str | Path, *, block_size: int = BLOCK_SIZE, skip_bad: bool = False,
+         **options: Any) -> Trace:
     """Read one Mooncake JSONL file or a folder of them (one hash scope per file)."""
     reject_unknown(options, "mooncake")
+    check_block_size(block_size)
     path = Path(source)
-    sessions: list[Session] = []
     # The reader makes millions of small acyclic objects: the cyclic collector's passes
     # over them would cost more than the parsing.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for file in trace_files(path, (".jsonl", ".json")):
-            sessions.extend(_read_file(file, block_size))
+        per_file, skipped = read_files(path, (".jsonl", ".json"),
+                                       lambda f: _read_file(f, block_size), skip_bad=skip_bad)
     finally:
         if was_enabled:
             gc.enable()
+    sessions = [s for ss in per_file for s in ss]
     _unique_ids(sessions)
-    return Trace(sessions, name=path.stem)
+    return Trace(sessions, name=path.stem, skipped=skipped)
+
 
 
 def _unique_ids(sessions: list[Session]) -> None:
@@ -65,7 +79,8 @@ def read_records(records: Iterable[dict[str, Any]], *, source: str,
                  block_size: int = BLOCK_SIZE, **options: Any) -> Trace:
     """Read decoded records (e.g. Hugging Face dataset rows) as one Mooncake file."""
     reject_unknown(options, "mooncake")
-    cols = _Columns()
+    check_block_size(block_size)
+    cols = _Columns(block_size)
     for i, rec in enumerate(records):
         cols.add(rec, f"record {i}", source)
     sessions = cols.sessions(source, block_size)
@@ -74,7 +89,7 @@ def read_records(records: Iterable[dict[str, Any]], *, source: str,
 
 
 def _read_file(file: Path, block_size: int) -> list[Session]:
-    cols = _Columns()
+    cols = _Columns(block_size)
     with file.open("rb") as f:
         data = f.read()
     body = data.strip()
@@ -83,7 +98,7 @@ def _read_file(file: Path, block_size: int) -> list[Session]:
         # line; any surprise (blank or broken lines) falls through to the careful path
         try:
             recs = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # bad JSON or UTF-8, deep nesting
             recs = None
         if recs is not None and len(recs) == body.count(b"\n") + 1:
             first_line = data[: len(data) - len(data.lstrip())].count(b"\n") + 1
@@ -94,9 +109,8 @@ def _read_file(file: Path, block_size: int) -> list[Session]:
             continue
         try:
             rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            msg = e.msg if isinstance(e, json.JSONDecodeError) else "not UTF-8 text"
-            raise InputError(f"invalid JSON ({msg})", source=str(file),
+        except (ValueError, RecursionError) as e:
+            raise InputError(f"invalid JSON ({json_problem(e)})", source=str(file),
                              where=f"line {lineno}") from None
         cols.add(rec, lineno, str(file))
     return cols.sessions(str(file), block_size)
@@ -105,7 +119,8 @@ def _read_file(file: Path, block_size: int) -> list[Session]:
 class _Columns:
     """Requests of one file, column by column."""
 
-    def __init__(self) -> None:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
         self.ts: list[float] = []
         self.inp: list[int] = []
         self.out: list[int] = []
@@ -124,7 +139,8 @@ class _Columns:
         except (KeyError, TypeError):
             ts = inp = out = h = None
         if (type(ts) not in _NUMBER or type(inp) is not int or type(out) is not int
-                or type(h) is not list or inp < 0 or out < 0 or len(rec) > 4):
+                or type(h) is not list or not 0 <= inp <= MAX_TOKENS
+                or not 0 <= out <= MAX_TOKENS or not 0 <= ts < _BIG or len(rec) > 4):
             ts, inp, out, h = self._slow(rec, where, source)
         elif self.has_sessions:
             self.sid.append(None)
@@ -150,7 +166,8 @@ class _Columns:
                     self.add(rec, lineno, source)
                     continue
                 if (type(ts) in _NUMBER and type(inp) is int and type(out) is int
-                        and type(h) is list and inp >= 0 and out >= 0):
+                        and type(h) is list and 0 <= inp <= MAX_TOKENS
+                        and 0 <= out <= MAX_TOKENS and 0 <= ts < _BIG):
                     ts_a(ts)
                     inp_a(inp)
                     out_a(out)
@@ -170,10 +187,10 @@ class _Columns:
             delay = opt_num(rec, "delay", nonneg=True)
             # a later turn of a session may be placed by its delay alone
             placed = sid is not None and "timestamp" not in rec
-            ts = math.nan if placed else req_num(rec, "timestamp")
-            inp = req_int(rec, "input_length")
-            out = req_int(rec, "output_length")
-            h = req_hash_ids(rec).tolist()
+            ts = math.nan if placed else req_num(rec, "timestamp", nonneg=True)
+            inp = req_tokens(rec, "input_length")
+            out = req_tokens(rec, "output_length")
+            h = req_hash_ids(rec, tokens=inp, block_size=self.block_size).tolist()
         except InputError as e:
             raise e.located(source=source, where=where) from None
         if (sid is not None or delay is not None) and not self.has_sessions:
@@ -189,7 +206,17 @@ class _Columns:
         n = len(self.ts)
         if n == 0:
             raise InputError("no requests", source=source)
+        inp = np.asarray(self.inp, dtype=np.int64)
+        ts = np.asarray(self.ts, dtype=np.float64)
         lengths = np.fromiter(map(len, self.hashes), dtype=np.int64, count=n)
+        allowed = (inp + block_size - 1) // block_size
+        bad = np.flatnonzero(lengths > allowed)
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(
+                f"{lengths[i]} hash ids but {inp[i]} input tokens allow at most {allowed[i]} "
+                f"blocks of {block_size}", source=source, where=_where(self.where[i]),
+                field="hash_ids")
         total = int(lengths.sum())
         types = set(map(type, itertools.chain.from_iterable(self.hashes)))
         if types - {int}:
@@ -205,18 +232,8 @@ class _Columns:
                      if any(not -(1 << 63) <= v < (1 << 63) for v in h))
             raise InputError("hash id outside 64-bit integers", source=source,
                              where=_where(self.where[i]), field="hash_ids") from None
-        inp = np.asarray(self.inp, dtype=np.int64)
-        allowed = (inp + block_size - 1) // block_size
-        bad = np.flatnonzero(lengths > allowed)
-        if bad.size:
-            i = int(bad[0])
-            raise InputError(
-                f"{lengths[i]} hash ids but {inp[i]} input tokens allow at most {allowed[i]} "
-                f"blocks of {block_size}", source=source, where=_where(self.where[i]),
-                field="hash_ids")
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        ts = np.asarray(self.ts, dtype=np.float64)
         t0 = float(np.nanmin(ts)) if not np.all(np.isnan(ts)) else 0.0
         stem = Path(source).stem
         src = f"{source}#mooncake"

@@ -89,26 +89,59 @@ def write(trace: Trace, path: str | Path) -> Path:
     return out
 
 
+#: columns that may hold nulls; every other column of both tables must be complete
+_NULLABLE = frozenset({"parent_id", "parent_turn", "join_turn", "model", "api_s",
+                       "cached_tokens"})
+
+
 def read_tables(path: str | Path) -> tuple[pa.Table, pa.Table, str]:
-    """(sessions, turns, trace name) of a native file."""
+    """(sessions, turns, trace name) of a native file, in the schemas above."""
     try:
         turns = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"not a readable parquet file ({e})", source=str(path)) from None
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"not a readable parquet file ({_first_line(e)})",
+                         source=str(path)) from None
     meta = turns.schema.metadata or {}
     if meta.get(FORMAT_KEY) != FORMAT_VALUE or SESSIONS_KEY not in meta:
         raise InputError("parquet file is not an agentbench native trace "
                          "(no agentbench.sessions metadata)", source=str(path))
-    with pa.ipc.open_stream(meta[SESSIONS_KEY]) as r:
-        sessions = r.read_all()
-    missing = [n for n in TURNS_SCHEMA.names if n not in turns.schema.names]
-    if missing:
-        raise InputError("turns table lacks columns", source=str(path), field=missing[0])
-    return sessions, turns, meta.get(NAME_KEY, b"").decode()
+    try:
+        with pa.ipc.open_stream(meta[SESSIONS_KEY]) as r:
+            sessions = r.read_all()
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"unreadable sessions table ({_first_line(e)})", source=str(path),
+                         field=SESSIONS_KEY.decode()) from None
+    tables = []
+    for what, table, schema in (("turns", turns, TURNS_SCHEMA),
+                                ("sessions", sessions, SESSIONS_SCHEMA)):
+        missing = [n for n in schema.names if n not in table.schema.names]
+        if missing:
+            raise InputError(f"{what} table lacks columns", source=str(path),
+                             field=missing[0])
+        try:
+            table = table.select(schema.names).cast(schema)
+        except (pa.ArrowException, ValueError) as e:
+            raise InputError(f"{what} table has the wrong column types ({_first_line(e)})",
+                             source=str(path)) from None
+        for name in schema.names:
+            col = table.column(name)
+            nulls = col.null_count or (name == "hash_ids" and any(
+                c.values.null_count for c in col.chunks))
+            if nulls and name not in _NULLABLE:
+                raise InputError(f"null in the {what} table", source=str(path), field=name)
+        tables.append(table)
+    return tables[1], tables[0], meta.get(NAME_KEY, b"").decode(errors="replace")
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
 def read(source: str | Path, **options: Any) -> Trace:
     """Read a native parquet trace; hash ids come back as views of one array."""
+    if options:
+        name = next(iter(options))
+        raise InputError(f"unknown option {name!r} for the native reader", field=name)
     sessions_t, turns_t, name = read_tables(source)
     by_id: dict[str, Session] = {}
     out: list[Session] = []
@@ -137,6 +170,8 @@ def read(source: str | Path, **options: Any) -> Trace:
             cached_tokens=cols["cached_tokens"][i],
         ))
     trace = Trace(out, name=name or Path(source).stem)
-    trace.validate()
+    try:
+        trace.validate()
+    except InputError as e:  # name this file, not the source the sessions came from
+        raise InputError(e.message, source=str(source), where=e.where, field=e.field) from None
     return trace
-

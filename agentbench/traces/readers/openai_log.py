@@ -27,8 +27,8 @@ import numpy as np
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
-from agentbench.traces.readers import trace_files
-from agentbench.traces.readers._fields import opt_num
+from agentbench.traces.readers import read_files
+from agentbench.traces.readers._fields import check_block_size, opt_num, req_num, req_tokens
 from agentbench.traces.readers._text import (
     DEFAULT_BLOCK_SIZE,
     OTHER_ROLE_ID,
@@ -42,13 +42,25 @@ from agentbench.traces.readers._text import (
 from agentbench.traces.tokenizers import get_tokenizer
 
 
-def read(source: str | Path, **options: Any) -> Trace:
-    """Read a request log (JSONL or a JSON array) or a folder of them."""
+def read(source: str | Path, *, tokenizer: str | None = None,
+         block_size: int = DEFAULT_BLOCK_SIZE, session_key: str | None = None,
+         skip_bad: bool = False, **options: Any) -> Trace:
+    """Read a request log (JSONL or a JSON array) or a folder of them; requests of several
+    files may continue one session."""
+    reject_unknown(options, "openai-log")
+    check_block_size(block_size)
+    tok = get_tokenizer(tokenizer)
     path = Path(source)
-    rows: list[tuple[str, str, dict[str, Any]]] = []
-    for f in trace_files(path, (".jsonl", ".json")):
-        rows.extend((str(f), where, rec) for where, rec in iter_file_records(f))
-    return build(rows, name=path.stem, scope=str(path), **options)
+
+    def one(f: Path) -> list[_Req]:
+        return _requests(((str(f), where, rec) for where, rec in iter_file_records(f)),
+                         session_key, tok)
+
+    per_file, skipped = read_files(path, (".jsonl", ".json"), one, skip_bad=skip_bad)
+    trace = _assemble([r for rs in per_file for r in rs], tok, block_size, name=path.stem,
+                      scope=str(path))
+    trace.skipped = skipped
+    return trace
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str, **options: Any) -> Trace:
@@ -104,13 +116,11 @@ def _time(val: Any, field: str) -> float:
         raise InputError("missing" if val is None else f"expected a time, got {val!r}",
                          field=field)
     if isinstance(val, int | float):
-        if val != val or val < 0:
-            raise InputError(f"expected a non-negative time, got {val!r}", field=field)
-        return float(val)
+        return req_num({field: val}, field, nonneg=True)
     if isinstance(val, str):
         try:
             return datetime.fromisoformat(val.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError):  # also a time out of datetime's range
             raise InputError(f"not an ISO-8601 time: {val!r}", field=field) from None
     raise InputError(f"expected a time, got {val!r}", field=field)
 
@@ -125,9 +135,10 @@ def _output(resp: Any, body: dict[str, Any], tok: Any) -> tuple[int, int | None]
             cached = max(0, details["cached_tokens"])
         ct = usage.get("completion_tokens")
         if isinstance(ct, int) and not isinstance(ct, bool):
-            if ct < 0:
-                raise InputError(f"negative length {ct}", field="response.usage.completion_tokens")
-            return ct, cached
+            try:
+                return req_tokens(usage, "completion_tokens"), cached
+            except InputError as e:
+                raise InputError(e.message, field="response.usage.completion_tokens") from None
         choices = resp.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             msg = choices[0].get("message") or {}
@@ -138,9 +149,7 @@ def _output(resp: Any, body: dict[str, Any], tok: Any) -> tuple[int, int | None]
     for k in ("max_completion_tokens", "max_tokens"):
         v = body.get(k)
         if isinstance(v, int) and not isinstance(v, bool):
-            if v < 0:
-                raise InputError(f"negative length {v}", field=k)
-            return v, cached
+            return req_tokens(body, k), cached
     raise InputError("no response usage, response message or max_tokens to size the output",
                      field="response")
 
@@ -156,14 +165,27 @@ def _digest(prev: bytes, role: str, text: str) -> bytes:
 def build(rows: Iterable[tuple[str, str, dict[str, Any]]], *, name: str, scope: str,
           tokenizer: str | None = None, block_size: int = DEFAULT_BLOCK_SIZE,
           session_key: str | None = None, **options: Any) -> Trace:
+    """Sessions from (file, where, record) triples."""
     reject_unknown(options, "openai-log")
+    check_block_size(block_size)
     tok = get_tokenizer(tokenizer)
+    return _assemble(_requests(rows, session_key, tok), tok, block_size, name=name,
+                     scope=scope)
+
+
+def _requests(rows: Iterable[tuple[str, str, dict[str, Any]]], session_key: str | None,
+              tok: Any) -> list[_Req]:
     reqs: list[_Req] = []
     for file, where, rec in rows:
         try:
             reqs.append(_Req(file, where, rec, session_key, tok))
         except InputError as e:
             raise e.located(source=file, where=where) from None
+    return reqs
+
+
+def _assemble(reqs: list[_Req], tok: Any, block_size: int, *, name: str,
+              scope: str) -> Trace:
     if not reqs:
         raise InputError("no requests", source=scope)
     reqs.sort(key=lambda r: r.ts)  # stable: equal times keep file order

@@ -13,7 +13,7 @@ adds the draws (response time unknown, taken as 0).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ import numpy as np
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
-from agentbench.traces.readers import trace_files
+from agentbench.traces.readers import read_files
+from agentbench.traces.readers._fields import check_block_size
 from agentbench.traces.readers._text import (
     DEFAULT_BLOCK_SIZE,
     SHAREGPT_ROLES,
@@ -35,17 +36,20 @@ from agentbench.traces.readers._text import (
 from agentbench.traces.tokenizers import get_tokenizer
 
 
-def read(source: str | Path, **options: Any) -> Trace:
+def read(source: str | Path, *, tokenizer: str | None = None, seed: int = 0,
+         block_size: int = DEFAULT_BLOCK_SIZE, skip_bad: bool = False,
+         **options: Any) -> Trace:
     """Read a ShareGPT ``.json`` / ``.jsonl`` file or a folder of them."""
     path = Path(source)
-    files = trace_files(path, (".json", ".jsonl"))
+    b = _Builder(str(path), tokenizer, seed, block_size, options)
 
-    def records() -> Iterator[tuple[str, str, dict[str, Any]]]:
-        for f in files:
-            for where, rec in iter_file_records(f):
-                yield str(f), where, rec
+    def one(f: Path) -> list[Session]:
+        return b.add(((str(f), where, rec) for where, rec in iter_file_records(f)))
 
-    return build(records(), name=path.stem, scope=str(path), **options)
+    per_file, skipped = read_files(path, (".json", ".jsonl"), one, skip_bad=skip_bad)
+    trace = Trace([s for ss in per_file for s in ss], name=path.stem, skipped=skipped)
+    trace.validate()
+    return trace
 
 
 def read_records(records: Iterable[dict[str, Any]], *, source: str, **options: Any) -> Trace:
@@ -58,27 +62,51 @@ def build(records: Iterable[tuple[str, str, dict[str, Any]]], *, name: str, scop
           tokenizer: str | None = None, seed: int = 0,
           block_size: int = DEFAULT_BLOCK_SIZE, **options: Any) -> Trace:
     """Sessions from (file, where, record) triples; one hash scope for all of them."""
-    reject_unknown(options, "sharegpt")
-    tok = get_tokenizer(tokenizer)
-    rng = np.random.default_rng(seed)
-    sessions: list[Session] = []
-    seen: set[str] = set()
-    for file, where, rec in records:
-        try:
-            s = _session(rec, file, where, scope, tok, block_size, rng, len(sessions))
-        except InputError as e:
-            raise e.located(source=file, where=where) from None
-        if s is None:
-            continue
-        base, k = s.session_id, 1
-        while s.session_id in seen:
-            k += 1
-            s.session_id = f"{base}~{k}"
-        seen.add(s.session_id)
-        sessions.append(s)
-    trace = Trace(sessions, name=name)
+    trace = Trace(_Builder(scope, tokenizer, seed, block_size, options).add(records),
+                  name=name)
     trace.validate()
     return trace
+
+
+class _Builder:
+    """Sessions of successive groups of records (a folder's files) in one hash scope, with
+    one stream of think-time draws; a group that fails leaves no trace in either."""
+
+    def __init__(self, scope: str, tokenizer: str | None, seed: int, block_size: int,
+                 options: dict[str, Any]) -> None:
+        reject_unknown(options, "sharegpt")
+        self.block_size = check_block_size(block_size)
+        self.scope = scope
+        self.tok = get_tokenizer(tokenizer)
+        self.rng = np.random.default_rng(seed)
+        self.seen: set[str] = set()
+        self.count = 0
+
+    def add(self, records: Iterable[tuple[str, str, dict[str, Any]]]) -> list[Session]:
+        state = self.rng.bit_generator.state
+        seen = set(self.seen)
+        out: list[Session] = []
+        try:
+            for file, where, rec in records:
+                try:
+                    s = _session(rec, file, where, self.scope, self.tok, self.block_size,
+                                 self.rng, self.count + len(out))
+                except InputError as e:
+                    raise e.located(source=file, where=where) from None
+                if s is None:
+                    continue
+                base, k = s.session_id, 1
+                while s.session_id in seen:
+                    k += 1
+                    s.session_id = f"{base}~{k}"
+                seen.add(s.session_id)
+                out.append(s)
+        except BaseException:
+            self.rng.bit_generator.state = state
+            raise
+        self.seen = seen
+        self.count += len(out)
+        return out
 
 
 def _messages(rec: dict[str, Any]) -> list[tuple[str, str]]:

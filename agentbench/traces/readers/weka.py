@@ -16,6 +16,8 @@ other exporters of the format might: nested requests already on the parent's clo
 first one at or after the marker's ``t``, where the documented convention has it at ~0)
 are shifted back by the marker's ``t``; and files whose ``t`` is in milliseconds
 (start-to-start gaps ~1000x the recorded ``think_time`` + ``api_time``) are converted.
+Requests are listed in time order: a ``t`` below zero or before the previous request's is
+an error naming the request.
 """
 
 from __future__ import annotations
@@ -25,25 +27,38 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
-from agentbench.traces.readers import trace_files
-from agentbench.traces.readers._fields import load_json, opt_num, req_hash_ids, req_int, req_num
+from agentbench.traces.readers import read_files
+from agentbench.traces.readers._fields import (
+    load_json,
+    opt_num,
+    req_hash_ids,
+    req_int,
+    req_num,
+    req_tokens,
+)
+from agentbench.traces.readers._text import reject_unknown
 
 REQUEST_TYPES = frozenset({"n", "s", "request", None})
 
 
-def read(source: str | Path, **options: Any) -> Trace:
+def read(source: str | Path, *, skip_bad: bool = False, **options: Any) -> Trace:
     """Read one Weka trace file or a folder of them (one root session per file)."""
+    reject_unknown(options, "weka")
     path = Path(source)
-    sessions: list[Session] = []
-    for file in trace_files(path, (".json",)):
-        doc = load_json(file)
-        try:
-            sessions.extend(read_document(doc, source=str(file)))
-        except InputError as e:
-            raise e.located(source=str(file)) from None
-    trace = Trace(sessions, name=path.stem)
+    per_file, skipped = read_files(path, (".json",), _read_file, skip_bad=skip_bad)
+    trace = Trace([s for ss in per_file for s in ss], name=path.stem, skipped=skipped)
     trace.validate()
     return trace
+
+
+def _read_file(file: Path) -> list[Session]:
+    doc = load_json(file)
+    try:
+        sessions = read_document(doc, source=str(file))
+    except InputError as e:
+        raise e.located(source=str(file)) from None
+    Trace(sessions).validate()
+    return sessions
 
 
 def read_document(doc: Any, *, source: str) -> list[Session]:
@@ -56,10 +71,10 @@ def read_document(doc: Any, *, source: str) -> list[Session]:
         raise InputError("must be positive", field="block_size")
     trace_id = str(doc.get("id") or Path(source).stem)
     scope = "global" if doc.get("hash_id_scope") == "global" else trace_id
-    models = doc.get("models") or [None]
     root = Session(
         session_id=trace_id, parent_id=None, relation="root", parent_turn=None,
-        join_turn=None, model=models[0], source=f"{source}#weka", scope=scope, start_s=0.0,
+        join_turn=None, model=_model(doc, None), source=f"{source}#weka", scope=scope,
+        start_s=0.0,
     )
     out = [root]
     _fill(root, doc["requests"], "requests", block_size, out, marker_t=None)
@@ -81,6 +96,7 @@ def _fill(session: Session, requests: list[Any], where: str, block_size: int,
             offset = marker_t
     pending: list[tuple[Session, bool]] = []  # children waiting for the next parent turn
     prev_end: float | None = None
+    prev_t: tuple[float, Any] | None = None  # (on this clock, as written)
     n_sub = 0
     for i, rec in enumerate(requests):
         here = f"{where}[{i}]"
@@ -93,18 +109,25 @@ def _fill(session: Session, requests: list[Any], where: str, block_size: int,
                 blocking = rec.get("status") != "async_launched"
                 pending.append((child, blocking))
                 continue
-            if rec.get("type") not in REQUEST_TYPES:
+            kind = rec.get("type")
+            if not isinstance(kind, str | None) or kind not in REQUEST_TYPES:
                 raise InputError(f"unknown request type {rec.get('type')!r}", field="type")
             idx = len(session.turns)
             t = req_num(rec, "t", nonneg=True) * scale - offset
+            if prev_t is not None and t < prev_t[0]:  # requests are listed in time order
+                raise InputError(f"{rec['t']} is before the previous request's {prev_t[1]}",
+                                 field="t")
+            prev_t = (t, rec["t"])
             api = opt_num(rec, "api_time", nonneg=True)
             think = opt_num(rec, "think_time", nonneg=True)
             if think is None:
                 think = max(0.0, t - prev_end) if prev_end is not None else 0.0
+            inp = req_tokens(rec, "in")
             turn = Turn(
                 turn=idx, t=max(t, 0.0), think_s=think, api_s=api,
-                input_tokens=req_int(rec, "in"), output_tokens=req_int(rec, "out"),
-                hash_ids=req_hash_ids(rec), block_size=block_size,
+                input_tokens=inp, output_tokens=req_tokens(rec, "out"),
+                hash_ids=req_hash_ids(rec, tokens=inp, block_size=block_size),
+                block_size=block_size,
             )
             turn.validate()
         except InputError as e:
@@ -124,16 +147,26 @@ def _child(parent: Session, rec: dict[str, Any], where: str, k: int, block_size:
         raise InputError("subagent marker without a requests list", field="requests")
     marker_t = req_num(rec, "t", nonneg=True) * scale
     agent = str(rec.get("agent_id") or f"sub{k}")
-    models = rec.get("models") or [parent.model]
     child = Session(
         session_id=f"{parent.session_id}/{agent}", parent_id=parent.session_id,
         relation="spawn", parent_turn=len(parent.turns) - 1 if parent.turns else None,
-        join_turn=None, model=models[0], source=parent.source, scope=parent.scope,
+        join_turn=None, model=_model(rec, parent.model), source=parent.source,
+        scope=parent.scope,
         start_s=parent.start_s + marker_t - parent_offset,
     )
     out.append(child)
     _fill(child, reqs, f"{where}.requests", block_size, out, marker_t=marker_t)
     return child
+
+
+def _model(rec: dict[str, Any], default: str | None) -> str | None:
+    """The first of ``models`` (a list of names), else ``default``."""
+    models = rec.get("models")
+    if not models:
+        return default
+    if not isinstance(models, list) or not isinstance(models[0], str):
+        raise InputError("expected a list of model names", field="models")
+    return models[0]
 
 
 def _time_scale(requests: list[Any]) -> float:

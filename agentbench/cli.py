@@ -227,7 +227,12 @@ def run(
             if key not in traces:
                 from agentbench.replay.runner import load_trace
 
-                traces[key] = load_trace(sc)
+                try:
+                    traces[key] = load_trace(sc)
+                except InputError as e:
+                    raise e.located(source=str(scenario)) from None
+                for line in traces[key].skipped:
+                    typer.echo(f"warning: skipped bad trace file {line}", err=True)
             res = replay_run(sc, progress=progress, on_start=started, workers=workers,
                              trace=traces[key])
         summary = summarize(res.run_dir)

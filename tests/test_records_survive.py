@@ -271,3 +271,27 @@ def test_bad_traces_are_one_line(tmp_path: Path, content: bytes) -> None:
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "t.jsonl" in lines[0]
+
+
+def test_filters_that_match_nothing_are_refused_before_the_run(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    base = """name: nm
+endpoints: [{kind: simulated, instances: 1}]
+trace: {kind: synth, profile: codex, sessions: 3, filters: {FILTERS}}
+load: {kind: lanes, concurrency: 2}
+limits: {max_requests: 5}
+"""
+    for filters, says in [("sessions: [nope, codex-000001]",
+                           "field 'trace.filters.sessions': 1 of 2 sessions are not root"),
+                          ("min_turns: 100000",
+                           "field 'trace.filters': no session tree of the 3 in the trace "
+                           "passes the filters (min_turns: 100000)")]:
+        sc = tmp_path / "s.yaml"
+        sc.write_text(base.replace("FILTERS", filters))
+        r = CliRunner().invoke(app, ["run", str(sc), "-o", str(tmp_path / "out")])
+        assert r.exit_code == 2, r.output
+        assert f"error: {sc}: {says}" in r.output
+        assert not (tmp_path / "out").exists()  # nothing ran, no run folder

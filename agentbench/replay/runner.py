@@ -84,6 +84,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     info = run_info(scenario, secrets, run_dir)
     info["trace"] = {"name": trace.name, "trees": len(specs), "sessions": len(trace.sessions),
                      "requests": trace.n_requests()}
+    if trace.skipped:
+        info["trace"]["skipped_bad_files"] = list(trace.skipped)
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     info["workers"] = n_workers
     info["time_base"] = clock

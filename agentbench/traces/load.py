@@ -39,9 +39,19 @@ def apply_filters(trace: Trace, filters: Any, seed: int) -> Trace:
     """Keep the session trees that pass ``filters`` (a TraceFilters), in order (shuffled
     with ``seed`` when asked), at most ``max_sessions`` of them."""
     trees = trace.trees()
+    before = len(trees)
     if filters.sessions is not None:
         wanted = set(filters.sessions)
         trees = [t for t in trees if t[0].session_id in wanted]
+        found = {t[0].session_id for t in trees}
+        missing = [s for s in filters.sessions if s not in found]
+        if missing:
+            known = ", ".join(t[0].session_id for t in trace.trees()[:3])
+            raise InputError(f"{len(missing)} of {len(wanted)} sessions are not root sessions "
+                             f"of the trace ({', '.join(missing[:3])}"
+                             f"{', ...' if len(missing) > 3 else ''}); its roots look like "
+                             f"{known or 'nothing (the trace is empty)'}",
+                             field="trace.filters.sessions")
     if filters.min_turns is not None:
         trees = [t for t in trees if len(t[0].turns) >= filters.min_turns]
     if filters.max_input_tokens is not None:
@@ -53,5 +63,13 @@ def apply_filters(trace: Trace, filters: Any, seed: int) -> Trace:
         random.Random(seed).shuffle(trees)
     if filters.max_sessions is not None:
         trees = trees[: filters.max_sessions]
+    if not trees:
+        raise InputError(f"no session tree of the {before} in the trace passes the filters "
+                         f"({_describe(filters)})", field="trace.filters")
     sessions: list[Session] = [s for tree in trees for s in tree]
     return Trace(sessions, name=trace.name, skipped=trace.skipped)
+
+
+def _describe(filters: Any) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in filters.model_dump().items()
+                     if v is not None and v is not False) or "none"

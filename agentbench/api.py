@@ -3,8 +3,11 @@
     import agentbench
     r = agentbench.load("results/quickstart-…")
     r.requests          # one row per request, with ttft_ms, tpot_ms, e2e_ms... added
+    r.time_base.kind    # "virtual" | "simulated" | "wall": the base of every time column
     r.summary["overall"]["latency"]["ttft_ms"]["p50"]
-    agentbench.compare(r, agentbench.load("results/other"))
+    c = agentbench.compare(r, agentbench.load("results/other"))
+    c.values, c.ratios  # floats: one row per metric, one column per run name
+    c.table             # the same, formatted, with changes against the first run
 """
 
 from __future__ import annotations
@@ -18,6 +21,27 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from agentbench.metrics.records_io import RunRecords
+    from agentbench.metrics.timebase import TimeBase
+
+# the raw stamps (integer ns since the run's start) of each table
+REQUEST_TIMES = ("scheduled_ns", "sent_ns", "first_token_ns", "last_token_ns", "end_ns")
+SESSION_TIMES = ("start_ns", "end_ns", "makespan_ns", "llm_wait_ns")
+
+
+def _in_base(df: pd.DataFrame, cols: tuple[str, ...], factor: float, kind: str
+             ) -> pd.DataFrame:
+    """``df`` with its ns columns multiplied by ``factor`` (simulated time at speedup S:
+    wall x S), kept integer where they were, and ``attrs["time_base"] = kind``."""
+    import numpy as np
+
+    df = df.copy()
+    if factor != 1.0:
+        for c in cols:
+            if c in df.columns:  # int64 when no value is null, else float64 (pandas' read)
+                v = df[c].to_numpy(dtype=np.float64, na_value=np.nan) * factor
+                df[c] = np.round(v).astype(np.int64) if df[c].dtype.kind in "iu" else v
+    df.attrs["time_base"] = kind
+    return df
 
 
 @dataclass
@@ -43,24 +67,44 @@ class Run:
         return self._records
 
     @property
+    def time_base(self) -> TimeBase:
+        """The base every time of this run is in (``kind``: "virtual", "simulated" or
+        "wall"; ``factor``: reported = measured wall x factor), from the summary."""
+        from agentbench.metrics.timebase import TimeBase
+
+        tb = self.summary.get("time_base") or {}
+        return TimeBase(kind=str(tb.get("kind") or "wall"),
+                        factor=float(tb.get("factor") or 1.0), speedup=tb.get("speedup"),
+                        note=str(tb.get("note") or "wall-clock time"),
+                        warnings=list(tb.get("warnings") or []))
+
+    @property
     def requests(self) -> pd.DataFrame:
         """Requests (warmup included, see ``phase``), plus per-request metrics: ttft_ms,
-        tpot_ms, e2e_ms (in the run's time base, ``summary["time_base"]``), schedule_lag_ms
-        (wall time), output_tokens, context_tokens."""
+        tpot_ms, e2e_ms, schedule_lag_ms, output_tokens, context_tokens.
+
+        Every time column is in one base, ``run.time_base`` (also
+        ``requests.attrs["time_base"]``): the ns stamps (scheduled_ns ... end_ns, since the
+        run's start) and the ms durations alike. In simulated time at speedup S that is
+        the wall stamps x S, so schedule_lag_ms here is the wall lag x S, where the summary
+        keeps schedule lag in wall time; ``run.records.requests`` has the raw stamps."""
         if self._requests is None:
             from agentbench.metrics.derive import derive
 
             rec = self.records
-            d = derive(rec.requests, rec.events, rec.time_base.factor)
-            self._requests = rec.requests.assign(
+            tb = self.time_base
+            d = derive(rec.requests, rec.events, tb.factor)
+            self._requests = _in_base(rec.requests.assign(
                 ttft_ms=d.ttft_ms, tpot_ms=d.tpot_ms, e2e_ms=d.e2e_ms,
-                schedule_lag_ms=d.lag_ms, output_tokens=d.output_tokens,
-                context_tokens=d.expected_input)
+                schedule_lag_ms=d.lag_ms * tb.factor, output_tokens=d.output_tokens,
+                context_tokens=d.expected_input), REQUEST_TIMES, tb.factor, tb.kind)
         return self._requests
 
     @property
     def sessions(self) -> pd.DataFrame:
-        return self.records.sessions
+        """Sessions, their ns columns in ``run.time_base`` like ``requests``."""
+        tb = self.time_base
+        return _in_base(self.records.sessions, SESSION_TIMES, tb.factor, tb.kind)
 
     @property
     def server_metrics(self) -> pd.DataFrame:
@@ -114,10 +158,15 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
 
 @dataclass
 class Comparison:
-    """Runs side by side: ``table`` (DataFrame of headline metrics with ratios against the
-    first run) and ``headlines`` (one published-style sentence per later run)."""
+    """Runs side by side. ``values``: floats, one row per metric (index: the metric's
+    name, e.g. ``ttft_p50``; shares as fractions), one column per run name; ``ratios``:
+    each value ÷ the first run's; ``table``: the formatted view (rows by label, changes
+    against the first run in words); ``headlines``: one published-style sentence per
+    later run."""
 
     runs: list[Run]
+    values: pd.DataFrame
+    ratios: pd.DataFrame
     table: pd.DataFrame
     headlines: list[str]
 
@@ -133,7 +182,13 @@ class Comparison:
 
 def compare(*runs: Run | str | Path, block: str = "overall") -> Comparison:
     """Compare runs (``Run`` objects or results folders) against the first one."""
-    from agentbench.report.compare import comparison_table, headline, run_labels
+    from agentbench.report.compare import (
+        comparison_ratios,
+        comparison_values,
+        format_table,
+        headline,
+        run_labels,
+    )
 
     rs = [r if isinstance(r, Run) else load(r) for r in runs]
     if len(rs) < 2:
@@ -142,4 +197,5 @@ def compare(*runs: Run | str | Path, block: str = "overall") -> Comparison:
     labels = run_labels(sums)
     heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
              for lab, s in zip(labels[1:], sums[1:], strict=True)]
-    return Comparison(rs, comparison_table(sums, block=block), heads)
+    values = comparison_values(sums, block=block)
+    return Comparison(rs, values, comparison_ratios(values), format_table(values), heads)

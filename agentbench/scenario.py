@@ -6,9 +6,18 @@ description; ``agentbench validate`` prints every problem at once.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 
 class Strict(BaseModel):
@@ -17,6 +26,42 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True,
                               strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _int64(cls, v: Any) -> Any:
+        """Every integer fits in 64 bits: a longer one is a typo, and numpy, parquet and
+        the seed generators overflow on it."""
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, int) and not isinstance(x, bool) and not -INT64 <= x <= INT64:
+                raise ValueError(f"an integer of {len(str(abs(x)))} digits is out of range "
+                                 f"(at most {INT64:,})")
+        return v
+
+
+#: the largest integer a scenario may hold (2**63 - 1)
+INT64 = 2**63 - 1
+
+
+def json_only(value: dict[str, Any]) -> dict[str, Any]:
+    """Check that ``value`` is plain JSON (string keys, finite numbers): it is sent or stored
+    as JSON, and YAML can also make dates, sets, binary and NaN, which JSON cannot carry."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, x = stack.pop()
+        if isinstance(x, dict):
+            for k, item in x.items():
+                if not isinstance(k, str):
+                    raise ValueError(f"key {k!r}{where and f' in {where}'} is not a string")
+                stack.append((f"{where}.{k}" if where else k, item))
+        elif isinstance(x, list):
+            stack.extend((f"{where}.{i}", item) for i, item in enumerate(x))
+        elif isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"{where}: {x} is not a finite number")
+        elif not (x is None or isinstance(x, str | int | float)):
+            raise ValueError(f"{where}: {type(x).__name__} is not a JSON value (quote it to "
+                             "give a string)")
+    return value
 
 
 #: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
@@ -27,7 +72,11 @@ MAX_LANES = 100_000
 # ---------------------------------------------------------------- endpoints
 
 
-def _default_retry_on() -> list[int | Literal["connect"]]:
+#: what a retry policy retries on: an HTTP status, or 'connect' for connection errors
+RetryOn = Annotated[int, Field(ge=100, le=599)] | Literal["connect"]
+
+
+def _default_retry_on() -> list[RetryOn]:
     return [429, 503, "connect"]
 
 
@@ -36,7 +85,7 @@ class Retry(Strict):
 
     max_attempts: int = Field(1, ge=1, le=10, description="Attempts in all per request; 1: "
                               "no retries.")
-    on: list[int | Literal["connect"]] = Field(
+    on: list[RetryOn] = Field(
         default_factory=_default_retry_on,
         description="HTTP statuses (and 'connect' for connection errors) that are retried.")
     backoff_s: float = Field(0.5, gt=0, description="First wait; doubled each attempt "
@@ -78,6 +127,14 @@ class OpenAIEndpoint(Strict):
                                     description="Extra HTTP headers sent with every request.")
     extra_body: dict[str, Any] = Field(default_factory=dict,
                                        description="Extra JSON fields merged into every body.")
+
+    @field_validator("extra_body")
+    @classmethod
+    def _body(cls, v: dict[str, Any]) -> dict[str, Any]:
+        reserved = sorted(set(v) & {"messages", "prompt", "stream"})
+        if reserved:
+            raise ValueError(f"may not set {', '.join(reserved)} (the replay writes them)")
+        return json_only(v)
     ignore_eos: bool | None = Field(
         None, description="Send ignore_eos/min_tokens so outputs follow the trace; None: "
         "probe whether the server accepts them.")
@@ -143,7 +200,7 @@ class SimulatedEndpoint(Strict):
     cache_aware_max_imbalance: int = Field(
         4, ge=0, description="cache_aware router: only instances with at most this many more "
         "requests than the least loaded one compete on cached blocks.")
-    seed: int = Field(0, description="Seed of the random router.")
+    seed: int = Field(0, ge=0, description="Seed of the random router.")
 
 
 Endpoint = Annotated[OpenAIEndpoint | SimulatedEndpoint, Field(discriminator="kind")]
@@ -183,6 +240,11 @@ class TraceSource(Strict):
     format: str | None = Field(None, description="Reader to use; None: detect from content.")
     options: dict[str, Any] = Field(default_factory=dict,
                                     description="Reader options (tokenizer, seed...).")
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return json_only(v)
     skip_bad: bool = Field(False, description="For a folder source: skip its bad files "
                            "(counted and named in the trace's `skipped`) instead of "
                            "stopping at them.")
@@ -198,7 +260,7 @@ class SynthSource(Strict):
     kind: Literal["synth"] = Field(description="Generate the trace from a profile.")
     profile: str = Field(description="Synthesis profile, e.g. agentx or codex.")
     sessions: int = Field(gt=0, description="Root sessions to generate.")
-    seed: int | None = Field(None, description="Generator seed; None: the run seed.")
+    seed: int | None = Field(None, ge=0, description="Generator seed; None: the run seed.")
     filters: TraceFilters = Field(default_factory=TraceFilters,
                                   description="Session selection.")
     transform: TraceTransform = Field(default_factory=TraceTransform,
@@ -313,12 +375,34 @@ class Hardware(Strict):
     gpu_hour_usd: float | None = Field(None, ge=0, description="Price of one GPU-hour, $.")
 
 
+class ApiCacheHitRate(Strict):
+    """An API provider's prompt cache that hits a fixed share of input tokens."""
+
+    hit_rate: float = Field(ge=0, le=1, description="Share of input tokens the API bills at "
+                            "the cached price (0-1).")
+
+
+def _api_cache_tag(v: Any) -> str:
+    return "rate" if isinstance(v, dict | ApiCacheHitRate) else "name"
+
+
+#: a provider cache model: a name, or a mapping (so a bad mapping is reported as one)
+ApiCache = Annotated[Annotated[Literal["potential", "none"], Tag("name")]
+                     | Annotated[ApiCacheHitRate, Tag("rate")],
+                     Discriminator(_api_cache_tag)]
+
+
 class Prices(Strict):
     """An API price table, $ per million tokens, for API-equivalent cost."""
 
     input_per_mtok: float = Field(ge=0, description="Uncached input tokens, $/Mtok.")
     cached_input_per_mtok: float = Field(ge=0, description="Cached input tokens, $/Mtok.")
     output_per_mtok: float = Field(ge=0, description="Output tokens, $/Mtok.")
+    api_cache: ApiCache = Field(
+        "potential", description="The API provider's own prompt cache, for API-equivalent "
+        "cost (never the self-hosted server's hits): 'potential' (the trace's potential hit: "
+        "every prefix block sent before is billed as cached), 'none' (all input billed "
+        "uncached), or {hit_rate: h} (a share h of input billed as cached).")
 
 
 class SLOs(Strict):
@@ -405,7 +489,7 @@ class Scenario(Strict):
 
     name: str = Field(description="Scenario name; appears in run ids and reports.")
     description: str | None = Field(None, description="Free text for reports.")
-    seed: int = Field(0, description="Seed for every random choice (0 is a seed).")
+    seed: int = Field(0, ge=0, description="Seed for every random choice (0 is a seed).")
     endpoints: list[Endpoint] = Field(min_length=1, description="Endpoint(s) to replay against.")
     server: Server | None = Field(
         None, description="Engine to launch before the run and stop after it; None: the "

@@ -1,11 +1,16 @@
 """Loading scenario files: YAML in, a validated ``Scenario`` out, or every problem with
-its key path (and line, when the YAML tells it)."""
+its key path (and line, when the YAML tells it).
+
+Whatever the file holds, the answer is a ``ScenarioError`` (or, for a file that cannot be
+read as text, an ``InputError``) whose every problem is one line: the YAML reader is
+bounded (size, nesting, alias expansion) so that no file makes it recurse, hang or fill
+memory, and messages are cut to one printable line."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 
@@ -14,13 +19,31 @@ from agentbench.errors import InputError
 #: (key path, line or None, message)
 Problem = tuple[str, int | None, str]
 
+#: characters (and bytes of a file) at most in a scenario; the pure-Python YAML reader
+#: takes about a second per MB, and a real scenario is a few KB
+MAX_SCENARIO_CHARS = 1 << 20
+#: nesting levels at most (the YAML composer recurses once per level)
+MAX_DEPTH = 64
+#: YAML nodes at most once every alias is expanded: a "billion laughs" file (anchors of
+#: aliases of aliases) is refused while it is read, not expanded
+MAX_NODES = 100_000
+#: longest key path or message shown in an error line
+_MAX_SHOWN = 200
+
+
+def _one_line(text: str, limit: int = _MAX_SHOWN) -> str:
+    """``text`` as one printable line: line breaks and control characters escaped, cut at
+    ``limit`` characters (a key or value from the file may hold anything)."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    return out if len(out) <= limit else out[:limit] + "..."
+
 
 class ScenarioError(InputError):
     """A scenario with one or more problems; ``problems`` holds (key path, line, message)."""
 
     def __init__(self, source: str, problems: list[tuple[str, int | None, str]]) -> None:
-        self.problems = problems
-        first = problems[0]
+        self.problems = [(_one_line(p), ln, _one_line(m)) for p, ln, m in problems]
+        first = self.problems[0]
         where = f"line {first[1]}" if first[1] else None
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
         super().__init__(f"{first[0]}: {first[2]}{more}", source=source, where=where)
@@ -33,38 +56,63 @@ class ScenarioError(InputError):
         return out
 
 
-def _key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Line (1-based) of every mapping key and sequence item, by key path."""
-    out: dict[tuple[str, ...], int] = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return out
+# ---------------------------------------------------------------- reading YAML
 
-    def walk(node: Any, path: tuple[str, ...]) -> None:
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class _ScenarioLoader(yaml.SafeLoader):
+    """SafeLoader with bounds (nesting, alias expansion), no duplicate keys, and the YAML 1.1
+    booleans on/off/yes/no read as plain strings when they are keys (``retry: {on: [429]}``
+    means the key ``on``, not ``True``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._depth = 0
+        self._nodes = 0
+        self._anchor_nodes: dict[str, int] = {}
+
+    def _count(self, n: int, mark: Any) -> None:
+        self._nodes += n
+        if self._nodes > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {MAX_NODES:,} values once aliases are expanded (an "
+                "alias bomb?)", mark)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event: Any = self.peek_event()
+        if self.check_event(yaml.AliasEvent):
+            if event.anchor in self.anchors:
+                size = self._anchor_nodes.get(event.anchor)
+                if size is None:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"alias *{_one_line(event.anchor, 40)} is inside its own "
+                        "anchor (a cycle)", event.start_mark)
+                self._count(size, event.start_mark)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+        start = self._nodes
+        self._count(1, event.start_mark)
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if event.anchor is not None:
+            self._anchor_nodes[event.anchor] = self._nodes - start
         if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                p = (*path, str(k.value))
-                out[p] = k.start_mark.line + 1
-                walk(v, p)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                p = (*path, str(i))
-                out[p] = v.start_mark.line + 1
-                walk(v, p)
-
-    if root is not None:
-        walk(root, ())
-    return out
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (YAML keeps the last one
-    silently, so a duplicated section would quietly replace the first)."""
+            for key, _ in node.value:
+                if (isinstance(key, yaml.ScalarNode) and key.tag == _BOOL_TAG
+                        and key.style is None and key.value.lower() not in ("true", "false")):
+                    key.tag = _STR_TAG
+        return node
 
 
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode,
                     deep: bool = False) -> Any:
+    """A mapping that rejects a key given twice (YAML keeps the last one silently, so a
+    duplicated section would quietly replace the first)."""
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
@@ -74,13 +122,84 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode,
             continue
         if dup:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark)
+                None, None, f"key {_one_line(repr(key), 60)} is given twice in one mapping",
+                key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                                 _unique_mapping)
+def _bounded_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    try:
+        return loader.construct_yaml_int(node)
+    except ValueError:  # Python refuses int() of more than 4,300 digits
+        raise yaml.constructor.ConstructorError(
+            None, None, "an integer far too long to be a count or a seed",
+            node.start_mark) from None
+
+
+_ScenarioLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                _unique_mapping)
+_ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
+
+
+def _yaml_problem(e: yaml.YAMLError, text: str) -> Problem:
+    """One problem line from a YAML error (PyYAML's own text spans several lines)."""
+    if isinstance(e, yaml.reader.ReaderError):
+        at = text.count("\n", 0, e.position) + 1
+        return "(yaml)", at, f"character #x{e.character:04x} is not allowed in YAML"
+    mark = getattr(e, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = getattr(e, "problem", None) or str(e)
+    context = getattr(e, "context", None)
+    return "(yaml)", line, f"{context}: {problem}" if context else problem
+
+
+def _read_yaml(text: str, source: str) -> tuple[Any, Any]:
+    """The document's data and its composed node tree (for lines), within the bounds."""
+    if len(text) > MAX_SCENARIO_CHARS:
+        raise ScenarioError(source, [("(root)", None, f"longer than {MAX_SCENARIO_CHARS:,} "
+                                      "characters; a scenario is a short YAML file")])
+    try:
+        loader = _ScenarioLoader(text)  # refuses control characters right away
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        raise ScenarioError(source, [_yaml_problem(e, text)]) from None
+    return data, node
+
+
+def _key_lines(root: Any) -> dict[tuple[str, ...], int]:
+    """Line (1-based) of every mapping key and sequence item, by key path."""
+    out: dict[tuple[str, ...], int] = {}
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                p = (*path, str(k.value))
+                out.setdefault(p, k.start_mark.line + 1)
+                walk(v, p)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                p = (*path, str(i))
+                out.setdefault(p, v.start_mark.line + 1)
+                walk(v, p)
+
+    if root is not None:
+        walk(root, ())
+    return out
+
+
+def _text_lines(text: str) -> dict[tuple[str, ...], int]:
+    try:
+        return _key_lines(_read_yaml(text, "")[1])
+    except ScenarioError:
+        return {}
+
+
+# ---------------------------------------------------------------- validating
 
 
 def parse_scenario(text: str, source: str = "<scenario>") -> Any:
@@ -88,19 +207,16 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Any:
 
     from agentbench.scenario import Scenario
 
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise ScenarioError(source, [("(yaml)", line, str(getattr(e, "problem", e)))]) from None
+    data, root = _read_yaml(text, source)
     if not isinstance(data, dict):
-        raise ScenarioError(source, [("(root)", None, "a scenario is a YAML mapping")])
-    lines = _key_lines(text)
+        what = "the file is empty" if data is None else f"not {_kind(data)}"
+        raise ScenarioError(source, [("(root)", None, "a scenario is a YAML mapping (key: "
+                                      f"value lines); {what}")])
+    lines = _key_lines(root)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError(source, _problems(e, lines)) from None
+        raise ScenarioError(source, _problems(e, lines, data)) from None
     problems: list[Problem] = []
     names = [v.name for v in sc.variants]
     for i, v in enumerate(sc.variants):
@@ -112,8 +228,8 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Any:
         except _SetError as e:
             problems.append((f"variants.{i}.set.{e.key}",
                              lines.get(("variants", str(i), "set", e.key)), e.msg))
-        except ValidationError as e:
-            for path, _, msg in _problems(e, {}):
+        except _VariantInvalid as e:
+            for path, _, msg in _problems(e.error, {}, e.data):
                 problems.append((f"variants.{i}.set -> {path}",
                                  lines.get(("variants", str(i), "set")), msg))
     if problems:
@@ -121,23 +237,115 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Any:
     return sc
 
 
-def _problems(e: Any, lines: dict[tuple[str, ...], int]) -> list[Problem]:
+def _kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    import datetime
+
+    kinds: list[tuple[type | tuple[type, ...], str]] = [
+        (bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+        (dict, "a mapping"), (list, "a list"), (datetime.date, "a date"),
+        (bytes, "binary data"), (set, "a set")]
+    if value is None:
+        return "null"
+    return next((name for t, name in kinds if isinstance(value, t)),
+                type(value).__name__)
+
+
+#: what a value of the wrong type should have been, by pydantic error type
+_WANTED = {"int_type": "an integer", "float_type": "a number", "string_type": "a string",
+           "bool_type": "true or false"}
+
+
+def _numeric(value: Any) -> bool:
+    """A string that Python reads as a number (YAML 1.1 reads '1e3' as a string)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _union_kinds() -> dict[str, str]:
+    """The values ``kind`` may take, by section (for 'missing kind' errors)."""
+    from agentbench.scenario import Endpoint, Load, TraceSpec
+
+    out = {}
+    for section, union in (("endpoints", Endpoint), ("trace", TraceSpec), ("load", Load)):
+        models = get_args(get_args(union)[0])
+        out[section] = ", ".join(get_args(m.model_fields["kind"].annotation)[0]
+                                 for m in models)
+    return out
+
+
+def _user_path(data: Any, loc: tuple[Any, ...], missing: bool) -> list[str]:
+    """An error's location as the file spells it. Pydantic puts the names of union members
+    into ``loc`` (a tag such as 'openai', or 'int', "literal['connect']"); only the parts
+    that are keys or indexes of the data are kept (and a missing key at the end)."""
+    out: list[str] = []
+    node = data
+    for i, part in enumerate(loc):
+        if (isinstance(node, dict) and part in node) or (
+                isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
+            node = node[part]
+        elif not (missing and i == len(loc) - 1):
+            continue
+        out.append(str(part))
+    return out
+
+
+def _problems(e: Any, lines: dict[tuple[str, ...], int], data: Any) -> list[Problem]:
     problems: list[Problem] = []
+    kinds: dict[str, str] | None = None
+    last_union = False
     for err in e.errors():
-        loc = tuple(str(p) for p in err["loc"])
-        # drop discriminator tags pydantic inserts (e.g. 'openai', 'lanes') from the path
-        path = [p for p in loc if not _is_tag(p)]
+        path = _user_path(data, tuple(err["loc"]), err["type"] == "missing")
+        union = len(path) < len(err["loc"])
         line = None
         for n in range(len(path), 0, -1):
             line = lines.get(tuple(path[:n]))
             if line:
                 break
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "string_pattern_mismatch" and path and path[-1] == "url":
+        kind = err["type"]
+        ctx = err.get("ctx") or {}
+        if kind == "string_pattern_mismatch" and path and path[-1] == "url":
             msg = "must start with http:// or https://"
-        if err["type"] == "extra_forbidden":
+        elif kind == "extra_forbidden":
             msg = "unknown key (typo?)"
-        problems.append((".".join(path) or "(root)", line, msg))
+        elif kind == "union_tag_not_found":
+            kinds = kinds or _union_kinds()
+            section = next((p for p in reversed(path) if not p.isdigit()), "")
+            allowed = kinds.get(section)
+            msg = "missing key 'kind'" + (f" (one of: {allowed})" if allowed else "")
+        elif kind == "union_tag_invalid":
+            msg = (f"kind {_one_line(repr(ctx.get('tag')), 60)} is not one of: "
+                   f"{str(ctx.get('expected_tags', '')).replace(chr(39), '')}")
+        elif kind in _WANTED:
+            msg = f"must be {_WANTED[kind]}, not {_kind(err.get('input'))}"
+            if kind in ("int_type", "float_type") and _numeric(err.get("input")):
+                msg = (f"must be {_WANTED[kind]}, not the string {err['input']!r} (write it "
+                       "without quotes; YAML reads 1e3 as a string, 1.0e+3 as a number)")
+        elif kind == "finite_number":
+            msg = f"must be a finite number, not {err.get('input')}"
+        elif kind == "string_pattern_mismatch" and path and path[-1] == "run_id":
+            msg = ("must be a plain folder name: letters, digits and _ . = + - (no '/', not "
+                   "starting with '.')")
+        elif kind in ("model_type", "model_attributes_type", "dict_type"):
+            msg = f"must be a mapping (key: value), not {_kind(err.get('input'))}"
+        elif kind == "list_type":
+            msg = f"must be a list, not {_kind(err.get('input'))}"
+        elif (err["loc"] and err["loc"][-1] == "[key]") or msg == "Keys should be strings":
+            msg = f"a key must be a string, not {_kind(err.get('input'))}"
+        where = ".".join(path) or "(root)"
+        if union and last_union and problems[-1][0] == where:
+            # a value that matches no member of a union: one line with each member's reason
+            if msg not in problems[-1][2]:
+                problems[-1] = (where, problems[-1][1], f"{problems[-1][2]}; or {msg}")
+        else:
+            problems.append((where, line, msg))
+        last_union = union
     return problems
 
 
@@ -147,18 +355,31 @@ class _SetError(Exception):
         super().__init__(msg)
 
 
+class _VariantInvalid(Exception):
+    """A variant's scenario that does not validate, with the data it was validated from."""
+
+    def __init__(self, error: Any, data: Any) -> None:
+        self.error, self.data = error, data
+        super().__init__(str(error))
+
+
 def _variant(sc: Any, v: Any) -> Any:
     """The scenario of one variant: the base with the variant's dotted keys set."""
+    from pydantic import ValidationError
+
     from agentbench.scenario import Scenario
 
     data = sc.model_dump(mode="python", exclude={"variants"})
     for key, value in v.set.items():
         node: Any = data
         parts = key.split(".")
+        if parts[0] in ("name", "variants"):
+            raise _SetError(key, "a variant cannot set this (its name is the scenario's name "
+                            "and its own; variants do not nest)")
         for j, part in enumerate(parts):
             last = j == len(parts) - 1
             if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
+                if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
                     raise _SetError(key, f"{'.'.join(parts[:j]) or 'root'} has no item {part}")
                 if last:
                     node[int(part)] = value
@@ -168,17 +389,20 @@ def _variant(sc: Any, v: Any) -> Any:
                 if last:
                     node[part] = value
                 else:
-                    node = node.setdefault(part, {})
-                    if node is None:
-                        node = {}
+                    if node.get(part) is None:  # an optional section left out: start it
+                        node[part] = {}
+                    node = node[part]
             else:
                 raise _SetError(key, f"{'.'.join(parts[:j])} is not a mapping or list")
     data["name"] = f"{sc.name}-{v.name}"
     if v.description:
         data["description"] = v.description
-    if sc.output.run_id:
+    if sc.output.run_id and isinstance(data.get("output"), dict):
         data["output"]["run_id"] = f"{sc.output.run_id}-{v.name}"
-    out = Scenario.model_validate(data)
+    try:
+        out = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise _VariantInvalid(e, data) from None
     # defaults that depend on the clock (``idle_cap_for``, ``interval_for``) stay defaults
     # unless the base or the variant set them
     for sect, name in (("timing", "idle_cap_s"), ("server_metrics", "interval_s")):
@@ -196,25 +420,24 @@ def expand_variants(sc: Any) -> list[Any]:
     return [_variant(sc, v) for v in sc.variants]
 
 
-def _is_tag(part: str) -> bool:
-    return part in {"openai", "simulated", "file", "synth", "lanes", "rate"} or (
-        part.startswith("function-") or part in {"int", "list[int]", "float", "list[float]"})
-
-
 def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Problem], list[str]]:
     """Problems beyond the schema (files that do not exist, duplicate names) and warnings
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
     from agentbench.traces.readers import looks_like_hub_id
 
-    lines = _key_lines(text) if text else {}
+    lines = _text_lines(text) if text else {}
     problems: list[Problem] = []
     warnings: list[str] = []
     trace = sc.trace
     if getattr(trace, "kind", None) == "file":
         src = Path(trace.source).expanduser()
         cand = src if src.is_absolute() else base_dir / src
-        if cand.exists():
+        try:
+            found = cand.exists()
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            found = False
+        if found:
             trace.source = str(cand.resolve())
         elif not looks_like_hub_id(trace.source):
             problems.append(("trace.source", lines.get(("trace", "source")),
@@ -243,9 +466,16 @@ def load_scenario(path: str | Path, *, check: bool = True) -> Any:
     """Read, validate and check a scenario file; raise ``ScenarioError`` with every problem."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        # at most one byte over the bound: /dev/zero or a huge file is not read whole
+        with p.open("rb") as f:
+            raw = f.read(MAX_SCENARIO_CHARS + 1)
     except OSError as e:
         raise InputError(f"cannot read scenario ({e.strerror})", source=str(p)) from None
+    if len(raw) > MAX_SCENARIO_CHARS:
+        raise InputError(f"larger than {MAX_SCENARIO_CHARS:,} bytes; a scenario is a short "
+                         "YAML file", source=str(p))
+    try:
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         raise InputError(f"not a text (UTF-8) file: byte {e.start} cannot be decoded",
                          source=str(p)) from None

@@ -41,6 +41,7 @@ def test_load(run_dir: Path) -> None:
     assert set(r.server_metrics["name"]) == {"vllm:prefix_cache_hits_total",
                                              "vllm:prefix_cache_queries_total"}
     assert r.scenario["name"] == "demo"
+    assert r.requests.attrs["time_base"] == r.time_base.kind and r.time_base.factor == 1.0
     m = r.requests[(r.requests.phase == "measure") & (r.requests.status == "ok")]
     assert m["ttft_ms"].median() == pytest.approx(r.summary["overall"]["latency"]["ttft_ms"]["p50"])
     # a second load reads summary.json instead of recomputing it
@@ -55,11 +56,50 @@ def test_compare(run_dir: Path, tmp_path: Path) -> None:
     c = agentbench.compare(agentbench.load(run_dir), other)
     assert list(c.table.columns) == ["demo", "slow", "slow vs demo"]
     assert c.table.loc["P50 TTFT", "slow vs demo"] == "2.0x higher"
+    # the numbers beside the view: floats, one row per metric, one column per run
+    assert list(c.values.columns) == ["demo", "slow"] == list(c.ratios.columns)
+    assert all(str(t) == "float64" for t in c.values.dtypes)
+    ttft = [r.summary["overall"]["latency"]["ttft_ms"]["p50"] for r in c.runs]
+    assert c.values.loc["ttft_p50"].tolist() == pytest.approx(ttft)
+    assert c.ratios.loc["ttft_p50", "slow"] == pytest.approx(ttft[1] / ttft[0])
+    assert c.ratios["demo"].dropna().eq(1.0).all()
+    assert {"hit_rate_potential", "achieved_over_potential", "input_throughput_per_gpu",
+            "output_throughput_per_gpu", "cost_per_agent"} <= set(c.values.index)
+    assert c.values.attrs["labels"]["ttft_p50"] == "P50 TTFT"
     assert c.headlines[0].startswith("slow vs demo: throughput")
     assert "P50 TTFT 2.0x higher" in c.headlines[0]
     assert "<table" in c._repr_html_()
     with pytest.raises(ValueError):
         agentbench.compare(run_dir)
+
+
+def test_requests_in_one_time_base(tmp_path: Path) -> None:
+    """A simulator at speedup 10 over HTTP: the stamps are wall time, the summary's
+    durations simulated (x 10); load().requests puts both in simulated time."""
+    import json
+
+    d = write_demo_run(tmp_path / "fast", trees=4, turns=6, concurrency=(2,), seed=1)
+    run = json.loads((d / R.RUN_FILE).read_text())
+    run["scenario"]["endpoints"][0]["speedup"] = 10
+    run["scenario"].setdefault("timing", {})["time_scale"] = 0.1
+    (d / R.RUN_FILE).write_text(json.dumps(run))
+    r = agentbench.load(d, refresh=True)
+    assert r.time_base.kind == "simulated" and r.time_base.factor == 10
+    q = r.requests
+    assert q.attrs["time_base"] == "simulated"
+    raw = r.records.requests
+    assert (q["sent_ns"] == raw["sent_ns"] * 10).all()
+    ok = q[q["first_token_ns"].notna()]
+    # TTFT = (first_token_ns - sent_ns) / 1e6, both sides in the same (simulated) base
+    assert ok["ttft_ms"].to_numpy() == pytest.approx(
+        ((ok["first_token_ns"] - ok["sent_ns"]) / 1e6).to_numpy(), rel=1e-6)
+    assert ok["e2e_ms"].to_numpy() == pytest.approx(
+        ((ok["end_ns"] - ok["sent_ns"]) / 1e6).to_numpy(), rel=1e-6)
+    m = q[(q.phase == "measure") & (q.status == "ok")]
+    assert m["ttft_ms"].median() == pytest.approx(r.summary["overall"]["latency"]["ttft_ms"]["p50"])
+    s = r.sessions
+    assert s.attrs["time_base"] == "simulated"
+    assert (s["start_ns"].dropna() == r.records.sessions["start_ns"].dropna() * 10).all()
 
 
 @pytest.mark.timeout(240)

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from agentbench import records as R
 from agentbench.cli import app
-from agentbench.metrics.catalog import METRICS, change_phrase, format_value
+from agentbench.metrics.catalog import METRICS, format_value
+from agentbench.report.compare import change, change_phrase, run_labels
 from agentbench.testing.demo import write_demo_run
 
 EVIL = "<script>alert('x')</script>"
@@ -62,7 +63,11 @@ def test_one_run(three: list[Path], tmp_path: Path) -> None:
                   "Errors", "Scenario and environment"):
         assert f"<h2>{title}" in html and f"## {title}" in md
     imgs = _images(html)
-    assert len(imgs) == 8 and all(i.startswith(PNG_MAGIC) and len(i) > 5000 for i in imgs)
+    # 2 CDFs, 4 curves, throughput timeline, makespan, and (two sweep stages) the AgentX
+    # chart and the swim lanes
+    assert len(imgs) == 10 and all(i.startswith(PNG_MAGIC) and len(i) > 5000 for i in imgs)
+    for alt in ("AgentX: throughput per GPU vs interactivity", "swim lanes"):
+        assert f'alt="{alt}"' in html
     for f in re.findall(r"\]\(plots/([^)]+)\)", md):
         assert (tmp_path / "plots" / f).read_bytes().startswith(PNG_MAGIC)
     # self-contained: no external resource, no script
@@ -82,7 +87,10 @@ def test_strings_are_escaped(three: list[Path], tmp_path: Path) -> None:
     assert EVIL not in html and "<img src=x" not in html
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in html  # errors table
     assert "&lt;script&gt;" in html  # scenario block
-    assert "<img src=x" not in md and "&lt;img src=x" in md
+    # Markdown: backslash escapes, never an HTML entity (the file reads as written)
+    assert re.search(r"(?<!\\)<img src=x", md) is None and "\\<img src=x" in md
+    assert 'onerror="alert(1)"' in md
+    assert re.search(r"&(#x?[0-9a-f]+|quot|amp|lt|gt|apos);", md, re.I) is None
     assert "\\|pipe\\|" in md  # a pipe cannot break a Markdown table
 
 
@@ -97,15 +105,65 @@ def test_three_runs(three: list[Path], tmp_path: Path) -> None:
     sums = [json.loads((d / R.SUMMARY_FILE).read_text()) for d in three]
     hr = [s["overall"]["hit_rate"]["usage"]["value"] for s in sums]
     assert f"hit rate {100 * hr[0]:.1f}% → {100 * hr[1]:.1f}%" in html
+    assert "1.0x" not in html and "1.0x" not in md
+    assert re.search(r"&(#x?[0-9a-f]+|quot|amp|lt|gt|apos);", md, re.I) is None
+    # the table: one column per run (named: the demo runs share a scenario name, so by run
+    # id), potential and achieved hit rate, their ratio, throughput split per GPU, cost
+    assert "<th>nocache</th><th>affinity</th><th>affinity-x2</th>" in html
+    for row in ("potential hit rate", "achieved/potential", "input throughput/GPU",
+                "output throughput/GPU", "$/agent", "P50 interactivity"):
+        assert f"<td>{row}</td>" in html
+    assert '<tr class="key"><td>P50 TTFT</td>' in html and "| **P50 TTFT** |" in md
     phrase = change_phrase(METRICS["ttft_p50"],
                            sums[0]["overall"]["latency"]["ttft_ms"]["p50"],
                            sums[1]["overall"]["latency"]["ttft_ms"]["p50"])
     assert phrase and phrase.endswith("lower") and phrase in html
-    # overlaid CDFs, curves, and the two Pareto plots of the sweeps
+    # overlaid CDFs, curves, the AgentX chart and E2E Pareto plot, each run's swim lanes
     for alt in ("TTFT CDF", "E2E CDF", "TTFT vs context", "hit rate vs turn",
-                "Pareto: throughput/GPU vs interactivity", "Pareto: throughput/GPU vs P50 E2E"):
+                "AgentX: throughput per GPU vs interactivity",
+                "Pareto: throughput/GPU vs P50 E2E", "swim lanes nocache",
+                "swim lanes affinity-x2"):
         assert f'alt="{alt}"' in html
     assert all(i.startswith(PNG_MAGIC) for i in _images(html))
+
+
+def test_changes_in_words() -> None:
+    """Under 1.05x a change is in percent; within 0.5% (or printing alike) it is 'same',
+    never '1.0x lower'."""
+    m = METRICS
+    assert change(m["tpot_p50"], 27.3, 27.0) == "1.1% lower"
+    assert change(m["throughput"], 100.0, 104.0) == "4.0% higher"
+    assert change(m["throughput"], 100.0, 100.3) == "same"
+    assert change(m["hit_rate"], 0.5, 0.5) == "same"
+    assert change(m["error_rate"], 0.0, 0.0) == "same"
+    assert change(m["ttft_p50"], 100.0, None) == "-"
+    assert change(m["throughput"], 100.0, 90.0) == "1.1x lower"
+
+
+def test_run_labels() -> None:
+    """Variant runs are named by variant (the shared scenario prefix dropped); equal names
+    fall back to run ids."""
+    def s(name: str, rid: str) -> dict[str, object]:
+        return {"run": {"name": name, "run_id": rid}}
+
+    assert run_labels([s("kv-round-robin", "kv-round-robin-20260101-000000"),
+                       s("kv-shared-tier", "kv-shared-tier-20260101-000001")]) == \
+        ["round-robin", "shared-tier"]
+    assert run_labels([s("quickstart", "a-1"), s("mooncake", "b-2")]) == \
+        ["quickstart", "mooncake"]
+    assert run_labels([s("demo", "nocache"), s("demo", "affinity")]) == \
+        ["nocache", "affinity"]
+    assert run_labels([s("demo", "x"), s("demo", "x")]) == ["x", "x (2)"]
+
+
+def test_pareto_front() -> None:
+    from agentbench.report.charts import pareto_front
+
+    # (interactivity, throughput/GPU): (30, 500) is beaten by (40, 600) on both axes
+    pts = [(10.0, 900.0), (30.0, 500.0), (40.0, 600.0), (20.0, 800.0), (5.0, 850.0)]
+    assert pareto_front(pts) == [0, 3, 2]
+    # x lower is better (E2E): (5, 850) is now on the front, (40, 600) is not
+    assert pareto_front(pts, x_higher_better=False) == [4, 0]
 
 
 def test_published_phrases() -> None:

@@ -98,12 +98,21 @@ async def _inspect(url: str, shot: Path) -> dict[str, Any]:
                                "[i.complete, i.naturalWidth, i.naturalHeight, i.alt])"))
                 scripts = (await page.send("Runtime.evaluate", returnByValue=True,
                                            expression="document.scripts.length"))
+                layout = (await page.send(
+                    "Runtime.evaluate", returnByValue=True,
+                    expression="[document.documentElement.scrollWidth, window.innerWidth, "
+                               "Array.from(document.querySelectorAll('table')).slice(0, 1)"
+                               ".map(t => Array.from(t.rows[0].cells).map(c => c.innerText))"
+                               "[0] || [], Array.from(document.querySelectorAll('tr.key'))"
+                               ".map(r => r.cells[0].innerText)]"))
                 png = await page.send("Page.captureScreenshot", format="png",
                                       captureBeyondViewport=True)
                 shot.write_bytes(base64.b64decode(png["data"]))
                 page.reader.cancel()
+                width, inner, header, key_rows = layout["result"]["value"]
                 return {"events": page.events, "images": images["result"]["value"],
-                        "scripts": scripts["result"]["value"]}
+                        "scripts": scripts["result"]["value"], "overflow": width > inner,
+                        "header": header, "key_rows": key_rows}
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -131,8 +140,9 @@ def _errors(events: list[dict[str, Any]]) -> list[Any]:
 @pytest.mark.timeout(180)
 def test_report_renders_in_chromium(tmp_path: Path) -> None:
     cfg: dict[str, Any] = {"trees": 6, "turns": 12, "concurrency": (2, 6)}
-    runs = [write_demo_run(tmp_path / f"r{i}", seed=i, hit=h, **cfg)
-            for i, h in enumerate((0.1, 0.9, 0.95))]
+    runs = [write_demo_run(tmp_path / f"r{i}", seed=i, hit=h, name=n, **cfg)
+            for i, (h, n) in enumerate(((0.1, "kv-round-robin"), (0.9, "kv-shared-tier"),
+                                        (0.95, "kv-affinity")))]
     for name, dirs in (("one", runs[:1]), ("three", runs)):
         html, _ = render(dirs, tmp_path / name)
         shot = tmp_path / f"{name}.png"
@@ -144,6 +154,19 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
         assert len(imgs) >= 8
         broken = [alt for complete, w, h, alt in imgs if not (complete and w > 100 and h > 100)]
         assert broken == []
+        alts = {alt for _, _, _, alt in imgs}
+        assert "AgentX: throughput per GPU vs interactivity" in alts
+        assert any(a.startswith("swim lanes") for a in alts)
+        # plots are drawn page-wide (legends beside them), and nothing overflows the page
+        assert min(w for _, w, _, _ in imgs) >= 800  # was 576 px
+        assert not res["overflow"]
+        if name == "three":  # the comparison is headed by variant names, key rows marked
+            assert res["header"] == ["metric", "round-robin", "shared-tier", "affinity",
+                                     "shared-tier vs round-robin", "affinity vs round-robin"]
+            assert {"throughput/GPU", "P50 TTFT", "hit rate", "achieved/potential",
+                    "$/agent"} <= set(res["key_rows"])
+            md = (tmp_path / name / "report.md").read_text()
+            assert "&#x27;" not in md and "&quot;" not in md and "1.0x" not in md
         data = shot.read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 20_000
 

@@ -58,8 +58,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
            "lower"),
     Metric("llm_wait_p50", "P50 agent LLM wait", ("agents", "llm_wait_s", "p50"), "s",
            "lower"),
+    # cost (docs/metrics.md): $/agent over every agent that ran (cut or failed ones
+    # pro-rated); $/Mtok over all tokens; API figures with the provider's own cache
+    Metric("self_hosted_cost", "self-hosted cost", ("cost", "self_hosted_usd"), "$", "lower"),
     Metric("cost_per_agent", "$/agent", ("cost", "per_agent_usd"), "$", "lower"),
-    Metric("cost_per_mtok", "$/Mtok", ("cost", "per_mtok_total_usd"), "$", "lower"),
+    Metric("cost_per_mtok", "$/Mtok (all tokens)", ("cost", "per_mtok_total_usd"), "$",
+           "lower"),
+    Metric("api_cost", "API-equivalent cost", ("cost", "api_equivalent_usd"), "$", "lower"),
+    Metric("api_cost_per_agent", "API $/agent", ("cost", "api_per_agent_usd"), "$", "lower"),
+    Metric("api_cost_per_mtok", "API $/Mtok (all tokens)", ("cost", "api_per_mtok_usd"), "$",
+           "lower"),
     Metric("api_over_self_hosted", "API/self-hosted cost", ("cost", "api_over_self_hosted"),
            "x", "higher"),
 ]}

@@ -71,12 +71,51 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
         + f" (SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})",
     ]
     if c.get("self_hosted_usd") is not None or c.get("api_equivalent_usd") is not None:
+        lines.extend(_cost_lines(c, b["window_s"]))
+    return lines
+
+
+def _times(r: float | None) -> str:
+    """A cost ratio as published comparisons write it: 8.33x, 14.6x, 106x."""
+    return "-" if r is None else (f"{r:,.0f}x" if abs(r) >= 100 else f"{r:.3g}x")
+
+
+def _price(x: float) -> str:
+    """A price as written in price lists: $3.00, $0.30, $0.125."""
+    return f"${x:,.2f}" if round(x, 2) == x else f"${x:,.4g}"
+
+
+def _cost_lines(c: dict[str, Any], window_s: float) -> list[str]:
+    """Self-hosted cost with what it is made of, then the API-equivalent cost with the
+    tokens, prices and provider cache model behind it, and the API/self-hosted ratio."""
+    tok = c.get("tokens") or {}
+    sh = c.get("token_shares") or {}
+    usd = c.get("self_hosted_usd")
+    split = (f"input cached {_pct(sh.get('input_cached'))}, uncached "
+             f"{_pct(sh.get('input_uncached'))}"
+             + (f", cache unknown {_pct(sh.get('input_cache_unknown'))}"
+                if tok.get("input_cache_unknown") else "")
+             + f"; output {_pct(sh.get('output'))}")
+    made = (f" (${c['gpu_hour_usd']:,.2f}/GPU-h x {c['gpus']:g} GPUs x "
+            f"{_n(window_s, ',.1f')} s window)"
+            if usd is not None else " (no hardware.gpu_hour_usd)")
+    lines = [f"cost          self-hosted ${_n(usd, ',.4f')}{made}; "
+             f"${_n(c.get('per_agent_usd'), ',.4f')}/agent over "
+             f"{_n(c.get('agents_counted'), ',.2f')} agents counted of "
+             f"{c.get('agents_ran', 0):,} that ran; "
+             f"${_n(c.get('per_mtok_total_usd'), ',.3f')}/Mtok over "
+             f"{_n(tok.get('total'), ',.0f')} tokens ({split})"]
+    api = c.get("api")
+    if api:
+        p, t = api["prices"], api["tokens"]
         lines.append(
-            f"cost          self-hosted ${_n(c['self_hosted_usd'], ',.4f')} "
-            f"(${_n(c['per_agent_usd'], ',.4f')}/agent, "
-            f"${_n(c['per_mtok_total_usd'], ',.3f')}/Mtok); API-equivalent "
-            f"${_n(c['api_equivalent_usd'], ',.4f')}; API/self-hosted "
-            f"{_n(c['api_over_self_hosted'], ',.2f', 'x')}")
+            f"API cost      ${_n(c['api_equivalent_usd'], ',.4f')} = "
+            f"{t['input_uncached']:,.0f} uncached x {_price(p['input_per_mtok'])} + "
+            f"{t['input_cached']:,.0f} cached x {_price(p['cached_input_per_mtok'])} + "
+            f"{t['output']:,.0f} output x {_price(p['output_per_mtok'])} per Mtok "
+            f"(provider cache: {api['cache_model']}, hit {_pct(api['cache_hit_rate'])}); "
+            f"API/self-hosted {_times(c.get('api_over_self_hosted'))} "
+            f"(${_n(c['api_equivalent_usd'], ',.4f')} / ${_n(usd, ',.4f')})")
     return lines
 
 

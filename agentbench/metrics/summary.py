@@ -19,12 +19,12 @@ from agentbench import records as R
 from agentbench.errors import InputError
 from agentbench.metrics import cache
 from agentbench.metrics.agents import build_trees, request_meets_slos
-from agentbench.metrics.cost import cost_block
+from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.records_io import RunRecords, Settings, read_records
 from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
 
-SCHEMA_VERSION = 2  # 2: time_base; agents completed | failed | cut
+SCHEMA_VERSION = 3  # 2: time_base; agents completed | failed | cut; 3: honest cost
 # context-length bucket edges, tokens (TTFT vs context is the agentic curve)
 CONTEXT_EDGES = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
                  1048576)
@@ -155,10 +155,15 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
             "good_agents": int(trees["met_slos"].sum()) if n_trees else 0,
             "agents_judged": judged,
         },
-        "cost": cost_block(gpu_hour_usd=settings.gpu_hour_usd, gpus=gpus, window_s=window_s,
-                           completed_agents=completed, input_tokens=inp,
-                           cached_input_tokens=cached, output_tokens=out,
-                           prices=settings.prices),
+        "cost": cost_block(
+            gpu_hour_usd=settings.gpu_hour_usd, gpus=gpus, window_s=window_s,
+            agent_fractions=trees["agent_fraction"].to_numpy(dtype=np.float64),
+            input_cached=cached, input_uncached=uncached_known,
+            input_cache_unknown=inp - cached - uncached_known, output_tokens=out,
+            # the API's own cache (the trace's potential by default), never the server's
+            api_cached_input=api_cached_input_tokens(settings.prices, d.input_tokens[okm],
+                                                     d.potential[okm], d.expected_input[okm]),
+            prices=settings.prices),
     }
 
 
@@ -231,7 +236,7 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
 
 TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "completed",
                 "outcome", "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
-                "output_tokens", "cached_tokens", "potential_tokens")
+                "output_tokens", "cached_tokens", "potential_tokens", "agent_fraction")
 
 
 def _trees_columns(trees: pd.DataFrame) -> dict[str, list[Any]]:
@@ -256,6 +261,7 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
     windows = stage_windows(d)
     good = request_meets_slos(d, s.slos)
     trees = build_trees(d, rr.sessions, good, s.slos)
+    trees["agent_fraction"] = agent_fractions(trees, rr.sessions)  # for $/agent
     series = cache.counter_series(rr.server_metrics)
     all_w = list(windows.values())
     itl = ItlGroups(d)

@@ -1,19 +1,73 @@
 """Side-by-side comparison of run summaries, with ratios against the first run in the form
 published results use ("throughput 3.8x, P50 TTFT 46x lower, hit rate 1.7% → 92.2%").
-Formats summaries only; nothing is recomputed."""
+Formats summaries only; nothing is recomputed.
+
+Runs are named by their scenario (a variant's run is ``<scenario>-<variant>``; the part
+every name shares is dropped, so variants read "round-robin", "shared-tier"); when two
+runs carry the same name, every run is named by its run id instead."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
-from agentbench.metrics.catalog import HEADLINE, METRICS, change_phrase, format_value
+from agentbench.metrics.catalog import METRICS, Metric, format_value
+
+# figures the summary holds that the shared catalog does not name (report-only rows)
+EXTRA: dict[str, Metric] = {m.name: m for m in [
+    Metric("input_throughput_per_gpu", "input throughput/GPU",
+           ("throughput", "per_gpu_input_tok_s"), "tok/s", "higher"),
+    Metric("output_throughput_per_gpu", "output throughput/GPU",
+           ("throughput", "per_gpu_output_tok_s"), "tok/s", "higher"),
+]}
+
+# the comparison table, grouped: throughput, latency, cache, agents, cost (every cost entry
+# the catalog holds is added after these, in catalog order)
+COMPARISON = ("throughput_per_gpu", "input_throughput_per_gpu", "output_throughput_per_gpu",
+              "throughput", "interactivity_p50", "ttft_p50", "ttft_p90", "tpot_p50",
+              "e2e_p50", "hit_rate_potential", "hit_rate", "achieved_over_potential",
+              "hit_rate_server", "goodput", "agent_goodput", "makespan_p50", "llm_wait_p50",
+              "error_rate")
+# where the eye should land first: what a reader of a comparison acts on
+KEY_ROWS = ("throughput_per_gpu", "ttft_p50", "hit_rate", "achieved_over_potential",
+            "cost_per_agent")
+
+
+def metric(name: str) -> Metric:
+    """A catalog metric, or one of the report's own rows (``EXTRA``)."""
+    return METRICS[name] if name in METRICS else EXTRA[name]
+
+
+def comparison_metrics() -> list[str]:
+    """The comparison's rows: ``COMPARISON``, then the catalog's cost entries."""
+    names = [n for n in COMPARISON if n in METRICS or n in EXTRA]
+    return names + [n for n, m in METRICS.items() if m.path[:1] == ("cost",)
+                    and n not in names]
+
+
+def _common_prefix(names: Sequence[str]) -> str:
+    """The leading part every name shares, cut back to a '-', '_' or ' ' boundary."""
+    if len(names) < 2:
+        return ""
+    p = names[0]
+    for n in names[1:]:
+        while not n.startswith(p):
+            p = p[:-1]
+    cut = max(p.rfind(c) for c in "-_ ")
+    return p[:cut + 1] if cut >= 0 else ""
 
 
 def run_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """Unique display names: the run ids, suffixed when two are equal."""
+    """Unique display names: scenario (variant) names when they are distinct, with the part
+    all share dropped; otherwise run ids, suffixed when two are equal."""
+    names = [str(s.get("run", {}).get("name") or "") for s in summaries]
+    if all(names) and len(set(names)) == len(names):
+        pre = _common_prefix(names)
+        short = [n[len(pre):] for n in names]
+        return short if all(short) and len(set(short)) == len(short) else names
     labels: list[str] = []
     for i, s in enumerate(summaries):
         base = str(s.get("run", {}).get("run_id") or f"run{i + 1}")
@@ -26,23 +80,88 @@ def run_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return labels
 
 
-def comparison_table(summaries: Sequence[dict[str, Any]], metrics: Sequence[str] = HEADLINE,
-                     block: str = "overall") -> pd.DataFrame:
-    """Rows: metrics; columns: each run's value, then each later run vs the first."""
+def _times(r: float) -> str:
+    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
+def change(m: Metric, base: float | None, cand: float | None) -> str:
+    """How ``cand`` differs from ``base``, published style: '3.8x', '46x lower',
+    '1.7% → 92.2%'; under a 1.05x change, in percent ('4.1% lower'); 'same' when the
+    two values agree to 0.5% (or print the same); '-' when one is missing."""
+    if base is None or cand is None or math.isnan(base) or math.isnan(cand):
+        return "-"
+    a, b = format_value(m, base), format_value(m, cand)
+    if a == b or (base != 0 and abs(cand / base - 1) < 0.005):
+        return "same"
+    if m.share or base == 0 or cand == 0 or (base < 0) != (cand < 0):
+        return f"{a} → {b}"
+    r = cand / base
+    if abs(r - 1) < 0.05:
+        return f"{abs(100 * (r - 1)):.1f}% {'lower' if r < 1 else 'higher'}"
+    up = _times(r) if m.better == "higher" else f"{_times(r)} higher"
+    return up if r >= 1 else f"{_times(1 / r)} lower"
+
+
+def change_phrase(m: Metric, base: float | None, cand: float | None) -> str | None:
+    """'<label> <change>' ('P50 TTFT 46x lower', 'P50 TPOT same'); None when a side is
+    missing."""
+    c = change(m, base, cand)
+    return None if c == "-" else f"{m.label} {c}"
+
+
+def _value(m: Metric, s: dict[str, Any], block: str) -> float:
+    v = m.value(s.get(block) or {})
+    return math.nan if v is None else v
+
+
+def comparison_values(summaries: Sequence[dict[str, Any]],
+                      metrics: Sequence[str] | None = None, block: str = "overall"
+                      ) -> pd.DataFrame:
+    """Numbers: one row per metric (index: metric name), one float column per run (its
+    display name), NaN where a run lacks the figure; rows no run has are left out.
+    ``attrs`` holds each row's ``labels`` and ``units``."""
     labels = run_labels(summaries)
+    names = list(metrics) if metrics is not None else comparison_metrics()
+    data = {n: [_value(metric(n), s, block) for s in summaries] for n in names}
+    df = pd.DataFrame.from_dict(data, orient="index", columns=labels, dtype="float64")
+    df = df[~df.isna().all(axis=1)]
+    df.index.name = "metric"
+    df.attrs["labels"] = {n: metric(n).label for n in df.index}
+    df.attrs["units"] = {n: ("%" if metric(n).share else metric(n).unit) for n in df.index}
+    return df
+
+
+def comparison_ratios(values: pd.DataFrame) -> pd.DataFrame:
+    """Each run's value ÷ the first run's (floats; the first column is 1.0, NaN where the
+    first run's value is 0 or missing)."""
+    base = values.iloc[:, 0].where(values.iloc[:, 0] != 0)
+    out = values.div(base, axis=0)
+    out.attrs = dict(values.attrs)
+    return out
+
+
+def comparison_table(summaries: Sequence[dict[str, Any]],
+                     metrics: Sequence[str] | None = None, block: str = "overall"
+                     ) -> pd.DataFrame:
+    """The formatted view: rows by metric label; each run's value, then each later run
+    against the first ('vs <first>')."""
+    values = comparison_values(summaries, metrics, block)
+    return format_table(values)
+
+
+def format_table(values: pd.DataFrame) -> pd.DataFrame:
+    """Strings for ``comparison_values``: values with units, then changes vs the first."""
+    labels = list(values.columns)
     rows = []
-    for name in metrics:
-        m = METRICS[name]
-        vals = [m.value(s[block]) for s in summaries]
-        if all(v is None for v in vals):
-            continue
-        row: dict[str, Any] = {"metric": m.label}
+    for name, row in values.iterrows():
+        m = metric(str(name))
+        vals = [None if math.isnan(v) else float(v) for v in row]
+        out: dict[str, str] = {"metric": m.label}
         for lab, v in zip(labels, vals, strict=True):
-            row[lab] = format_value(m, v)
+            out[lab] = format_value(m, v)
         for lab, v in zip(labels[1:], vals[1:], strict=True):
-            phrase = change_phrase(m, vals[0], v)
-            row[f"{lab} vs {labels[0]}"] = phrase[len(m.label) + 1:] if phrase else "-"
-        rows.append(row)
+            out[f"{lab} vs {labels[0]}"] = change(m, vals[0], v)
+        rows.append(out)
     return pd.DataFrame(rows).set_index("metric") if rows else pd.DataFrame()
 
 
@@ -50,6 +169,6 @@ def headline(base: dict[str, Any], cand: dict[str, Any],
              metrics: Sequence[str] = ("throughput", "ttft_p50", "e2e_p50", "hit_rate"),
              block: str = "overall") -> str:
     """One sentence of changes of ``cand`` against ``base``, published-results style."""
-    parts = [change_phrase(METRICS[n], METRICS[n].value(base[block]),
-                           METRICS[n].value(cand[block])) for n in metrics]
+    parts = [change_phrase(metric(n), metric(n).value(base[block]),
+                           metric(n).value(cand[block])) for n in metrics]
     return ", ".join(p for p in parts if p)

@@ -1,5 +1,8 @@
 """Report plots as PNG bytes (matplotlib, Agg backend). Lines and points come from the
-summaries; distributions (CDFs) and timelines read raw rows, as the report may."""
+summaries; distributions (CDFs) and timelines read raw rows, as the report may.
+
+Plots are drawn page-wide (``WIDE`` at ``DPI``), legends sit outside the axes so they never
+cover data, and a run keeps one colour in every plot (``COLORS[i]`` for the i-th run)."""
 
 from __future__ import annotations
 
@@ -10,10 +13,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.metrics.catalog import METRICS
+WIDE = (10.0, 4.6)   # inches: 1,000 px wide at DPI
+DPI = 100
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+          "tab:pink", "tab:gray", "tab:olive", "tab:cyan")
 
 
-def _plt() -> Any:
+def plt_module() -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -22,24 +28,33 @@ def _plt() -> Any:
     return plt
 
 
-def _png(fig: Any) -> bytes:
+def png(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    _plt().close(fig)
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt_module().close(fig)
     return buf.getvalue()
+
+
+def legend_outside(ax: Any) -> None:
+    """The legend to the right of the axes (never over the data); none without labels."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+                  frameon=False)
 
 
 def cdf(series: Sequence[tuple[str, npt.NDArray[np.float64]]], xlabel: str,
         title: str) -> bytes:
     """Empirical CDFs of one latency, one line per run (log x when it spans decades)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    plt = plt_module()
+    fig, ax = plt.subplots(figsize=WIDE)
     spans = []
-    for label, v in series:
+    for k, (label, v) in enumerate(series):
         v = np.sort(v[~np.isnan(v)])
         if v.size == 0:
             continue
-        ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label)
+        ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label,
+                color=COLORS[k % len(COLORS)])
         spans.append((v[0], v[-1]))
     if spans and min(a for a, _ in spans) > 0 and \
             max(b for _, b in spans) / min(a for a, _ in spans) > 100:
@@ -48,78 +63,67 @@ def cdf(series: Sequence[tuple[str, npt.NDArray[np.float64]]], xlabel: str,
     ax.set_ylabel("fraction of requests")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    if len(series) > 1 or series:
-        ax.legend(fontsize=8)
-    return _png(fig)
+    legend_outside(ax)
+    return png(fig)
 
 
-def lines(series: Sequence[tuple[str, Sequence[float], Sequence[float | None]]], xlabel: str,
-          ylabel: str, title: str, logx: bool = False, percent: bool = False) -> bytes:
-    """y vs x per run (points joined), e.g. TTFT p50 per context bucket or turn index."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for label, x, y in series:
+# a series: (label, x, y) or (label, x, y, run index, dashed)
+Series = tuple[Any, ...]
+
+
+def lines(series: Sequence[Series], xlabel: str, ylabel: str, title: str,
+          logx: bool = False, percent: bool = False) -> bytes:
+    """y vs x per run (points joined), e.g. TTFT p50 per context bucket or turn index. A
+    series may name its run (its colour) and ask for a dashed line (a p90, a ceiling)."""
+    plt = plt_module()
+    fig, ax = plt.subplots(figsize=WIDE)
+    for k, sr in enumerate(series):
+        label, x, y = sr[:3]
+        run = sr[3] if len(sr) > 3 else k
+        dashed = bool(sr[4]) if len(sr) > 4 else False
         yy = np.array([np.nan if v is None else v for v in y], dtype=np.float64)
-        ax.plot(np.asarray(x, dtype=np.float64), yy * (100 if percent else 1), marker="o",
-                markersize=3, label=label)
+        ax.plot(np.asarray(x, dtype=np.float64), yy * (100 if percent else 1),
+                marker="o", markersize=3, label=label, color=COLORS[run % len(COLORS)],
+                linestyle="--" if dashed else "-", alpha=0.75 if dashed else 1.0)
     if logx:
         ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    legend_outside(ax)
+    return png(fig)
 
 
 def timeline(t_s: npt.NDArray[np.float64], tok_s: npt.NDArray[np.float64],
-             in_flight: npt.NDArray[np.float64], title: str) -> bytes:
+             in_flight: npt.NDArray[np.float64], title: str, time_note: str = "") -> bytes:
     """Throughput (tokens/s completed per interval) and requests in flight over time."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot(t_s, tok_s, color="tab:blue", label="tokens/s")
-    ax.set_xlabel("time since run start, s")
-    ax.set_ylabel("tokens/s", color="tab:blue")
+    plt = plt_module()
+    fig, ax = plt.subplots(figsize=WIDE)
+    ax.plot(t_s, tok_s, color="tab:blue", label="tokens/s completed")
+    ax.set_xlabel(f"time since run start, s{time_note}")
+    ax.set_ylabel(f"tokens/s{time_note}", color="tab:blue")
     ax2 = ax.twinx()
-    ax2.step(t_s, in_flight, color="tab:orange", where="post", label="in flight")
+    ax2.step(t_s, in_flight, color="tab:orange", where="post", label="requests in flight")
     ax2.set_ylabel("requests in flight", color="tab:orange")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left", bbox_to_anchor=(1.08, 1), fontsize=8,
+              frameon=False)
+    return png(fig)
 
 
 def bars(labels: Sequence[str], values: Sequence[float], xlabel: str, title: str) -> bytes:
     """Horizontal bars, e.g. makespan per agent (session tree)."""
-    plt = _plt()
+    plt = plt_module()
     n = len(labels)
-    fig, ax = plt.subplots(figsize=(6.4, max(2.0, min(0.22 * n + 1, 9))))
+    fig, ax = plt.subplots(figsize=(WIDE[0], max(2.4, min(0.24 * n + 1, 11))))
     ax.barh(np.arange(n), values, color="tab:green")
     ax.set_yticks(np.arange(n), labels, fontsize=7 if n > 20 else 8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="x")
-    return _png(fig)
-
-
-def pareto(summaries: Sequence[tuple[str, dict[str, Any]]], x_metric: str, title: str
-           ) -> bytes:
-    """Throughput per GPU (y) against ``x_metric`` (x) per sweep stage, one line per run."""
-    plt = _plt()
-    xm, ym = METRICS[x_metric], METRICS["throughput_per_gpu"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for label, s in summaries:
-        pts = [(xm.value(b), ym.value(b), st) for st, b in s.get("stages", {}).items()]
-        pts = [(x, y, st) for x, y, st in pts if x is not None and y is not None]
-        if not pts:
-            continue
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        for x, y, st in pts:
-            ax.annotate(st, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel(f"{xm.label} ({xm.unit})")
-    ax.set_ylabel(f"{ym.label} ({ym.unit})")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    return png(fig)

@@ -5,11 +5,8 @@ comes from a trace or a scenario is escaped."""
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +14,20 @@ import numpy as np
 
 from agentbench.api import Run, load
 from agentbench.metrics.catalog import HEADLINE, METRICS, format_value
-from agentbench.report import plots
-from agentbench.report.compare import comparison_table, headline, run_labels
+from agentbench.report import charts, plots
+from agentbench.report.compare import (
+    KEY_ROWS,
+    comparison_values,
+    format_table,
+    headline,
+    metric,
+    run_labels,
+)
+from agentbench.report.page import Section, to_html, to_markdown
 
-STAGE_METRICS = ("throughput_per_gpu", "ttft_p50", "ttft_p90", "e2e_p50", "tpot_p50",
+STAGE_METRICS = ("throughput_per_gpu", "input_throughput_per_gpu",
+                 "output_throughput_per_gpu", "ttft_p50", "ttft_p90", "e2e_p50", "tpot_p50",
                  "interactivity_p50", "hit_rate", "goodput", "error_rate")
-
-
-@dataclass
-class Section:
-    title: str
-    tables: list[tuple[list[str], list[list[str]]]] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    figures: list[tuple[str, str, bytes]] = field(default_factory=list)  # (file, alt, png)
-    pre: str | None = None
 
 
 def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
@@ -38,7 +35,7 @@ def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
     names = list(blocks)
     rows = []
     for n in metrics:
-        m = METRICS[n]
+        m = metric(n)
         vals = [m.value(b) for b in blocks.values()]
         if all(v is None for v in vals):
             continue
@@ -56,6 +53,15 @@ def time_lines(summary: dict[str, Any]) -> list[str]:
             else "wall-clock time")
     return [f"Times: {kind}. {tb.get('note', '')}",
             *(f"Warning: {w}" for w in tb.get("warnings", []))]
+
+
+def time_note(summaries: Sequence[dict[str, Any]]) -> str:
+    """The suffix for every time axis: ' (simulated time)' when all runs ran on a
+    simulated clock, ' (mixed time bases)' when some did, '' for wall-clock time."""
+    kinds = {(s.get("time_base") or {}).get("kind") or "wall" for s in summaries}
+    if kinds <= {"virtual", "simulated"}:
+        return " (simulated time)"
+    return " (mixed time bases)" if kinds - {"wall"} else ""
 
 
 def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
@@ -76,10 +82,19 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
                                                     "cost_per_agent", "schedule_lag_p99"]))
     out = [head]
     if len(s.get("stages", {})) > 1:
-        out.append(Section("Sweep stages", tables=[_table_rows(s["stages"], STAGE_METRICS)]))
+        sweep = Section("Sweep stages", tables=[_table_rows(s["stages"], STAGE_METRICS)])
+        sweep.figures.append(_agentx_figure([(label, s)], key))
+        out.append(sweep)
     if len(s.get("endpoints", {})) > 1:
         out.append(Section("Endpoints", tables=[_table_rows(s["endpoints"], STAGE_METRICS)]))
     return out
+
+
+def _agentx_figure(named: Sequence[tuple[str, dict[str, Any]]], key: str
+                   ) -> tuple[str, str, bytes]:
+    return (f"{key}agentx.png", "AgentX: throughput per GPU vs interactivity", charts.agentx(
+        named, "Throughput per GPU vs interactivity, per sweep stage",
+        time_note=time_note([s for _, s in named])))
 
 
 def _measured(run: Run) -> Any:
@@ -89,49 +104,68 @@ def _measured(run: Run) -> Any:
 
 def _latency_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Section:
     sec = Section("Latency distributions")
+    note = time_note([r.summary for r in runs])
     reqs = [_measured(r) for r in runs]
     ok = [q[(q["status"] == "ok").to_numpy(dtype=bool)] for q in reqs]
     for col, name in (("ttft_ms", "TTFT"), ("e2e_ms", "E2E")):
         png = plots.cdf([(lab, q[col].to_numpy(dtype=np.float64))
-                         for lab, q in zip(labels, ok, strict=True)], f"{name}, ms",
+                         for lab, q in zip(labels, ok, strict=True)], f"{name}, ms{note}",
                         f"{name} CDF (successful measured requests)")
         sec.figures.append((f"{key}{col}_cdf.png", f"{name} CDF", png))
     return sec
 
 
+MIN_TURN_REQUESTS = 3  # a turn index fewer requests reached is noise in a p50 curve
+
+
 def _curve_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Section:
     sec = Section("The agentic curves: context length and turn index")
+    note = time_note([r.summary for r in runs])
     ctx = [(lab, r.summary["by_context"]) for lab, r in zip(labels, runs, strict=True)]
-    turn = [(lab, r.summary["by_turn"]) for lab, r in zip(labels, runs, strict=True)]
+    turn = [(lab, [x for x in r.summary["by_turn"]
+                   if x.get("requests", MIN_TURN_REQUESTS) >= MIN_TURN_REQUESTS])
+            for lab, r in zip(labels, runs, strict=True)]
+    one = len(runs) == 1
 
     def xs(rows: list[dict[str, Any]], k: str) -> list[float]:
         return [max(float(x[k]), 1.0) if k == "context_lo" else float(x[k]) for x in rows]
 
+    def name(lab: str, what: str) -> str:
+        return what if one else f"{lab} {what}"
+
     sec.figures.append((f"{key}ttft_vs_context.png", "TTFT vs context", plots.lines(
-        [(f"{lab} p50", xs(rows, "context_lo"), [x["ttft_ms_p50"] for x in rows])
-         for lab, rows in ctx] +
-        [(f"{lab} p90", xs(rows, "context_lo"), [x["ttft_ms_p90"] for x in rows])
-         for lab, rows in ctx],
-        "context length, tokens (bucket start)", "TTFT, ms", "TTFT vs context length",
-        logx=True)))
+        [s for i, (lab, rows) in enumerate(ctx) for s in (
+            (name(lab, "p50"), xs(rows, "context_lo"), [x["ttft_ms_p50"] for x in rows], i),
+            (name(lab, "p90"), xs(rows, "context_lo"), [x["ttft_ms_p90"] for x in rows], i,
+             True))],
+        "context length, tokens (bucket start)", f"TTFT, ms{note}",
+        "TTFT vs context length (solid p50, dashed p90)", logx=True)))
     sec.figures.append((f"{key}hit_vs_context.png", "hit rate vs context", plots.lines(
-        [(lab, xs(rows, "context_lo"), [x["hit_rate"] for x in rows]) for lab, rows in ctx] +
-        [(f"{lab} potential", xs(rows, "context_lo"), [x["potential_hit_rate"] for x in rows])
-         for lab, rows in ctx], "context length, tokens (bucket start)", "hit rate, %",
-        "Prefix cache hit rate vs context length", logx=True, percent=True)))
+        [s for i, (lab, rows) in enumerate(ctx) for s in (
+            (name(lab, "achieved"), xs(rows, "context_lo"), [x["hit_rate"] for x in rows], i),
+            (name(lab, "potential"), xs(rows, "context_lo"),
+             [x["potential_hit_rate"] for x in rows], i, True))],
+        "context length, tokens (bucket start)", "hit rate, %",
+        "Prefix cache hit rate vs context length (solid achieved, dashed potential)",
+        logx=True, percent=True)))
     sec.figures.append((f"{key}ttft_vs_turn.png", "TTFT vs turn", plots.lines(
-        [(lab, xs(rows, "turn"), [x["ttft_ms_p50"] for x in rows]) for lab, rows in turn],
-        "turn index", "TTFT p50, ms", "TTFT vs turn index")))
+        [(lab, xs(rows, "turn"), [x["ttft_ms_p50"] for x in rows], i)
+         for i, (lab, rows) in enumerate(turn)],
+        "turn index", f"TTFT p50, ms{note}",
+        f"TTFT vs turn index (turns at least {MIN_TURN_REQUESTS} requests reached)")))
     sec.figures.append((f"{key}hit_vs_turn.png", "hit rate vs turn", plots.lines(
-        [(lab, xs(rows, "turn"), [x["hit_rate"] for x in rows]) for lab, rows in turn] +
-        [(f"{lab} potential", xs(rows, "turn"), [x["potential_hit_rate"] for x in rows])
-         for lab, rows in turn], "turn index", "hit rate, %",
-        "Prefix cache hit rate vs turn index", percent=True)))
+        [s for i, (lab, rows) in enumerate(turn) for s in (
+            (name(lab, "achieved"), xs(rows, "turn"), [x["hit_rate"] for x in rows], i),
+            (name(lab, "potential"), xs(rows, "turn"),
+             [x["potential_hit_rate"] for x in rows], i, True))],
+        "turn index", "hit rate, %",
+        "Prefix cache hit rate vs turn index (solid achieved, dashed potential)",
+        percent=True)))
     return sec
 
 
 def _timeline_figure(run: Run, key: str) -> Section:
-    q = _measured(run)
+    q = _measured(run)  # its times are in the run's time base already (Run.requests)
     sec = Section("Throughput and requests in flight")
     sent = q["sent_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
     end = q["end_ns"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -139,8 +173,7 @@ def _timeline_figure(run: Run, key: str) -> Section:
     if not keep.any():
         sec.text.append("No measured request was sent.")
         return sec
-    f = float((run.summary.get("time_base") or {}).get("factor", 1.0))  # the summary's time base
-    sent, end = sent[keep] / 1e9 * f, end[keep] / 1e9 * f
+    sent, end = sent[keep] / 1e9, end[keep] / 1e9
     ok = (q["status"] == "ok").to_numpy(dtype=bool)[keep]
     tok = (q["context_tokens"].to_numpy(dtype=np.float64)
            + np.nan_to_num(q["output_tokens"].to_numpy(dtype=np.float64)))[keep]
@@ -152,10 +185,26 @@ def _timeline_figure(run: Run, key: str) -> Section:
     ends = np.searchsorted(np.sort(end), edges[:-1], side="right")
     sec.figures.append((f"{key}timeline.png", "throughput and in-flight timeline",
                         plots.timeline(edges[:-1], done, (starts - ends).astype(float),
-                                       "Throughput and requests in flight")))
+                                       "Throughput and requests in flight",
+                                       time_note([run.summary]))))
     return sec
 
 
+def _end_s(run: Run) -> float:
+    """The run's last request end, s (its time base), 0 when none ended."""
+    e = run.requests["end_ns"].max()
+    return 0.0 if e != e or e is None else float(e) / 1e9
+
+
+def _swimlane_figure(run: Run, label: str, key: str, t_max_s: float | None = None
+                     ) -> tuple[str, str, bytes] | None:
+    """The lanes of one run over time, warmup included (it shares the lanes)."""
+    ses, req = run.sessions, run.requests
+    if ses.empty or ses["start_ns"].isna().all() or req["sent_ns"].isna().all():
+        return None
+    title = f"Agents over time: {label}" if label else "Agents over time"
+    return (f"{key}swimlanes.png", f"swim lanes {label}".strip(), charts.swimlane(
+        ses, req, title, time_note([run.summary]), t_max_s=t_max_s))
 def _agents_section(run: Run, key: str) -> Section:
     t = run.summary.get("trees", {})
     sec = Section("Agents (session trees)")
@@ -163,11 +212,15 @@ def _agents_section(run: Run, key: str) -> Section:
     if not ids:
         sec.text.append("No session tree was measured.")
         return sec
+    lane = _swimlane_figure(run, "", key)
+    if lane is not None:
+        sec.figures.append(lane)
+    note = time_note([run.summary])
     mk = np.array([np.nan if v is None else v for v in t["makespan_s"]], dtype=np.float64)
     order = np.argsort(-np.nan_to_num(mk))[:40]
     labels = [f"{t['stage'][i]} {ids[i]}" for i in order]
     sec.figures.append((f"{key}makespan.png", "makespan per agent", plots.bars(
-        labels, [float(np.nan_to_num(mk[i])) for i in order], "makespan, s",
+        labels, [float(np.nan_to_num(mk[i])) for i in order], f"makespan, s{note}",
         f"Agent makespan (longest {len(order)} of {len(ids)})")))
     a = run.summary["overall"]["agents"]
     sec.tables.append((["", "p50", "p90", "p99", "mean", "count"], [
@@ -178,22 +231,17 @@ def _agents_section(run: Run, key: str) -> Section:
 
 
 def _cost_section(run: Run) -> Section:
-    c = run.summary["overall"]["cost"]
-
-    def usd(x: Any) -> str:
-        return "-" if x is None else f"${x:,.4f}"
-
-    rows = [["GPU-hour price", usd(c.get("gpu_hour_usd"))], ["GPUs", str(c.get("gpus"))],
-            ["self-hosted cost of the window", usd(c.get("self_hosted_usd"))],
-            ["per agent", usd(c.get("per_agent_usd"))],
-            ["per Mtok (total)", usd(c.get("per_mtok_total_usd"))],
-            ["per Mtok (input)", usd(c.get("per_mtok_input_usd"))],
-            ["per Mtok (output)", usd(c.get("per_mtok_output_usd"))],
-            ["API-equivalent cost", usd(c.get("api_equivalent_usd"))],
-            ["API-equivalent per agent", usd(c.get("api_per_agent_usd"))],
-            ["API / self-hosted", "-" if c.get("api_over_self_hosted") is None
-             else f"{c['api_over_self_hosted']:.2f}x"]]
-    return Section("Cost", tables=[(["", "value"], rows)])
+    """Every cost figure the catalog names (the catalog is where cost is defined)."""
+    o = run.summary["overall"]
+    rows = [[m.label, format_value(m, m.value(o))] for m in METRICS.values()
+            if m.path[:1] == ("cost",) and m.value(o) is not None]
+    sec = Section("Cost", tables=[(["", "value"], rows)] if rows else [])
+    c = o.get("cost") or {}
+    if c.get("gpus") is not None and c.get("gpu_hour_usd") is not None:
+        sec.text.append(f"{c['gpus']:g} GPUs at ${c['gpu_hour_usd']:,.2f} per GPU-hour.")
+    if not rows:
+        sec.text.append("No cost: the scenario sets no GPU-hour price.")
+    return sec
 
 
 def _errors_section(run: Run) -> Section:
@@ -217,6 +265,30 @@ def _scenario_section(run: Run) -> Section:
     return Section("Scenario and environment", pre=json.dumps(info, indent=2, default=str))
 
 
+def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
+    sums = [r.summary for r in runs]
+    sec = Section("Comparison", text=[
+        f"Reference: {labels[0]} (the first run given); every change is against it.", *(
+            f"{lab} vs {labels[0]}: {headline(sums[0], s)}"
+            for lab, s in zip(labels[1:], sums[1:], strict=True))])
+    bases = {json.dumps({k: (s.get("time_base") or {}).get(k) for k in ("kind", "speedup")})
+             for s in sums}
+    if len(bases) > 1:
+        sec.text.append("Warning: the runs are in different time bases (simulated at "
+                        "different speedups, or wall-clock); see each run's section.")
+    elif time_note(sums):
+        sec.text.append("Times: simulated time (" + ", ".join(
+            sorted({(s.get("time_base") or {}).get("kind", "") for s in sums})) + ").")
+    values = comparison_values(sums)
+    table = format_table(values)
+    sec.tables.append((["metric", *table.columns],
+                       [[str(i), *map(str, row)] for i, row in zip(table.index,
+                                                                   table.to_numpy(),
+                                                                   strict=True)]))
+    sec.strong = {metric(n).label for n in KEY_ROWS if n in values.index}
+    return sec
+
+
 def sections_for(runs: Sequence[Run]) -> list[Section]:
     """Everything the report shows, in order."""
     labels = run_labels([r.summary for r in runs])
@@ -227,87 +299,37 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
                 _agents_section(r, ""), _cost_section(r), _errors_section(r),
                 _scenario_section(r)]
     sums = [r.summary for r in runs]
-    heads = Section("Against the first run", text=[
-        f"{lab} vs {labels[0]}: {headline(sums[0], s)}"
-        for lab, s in zip(labels[1:], sums[1:], strict=True)])
-    bases = {json.dumps({k: (s.get("time_base") or {}).get(k) for k in ("kind", "speedup")})
-             for s in sums}
-    if len(bases) > 1:
-        heads.text.append("Warning: the runs are in different time bases (simulated at "
-                          "different speedups, or wall-clock); see each run's section.")
-    table = comparison_table(sums)
-    heads.tables.append((["metric", *table.columns],
-                         [[str(i), *map(str, row)] for i, row in zip(table.index,
-                                                                     table.to_numpy(),
-                                                                     strict=True)]))
-    out = [heads, _latency_figures(runs, labels, "cmp_"), _curve_figures(runs, labels, "cmp_")]
+    named = list(zip(labels, sums, strict=True))
+    agentx = Section("Throughput per GPU against interactivity (AgentX)", text=[
+        "Each point is one sweep stage of one run; up and to the right is better. Ringed "
+        "points, joined by the grey band, are the Pareto front: no other point beats them "
+        "on both axes."],
+        figures=[_agentx_figure(named, "cmp_")])
     if any(len(s.get("stages", {})) > 1 for s in sums):
-        named = list(zip(labels, sums, strict=True))
-        out.append(Section("Sweeps: throughput per GPU against interactivity and latency",
-                           figures=[
-            ("cmp_pareto_interactivity.png", "Pareto: throughput/GPU vs interactivity",
-             plots.pareto(named, "interactivity_p50", "Throughput per GPU vs interactivity")),
-            ("cmp_pareto_e2e.png", "Pareto: throughput/GPU vs P50 E2E",
-             plots.pareto(named, "e2e_p50", "Throughput per GPU vs P50 E2E"))]))
-    for lab, r in zip(labels, runs, strict=True):
+        agentx.figures.append((
+            "cmp_pareto_e2e.png", "Pareto: throughput/GPU vs P50 E2E", charts.agentx(
+                named, "Throughput per GPU vs P50 E2E, per sweep stage", x_metric="e2e_p50",
+                time_note=time_note(sums))))
+    out = [_comparison_section(runs, labels), agentx, _latency_figures(runs, labels, "cmp_"),
+           _curve_figures(runs, labels, "cmp_")]
+    descs = {str(s.get("run", {}).get("description") or "") for s in sums}
+    if len(descs) == 1 and descs != {""}:
+        out[0].text.insert(0, descs.pop().strip())
+        descs = set()
+    t_max = max(_end_s(r) for r in runs) or None
+    for i, (lab, r) in enumerate(zip(labels, runs, strict=True)):
         sc = r.summary.get("run", {})
-        out.append(Section(f"Run {lab}", text=[
-            f"scenario {sc.get('name') or '-'}: {sc.get('description') or ''}",
+        desc = f": {sc.get('description') or ''}" if descs else ""
+        sec = Section(f"Run {lab}", text=[
+            f"run {sc.get('run_id') or '-'}; scenario {sc.get('name') or '-'}{desc}",
             *time_lines(r.summary),
             f"stages: {', '.join(sc.get('stages', []))}; endpoints: "
-            f"{', '.join(sc.get('endpoints', []))}"], pre=None))
+            f"{', '.join(sc.get('endpoints', []))}"])
+        lane = _swimlane_figure(r, lab, f"cmp_{i}_", t_max)
+        if lane is not None:
+            sec.figures.append(lane)
+        out.append(sec)
     return out
-
-
-CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccc;padding:3px 8px;
-text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
-img{max-width:100%;display:block;margin:.5em 0}pre{background:#f7f7f7;padding:1em;
-overflow:auto;font-size:12px}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}"""
-
-
-def to_html(title: str, sections: Sequence[Section]) -> str:
-    """One self-contained HTML page (no script, no external resource)."""
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
-             f"<h1>{escape(title)}</h1>"]
-    for sec in sections:
-        parts.append(f"<h2>{escape(sec.title)}</h2>")
-        parts.extend(f"<p>{escape(t)}</p>" for t in sec.text)
-        for header, rows in sec.tables:
-            parts.append("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header)
-                         + "</tr>")
-            parts.extend("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                         for row in rows)
-            parts.append("</table>")
-        for _, alt, png in sec.figures:
-            b64 = base64.b64encode(png).decode("ascii")
-            parts.append(f'<img alt="{escape(alt)}" src="data:image/png;base64,{b64}">')
-        if sec.pre:
-            parts.append(f"<pre>{escape(sec.pre)}</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
-def _md_cell(x: str) -> str:
-    return escape(x).replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(title: str, sections: Sequence[Section]) -> str:
-    """The same report in Markdown; images referenced from plots/."""
-    lines = [f"# {_md_cell(title)}", ""]
-    for sec in sections:
-        lines += [f"## {_md_cell(sec.title)}", ""]
-        lines += [_md_cell(t) + "\n" for t in sec.text]
-        for header, rows in sec.tables:
-            lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
-            lines.append("|" + "---|" * len(header))
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-            lines.append("")
-        lines += [f"![{_md_cell(alt)}](plots/{fname})\n" for fname, alt, _ in sec.figures]
-        if sec.pre:
-            lines += ["```json", sec.pre.replace("```", "` ` `"), "```", ""]
-    return "\n".join(lines)
 
 
 def render(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,9 +170,12 @@ class Comparison:
     ratios: pd.DataFrame
     table: pd.DataFrame
     headlines: list[str]
+    #: what could not be checked for comparability (runs without a fingerprint)
+    warnings: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        return "\n".join([self.table.to_string(), "", *self.headlines])
+        return "\n".join([self.table.to_string(), "", *self.headlines,
+                          *(f"warning: {w}" for w in self.warnings)])
 
     def _repr_html_(self) -> str:
         from html import escape
@@ -180,8 +184,15 @@ class Comparison:
         return self.table.to_html(escape=True) + f"<ul>{heads}</ul>"
 
 
-def compare(*runs: Run | str | Path, block: str = "overall") -> Comparison:
-    """Compare runs (``Run`` objects or results folders) against the first one."""
+def compare(*runs: Run | str | Path, block: str = "overall",
+            allow: Iterable[str] = ()) -> Comparison:
+    """Compare runs (``Run`` objects or results folders) against the first one.
+
+    Runs must be comparable: the same trace content, filters, transforms, load, timing,
+    time base and endpoint kinds (run.json ``fingerprint``), except the fields named in
+    ``allow`` (e.g. ``("endpoints", "load")``, or ``"all"``); otherwise ``InputError``
+    names every field that differs."""
+    from agentbench.fingerprint import FIELDS, check_comparable
     from agentbench.report.compare import (
         comparison_ratios,
         comparison_values,
@@ -193,9 +204,20 @@ def compare(*runs: Run | str | Path, block: str = "overall") -> Comparison:
     rs = [r if isinstance(r, Run) else load(r) for r in runs]
     if len(rs) < 2:
         raise ValueError("compare needs at least two runs")
+    allowed = set(FIELDS) if set(allow) & {"all"} else set(allow)
+    warnings = check_comparable([_run_json(r.path) for r in rs], allowed)
     sums = [r.summary for r in rs]
     labels = run_labels(sums)
     heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
              for lab, s in zip(labels[1:], sums[1:], strict=True)]
     values = comparison_values(sums, block=block)
-    return Comparison(rs, values, comparison_ratios(values), format_table(values), heads)
+    return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
+                      warnings)
+
+
+def _run_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((path / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -245,7 +245,7 @@ def run(
     if len(run_dirs) > 1:
         from agentbench.api import compare
 
-        cmp = compare(*run_dirs)
+        cmp = compare(*run_dirs, allow=["all"])  # variants differ on purpose
         typer.echo("\n".join(["", "comparison (against the first variant):", *cmp.headlines]))
         typer.echo("report: agentbench report " + " ".join(str(d) for d in run_dirs))
     for line in failed:
@@ -358,16 +358,22 @@ def gate(
                                             help="Confidence level (default 0.95)."),
     markdown: Path | None = typer.Option(None, "--markdown", help="Markdown for a PR "
                                          "comment; default: <candidate>/gate.md."),
+    allow: str | None = typer.Option(
+        None, "--allow", help="Fingerprint fields that may differ, comma-separated: trace, "
+        "filters, transform, load, timing, time_base, endpoint(s)."),
 ) -> None:
-    """Fail (exit 1) when the candidate regresses past a rule with confidence; 2: bad input."""
+    """Fail (exit 1) when the candidate regresses past a rule with confidence; 2: bad input
+    or runs that are not comparable (their fingerprints differ beyond --allow)."""
+    from agentbench.fingerprint import parse_allow
     from agentbench.report.gate import evaluate, format_markdown, format_table, load_rules
 
+    allowed = parse_allow(allow)
     rule_list, opts = load_rules(rules)
     if confidence is not None:
         if not 0.5 <= confidence < 1:
             raise InputError("must be in [0.5, 1)", source="--confidence")
         opts.confidence = confidence
-    result = evaluate(baseline, candidate, rule_list, opts)
+    result = evaluate(baseline, candidate, rule_list, opts, allowed)
     typer.echo(format_table(result))
     md_path = markdown or candidate / "gate.md"
     md_path.write_text(format_markdown(result, str(baseline), str(candidate)))

@@ -124,3 +124,26 @@ def test_notebook_executes(run_dir: Path) -> None:
     assert len(pngs) == 2  # TTFT vs context, hit rate per turn
     text = "".join(o.get("text", "") for o in outputs)
     assert "TTFT" in text and "hit rate" in text
+
+
+def test_compare_refuses_runs_that_replayed_different_things(tmp_path: Path) -> None:
+    """Same trace, another load: compare names the field; allowed, it compares."""
+    from agentbench.errors import InputError
+    from agentbench.replay import run
+    from agentbench.scenario import Scenario
+
+    def sc(lanes: int, rid: str) -> Scenario:
+        return Scenario.model_validate({
+            "name": "fp", "endpoints": [{"kind": "simulated", "instances": 1}],
+            "trace": {"kind": "synth", "profile": "codex", "sessions": 2,
+                      "transform": {"scale": 0.05}},
+            "load": {"kind": "lanes", "concurrency": lanes},
+            "limits": {"recycle": False, "max_requests": 6},
+            "output": {"dir": str(tmp_path), "run_id": rid}})
+
+    a, b, c = (run(sc(n, rid), progress=False).run_dir
+               for n, rid in ((1, "a"), (1, "b"), (2, "c")))
+    assert agentbench.compare(a, b).warnings == []
+    with pytest.raises(InputError, match=r"load"):
+        agentbench.compare(a, c)
+    assert agentbench.compare(a, c, allow=["load"]).values.shape[1] == 2

@@ -1,5 +1,6 @@
 """The CI gate: identical re-runs pass, a planted 30% TTFT regression fails, a 2% change
-under noise passes; bad input exits 2."""
+under noise passes; bad input exits 2. The paired bootstrap, the detectable change, exact
+comparison in virtual time, ``point`` rules, and the comparability fingerprint."""
 
 from __future__ import annotations
 
@@ -16,9 +17,21 @@ from typer.testing import CliRunner
 from agentbench import records as R
 from agentbench.cli import app
 from agentbench.errors import InputError
-from agentbench.metrics.bootstrap import _weighted_quantile
-from agentbench.report.gate import evaluate, load_rules, parse_rules
+from agentbench.fingerprint import check_comparable, fingerprint, trace_hash
+from agentbench.metrics.bootstrap import (
+    TreeData,
+    _replicate_fn,
+    _weighted_quantile,
+    bootstrappable,
+    paired_replicates,
+    replicates,
+)
+from agentbench.replay import run as run_replay
+from agentbench.replay.rundir import run_info
+from agentbench.report.gate import evaluate, format_markdown, load_rules, parse_rules, rows
+from agentbench.scenario import Scenario
 from agentbench.testing.demo import write_demo_run
+from agentbench.traces.synth.generator import synthesize
 
 runner = CliRunner()
 CONFIG = {"trees": 16, "turns": 30, "concurrency": (2, 8), "endpoints": ("sim",)}
@@ -139,3 +152,238 @@ def test_makespan_is_resampled_per_tree(runs: dict[str, Path]) -> None:
     r = evaluate(runs["base"], runs["rerun"], rules, opts).results[0]
     assert r.status == "pass" and "resamples" in r.note
     assert r.bound is not None and r.change is not None and r.bound < r.change
+
+
+# --- paired bootstrap ---------------------------------------------------------------
+
+def _td(keys: list[str], ttft: list[list[float]], tokens: list[float],
+        busy: list[float]) -> TreeData:
+    """A hand-built TreeData: tree k has the TTFTs ttft[k] (all ok), tokens[k] tokens and
+    was busy busy[k] s; window 10 s, 1 GPU."""
+    tree = np.concatenate([np.full(len(v), k) for k, v in enumerate(ttft)]).astype(np.int64)
+    vals = np.concatenate([np.asarray(v, dtype=np.float64) for v in ttft])
+    n = len(keys)
+    ones = np.bincount(tree, minlength=n).astype(np.float64)
+    return TreeData(n_trees=n, tree=tree, ok=np.ones(tree.size, dtype=bool),
+                    values={"ttft": vals, "tpot": vals, "e2e": vals},
+                    sums={"requests": ones, "failed": np.zeros(n), "good": ones,
+                          "tokens": np.asarray(tokens, dtype=np.float64),
+                          "output": np.zeros(n), "ok": ones, "cached": np.zeros(n),
+                          "prompt": ones},
+                    per_tree={}, window_s=10.0, gpus=1.0, keys=keys,
+                    busy_s=np.asarray(busy, dtype=np.float64))
+
+
+def test_paired_replicates_of_identical_runs_differ_by_nothing() -> None:
+    a = _td(["s\x1fa", "s\x1fb", "s\x1fc"], [[10, 20], [100, 300], [1000]], [5, 50, 500],
+            [1, 2, 3])
+    # the same trees listed in another order: pairing is by key, not by position
+    b = _td(["s\x1fc", "s\x1fa", "s\x1fb"], [[1000], [10, 20], [100, 300]], [500, 5, 50],
+            [3, 1, 2])
+    for name in ("ttft_p50", "ttft_mean", "throughput", "goodput"):
+        ra, rb, paired = paired_replicates(a, b, name, 200, 0)
+        assert paired == 3
+        np.testing.assert_array_equal(ra, rb)
+    # resampled independently, the same two runs do differ replicate by replicate
+    assert not np.array_equal(replicates(a, "ttft_p50", 200, 0),
+                              replicates(b, "ttft_p50", 200, 1))
+
+
+def test_paired_difference_is_narrower_than_unpaired() -> None:
+    """Trees differ from each other 100x (1, 10, 100, ... ms); the candidate is every tree
+    +5%: the paired ratio is exactly 1.05 in every replicate, the unpaired one wanders."""
+    base = [[10.0 ** k] * 3 for k in range(8)]
+    keys = [f"s\x1f{k}" for k in range(8)]
+    a = _td(keys, base, [1.0] * 8, [1.0] * 8)
+    b = _td(keys, [[x * 1.05 for x in v] for v in base], [1.0] * 8, [1.0] * 8)
+    ra, rb, _ = paired_replicates(a, b, "ttft_mean", 500, 3)
+    np.testing.assert_allclose(rb / ra, 1.05)
+    ua, ub = replicates(a, "ttft_mean", 500, 3), replicates(b, "ttft_mean", 500, 4)
+    assert np.std(ub / ua) > 0.1
+
+
+def test_paired_replicates_use_only_trees_in_both_runs() -> None:
+    a = _td(["s\x1fa", "s\x1fb"], [[10], [20]], [1, 1], [1, 1])
+    b = _td(["s\x1fb", "s\x1fz"], [[20], [99]], [1, 1], [1, 1])
+    ra, rb, paired = paired_replicates(a, b, "ttft_p50", 50, 0)
+    assert paired == 1
+    assert set(ra) == {20.0} and set(rb) == {20.0}  # only tree b is drawn, in both runs
+    # nothing in common: resampled independently, 0 paired
+    c = _td(["x\x1fq"], [[5]], [1], [1])
+    assert paired_replicates(a, c, "ttft_p50", 50, 0)[2] == 0
+
+
+def test_rate_replicate_of_the_run_as_it_was_is_tokens_over_window() -> None:
+    """Σ tokens / window = (5 + 50 + 500) / 10 = 55.5 tok/s for weights 1, whatever the
+    trees' busy times; a tree drawn twice counts its tokens and its busy time twice."""
+    td = _td(["s\x1fa", "s\x1fb", "s\x1fc"], [[1], [1], [1]], [5, 50, 500], [1, 2, 3])
+    fn = _replicate_fn("throughput")
+    assert fn is not None
+    assert fn(td, np.ones((1, 3)))[0] == pytest.approx(55.5)
+    # weights (0, 0, 3): 1500 tokens in 9 busy s, x occupancy 6 busy s / 10 s = 100 tok/s
+    assert fn(td, np.array([[0.0, 0.0, 3.0]]))[0] == pytest.approx(100.0)
+
+
+# --- virtual time: exact ------------------------------------------------------------
+
+def _virtual(out: Path, rid: str, preset: str = "h100-llama3-8b",
+             concurrency: int = 4) -> Path:
+    """A small deterministic run: 8 synthetic agents on a simulated cluster in virtual
+    time (about 3 s here)."""
+    sc = Scenario.model_validate({
+        "name": "gate-virtual", "seed": 0,
+        "endpoints": [{"kind": "simulated", "name": "sim", "instances": 2, "preset": preset,
+                       "router": "session_affinity"}],
+        "trace": {"kind": "synth", "profile": "agentx", "sessions": 8,
+                  "transform": {"max_context_tokens": 60000}},
+        "load": {"kind": "lanes", "concurrency": concurrency},
+        "timing": {"time_scale": 0.1},
+        "limits": {"max_sessions": 8, "recycle": False},
+        "output": {"dir": str(out), "run_id": rid},
+        "server_metrics": {"enabled": False},
+    })
+    return run_replay(sc, progress=False).run_dir
+
+
+@pytest.fixture(scope="module")
+def virtual(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("virtual")
+    return {"base": _virtual(root, "base"), "rerun": _virtual(root, "rerun"),
+            # the same workload on a slower model (70B instead of 8B per instance)
+            "slower": _virtual(root, "slower", preset="h200-llama3-70b"),
+            "c2": _virtual(root, "c2", concurrency=2)}
+
+
+def test_identical_virtual_runs_differ_by_zero_and_pass(virtual: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    md = tmp_path / "g.md"
+    code, out = _gate(str(virtual["base"]), str(virtual["rerun"]), "--markdown", str(md))
+    assert code == 0, out
+    res = evaluate(virtual["base"], virtual["rerun"], *load_rules(None))
+    assert res.exact
+    assert [r.change for r in res.results] == [0.0] * len(res.results)
+    assert all(r.status == "pass" and r.detectable == 0.0 for r in res.results)
+    assert "compared exactly" in out and "compared exactly" in md.read_text()
+
+
+def test_slower_virtual_run_fails_the_latency_and_throughput_rules(
+        virtual: dict[str, Path], tmp_path: Path) -> None:
+    code, out = _gate(str(virtual["base"]), str(virtual["slower"]), "--markdown",
+                      str(tmp_path / "g.md"))
+    assert code == 1, out
+    res = evaluate(virtual["base"], virtual["slower"], *load_rules(None))
+    status = {r.rule.metric: r.status for r in res.results}
+    assert status == {"ttft_p50": "FAIL", "e2e_p50": "FAIL", "throughput_per_gpu": "FAIL",
+                      "hit_rate": "pass", "error_rate": "pass"}, out
+    # exact: a rule fails as soon as the change passes its threshold, and not before
+    thr = next(r for r in res.results if r.rule.metric == "throughput_per_gpu")
+    assert thr.change is not None and thr.bound == thr.change
+    rules, opts = parse_rules({"throughput_per_gpu": {"max_drop": f"{100 * thr.change + 0.1}%"}})
+    assert evaluate(virtual["base"], virtual["slower"], rules, opts).passed
+    rules, opts = parse_rules({"throughput_per_gpu": {"max_drop": f"{100 * thr.change - 0.1}%"}})
+    assert not evaluate(virtual["base"], virtual["slower"], rules, opts).passed
+
+
+def test_point_rules_are_marked_point(runs: dict[str, Path], virtual: dict[str, Path],
+                                      tmp_path: Path) -> None:
+    rules = tmp_path / "gate.yaml"
+    rules.write_text("ttft_p50: {max_increase: 10%}\nschedule_lag_p99: {max_increase: 5}\n"
+                     "itl_p50: {max_increase: 10%}\n")
+    for base, cand in ((runs["base"], runs["rerun"]), (virtual["base"], virtual["rerun"])):
+        md = tmp_path / "g.md"
+        _, out = _gate(str(base), str(cand), "--rules", str(rules), "--markdown", str(md))
+        lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.strip()}
+        assert "(point)" not in lines["ttft_p50"]
+        for name in ("schedule_lag_p99", "itl_p50"):
+            assert lines[name].split()[1] == "(point)", out
+        text = md.read_text()
+        assert "| schedule_lag_p99 (point) |" in text and "| itl_p50 (point) |" in text
+        assert "| ttft_p50 |" in text
+        assert "point: schedule_lag_p99, itl_p50 compared as point values" in text
+    # off by default: the built-in rules resample every metric they name
+    assert not any(not bootstrappable(r.metric) for r in load_rules(None)[0])
+
+
+def test_detectable_change_and_warning(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A threshold under the detectable change is flagged in the table and the Markdown."""
+    rules, opts = parse_rules({"ttft_p50": {"max_increase": "0.1%"},
+                               "e2e_p50": {"max_increase": "50%"}})
+    res = evaluate(runs["base"], runs["rerun"], rules, opts)
+    tight, loose = res.results
+    assert tight.detectable is not None and tight.detectable > 0.001
+    assert tight.warning and not loose.warning
+    md = format_markdown(res, "b", "c")
+    assert "ttft_p50: threshold 0.1% is below the detectable change" in md
+    row = next(r for r in rows(res) if r[0] == "ttft_p50")
+    assert row[6].startswith("±") and row[6].endswith("⚠")
+
+
+# --- comparability ------------------------------------------------------------------
+
+def test_gate_refuses_incomparable_runs_unless_allowed(virtual: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    md = str(tmp_path / "g.md")
+    code, out = _gate(str(virtual["base"]), str(virtual["c2"]), "--markdown", md)
+    assert code == 2, out
+    assert len(out.strip().splitlines()) == 1 and "load" in out and "--allow load" in out
+    code, out = _gate(str(virtual["base"]), str(virtual["c2"]), "--allow", "load",
+                      "--markdown", md)
+    assert code in (0, 1) and "metric" in out
+    code, out = _gate(str(virtual["base"]), str(virtual["c2"]), "--allow", "lode")
+    assert code == 2 and "unknown field 'lode'" in out
+
+
+def test_runs_without_fingerprint_warn(runs: dict[str, Path], virtual: dict[str, Path],
+                                       tmp_path: Path) -> None:
+    code, out = _gate(str(runs["base"]), str(runs["rerun"]), "--markdown",
+                      str(tmp_path / "g.md"))
+    assert code == 0
+    assert "no fingerprint in run.json" in out
+    assert "no fingerprint" in (tmp_path / "g.md").read_text()
+
+
+def test_check_comparable_names_every_differing_field() -> None:
+    sc = {"trace": {"filters": {"min_turns": None}, "transform": {"scale": None}},
+          "load": {"kind": "lanes", "concurrency": 4}, "limits": {"max_sessions": 8},
+          "timing": {"strategy": "think-only"}, "endpoints": [{"kind": "simulated"}]}
+    other = {**sc, "load": {"kind": "lanes", "concurrency": 8},
+             "endpoints": [{"kind": "openai", "url": "http://x"}]}
+    a = {"run_id": "a", "fingerprint": fingerprint(sc, "virtual")}
+    b = {"run_id": "b", "fingerprint": fingerprint(sc, "virtual")}
+    c = {"run_id": "c", "fingerprint": fingerprint(other, "wall")}
+    assert check_comparable([a, b]) == []
+    with pytest.raises(InputError) as e:
+        check_comparable([a, c])
+    msg = e.value.one_line()
+    for name in ("load", "time_base", "endpoints"):
+        assert name in msg
+    for name in ("filters", "transform", "timing"):
+        assert f"{name} (" not in msg
+    assert check_comparable([a, c], {"load", "endpoint", "time_base"}) == []
+    with pytest.raises(InputError, match="endpoints"):
+        check_comparable([a, c], {"load", "time_base"})
+    # a trace hash on one side only: not refused, said
+    a2 = {"run_id": "a2", "fingerprint": {**a["fingerprint"], "trace": "0123"}}
+    assert any("trace" in w for w in check_comparable([a2, b]))
+    assert "no fingerprint" in check_comparable([a, {"run_id": "old"}])[0]
+
+
+def test_trace_hash_is_deterministic_and_sees_token_counts(tmp_path: Path) -> None:
+    t1 = synthesize("agentx", 3, 0)
+    t2 = synthesize("agentx", 3, 0)
+    assert trace_hash(t1) == trace_hash(t2)
+    t2.sessions[0].turns[0].output_tokens += 1
+    assert trace_hash(t1) != trace_hash(t2)
+    assert trace_hash(t1) != trace_hash(synthesize("agentx", 3, 1))
+    sc = Scenario.model_validate({
+        "name": "fp",
+        "endpoints": [{"kind": "openai", "url": "http://u:secret@h:1", "model": "m",
+                       "headers": {"Authorization": "Bearer sk-t0ken"}}],
+        "trace": {"kind": "synth", "profile": "agentx", "sessions": 3},
+        "load": {"kind": "lanes", "concurrency": 2}, "limits": {"max_sessions": 3}})
+    info = run_info(sc, ("sk-t0ken",), tmp_path, trace=t1)
+    fp = info["fingerprint"]
+    assert fp["trace"] == trace_hash(t1)
+    assert fp["endpoints"] == ["openai"] and fp["time_base"] == "wall"
+    assert fp["load"]["load"] == {"kind": "lanes", "concurrency": 2}
+    assert "secret" not in str(fp) and "sk-t0ken" not in str(fp) and "http" not in str(fp)

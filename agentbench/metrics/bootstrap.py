@@ -1,11 +1,16 @@
 """Bootstrap over session trees: resample a run's trees with replacement (seeded) and
 recompute a metric per replicate, so a change between two runs comes with a confidence
-interval. Trees, not requests, are the unit: turns of one agent are correlated."""
+interval. Trees, not requests, are the unit: turns of one agent are correlated.
+
+Two runs of one scenario replay the same trees, so :func:`paired_replicates` draws the
+tree ids once per replicate and applies the draw to both runs: the difference between
+the runs is then resampled, not each run's own spread (much of which is the trees'
+difference from each other, the same in both runs)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,6 +38,10 @@ class TreeData:
     per_tree: dict[str, FloatArray]   # per tree values (makespan_s, llm_wait_s)
     window_s: float
     gpus: float
+    #: per tree: ``stage`` + US + ``tree_id``, the key that pairs trees across two runs
+    keys: list[str] = field(default_factory=list)
+    #: per tree: busy time (first request sent → last ended) in the window's unit
+    busy_s: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 def tree_data(rr: RunRecords, d: Derived) -> TreeData:
@@ -41,9 +50,17 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
     if d.time_factor != rr.time_base.factor:
         d = derive(rr.requests, rr.events, rr.time_base.factor)
     m = d.measured
-    _, tree = np.unique(d.tree_code[m], return_inverse=True)
+    codes, tree = np.unique(d.tree_code[m], return_inverse=True)
     tree = tree.astype(np.int64)
     n = int(tree.max()) + 1 if tree.size else 0
+    keys = [f"{st}\x1f{tid}" for st, tid in zip(d.tree_keys["stage"].to_numpy()[codes],
+                                                 d.tree_keys["tree_id"].to_numpy()[codes],
+                                                 strict=True)]
+    first = np.full(n, np.inf)
+    last = np.full(n, -np.inf)
+    np.minimum.at(first, tree, np.nan_to_num(d.sent_ns[m], nan=np.inf))
+    np.maximum.at(last, tree, np.nan_to_num(d.end_ns[m], nan=-np.inf))
+    busy = np.where(last > first, last - first, 0.0) / 1e9 * d.time_factor
     ok = d.ok[m]
     good = request_meets_slos(d, rr.settings.slos)[m]
     cached = d.cached_tokens[m]
@@ -70,7 +87,7 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
                               trees[k].to_numpy(dtype=np.float64), np.nan)
                   for k in ("makespan_s", "llm_wait_s")} if len(trees) == n else {},
         window_s=sum(b - a for a, b in windows.values()) / 1e9 * d.time_factor,
-        gpus=rr.settings.gpus,
+        gpus=rr.settings.gpus, keys=keys, busy_s=busy,
     )
 
 
@@ -120,7 +137,17 @@ def _replicate_fn(name: str) -> Callable[[TreeData, FloatArray], FloatArray] | N
         return lambda td, w: (w @ td.sums[num]) / np.maximum(w @ td.sums[den], 1e-300)
 
     def rate(key: str, per_gpu: bool) -> Callable[[TreeData, FloatArray], FloatArray]:
-        return lambda td, w: (w @ td.sums[key]) / td.window_s / (td.gpus if per_gpu else 1.0)
+        # tokens per busy tree-second x the run's occupancy (Σ busy / window): equal to
+        # Σ tokens / window for the run as it was (every weight 1), and it moves with the
+        # resampled trees' own durations, so a replicate sees the run-to-run noise of the
+        # time the trees took, not only of their (replayed, identical) token counts
+        def f(td: TreeData, w: FloatArray) -> FloatArray:
+            scale = 1.0 / (td.gpus if per_gpu else 1.0)
+            total = float(td.busy_s.sum()) if td.busy_s.size == td.n_trees else 0.0
+            if total <= 0:
+                return (w @ td.sums[key]) / td.window_s * scale
+            return (w @ td.sums[key]) / (w @ td.busy_s) * (total / td.window_s) * scale
+        return f
 
     table: dict[str, Callable[[TreeData, FloatArray], FloatArray]] = {
         "hit_rate": share("cached", "prompt"), "goodput": share("good", "requests"),
@@ -144,8 +171,39 @@ def replicates(td: TreeData, name: str, resamples: int, seed: int) -> FloatArray
         raise KeyError(name)
     if td.n_trees == 0:
         return np.full(resamples, np.nan)
-    rng = np.random.default_rng(seed)
-    w = rng.multinomial(td.n_trees, np.full(td.n_trees, 1.0 / td.n_trees),
-                        size=resamples).astype(np.float64)
+    w = _weights(np.random.default_rng(seed), td.n_trees, resamples)
     with np.errstate(invalid="ignore", divide="ignore"):
         return fn(td, w)
+
+
+def _weights(rng: np.random.Generator, n: int, resamples: int) -> FloatArray:
+    """Multinomial counts: each row draws n of n items with replacement."""
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(np.float64)
+
+
+def paired_replicates(a: TreeData, b: TreeData, name: str, resamples: int,
+                      seed: int) -> tuple[FloatArray, FloatArray, int]:
+    """Bootstrap values of metric ``name`` in runs ``a`` and ``b`` from ONE draw of tree
+    keys per replicate, applied to both runs (trees in only one run get weight 0).
+
+    Returns (values in a, values in b, trees paired). With no tree in common the two runs
+    are resampled independently and 0 trees are paired."""
+    fn = _replicate_fn(name)
+    if fn is None:
+        raise KeyError(name)
+    pos_b = {k: i for i, k in enumerate(b.keys)}
+    ia, ib = [], []
+    for i, k in enumerate(a.keys):
+        j = pos_b.get(k)
+        if j is not None:
+            ia.append(i)
+            ib.append(j)
+    if not ia:
+        return replicates(a, name, resamples, seed), replicates(b, name, resamples, seed + 1), 0
+    w = _weights(np.random.default_rng(seed), len(ia), resamples)
+    wa = np.zeros((resamples, a.n_trees))
+    wb = np.zeros((resamples, b.n_trees))
+    wa[:, ia] = w
+    wb[:, ib] = w
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return fn(a, wa), fn(b, wb), len(ia)

@@ -96,9 +96,15 @@ def _redact_keys(obj: Any, secret: Any) -> Any:
     return obj
 
 
-def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path) -> dict[str, Any]:
+def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path,
+             trace: Any = None) -> dict[str, Any]:
+    """run.json's first content; ``fingerprint`` says what makes another run comparable
+    (``agentbench.fingerprint``), with the trace's content hash when ``trace`` (the
+    loaded Trace) is given."""
     from agentbench import __version__
+    from agentbench.fingerprint import fingerprint
 
+    data = redacted_scenario(scenario, secrets)
     return {
         "run_id": run_dir.name,
         "agentbench_version": __version__,
@@ -106,7 +112,8 @@ def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path) -> dict[str
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
         "seed": scenario.seed,
-        "scenario": redacted_scenario(scenario, secrets),
+        "scenario": data,
+        "fingerprint": fingerprint(data, str(scenario.clock_mode), trace),
         "start_wall": datetime.now(UTC).isoformat(),
         "end_wall": None,
         "clock": {"kind": "time.perf_counter_ns, relative to the run start",

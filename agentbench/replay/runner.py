@@ -81,7 +81,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     from agentbench.replay.endpoints import secrets_of
 
     secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
-    info = run_info(scenario, secrets, run_dir)
+    info = run_info(scenario, secrets, run_dir, trace=trace)
     info["trace"] = {"name": trace.name, "trees": len(specs), "sessions": len(trace.sessions),
                      "requests": trace.n_requests()}
     if trace.skipped:

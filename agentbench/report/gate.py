@@ -1,7 +1,13 @@
 """The CI gate: compare a candidate run with a baseline under rules such as
 ``ttft_p50: {max_increase: 10%}``. A rule fails only when the regression exceeds its
-threshold with the configured confidence (bootstrap over session trees), so run-to-run
-noise does not fail a build. Point values come from the summaries."""
+threshold with the configured confidence, so run-to-run noise does not fail a build.
+
+Runs of one scenario replay the same session trees, so trees are paired: each bootstrap
+replicate draws tree ids once and recomputes the metric in both runs from that draw
+(``paired_replicates``); the spread of the paired difference is each rule's *detectable*
+change at this run size. Runs in virtual time are deterministic and compared exactly.
+Metrics that cannot be resampled per tree are compared as point values and marked
+``point``. Point values come from the summaries."""
 
 from __future__ import annotations
 
@@ -51,12 +57,19 @@ class RuleResult:
     bound: float | None              # lower confidence bound of the regression
     status: str                      # pass | FAIL | n/a
     note: str = ""
+    #: half-width of the paired difference's bootstrap interval, in the rule's terms; 0
+    #: when the runs compare exactly (virtual time); None for point rules
+    detectable: float | None = None
+    point: bool = False              # compared as point values (no per-tree resampling)
+    warning: str = ""                # e.g. the threshold is below the detectable change
 
 
 @dataclass
 class GateResult:
     results: list[RuleResult] = field(default_factory=list)
     options: GateOptions = field(default_factory=GateOptions)
+    exact: bool = False              # both runs in virtual time: compared exactly
+    warnings: list[str] = field(default_factory=list)  # e.g. comparability not checked
 
     @property
     def passed(self) -> bool:
@@ -136,43 +149,71 @@ def _change(rule: Rule, base: Any, cand: Any) -> Any:
     with np.errstate(divide="ignore", invalid="ignore"):
         diff = (np.asarray(cand) / np.asarray(base) - 1.0) if rule.kind == "rel" \
             else np.asarray(cand) - np.asarray(base)
-    return diff if rule.direction == "max_increase" else -diff
+    return diff if rule.direction == "max_increase" else 0.0 - diff
 
 
 def evaluate(base_dir: str | Path, cand_dir: str | Path, rules: list[Rule],
-             opts: GateOptions) -> GateResult:
-    """Apply every rule to two results folders (summaries computed when missing)."""
+             opts: GateOptions, allow: set[str] | frozenset[str] = frozenset()) -> GateResult:
+    """Apply every rule to two results folders (summaries computed when missing).
+
+    Refuses (``InputError``) runs whose fingerprints differ in a field not in ``allow``
+    (``agentbench.fingerprint.check_comparable``)."""
     from agentbench.api import load
-    from agentbench.metrics.bootstrap import bootstrappable, replicates, tree_data
+    from agentbench.fingerprint import check_comparable
+    from agentbench.metrics.bootstrap import bootstrappable, paired_replicates, tree_data
     from agentbench.metrics.derive import derive
+    from agentbench.metrics.timebase import VIRTUAL
 
     runs = [load(base_dir), load(cand_dir)]
-    tds = []
-    for r in runs:
-        rec = r.records
-        tds.append(tree_data(rec, derive(rec.requests, rec.events)))
     out = GateResult(options=opts)
+    out.warnings = check_comparable([r.records.run for r in runs], allow)
+    out.exact = all(r.records.time_base.kind == VIRTUAL for r in runs)
+    tds = []
+    if not out.exact:
+        for r in runs:
+            rec = r.records
+            tds.append(tree_data(rec, derive(rec.requests, rec.events)))
     for i, rule in enumerate(rules):
         m = METRICS[rule.metric]
+        point = not bootstrappable(rule.metric)
         b = m.value(runs[0].summary["overall"])
         c = m.value(runs[1].summary["overall"])
         if b is None or c is None or (rule.kind == "rel" and b == 0):
             out.results.append(RuleResult(rule, b, c, None, None, "n/a",
-                                          "value missing in a run"))
+                                          "value missing in a run", point=point))
             continue
         change = float(_change(rule, b, c))
-        if bootstrappable(rule.metric):
-            seed = opts.seed + 2 * i
-            rb = replicates(tds[0], rule.metric, opts.resamples, seed)
-            rc = replicates(tds[1], rule.metric, opts.resamples, seed + 1)
+        warning = ""
+        detectable: float | None
+        if out.exact:
+            # deterministic runs: an identical re-run differs by exactly 0, so the change
+            # itself is the bound (the last bit of a float is not a regression)
+            bound, detectable = change, 0.0
+            note = "virtual time: compared exactly"
+            status = "FAIL" if change > rule.threshold + 1e-12 else "pass"
+        elif point:
+            bound, detectable, note = change, None, "point values: no per-tree resampling"
+            status = "FAIL" if bound > rule.threshold else "pass"
+        else:
+            rb, rc, paired = paired_replicates(tds[0], tds[1], rule.metric, opts.resamples,
+                                               opts.seed + i)
             reg = _change(rule, rb, rc)
             reg = reg[np.isfinite(reg)]
-            bound = float(np.quantile(reg, 1 - opts.confidence)) if reg.size else change
-            note = f"{opts.resamples} resamples over trees"
-        else:
-            bound, note = change, "no per-tree resampling: point values"
-        status = "FAIL" if bound > rule.threshold else "pass"
-        out.results.append(RuleResult(rule, b, c, change, bound, status, note))
+            if reg.size:
+                lo = float(np.quantile(reg, 1 - opts.confidence))
+                hi = float(np.quantile(reg, opts.confidence))
+                bound, detectable = lo, (hi - lo) / 2
+            else:
+                bound, detectable = change, None
+            note = (f"{opts.resamples} resamples of {paired} paired trees" if paired else
+                    f"{opts.resamples} resamples over trees (no tree in both runs: unpaired)")
+            status = "FAIL" if bound > rule.threshold else "pass"
+            if detectable is not None and rule.threshold < detectable:
+                warning = (f"threshold {_fmt_thr(rule)} is below the detectable change "
+                           f"{_fmt_abs(rule, detectable)} at this run size: a change near "
+                           "the threshold is not caught (more trees narrow it)")
+        out.results.append(RuleResult(rule, b, c, change, bound, status, note,
+                                      detectable=detectable, point=point, warning=warning))
     return out
 
 
@@ -186,19 +227,65 @@ def _fmt_reg(rule: Rule, x: float | None) -> str:
     return f"{x:+.4g}"
 
 
+def _fmt_thr(rule: Rule) -> str:
+    if rule.kind == "rel":
+        return f"{100 * rule.threshold:g}%"
+    if rule.kind == "pt":
+        return f"{100 * rule.threshold:g}pt"
+    return f"{rule.threshold:g}"
+
+
+def _fmt_abs(rule: Rule, x: float) -> str:
+    return "±" + _fmt_reg(rule, x).lstrip("+")
+
+
 def rows(result: GateResult) -> list[list[str]]:
-    """Table rows: metric, rule, baseline, candidate, regression, bound, status."""
+    """Table rows: metric, rule, baseline, candidate, regression, bound, detectable,
+    result. A point rule says ``point`` in its metric cell (and in the detectable cell
+    when the runs are not compared exactly); a threshold below the detectable change puts
+    ``⚠`` after the detectable cell."""
     out = []
     for r in result.results:
         m = METRICS[r.rule.metric]
-        out.append([r.rule.metric, r.rule.text, format_value(m, r.base),
-                    format_value(m, r.cand), _fmt_reg(r.rule, r.change),
-                    _fmt_reg(r.rule, r.bound), r.status])
+        if result.exact:
+            det = "exact"
+        elif r.point:
+            det = "point"
+        elif r.detectable is None:
+            det = "-"
+        else:
+            det = _fmt_abs(r.rule, r.detectable) + (" ⚠" if r.warning else "")
+        name = r.rule.metric + (" (point)" if r.point else "")
+        out.append([name, r.rule.text, format_value(m, r.base), format_value(m, r.cand),
+                    _fmt_reg(r.rule, r.change), _fmt_reg(r.rule, r.bound), det, r.status])
     return out
 
 
 HEADER = ["metric", "rule", "baseline", "candidate", "regression",
-          "regression (lower bound)", "result"]
+          "regression (lower bound)", "detectable", "result"]
+
+
+def notes(result: GateResult) -> list[str]:
+    """Lines under the table: comparability not checked, thresholds below what this run
+    size detects, point rules."""
+    out = [f"warning: {w}" for w in result.warnings]
+    out += [f"warning: {r.rule.metric}: {r.warning}" for r in result.results if r.warning]
+    points = [r.rule.metric for r in result.results if r.point]
+    if points:
+        why = ("exact here: virtual time" if result.exact
+               else "run-to-run noise alone can fail them")
+        out.append(f"point: {', '.join(points)} compared as point values, no per-tree "
+                   f"resampling ({why})")
+    return out
+
+
+def _method(result: GateResult) -> str:
+    if result.exact:
+        return "both runs in virtual time (deterministic): compared exactly"
+    o = result.options
+    return (f"a rule fails when the lower bound of its regression at "
+            f"{100 * o.confidence:g}% confidence (paired bootstrap over session trees, "
+            f"{o.resamples} resamples, seed {o.seed}) exceeds its threshold")
 
 
 def format_table(result: GateResult) -> str:
@@ -206,10 +293,10 @@ def format_table(result: GateResult) -> str:
     table = [HEADER, *rows(result)]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
+    lines += notes(result)
     verdict = "PASS" if result.passed else "REGRESSION"
     lines.append(f"{verdict}: {sum(r.status == 'FAIL' for r in result.results)} of "
-                 f"{len(result.results)} rules failed at {100 * result.options.confidence:g}% "
-                 f"confidence (a rule fails when the lower bound exceeds its threshold)")
+                 f"{len(result.results)} rules failed; {_method(result)}")
     return "\n".join(lines)
 
 
@@ -218,17 +305,19 @@ def format_markdown(result: GateResult, base_label: str, cand_label: str) -> str
     from html import escape
 
     def cell(x: str) -> str:
-        return escape(x).replace("|", "\\|")
+        return escape(x, quote=False).replace("|", "\\|")
 
     icon = {"pass": "✅ pass", "FAIL": "❌ FAIL", "n/a": "➖ n/a"}
     verdict = "✅ no regression" if result.passed else "❌ regression"
     lines = [f"### agentbench gate: {verdict}", "",
-             f"Baseline `{cell(base_label)}` vs candidate `{cell(cand_label)}`; a rule fails "
-             f"only when its regression exceeds the threshold with "
-             f"{100 * result.options.confidence:g}% confidence (bootstrap over session "
-             f"trees, {result.options.resamples} resamples, seed {result.options.seed}).", "",
+             f"Baseline `{cell(base_label)}` vs candidate `{cell(cand_label)}`; "
+             f"{_method(result)}. *detectable*: the smallest change this run size tells "
+             "from noise (docs/ci.md).", "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for row in rows(result):
         row[-1] = icon.get(row[-1], row[-1])
         lines.append("| " + " | ".join(cell(c) for c in row) + " |")
+    extra = notes(result)
+    if extra:
+        lines += ["", *(f"- {cell(n)}" for n in extra)]
     return "\n".join(lines) + "\n"

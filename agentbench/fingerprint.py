@@ -1,0 +1,131 @@
+"""What makes two runs comparable: a fingerprint of the workload and the way it was
+replayed, recorded in ``run.json`` (``fingerprint``), and the check that refuses to
+compare runs whose fingerprints differ beyond what the user allows.
+
+Fields: ``trace`` (a hash of the trace's content: sessions, their relations, every turn's
+token counts and hash ids; None when the run did not record it), ``filters`` and
+``transform`` (the trace's, as configured), ``load`` (load and limits), ``timing``,
+``time_base`` (``virtual`` or ``wall``) and ``endpoints`` (the endpoints' kinds, never
+their URLs, names or secrets). What is *meant* to differ between a baseline and a
+candidate (the engine, its flags, the router) is not in it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from agentbench.errors import InputError
+
+VERSION = 1
+FIELDS = ("trace", "filters", "transform", "load", "timing", "time_base", "endpoints")
+#: names accepted by ``--allow`` for a field
+ALIASES = {"endpoint": "endpoints", "trace_hash": "trace", "transforms": "transform",
+           "filter": "filters", "limits": "load", "clock": "time_base"}
+_LIMIT_KEYS = ("duration_s", "max_sessions", "max_requests", "on_deadline", "recycle")
+
+
+def trace_hash(trace: Any) -> str:
+    """SHA-256 (first 16 hex digits) of a trace's content: per session its id, parent,
+    relation, fork/join turns, and per turn the input and output token counts, block size
+    and hash ids. Times are left out (``timing`` says how they are used). Linear in the
+    trace's hash ids, no text involved."""
+    h = hashlib.sha256()
+    for s in sorted(trace.sessions, key=lambda s: s.session_id):
+        h.update(json.dumps([s.session_id, s.parent_id, s.relation, s.parent_turn,
+                             s.join_turn, len(s.turns)]).encode())
+        for t in s.turns:
+            h.update(np.array([t.turn, t.input_tokens, t.output_tokens, t.block_size,
+                               len(t.hash_ids)], dtype=np.int64).tobytes())
+            h.update(np.ascontiguousarray(t.hash_ids, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(scenario: Mapping[str, Any], time_base: str,
+                trace: Any = None) -> dict[str, Any]:
+    """The fingerprint of a run of ``scenario`` (its JSON data, as in run.json) replayed
+    in ``time_base``; ``trace`` (the loaded Trace) adds its content hash."""
+    tr = scenario.get("trace") or {}
+    limits = scenario.get("limits") or {}
+    return {
+        "version": VERSION,
+        "trace": trace_hash(trace) if trace is not None else None,
+        "filters": tr.get("filters"),
+        "transform": tr.get("transform"),
+        "load": {"load": scenario.get("load"),
+                 "limits": {k: limits.get(k) for k in _LIMIT_KEYS}},
+        "timing": scenario.get("timing"),
+        "time_base": time_base,
+        "endpoints": sorted(str(e.get("kind")) for e in scenario.get("endpoints") or []),
+    }
+
+
+def parse_allow(text: str | Sequence[str] | None) -> set[str]:
+    """``"endpoint,load"`` (or a list of names) → the fingerprint fields they name."""
+    if text is None:
+        return set()
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out = set()
+    for raw in items:
+        name = raw.strip()
+        if not name:
+            continue
+        name = ALIASES.get(name, name)
+        if name not in FIELDS:
+            raise InputError(f"unknown field {raw.strip()!r}; known: {', '.join(FIELDS)}",
+                             source="--allow")
+        out.add(name)
+    return out
+
+
+def _label(info: Mapping[str, Any], i: int) -> str:
+    return str(info.get("run_id") or f"run {i + 1}")
+
+
+def check_comparable(infos: Sequence[Mapping[str, Any]],
+                     allow: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Check that runs may be compared: each ``run.json`` mapping in ``infos`` (the first is
+    the reference) must have the same fingerprint in every field but those in ``allow``
+    (names from ``FIELDS``; aliases such as ``endpoint`` accepted).
+
+    Raises ``InputError`` naming every differing field (and the runs) when they differ.
+    Returns warnings: a run written before fingerprints existed, or a field one run did
+    not record (e.g. the trace hash), is not refused; what could not be checked is said.
+    """
+    allowed = parse_allow(sorted(allow))
+    warnings: list[str] = []
+    prints: list[tuple[str, Mapping[str, Any]]] = []
+    for i, info in enumerate(infos):
+        fp = info.get("fingerprint")
+        if isinstance(fp, Mapping):
+            prints.append((_label(info, i), fp))
+        else:
+            warnings.append(f"{_label(info, i)}: no fingerprint in run.json (written before "
+                            "fingerprints existed): comparability not checked")
+    if len(prints) < 2:
+        return warnings
+    (ref_label, ref), rest = prints[0], prints[1:]
+    differing: dict[str, list[str]] = {}
+    for label, fp in rest:
+        for name in FIELDS:
+            a, b = ref.get(name), fp.get(name)
+            if a is None or b is None:
+                if a != b:
+                    warnings.append(f"{name}: not recorded in "
+                                    f"{ref_label if a is None else label}: not checked")
+                continue
+            if _canon(a) != _canon(b) and name not in allowed:
+                differing.setdefault(name, []).append(label)
+    if differing:
+        parts = [f"{name} ({', '.join(labels)} vs {ref_label})"
+                 for name, labels in differing.items()]
+        raise InputError(f"runs are not comparable: {'; '.join(parts)} differ; allow "
+                         f"with --allow {','.join(differing)}", field="fingerprint")
+    return warnings
+
+
+def _canon(x: Any) -> str:
+    return json.dumps(x, sort_keys=True, default=str)

@@ -8,6 +8,7 @@ memory, and messages are cut to one printable line."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, get_args
@@ -203,6 +204,8 @@ def _text_lines(text: str) -> dict[tuple[str, ...], int]:
 
 
 def parse_scenario(text: str, source: str = "<scenario>") -> Any:
+    """A validated ``Scenario`` from YAML text (every variant checked too), or a
+    ``ScenarioError`` naming ``source`` with every problem."""
     from pydantic import ValidationError
 
     from agentbench.scenario import Scenario
@@ -241,7 +244,7 @@ def _kind(value: Any) -> str:
     """What a YAML value is, in YAML's words."""
     import datetime
 
-    kinds: list[tuple[type | tuple[type, ...], str]] = [
+    kinds: list[tuple[type, str]] = [
         (bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
         (dict, "a mapping"), (list, "a list"), (datetime.date, "a date"),
         (bytes, "binary data"), (set, "a set")]
@@ -257,14 +260,13 @@ _WANTED = {"int_type": "an integer", "float_type": "a number", "string_type": "a
 
 
 def _numeric(value: Any) -> bool:
-    """A string that Python reads as a number (YAML 1.1 reads '1e3' as a string)."""
+    """A string that Python reads as a finite number (YAML 1.1 reads '1e3' as a string)."""
     if not isinstance(value, str):
         return False
     try:
-        float(value)
+        return math.isfinite(float(value))
     except ValueError:
         return False
-    return True
 
 
 def _union_kinds() -> dict[str, str]:

@@ -149,6 +149,10 @@ class OpenAIEndpoint(Strict):
                          "connection errors always back off (see agentbench/replay/retry.py).")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="Fail a stream that sends nothing for this long.")
+    follow_redirects: bool = Field(
+        False, description="Follow a 307/308 redirect within the same origin (scheme, host, "
+        "port), re-sending the request; never to another origin (the credentials would "
+        "follow). Off: a redirect is an http_3xx error naming the Location.")
     reconnect_s: float = Field(
         60.0, ge=0, le=86400, description="How long a request whose connection is refused "
         "keeps trying (backing off 0.05 s doubling to 5 s) before it counts as a failed "
@@ -177,12 +181,14 @@ class SimulatedEndpoint(Strict):
     model: str = Field("sim", description="Model name the simulator serves.")
     preset: str = Field("h200-llama3-70b",
                         description="Named hardware/model timing preset (see `serve-sim --help`).")
-    instances: int = Field(1, gt=0, description="Inference instances behind the router.")
+    instances: int = Field(1, gt=0, le=10_000,
+                           description="Inference instances behind the router.")
     router: Literal["round_robin", "session_affinity", "least_loaded", "cache_aware",
                     "random"] = Field(
         "round_robin", description="Server-side routing policy; session_affinity keys on the "
         "X-Session-ID request header, else the body's `user` field.")
-    block_size: int = Field(16, gt=0, description="KV cache block size in tokens.")
+    block_size: int = Field(16, gt=0, le=1 << 20,
+                            description="KV cache block size in tokens.")
     cache_blocks: int | None = Field(
         None, gt=0, description="Per-instance GPU KV capacity in blocks; None: the preset's.")
     cpu_offload_blocks: int = Field(
@@ -259,7 +265,7 @@ class SynthSource(Strict):
 
     kind: Literal["synth"] = Field(description="Generate the trace from a profile.")
     profile: str = Field(description="Synthesis profile, e.g. agentx or codex.")
-    sessions: int = Field(gt=0, description="Root sessions to generate.")
+    sessions: int = Field(gt=0, le=10_000_000, description="Root sessions to generate.")
     seed: int | None = Field(None, ge=0, description="Generator seed; None: the run seed.")
     filters: TraceFilters = Field(default_factory=TraceFilters,
                                   description="Session selection.")
@@ -363,7 +369,8 @@ class Prompt(Strict):
     """How prompts are synthesized from hash ids."""
 
     shared_prefix_tokens: int = Field(
-        0, ge=0, description="Opt-in system/tool prefix shared by all sessions (tokens).")
+        0, ge=0, le=10_000_000,
+        description="Opt-in system/tool prefix shared by all sessions (tokens).")
     tokenizer: str | None = Field(
         None, description="tokenizer.json path or HF id for exact counts; None: approximate.")
 

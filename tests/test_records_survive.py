@@ -166,15 +166,18 @@ def test_impossible_usage_is_counted_and_left_out(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir: Path,  # noqa: F811
-                                                     tmp_path: Path) -> None:
-    """A URL password, custom credential headers and a secret body field: sent to the API,
-    found in no file of the run, its report, or the terminal."""
+                                                     tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A URL password, custom credential headers, a secret body field and a ``${ENV}``
+    value: sent to the API, found in no file of the run, its report, or the terminal."""
     from test_replay_cli import write_scenario
     from typer.testing import CliRunner
 
     from agentbench.cli import app
 
-    secrets = ["pw-SECRET-1", "tok-SECRET-2", "SECRET-3-subscription", "SECRET-4-body"]
+    secrets = ["pw-SECRET-1", "tok-SECRET-2", "SECRET-3-subscription", "SECRET-4-body",
+               "SECRET-5-from-env"]
+    monkeypatch.setenv("AB_TENANT", secrets[4])
     url = fast_server.replace("http://", f"http://alice:{secrets[0]}@")
     sc = write_scenario(tmp_path / "s.yaml", url, tmp_path / "res", weka_dir,
                         "limits: {max_requests: 6}\n")
@@ -182,7 +185,8 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
                                   f"    headers: {{X-Auth-Token: {secrets[1]}, "
                                   f"Ocp-Apim-Subscription-Key: {secrets[2]}, "
                                   "User-Agent: my-agent}\n"
-                                  f"    extra_body: {{api_token: {secrets[3]}, top_p: 0.9}}\n")
+                                  f"    extra_body: {{api_token: {secrets[3]}, top_p: 0.9, "
+                                  "tenant: '${AB_TENANT}'}\n")
     sc.write_text(text)
     runner = CliRunner()
     res = runner.invoke(app, ["run", str(sc), "--no-progress"])
@@ -204,7 +208,8 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
     # only harmless headers keep their values
     assert ep["headers"]["User-Agent"] == "my-agent"
     assert ep["headers"]["X-Auth-Token"] == "<redacted>"
-    assert ep["extra_body"] == {"api_token": "<redacted>", "top_p": 0.9}
+    assert ep["extra_body"] == {"api_token": "<redacted>", "top_p": 0.9,
+                                "tenant": "${AB_TENANT}"}
     assert ep["url"].startswith("http://<redacted>@127.0.0.1:")
 
 
@@ -295,3 +300,23 @@ limits: {max_requests: 5}
         assert r.exit_code == 2, r.output
         assert f"error: {sc}: {says}" in r.output
         assert not (tmp_path / "out").exists()  # nothing ran, no run folder
+
+
+def test_env_markers_are_expanded_where_sent_and_named_when_unset(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbench.errors import InputError
+    from agentbench.replay.endpoints import expand_env, secrets_of
+    from agentbench.scenario import OpenAIEndpoint
+
+    monkeypatch.setenv("AB_K", "value-of-k-123")
+    found: list[str] = []
+    assert expand_env({"a": ["x-${AB_K}", 3], "b": "$AB_K"}, "extra_body", found) == \
+        {"a": ["x-value-of-k-123", 3], "b": "$AB_K"}
+    assert found == ["value-of-k-123"]
+    cfg = OpenAIEndpoint.model_validate({"url": "http://h:1", "model": "m",
+                                         "extra_body": {"tenant": "${AB_K}"}})
+    assert "value-of-k-123" in secrets_of(cfg)  # redacted wherever it could show
+    monkeypatch.delenv("AB_K")
+    with pytest.raises(InputError, match=r"field 'extra_body.a.0': environment variable "
+                                         r"AB_K is not set"):
+        expand_env({"a": ["${AB_K}"]}, "extra_body")

@@ -187,3 +187,38 @@ async def test_a_server_that_comes_back_does_not_use_up_the_request_budget(tmp_p
     # each refused try is a row, but the session counts each turn once and ends ok
     ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
     assert list(ses.status) == ["incomplete"] and list(ses.turns_done) == [4]
+
+
+@pytest.mark.timeout(60)
+async def test_follow_redirects_stays_within_the_origin(tmp_path):  # type: ignore[no-untyped-def]
+    """Off (the default): a 307 is an error naming the Location. On: a 307 within the
+    server is followed (one row, the request sent again there); one to another origin is
+    still an error, and nothing is sent there."""
+    from agentbench.testing.fakeserver import REDIRECT_TO
+
+    plan = {0: "redirect_here", 2: "redirect"}
+    streamed = iter(range(1000))
+
+    def fault(n: int, body: dict[str, Any]) -> str | None:
+        return plan.get(next(streamed)) if body.get("stream") else None
+
+    srv = FakeServer(ServerConfig(fault=fault))
+    await srv.start()
+    try:
+        sc = scenario(srv.url, tmp_path)
+        sc.endpoints[0].follow_redirects = True
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(2), progress=False), 50)
+        streamed = iter(range(1000))
+        off = scenario(srv.url, tmp_path / "off")
+        res_off = await asyncio.wait_for(run_scenario(off, trace=trace(1), progress=False),
+                                         50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas().sort_values("turn")
+    # turn 0: redirected within the server and followed; turn 1: sent to another origin
+    assert list(req.status) == [records.OK, records.ERROR]
+    assert req.error_message.iloc[1].startswith(f"redirect to {REDIRECT_TO} not followed")
+    assert [r.path for r in srv.received[:2]] == ["/v1/chat/completions"] * 2
+    assert len(srv.received) == 3 + 1  # 3 with follow_redirects, 1 without
+    row = pq.read_table(res_off.run_dir / records.REQUESTS_FILE).to_pandas().iloc[0]
+    assert row.error_type == "http_307" and "follow_redirects" in row.error_message

@@ -282,12 +282,15 @@ def test_spool_left_by_a_killed_run_is_recovered(tmp_path) -> None:  # type: ign
         rec.chunks = events(True, 1)
         rec.chunk_ns = [25] * len(rec.chunks)
         w.add_request(rec)
-    # no close(): as if the process was killed after two batches (4 rows) reached the spool
+    # no close(): as if the process was killed after two batches (4 rows) reached the spool;
+    # the fifth row is only in the journal, and the last journal line is torn by the kill
     with open(tmp_path / (records.REQUESTS_FILE + ".spool.arrows"), "ab") as f:
         f.write(b"\x00\x01 torn tail")
+    with open(tmp_path / (records.REQUESTS_FILE + ".journal.jsonl"), "ab") as f:
+        f.write(b'5 {"request_id": 5, "sta')
     assert recover(tmp_path) == [records.REQUESTS_FILE]  # the only spool with rows
     t = pq.read_table(tmp_path / records.REQUESTS_FILE).to_pandas()
-    assert list(t.request_id) == [0, 1, 2, 3]
+    assert list(t.request_id) == [0, 1, 2, 3, 4]
     assert (t.first_token_ns == 25).all() and (t.completion_tokens == 1).all()
 
 

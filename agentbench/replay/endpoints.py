@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,40 @@ def url_userinfo(url: str) -> tuple[str, str | None, str | None]:
         host = f"[{host}]"
     netloc = host + (f":{u.port}" if u.port is not None else "")
     return urlunsplit((u.scheme, netloc, u.path, u.query, u.fragment)), u.username, u.password
+
+
+#: ``${NAME}`` in a header or ``extra_body`` value: the environment variable's value, sent
+#: but never written (run.json keeps the marker; the value is redacted wherever it shows)
+_ENV_MARKER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(obj: Any, where: str, found: list[str] | None = None) -> Any:
+    """``obj`` (a string or JSON-like value) with every ``${NAME}`` replaced by the
+    environment variable; the values put in are appended to ``found``. A variable that is
+    not set is a one-line error naming it and ``where``."""
+    if isinstance(obj, str):
+        def sub(m: re.Match[str]) -> str:
+            value = os.environ.get(m.group(1))
+            if value is None:
+                raise InputError(f"environment variable {m.group(1)} is not set",
+                                 field=where)
+            if found is not None:
+                found.append(value)
+            return value
+        return _ENV_MARKER.sub(sub, obj) if "${" in obj else obj
+    if isinstance(obj, dict):
+        return {k: expand_env(v, f"{where}.{k}", found) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [expand_env(v, f"{where}.{i}", found) for i, v in enumerate(obj)]
+    return obj
+
+
+def _env_values(cfg: Any) -> list[str]:
+    found: list[str] = []
+    for key in ("headers", "extra_body"):
+        with contextlib.suppress(InputError):  # an unset variable is reported when used
+            expand_env(getattr(cfg, key, None) or {}, key, found)
+    return found
 
 
 def _secret_values(obj: Any) -> list[str]:
@@ -152,6 +187,7 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
             if user and password:
                 out.append(f"{user}:{password}")
     out.extend(_secret_values(getattr(cfg, "extra_body", None) or {}))
+    out.extend(_env_values(cfg))
     return tuple(sorted({s for s in out if len(s) >= MIN_SECRET}, key=len, reverse=True))
 
 
@@ -187,7 +223,7 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
         except InputError:
             await close_endpoint(ep)
             raise
-    extra = dict(getattr(cfg, "extra_body", {}) or {})
+    extra = _extra_body(cfg, index)
     want = getattr(cfg, "ignore_eos", True)
     if want is None:
         want = await probe_ignore_eos(ep, cfg.model, extra)
@@ -217,6 +253,13 @@ async def _open_in_process(cfg: Any, now_ns: Callable[[], int]) -> LiveEndpoint:
                         notes=["in-process simulator on the virtual clock"], transport=tr)
 
 
+def _extra_body(cfg: Any, index: int) -> dict[str, Any]:
+    try:
+        return dict(expand_env(dict(getattr(cfg, "extra_body", {}) or {}), "extra_body"))
+    except InputError as e:
+        raise e.located(where=f"endpoints[{index}]") from None
+
+
 def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
     """Headers (API key from its env var), timeouts and a connection pool for ``base``."""
     if cfg.kind == "simulated":
@@ -225,7 +268,7 @@ def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
         metrics_url: str | None = base + "/metrics"
         max_conn = 0
     else:
-        headers = dict(cfg.headers)
+        headers = expand_env(dict(cfg.headers), "headers")
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if key:
@@ -244,7 +287,8 @@ def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
     connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
                                      ttl_dns_cache=None, enable_cleanup_closed=False)
     http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
-    target = Target(label, base + api_path(cfg.api), headers, timeout, secrets_of(cfg))
+    target = Target(label, base + api_path(cfg.api), headers, timeout, secrets_of(cfg),
+                    bool(getattr(cfg, "follow_redirects", False)))
     return LiveEndpoint(label=label, api=cfg.api, base_url=base, target=target,
                         template=body_template(cfg.api, cfg.model, {}, False), http=http,
                         metrics_url=metrics_url, ignore_eos=False)
@@ -267,7 +311,7 @@ def reconnect(cfg: Any, index: int, found: dict[str, Any]) -> LiveEndpoint:
     process's own connection pool: same URL, body template and template-token cut."""
     ep = _connect(cfg, found["base_url"], found["label"])
     ep.ignore_eos = bool(found["ignore_eos"])
-    extra = dict(getattr(cfg, "extra_body", {}) or {})
+    extra = _extra_body(cfg, index)
     try:
         ep.template = body_template(cfg.api, cfg.model, extra, ep.ignore_eos)
     except ValueError as e:

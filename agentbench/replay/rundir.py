@@ -68,6 +68,10 @@ def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     from agentbench.replay.endpoints import secret_key, url_userinfo
 
     data = scenario.model_dump(mode="json")
+    clock = getattr(scenario, "clock_mode", None)
+    if clock is not None:  # the defaults that depend on the clock, as in force on this one
+        data["timing"]["idle_cap_s"] = scenario.timing.idle_cap_for(clock)
+        data["server_metrics"]["interval_s"] = scenario.server_metrics.interval_for(clock)
     for ep in data.get("endpoints", []):
         for key in ("url", "metrics_url"):
             if isinstance(ep.get(key), str):

@@ -28,8 +28,8 @@ from agentbench import tokenize
 
 #: where the "redirect" fault sends a client (nothing listens there)
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
-FAULTS = ("http500", "http429", "http400", "redirect", "reset", "stall", "malformed",
-          "error_event", "no_done", "no_usage", "bad_usage")
+FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset", "stall",
+          "malformed", "error_event", "no_done", "no_usage", "bad_usage")
 
 
 @dataclass
@@ -133,6 +133,8 @@ class FakeServer:
             return web.json_response({"error": {"message": "bad request"}}, status=400)
         if fault == "redirect":  # to another origin: a client must not follow with the body
             return web.Response(status=307, headers={"Location": REDIRECT_TO})
+        if fault == "redirect_here":  # within this server: may be followed
+            return web.Response(status=307, headers={"Location": request.path + "?moved=1"})
         out_n = int(body.get("max_tokens") or 16)
         if not body.get("stream"):
             text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))

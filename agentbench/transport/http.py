@@ -66,6 +66,11 @@ class Target:
     headers: Mapping[str, str]
     timeout: aiohttp.ClientTimeout
     secrets: tuple[str, ...] = ()
+    #: follow 307/308 to the same origin (scheme, host, port) only, up to MAX_REDIRECTS
+    follow_redirects: bool = False
+
+
+MAX_REDIRECTS = 5
 
 
 #: long bodies are written from their parts in groups of this size
@@ -115,6 +120,28 @@ def make_body(parts: list[bytes]) -> RequestBody:
     return RequestBody(parts, sum(map(len, parts)))
 
 
+def same_origin(url: str, location: str | None) -> str | None:
+    """``location`` resolved against ``url`` when it stays on the same scheme, host and
+    port; None otherwise (credentials never go to another origin)."""
+    if not location:
+        return None
+    from yarl import URL
+
+    here = URL(url)
+    there = here.join(URL(location))
+    if (there.scheme, there.host, there.port) != (here.scheme, here.host, here.port):
+        return None
+    return str(there)
+
+
+def _redirect_refused(location: str, target: Target) -> str:
+    if target.follow_redirects:
+        return (f"redirect to {location} not followed: another origin, or too many hops "
+                "(credentials stay with the endpoint's own origin)")
+    return (f"redirect to {location} not followed (set the endpoint url to where the server "
+            "lives, or follow_redirects: true for a redirect within the same origin)")
+
+
 def redact(text: str, secrets: tuple[str, ...]) -> str:
     for s in secrets:
         if s:
@@ -134,27 +161,37 @@ async def send(http: aiohttp.ClientSession, target: Target, body: bytes | Reques
         rec.sent_ns = perf_ns() - t0_ns  # the attempt; the body write stamps the hand-over
         if isinstance(body, RequestBody):
             body.stamp = lambda: setattr(rec, "sent_ns", perf_ns() - t0_ns)
-        # a redirect is not followed: it would re-send the body and the credentials to
-        # wherever the Location points
-        async with http.post(target.url, data=body, headers=headers,
-                             timeout=target.timeout, allow_redirects=False) as resp:
-            rec.http_status = resp.status
-            if resp.status != 200:
-                text = (await resp.content.read(2000)).decode("utf-8", "replace")
-                rec.end_ns = perf_ns() - t0_ns
-                rec.retry_after_s = _retry_after(resp.headers.get("Retry-After"))
-                if 300 <= resp.status < 400:
-                    text = (f"redirect to {resp.headers.get('Location', '?')} not followed "
-                            "(set the endpoint url to where the server lives)")
-                _fail(rec, f"http_{resp.status}", text.strip() or resp.reason or "", target)
-                return
-            read = resp.content.readany
-            while True:
-                chunk = await read()
-                if not chunk:
-                    break
-                times.append(perf_ns() - t0_ns)
-                chunks.append(chunk)
+        # aiohttp does not follow redirects here: that would re-send the body and the
+        # credentials to wherever the Location points. With follow_redirects, a 307/308 to
+        # the same origin is followed (the body re-sent as it was).
+        url = target.url
+        for hop in range(MAX_REDIRECTS + 1):
+            async with http.post(url, data=body, headers=headers,
+                                 timeout=target.timeout, allow_redirects=False) as resp:
+                rec.http_status = resp.status
+                if resp.status in (307, 308) and target.follow_redirects \
+                        and hop < MAX_REDIRECTS:
+                    nxt = same_origin(url, resp.headers.get("Location"))
+                    if nxt is not None:
+                        url = nxt
+                        continue
+                if resp.status != 200:
+                    text = (await resp.content.read(2000)).decode("utf-8", "replace")
+                    rec.end_ns = perf_ns() - t0_ns
+                    rec.retry_after_s = _retry_after(resp.headers.get("Retry-After"))
+                    if 300 <= resp.status < 400:
+                        text = _redirect_refused(resp.headers.get("Location", "?"), target)
+                    _fail(rec, f"http_{resp.status}", text.strip() or resp.reason or "",
+                          target)
+                    return
+                read = resp.content.readany
+                while True:
+                    chunk = await read()
+                    if not chunk:
+                        break
+                    times.append(perf_ns() - t0_ns)
+                    chunks.append(chunk)
+            break
         rec.end_ns = perf_ns() - t0_ns
     except asyncio.CancelledError:
         rec.end_ns = perf_ns() - t0_ns

@@ -1,0 +1,290 @@
+"""One recorded LLM call, and how a request/response pair becomes one.
+
+The proxy only stamps times and keeps the bytes; :class:`Analyzer` turns them into a
+:class:`Call` after the response has been relayed: token counts (the server's ``usage``
+when it sent one, else counted with the tokenizer), block hash ids of the prompt, and the
+message digests sessionizing needs. No prompt or response text is kept unless
+``keep_text``.
+
+Prompt layout (the ``openai-log`` reader's, so a recording and a request log of the same
+traffic hash alike): the tool schemas as one block of text, then each message as
+``<role> content+tool_calls <end>``, then the reply primer ``<assistant>``, tokenized with
+``agentbench.tokenize`` (or a named tokenizer) and cut into prefix-chained blocks of
+``block_size`` (64) tokens. A completions prompt is its text (or its token ids).
+
+Message digests: ``d_0 = H(tools)``, ``d_i = H(d_{i-1}, role, content, tool call ids)``;
+``reply`` is the same chain extended by the response as an assistant message. A later
+call whose digests contain a call's ``reply`` carries that call's prompt + response.
+Tool call *ids* go in, their argument JSON does not (agents re-serialize it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentbench.errors import InputError
+from agentbench.traces.readers._text import (
+    OTHER_ROLE_ID,
+    PromptHasher,
+    content_text,
+    message_token_ids,
+    primer_ids,
+)
+from agentbench.traces.tokenizers import get_tokenizer
+
+
+@dataclass(slots=True)
+class Call:
+    """One relayed LLM call: times in integer ns from the recorder's start (one
+    ``perf_counter_ns`` clock), counts, hash ids and digests; text only with keep_text."""
+
+    index: int
+    path: str
+    model: str | None
+    stream: bool
+    status: int
+    arrival_ns: int
+    first_byte_ns: int | None
+    end_ns: int
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int | None
+    usage_reported: bool
+    counted_input_tokens: int
+    hash_ids: list[int]
+    block_size: int
+    prefixes: list[int]  # message digest chain of the prompt
+    reply: int  # the chain extended by the response
+    session_key: str | None = None
+    parent_key: str | None = None
+    error: str | None = None
+    request_text: str | None = None  # the request body's messages/prompt/tools (keep_text)
+    response_text: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Call:
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class Reply:
+    """What a response said: usage, the assistant text and tool call ids."""
+
+    usage: dict[str, Any] | None = None
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    model: str | None = None
+
+
+def _digest(prev: int, *parts: str) -> int:
+    h = hashlib.blake2b(prev.to_bytes(8, "little"), digest_size=8)
+    for p in parts:
+        h.update(p.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return int.from_bytes(h.digest(), "little") >> 1  # int63: fits parquet/JSON int64
+
+
+def _call_ids(tool_calls: Any) -> str:
+    if not isinstance(tool_calls, list):
+        return ""
+    return ",".join(str(tc.get("id", "")) for tc in tool_calls if isinstance(tc, dict))
+
+
+def parse_response(body: bytes, encoding: str | None, stream: bool) -> Reply:
+    """The usage, text and tool calls of a relayed response (SSE or one JSON body); a body
+    it cannot read gives an empty ``Reply`` (then counts fall back to the tokenizer)."""
+    if encoding in ("gzip", "deflate"):
+        try:
+            body = zlib.decompress(body, 47)  # 32 + 15: gzip or zlib header
+        except zlib.error:
+            return Reply()
+    elif encoding not in (None, "", "identity"):
+        return Reply()
+    out = Reply()
+    if not stream:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return out
+        if isinstance(doc, dict):
+            _take(out, doc, delta=False)
+        return out
+    calls: dict[int, dict[str, Any]] = {}
+    texts: list[str] = []
+    for line in body.split(b"\n"):
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            continue
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict):
+            continue
+        if isinstance(doc.get("usage"), dict):
+            out.usage = doc["usage"]
+        out.model = out.model or (doc.get("model") if isinstance(doc.get("model"), str)
+                                  else None)
+        for ch in doc.get("choices") or ():
+            if not isinstance(ch, dict):
+                continue
+            d: dict[str, Any] = ch["delta"] if isinstance(ch.get("delta"), dict) else ch
+            for k in ("content", "reasoning_content", "reasoning", "text"):
+                if isinstance(d.get(k), str):
+                    texts.append(d[k])
+            for tc in d.get("tool_calls") or ():
+                if isinstance(tc, dict):
+                    slot = calls.setdefault(int(tc.get("index", 0) or 0), {"id": "", "args": ""})
+                    slot["id"] = slot["id"] or str(tc.get("id") or "")
+                    fn = tc.get("function")
+                    if isinstance(fn, dict):
+                        slot["args"] += str(fn.get("name") or "") + str(fn.get("arguments") or "")
+    out.text = "".join(texts)
+    out.tool_calls = [{"id": c["id"], "args": c["args"]} for _, c in sorted(calls.items())]
+    return out
+
+
+def _take(out: Reply, doc: dict[str, Any], *, delta: bool) -> None:
+    if isinstance(doc.get("usage"), dict):
+        out.usage = doc["usage"]
+    if isinstance(doc.get("model"), str):
+        out.model = doc["model"]
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return
+    ch = choices[0]
+    msg: dict[str, Any] = ch["message"] if isinstance(ch.get("message"), dict) else ch
+    parts = [msg.get(k) for k in ("reasoning_content", "reasoning", "content", "text")]
+    out.text = "".join(p for p in parts if isinstance(p, str))
+    for tc in msg.get("tool_calls") or ():
+        if isinstance(tc, dict):
+            fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else {}
+            out.tool_calls.append({"id": str(tc.get("id") or ""),
+                                   "args": str(fn.get("name") or "")
+                                   + str(fn.get("arguments") or "")})
+
+
+def _int(d: Any, *keys: str) -> int | None:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None
+
+
+class Analyzer:
+    """Counts, hashes and digests calls; caches each message's token ids so an agent's
+    growing context is tokenized once per new message, not once per call."""
+
+    def __init__(self, *, block_size: int = 64, tokenizer: str | None = None,
+                 keep_text: bool = False, cache_messages: int = 1 << 15) -> None:
+        self.block_size = block_size
+        self.keep_text = keep_text
+        self._tok = get_tokenizer(tokenizer)
+        self._cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._cache_max = cache_messages
+
+    def _encode(self, role: str, text: str) -> np.ndarray:
+        key = (role, text)
+        ids = self._cache.get(key)
+        if ids is None:
+            ids = np.asarray(message_token_ids(self._tok.encode(text), role), dtype=np.int64)
+            self._cache[key] = ids
+            if len(self._cache) > self._cache_max:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return ids
+
+    def prompt(self, body: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
+        """(prompt token ids, message digest chain) of a chat or completions body."""
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            tools = json.dumps(body["tools"], sort_keys=True) if body.get("tools") else ""
+            d = _digest(0, "tools", tools)
+            parts = [np.asarray([OTHER_ROLE_ID, *self._tok.encode(tools)], dtype=np.int64)
+                     ] if tools else []
+            chain = []
+            for m in messages:
+                if not isinstance(m, dict):
+                    continue
+                role: str = m["role"] if isinstance(m.get("role"), str) else "user"
+                try:
+                    text = content_text(m.get("content"))
+                except InputError:
+                    text = json.dumps(m.get("content"), sort_keys=True)
+                d = _digest(d, role, text, _call_ids(m.get("tool_calls")))
+                chain.append(d)
+                if m.get("tool_calls"):
+                    text += json.dumps(m["tool_calls"], sort_keys=True)
+                parts.append(self._encode(role, text))
+            parts.append(np.asarray(primer_ids(), dtype=np.int64))
+            return np.concatenate(parts), chain
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            ids = np.asarray(prompt, dtype=np.int64)
+            return ids, [_digest(0, "prompt-ids", ids.tobytes().hex())]
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
+        return np.asarray(self._tok.encode(text), dtype=np.int64), [_digest(0, "prompt", text)]
+
+    def call(self, *, index: int, path: str, body_bytes: bytes, status: int,
+             arrival_ns: int, first_byte_ns: int | None, end_ns: int, response: bytes,
+             encoding: str | None, session_key: str | None, parent_key: str | None,
+             error: str | None = None) -> Call:
+        """The ``Call`` of one relayed request (an unreadable body counts as empty)."""
+        try:
+            body = json.loads(body_bytes)
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        stream = bool(body.get("stream"))
+        tokens, chain = self.prompt(body)
+        reply = parse_response(response, encoding, stream) if 200 <= status < 300 else Reply()
+        usage = reply.usage or {}
+        chat = isinstance(body.get("messages"), list)
+        reply_digest = _digest(chain[-1] if chain else 0, "assistant" if chat else "reply",
+                               reply.text, ",".join(c["id"] for c in reply.tool_calls))
+        prompt_tokens = _int(usage, "prompt_tokens")
+        input_tokens = prompt_tokens if prompt_tokens is not None else len(tokens)
+        out_tokens = _int(usage, "completion_tokens")
+        if out_tokens is None:
+            text = reply.text + "".join(c["args"] for c in reply.tool_calls)
+            out_tokens = len(self._tok.encode(text)) if text else 0
+        cached = _int(usage, "prompt_tokens_details", "cached_tokens")
+        if cached is None:  # Anthropic-style gateways
+            cached = _int(usage, "cache_read_input_tokens")
+        bs = self.block_size
+        ids = PromptHasher(bs).hash_ids(tokens)[: -(-input_tokens // bs)]
+        model = body.get("model") if isinstance(body.get("model"), str) else reply.model
+        keep = {k: body[k] for k in ("messages", "prompt", "tools") if k in body}
+        return Call(
+            index=index, path=path, model=model, stream=stream, status=status,
+            arrival_ns=arrival_ns, first_byte_ns=first_byte_ns, end_ns=end_ns,
+            input_tokens=input_tokens, output_tokens=out_tokens,
+            cached_tokens=None if cached is None else min(cached, input_tokens),
+            usage_reported=prompt_tokens is not None, counted_input_tokens=len(tokens),
+            hash_ids=[int(h) for h in ids], block_size=bs, prefixes=chain,
+            reply=reply_digest, session_key=session_key, parent_key=parent_key, error=error,
+            request_text=json.dumps(keep) if self.keep_text else None,
+            response_text=reply.text if self.keep_text else None,
+        )

@@ -1,0 +1,338 @@
+"""The recording proxy (aiohttp): every request is forwarded to the upstream server and
+every response relayed back untouched, chunk by chunk as it arrives; LLM calls
+(``POST .../chat/completions`` and ``.../completions``) are recorded.
+
+The request path only stamps times and keeps the bytes it relays; counting, hashing and
+writing happen after the response's last byte went out (:class:`Recorder`), so they add
+nothing to the call's TTFT. Headers are forwarded as sent (hop-by-hop ones aside) and
+never written anywhere; the response body is relayed with its own encoding (the client
+session does not decompress).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from agentbench.record import store
+from agentbench.record.calls import Analyzer, Call
+
+#: hop-by-hop headers (RFC 9110 §7.6.1) and the ones aiohttp sets itself
+_REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
+                           "keep-alive", "proxy-connection", "proxy-authorization", "te",
+                           "trailer", "upgrade"})
+_RESPONSE_DROP = frozenset({"transfer-encoding", "connection", "keep-alive",
+                            "proxy-connection", "trailer", "upgrade"})
+_LLM_PATHS = ("/chat/completions", "/completions")
+
+
+@dataclass
+class RecordConfig:
+    """What ``agentbench record`` was asked for."""
+
+    upstream: str
+    out: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    keep_text: bool = False
+    block_size: int = 64
+    tokenizer: str | None = None
+    subagents: str = "infer"
+    session_header: str = "X-Session-ID"
+    parent_header: str = "X-Parent-Session-ID"
+    session_from_user: bool = True
+    write_interval_s: float = 1.0
+
+
+def upstream_root(url: str) -> str:
+    """The upstream base the request path is appended to: ``url`` without a trailing
+    ``/v1`` (clients send ``/v1/...`` paths), so ``http://h:8000`` and ``http://h:8000/v1``
+    mean the same server."""
+    root = url.rstrip("/")
+    return root[:-3] if root.endswith("/v1") else root
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) -> (host, port)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, got {listen!r}")
+    return host.strip("[]"), int(port)
+
+
+class Recorder:
+    """Turns relayed calls into journal lines and keeps the native trace file current
+    (rewritten at most every ``write_interval_s``, or 10x the last rewrite's time when
+    that is longer, while calls come, and at close)."""
+
+    def __init__(self, cfg: RecordConfig, t0_ns: int) -> None:
+        from agentbench.replay.endpoints import url_userinfo
+
+        self.cfg = cfg
+        self.t0_ns = t0_ns
+        self.analyzer = Analyzer(block_size=cfg.block_size, tokenizer=cfg.tokenizer,
+                                 keep_text=cfg.keep_text)
+        self.meta = store.describe(
+            upstream=url_userinfo(cfg.upstream)[0].split("?")[0], keep_text=cfg.keep_text,
+            block_size=cfg.block_size, tokenizer=cfg.tokenizer, subagents=cfg.subagents,
+            session_header=cfg.session_header, session_from_user=cfg.session_from_user,
+            started_unix_s=time.time())
+        self.journal = store.Journal(store.journal_path(cfg.out), self.meta)
+        self.calls: list[Call] = []
+        self.ids = itertools.count()
+        self.on_call: Callable[[Call], None] | None = None
+        self.write_error: BaseException | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Future[Any] | None = None
+        self._dirty = False
+        self._interval_s = cfg.write_interval_s
+        self._write_started = 0.0
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns() - self.t0_ns
+
+    def submit(self, **raw: Any) -> None:
+        """Record one relayed call, off the request's path (a task of its own)."""
+        task = asyncio.get_running_loop().create_task(self._record(raw))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _record(self, raw: dict[str, Any]) -> None:
+        user = self.cfg.session_from_user and raw["session_key"] is None
+        try:
+            call = self.analyzer.call(**raw)
+        except Exception as e:  # a call we cannot read is skipped, never the relay
+            print(f"agentbench record: call {raw['index']} not recorded: {e!r}",
+                  file=sys.stderr)
+            return
+        if user and call.session_key is None:
+            call.session_key = _user_of(raw["body_bytes"])
+        self.calls.append(call)
+        self.journal.append(call)
+        self._changed()
+        if self.on_call is not None:
+            self.on_call(call)
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if self._timer is None and self._writing is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval_s,
+                                                                 self._write_now)
+
+    def _write_now(self) -> None:
+        self._timer = None
+        self._dirty = False
+        self._write_started = time.perf_counter()
+        snapshot = list(self.calls)
+        self._writing = asyncio.ensure_future(
+            asyncio.to_thread(store.write, snapshot, self.cfg.out, self.meta))
+        self._writing.add_done_callback(self._wrote)
+
+    def _wrote(self, fut: asyncio.Future[Any]) -> None:
+        self._writing = None
+        # a long recording takes longer to rewrite: keep rewriting to <= 10% of the time
+        took = time.perf_counter() - self._write_started
+        self._interval_s = max(self.cfg.write_interval_s, 10 * took)
+        if not fut.cancelled() and fut.exception() is not None:
+            self.write_error = fut.exception()
+            print(f"agentbench record: could not write {self.cfg.out}: {self.write_error}",
+                  file=sys.stderr)
+        if self._dirty:
+            self._changed()
+
+    async def settle(self) -> None:
+        """Wait until every relayed call is in the journal (tests, shutdown)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Record what is pending, then write the trace one last time."""
+        await self.settle()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._writing is not None:
+            with contextlib.suppress(Exception):
+                await self._writing
+        self.journal.close()
+        store.write(list(self.calls), self.cfg.out, self.meta)
+
+
+def _user_of(body: bytes) -> str | None:
+    import json
+
+    try:
+        user = json.loads(body).get("user")
+    except (ValueError, AttributeError):
+        return None
+    return user if isinstance(user, str) and user else None
+
+
+class Proxy:
+    """The aiohttp handler: forward, relay, stamp, hand the call to the recorder."""
+
+    def __init__(self, cfg: RecordConfig, recorder: Recorder) -> None:
+        self.root = upstream_root(cfg.upstream)
+        self.cfg = cfg
+        self.recorder = recorder
+        self.client: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self.client = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            auto_decompress=False,  # relay the bytes as the server encoded them
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        rec = self.recorder
+        arrival = rec.now_ns()
+        body = await request.read()
+        headers = CIMultiDict((k, v) for k, v in request.headers.items()
+                              if k.lower() not in _REQUEST_DROP)
+        llm = request.method == "POST" and request.path.endswith(_LLM_PATHS)
+        assert self.client is not None
+        try:
+            up = await self.client.request(
+                request.method, URL(self.root + request.raw_path, encoded=True),
+                headers=headers, data=body or None, allow_redirects=False)
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            return web.json_response({"error": {
+                "message": f"agentbench record: upstream {self.root} unreachable "
+                           f"({type(e).__name__})", "type": "proxy_error"}}, status=502)
+        resp = web.StreamResponse(status=up.status, reason=up.reason, headers=CIMultiDict(
+            (k, v) for k, v in up.headers.items() if k.lower() not in _RESPONSE_DROP))
+        chunks: list[bytes] = []
+        first: int | None = None
+        error: str | None = None
+        try:
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                if first is None:
+                    first = rec.now_ns()
+                await resp.write(chunk)
+                if llm:
+                    chunks.append(chunk)
+            await resp.write_eof()
+        except (TimeoutError, ConnectionError, aiohttp.ClientError) as e:
+            error = f"relay stopped: {type(e).__name__}"  # client gone or upstream broke
+        finally:
+            up.release() if error is None else up.close()
+        if llm:
+            rec.submit(index=next(rec.ids), path=request.path, body_bytes=body,
+                       status=up.status, arrival_ns=arrival, first_byte_ns=first,
+                       end_ns=rec.now_ns(), response=b"".join(chunks),
+                       encoding=up.headers.get("Content-Encoding"),
+                       session_key=request.headers.get(self.cfg.session_header) or None,
+                       parent_key=request.headers.get(self.cfg.parent_header) or None,
+                       error=error)
+        return resp
+
+
+@dataclass
+class ProxyHandle:
+    """A recording proxy running in this event loop: ``url`` (base; the API is under
+    /v1), ``recorder`` and ``close()`` (stops serving, writes the trace)."""
+
+    url: str
+    recorder: Recorder
+    proxy: Proxy
+    runner: web.AppRunner
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+        await self.proxy.close()
+        await self.recorder.close()
+
+
+async def start_proxy(cfg: RecordConfig) -> ProxyHandle:
+    """Start recording in the running loop; returns once it listens (``port=0``: a free
+    port)."""
+    recorder = Recorder(cfg, time.perf_counter_ns())
+    proxy = Proxy(cfg, recorder)
+    await proxy.start()
+    app = web.Application(client_max_size=1 << 30)  # agent prompts run to megabytes
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, cfg.host, cfg.port)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        await proxy.close()
+        recorder.journal.close()
+        raise
+    host, port = runner.addresses[0][:2]
+    url_host = f"[{host}]" if ":" in str(host) else host
+    return ProxyHandle(f"http://{url_host}:{port}", recorder, proxy, runner)
+
+
+async def serve(cfg: RecordConfig, on_ready: Callable[[ProxyHandle], None] | None = None
+                ) -> ProxyHandle:
+    """Record until cancelled (Ctrl-C) or SIGTERM; the trace is written either way."""
+    import signal
+
+    handle = await start_proxy(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if on_ready is not None:
+        on_ready(handle)
+    try:
+        await stop.wait()
+    finally:
+        await asyncio.shield(handle.close())
+    return handle
+
+
+def run_record(cfg: RecordConfig, echo: Callable[[str], None]) -> str:
+    """``agentbench record``: refuse to overwrite, record until Ctrl-C or SIGTERM, and
+    return the line that says what was written."""
+    from agentbench.errors import InputError
+
+    for p in (cfg.out, store.journal_path(cfg.out)):
+        if p.exists():
+            raise InputError("exists; pick another -o or remove it (--rebuild remakes the "
+                             "trace from its journal)", source=str(p))
+
+    def ready(h: ProxyHandle) -> None:
+        echo(f"recording: point the agent at {h.url}/v1 (upstream {upstream_root(cfg.upstream)}"
+             f"); writing {cfg.out}; Ctrl-C stops")
+
+    async def main() -> None:
+        await serve(cfg, ready)
+
+    with contextlib.suppress(KeyboardInterrupt):  # serve()'s finally wrote the trace
+        asyncio.run(main())
+    return summary(cfg.out)
+
+
+def summary(out: Path) -> str:
+    """One line: calls, sessions and subagents of a written recording."""
+    from agentbench.traces.readers import native
+
+    trace = native.read(out)
+    meta = store.read_meta(out)
+    subs = sum(1 for s in trace.sessions if s.parent_id is not None)
+    return (f"wrote {out}: {meta.get('calls_in_trace', 0)} calls in {len(trace.roots())} "
+            f"session(s) with {subs} subagent(s) ({meta.get('calls', 0)} recorded; journal "
+            f"{store.journal_path(out)})")

@@ -1,0 +1,178 @@
+"""A recording on disk: a journal appended call by call, and the native trace built from it.
+
+``<out>.calls.jsonl`` gets one line per finished call (flushed at once: a crash, Ctrl-C or
+SIGKILL keeps every finished call). ``<out>`` is the native trace
+(:mod:`agentbench.traces.readers.native`), rewritten from the journal's calls as the
+recording goes and at its end, each time whole and then renamed into place, so the file
+on disk is always a readable trace. ``rebuild`` makes it again from a journal.
+
+Beside the native columns the turns table carries per-call columns (``call_index``,
+``path``, ``stream``, ``ttft_s`` = first response byte - arrival, ``usage_reported``,
+``counted_input_tokens``; ``request_text`` and ``response_text`` only with keep_text),
+and the file's metadata key ``agentbench.recording`` says, as JSON, what was and was not
+stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentbench import __version__
+from agentbench.errors import InputError
+from agentbench.record.calls import Call
+from agentbench.record.sessionize import NS, sessionize
+from agentbench.traces.model import Trace
+from agentbench.traces.readers import native
+
+RECORDING_KEY = b"agentbench.recording"
+FORMAT = "agentbench-record/1"
+
+STORED = [
+    "per call: arrival and end time (s, one monotonic clock), time to the first response "
+    "byte, model, API path, stream flag",
+    "input, output and cached token counts (the server's usage; counted with the tokenizer "
+    "when the server sent none: usage_reported = false)",
+    "block hash ids of the prompt (content hashes of token blocks, not reversible to text)",
+    "sessions, subagents (fork/spawn, parent_turn, join_turn) and think times",
+]
+NOT_STORED = [
+    "request headers (Authorization, API keys, cookies and every other header are "
+    "forwarded, never written; the session header's value is the session id)",
+    "the upstream URL's user:password part",
+    "response bodies",
+]
+
+
+def journal_path(out: Path) -> Path:
+    return out.with_name(out.name + ".calls.jsonl")
+
+
+class Journal:
+    """Appends calls, one JSON line each, flushed as written; the first line is the
+    recording's metadata (``{"recording": {...}}``)."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f: IO[str] = path.open("x", encoding="utf-8")
+        self._f.write(json.dumps({"recording": meta}) + "\n")
+        self._f.flush()
+
+    def append(self, call: Call) -> None:
+        self._f.write(json.dumps(call.to_json(), separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_journal(path: Path) -> tuple[dict[str, Any], list[Call]]:
+    """(metadata, calls) of a journal; a torn last line (killed mid-write) is left out."""
+    meta: dict[str, Any] = {}
+    out = []
+    with path.open(encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+            if i == 0 and isinstance(doc, dict) and "recording" in doc:
+                meta = doc["recording"]
+                continue
+            out.append(Call.from_json(doc))
+        except (ValueError, TypeError) as e:
+            if i >= len(lines) - 2:  # the last line, torn by a kill
+                break
+            raise InputError(f"unreadable call ({e})", source=str(path),
+                             where=f"line {i + 1}") from None
+    return meta, out
+
+
+def describe(*, upstream: str, keep_text: bool, block_size: int, tokenizer: str | None,
+             subagents: str, session_header: str, session_from_user: bool,
+             started_unix_s: float) -> dict[str, Any]:
+    """The ``agentbench.recording`` metadata: what this file holds and how it was made."""
+    stored = list(STORED)
+    not_stored = list(NOT_STORED)
+    if keep_text:
+        stored.append("prompt text (request messages, prompt, tools) and response text "
+                      "(--keep-text)")
+    else:
+        not_stored.insert(0, "prompt and response text (--keep-text stores them)")
+    return {
+        "format": FORMAT, "recorder": f"agentbench record {__version__}",
+        "upstream": upstream, "started_unix_s": started_unix_s,
+        "started_note": "wall clock, for humans; times in the trace are monotonic",
+        "keep_text": keep_text, "block_size": block_size,
+        "tokenizer": tokenizer or "agentbench.tokenize (approximate)",
+        "prompt_layout": "tools, then <role> content+tool_calls <end> per message, then "
+                         "<assistant>; prefix-chained blake2b block hashes (openai-log "
+                         "reader's layout)",
+        "sessions_from": ([f"header {session_header}"] + (["body user"] if session_from_user
+                                                          else [])
+                          + ["prompt + response continuity", "prompt prefix continuity"]),
+        "subagents": subagents, "stored": stored, "not_stored": not_stored,
+    }
+
+
+def write(calls: Sequence[Call], out: Path, meta: dict[str, Any]) -> Trace:
+    """Sessionize ``calls`` and write the native trace at ``out`` (whole, then renamed)."""
+    trace, rows = sessionize(calls, subagents=str(meta.get("subagents", "infer")),
+                             name=out.stem, source=str(out))
+    ttft = [None if c.first_byte_ns is None else (c.first_byte_ns - c.arrival_ns) / NS
+            for c in rows]
+    extra: dict[str, pa.Array] = {
+        "call_index": pa.array([c.index for c in rows], pa.int64()),
+        "path": pa.array([c.path for c in rows], pa.string()),
+        "stream": pa.array([c.stream for c in rows], pa.bool_()),
+        "ttft_s": pa.array(ttft, pa.float64()),
+        "usage_reported": pa.array([c.usage_reported for c in rows], pa.bool_()),
+        "counted_input_tokens": pa.array([c.counted_input_tokens for c in rows], pa.int64()),
+    }
+    if meta.get("keep_text"):
+        extra["request_text"] = pa.array([c.request_text for c in rows], pa.large_string())
+        extra["response_text"] = pa.array([c.response_text for c in rows], pa.large_string())
+    info = dict(meta)
+    info["calls"] = len(calls)
+    info["calls_in_trace"] = len(rows)
+    info["calls_left_out"] = {"http_error": sum(1 for c in calls if not c.ok)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    # the native writer lays the turns out (its rows: sessions in order, then turns);
+    # the recording's columns and metadata are added beside them, which its reader ignores
+    native.write(trace, tmp)
+    turns = pq.read_table(tmp)
+    for name, col in extra.items():
+        turns = turns.append_column(name, col)
+    turns = turns.replace_schema_metadata({**(turns.schema.metadata or {}),
+                                           RECORDING_KEY: json.dumps(info).encode()})
+    pq.write_table(turns, tmp, compression="zstd",
+                   row_group_size=getattr(native, "BATCH_TURNS", None))
+    os.replace(tmp, out)
+    return trace
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """The ``agentbench.recording`` metadata of a recorded trace."""
+    meta = pq.read_schema(path).metadata or {}
+    if RECORDING_KEY not in meta:
+        raise InputError("not a recording (no agentbench.recording metadata)", source=str(path))
+    info: dict[str, Any] = json.loads(meta[RECORDING_KEY])
+    return info
+
+
+def rebuild(out: Path) -> Trace:
+    """Write ``out`` again from its journal (after a kill, or to re-sessionize)."""
+    j = journal_path(out)
+    if not j.exists():
+        raise InputError("no journal to rebuild from", source=str(j))
+    meta, calls = read_journal(j)
+    return write(calls, out, meta)

@@ -86,7 +86,8 @@ def validate(
 @traces_app.command("stats")
 @guarded
 def traces_stats(
-    source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
+    source: str = typer.Argument(..., help="Trace file, folder, dataset id, builtin:NAME or "
+                                 "cache:NAME."),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
     scale: float | None = typer.Option(
@@ -157,6 +158,32 @@ def traces_synth(
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
 
 
+@traces_app.command("list")
+@guarded
+def traces_list(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
+) -> None:
+    """Bundled traces (builtin:NAME) with their facts, and the corpora `traces fetch` gets."""
+    from agentbench.traces.sources import format_listing, listing
+
+    data = listing()
+    typer.echo(json.dumps(data, indent=2) if as_json else format_listing(data))
+
+
+@traces_app.command("fetch")
+@guarded
+def traces_fetch(
+    name: str = typer.Argument(..., help="Corpus name (see `agentbench traces list`)."),
+    mirror: str | None = typer.Option(
+        None, "--mirror", help="URL or folder serving MIRROR/NAME/<file> instead of upstream."),
+) -> None:
+    """Download a public corpus into the cache (checked by SHA-256); read it as cache:NAME."""
+    from agentbench.traces.fetch import fetch
+
+    out = fetch(name, mirror=mirror, log=lambda m: typer.echo(m, err=True))
+    typer.echo(f"fetched {name} into {out}; read it as cache:{name}")
+
+
 def _reader_options(items: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs; values read as YAML scalars (numbers, booleans, strings)."""
     import yaml
@@ -183,10 +210,41 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
     return trace
 
 
+def _default_trace() -> str:
+    from agentbench.scenario_flags import DEFAULT_TRACE
+
+    return DEFAULT_TRACE
+
+
 @app.command()
 @guarded
 def run(
-    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    scenario: Path | None = typer.Argument(
+        None, help="Scenario YAML file; none: a scenario built from --url, --model and the "
+        "other flags."),
+    url: str | None = typer.Option(None, "--url", help="Without a scenario file: the "
+                                   "OpenAI-compatible server's base URL (with or without /v1)."),
+    model: str | None = typer.Option(None, "--model", help="Without a file: model name sent."),
+    api: str | None = typer.Option(None, "--api", help="Without a file: chat (default) or "
+                                   "completions."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Without a file: closed loop of N agent lanes (default 4)."),
+    rate: float | None = typer.Option(
+        None, "--rate", help="Without a file: open loop, agent sessions arriving per second "
+        "(Poisson)."),
+    trace: str | None = typer.Option(
+        None, "--trace", help="Without a file: a trace file, folder, dataset id, builtin:NAME "
+        "or synth:PROFILE[:SESSIONS]; default: " + _default_trace() + "."),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Without a file: seconds per stage (default 60 unless "
+        "--max-requests is given)."),
+    max_requests: int | None = typer.Option(None, "--max-requests",
+                                            help="Without a file: requests per stage."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of every random choice "
+                                    "(scenario key seed; 0 is a seed)."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="KEY.PATH=VALUE: override a scenario key (value read as YAML, "
+        "validated like the file), e.g. --set limits.duration_s=30 (repeatable)."),
     output: Path | None = typer.Option(None, "--output", "-o",
                                        help="Parent folder of run folders (output.dir)."),
     run_id: str | None = typer.Option(None, "--run-id", help="Run folder name (output.run_id)."),
@@ -198,11 +256,28 @@ def run(
 ) -> None:
     """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
 
+    Without a scenario file, --url and --model build one (written to run.json).
+
     A scenario with ``variants`` runs once per variant and compares the runs at the end."""
     from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import expand_variants, load_scenario
+    from agentbench.scenario_io import expand_variants, load_scenario, parse_set
 
-    base = load_scenario(scenario)
+    sets = [parse_set(item) for item in set_]
+    flags: dict[str, Any] = {"api": api, "concurrency": concurrency, "rate": rate,
+                             "trace": trace, "duration_s": duration, "max_requests": max_requests}
+    if scenario is None:
+        from agentbench.scenario_flags import scenario_from_flags
+
+        base = scenario_from_flags(url, model, sets=sets, seed=seed, **flags)
+    else:
+        given = [f"--{k.removesuffix('_s').replace('_', '-')}"
+                 for k, v in {"url": url, "model": model, **flags}.items() if v is not None]
+        if given:
+            raise InputError(f"{', '.join(given)}: only for a run without a scenario file; "
+                             f"with {scenario}, use --set KEY.PATH=VALUE (e.g. --set "
+                             "endpoints.0.url=http://host:8000)", source="agentbench run")
+        base = load_scenario(scenario, labels={"seed": "--seed"},
+                             sets=sets if seed is None else [*sets, ("seed", seed)])
     if output is not None:
         base.output.dir = str(output)
     if run_id is not None:
@@ -230,7 +305,7 @@ def run(
                 try:
                     traces[key] = load_trace(sc)
                 except InputError as e:
-                    raise e.located(source=str(scenario)) from None
+                    raise e.located(source=str(scenario or "--trace")) from None
                 for line in traces[key].skipped:
                     typer.echo(f"warning: skipped bad trace file {line}", err=True)
             res = replay_run(sc, progress=progress, on_start=started, workers=workers,
@@ -421,8 +496,6 @@ def record(
                        subagents=subagents, session_header=session_header,
                        session_from_user=not no_user_sessions)
     typer.echo(run_record(cfg, typer.echo))
-
-
 
 
 def main() -> None:

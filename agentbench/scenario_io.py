@@ -203,24 +203,48 @@ def _text_lines(text: str) -> dict[tuple[str, ...], int]:
 # ---------------------------------------------------------------- validating
 
 
-def parse_scenario(text: str, source: str = "<scenario>") -> Any:
+def parse_scenario(text: str, source: str = "<scenario>",
+                   sets: list[tuple[str, Any]] | None = None,
+                   labels: dict[str, str] | None = None) -> Any:
     """A validated ``Scenario`` from YAML text (every variant checked too), or a
-    ``ScenarioError`` naming ``source`` with every problem."""
-    from pydantic import ValidationError
-
-    from agentbench.scenario import Scenario
-
+    ``ScenarioError`` naming ``source`` with every problem. ``sets`` (from
+    :func:`parse_set`) override dotted keys of the file before it is validated; ``labels``
+    (see :func:`validate_data`) name where a set came from."""
     data, root = _read_yaml(text, source)
     if not isinstance(data, dict):
         what = "the file is empty" if data is None else f"not {_kind(data)}"
         raise ScenarioError(source, [("(root)", None, "a scenario is a YAML mapping (key: "
                                       f"value lines); {what}")])
-    lines = _key_lines(root)
+    return validate_data(data, source, _key_lines(root), sets, labels)
+
+
+def validate_data(data: dict[str, Any], source: str,
+                  lines: dict[tuple[str, ...], int] | None = None,
+                  sets: list[tuple[str, Any]] | None = None,
+                  labels: dict[str, str] | None = None) -> Any:
+    """A validated ``Scenario`` from plain data, checked as a file is. ``sets`` are
+    (dotted key, value) overrides applied first; ``labels`` name where a key came from
+    (``{"endpoints.0.url": "--url"}``): a problem under a set or labelled key is shown
+    with it, so it names the flag the user typed."""
+    from pydantic import ValidationError
+
+    from agentbench.scenario import Scenario
+
+    lines = lines or {}
+    labels = dict(labels or {})
+    problems: list[Problem] = []
+    for key, value in sets or []:
+        try:
+            _set_path(data, key, value)
+        except _SetError as e:
+            problems.append((labels.get(key, f"--set {key}"), None, e.msg))
+        labels.setdefault(key, f"--set {key}")
+    if problems:
+        raise ScenarioError(source, problems)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
-        raise ScenarioError(source, _problems(e, lines, data)) from None
-    problems: list[Problem] = []
+        raise ScenarioError(source, label_problems(_problems(e, lines, data), labels)) from None
     names = [v.name for v in sc.variants]
     for i, v in enumerate(sc.variants):
         if v.name in names[:i]:
@@ -236,8 +260,47 @@ def parse_scenario(text: str, source: str = "<scenario>") -> Any:
                 problems.append((f"variants.{i}.set -> {path}",
                                  lines.get(("variants", str(i), "set")), msg))
     if problems:
-        raise ScenarioError(source, problems)
+        raise ScenarioError(source, label_problems(problems, labels))
     return sc
+
+
+def label_problems(problems: list[Problem], labels: dict[str, str]) -> list[Problem]:
+    """Problems at, under or just above a labelled key, shown with the label
+    (``--set load.kind -> load: ...``); the line is dropped, as the value did not come from
+    that line of the file."""
+    if not labels:
+        return problems
+    out: list[Problem] = []
+    for path, line, msg in problems:
+        above = [k for k in labels if path.startswith(k + ".")]
+        below = [k for k in labels if k.startswith(path + ".")]
+        key = (path if path in labels else max(above, key=len) if above
+               else below[0] if len(below) == 1 else None)
+        if key is None:
+            out.append((path, line, msg))
+        else:
+            out.append((labels[key] if path == key else f"{labels[key]} -> {path}", None, msg))
+    return out
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """``KEY.PATH=VALUE`` from the command line: the dotted key and the value read as YAML
+    (``4`` a number, ``[1, 2]`` a list, ``null``, ``'4'`` a string), within the file's
+    bounds."""
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise InputError(f"expected KEY.PATH=VALUE, got {_one_line(repr(item), 80)}",
+                         source="--set")
+    if any(not part for part in key.split(".")):
+        raise InputError("a key path is names joined by dots (e.g. limits.duration_s)",
+                         source=f"--set {_one_line(key, 80)}")
+    try:
+        parsed, _ = _read_yaml(value, f"--set {key}")
+    except ScenarioError as e:
+        raise InputError(f"the value is not YAML: {e.problems[0][2]}",
+                         source=f"--set {_one_line(key, 80)}") from None
+    return key, parsed
 
 
 def _kind(value: Any) -> str:
@@ -365,6 +428,31 @@ class _VariantInvalid(Exception):
         super().__init__(str(error))
 
 
+def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted ``key`` (mapping keys and list indexes) of ``data`` to ``value`` in
+    place; an optional section left out is started."""
+    node: Any = data
+    parts = key.split(".")
+    for j, part in enumerate(parts):
+        last = j == len(parts) - 1
+        if isinstance(node, list):
+            if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
+                raise _SetError(key, f"{'.'.join(parts[:j]) or 'root'} has no item {part}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:  # an optional section left out: start it
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise _SetError(key, f"{'.'.join(parts[:j])} is not a mapping or list")
+
+
 def _variant(sc: Any, v: Any) -> Any:
     """The scenario of one variant: the base with the variant's dotted keys set."""
     from pydantic import ValidationError
@@ -373,29 +461,10 @@ def _variant(sc: Any, v: Any) -> Any:
 
     data = sc.model_dump(mode="python", exclude={"variants"})
     for key, value in v.set.items():
-        node: Any = data
-        parts = key.split(".")
-        if parts[0] in ("name", "variants"):
+        if key.split(".")[0] in ("name", "variants"):
             raise _SetError(key, "a variant cannot set this (its name is the scenario's name "
                             "and its own; variants do not nest)")
-        for j, part in enumerate(parts):
-            last = j == len(parts) - 1
-            if isinstance(node, list):
-                if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
-                    raise _SetError(key, f"{'.'.join(parts[:j]) or 'root'} has no item {part}")
-                if last:
-                    node[int(part)] = value
-                else:
-                    node = node[int(part)]
-            elif isinstance(node, dict):
-                if last:
-                    node[part] = value
-                else:
-                    if node.get(part) is None:  # an optional section left out: start it
-                        node[part] = {}
-                    node = node[part]
-            else:
-                raise _SetError(key, f"{'.'.join(parts[:j])} is not a mapping or list")
+        _set_path(data, key, value)
     data["name"] = f"{sc.name}-{v.name}"
     if v.description:
         data["description"] = v.description
@@ -427,12 +496,18 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
     from agentbench.traces.readers import looks_like_hub_id
+    from agentbench.traces.sources import is_named
+    from agentbench.traces.sources import problem as named_problem
 
     lines = _text_lines(text) if text else {}
     problems: list[Problem] = []
     warnings: list[str] = []
     trace = sc.trace
-    if getattr(trace, "kind", None) == "file":
+    if getattr(trace, "kind", None) == "file" and is_named(trace.source):
+        why = named_problem(trace.source)  # builtin:NAME, cache:NAME (traces/sources.py)
+        if why:
+            problems.append(("trace.source", lines.get(("trace", "source")), why))
+    elif getattr(trace, "kind", None) == "file":
         src = Path(trace.source).expanduser()
         cand = src if src.is_absolute() else base_dir / src
         try:
@@ -464,8 +539,12 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
     return problems, warnings
 
 
-def load_scenario(path: str | Path, *, check: bool = True) -> Any:
-    """Read, validate and check a scenario file; raise ``ScenarioError`` with every problem."""
+def load_scenario(path: str | Path, *, check: bool = True,
+                  sets: list[tuple[str, Any]] | None = None,
+                  labels: dict[str, str] | None = None) -> Any:
+    """Read, validate and check a scenario file; raise ``ScenarioError`` with every problem.
+    ``sets`` (dotted key, value) override keys of the file before it is validated; a
+    problem under one is shown as ``--set KEY`` (or its entry in ``labels``)."""
     p = Path(path)
     try:
         # at most one byte over the bound: /dev/zero or a huge file is not read whole
@@ -483,9 +562,10 @@ def load_scenario(path: str | Path, *, check: bool = True) -> Any:
                          source=str(p)) from None
     if "\x00" in text:
         raise InputError("not a text file (it holds NUL bytes)", source=str(p))
-    sc = parse_scenario(text, source=str(p))
+    sc = parse_scenario(text, source=str(p), sets=sets, labels=labels)
     if check:
         problems, _ = check_scenario(sc, p.resolve().parent, text)
         if problems:
-            raise ScenarioError(str(p), problems)
+            named = {key: f"--set {key}" for key, _ in sets or []} | (labels or {})
+            raise ScenarioError(str(p), label_problems(problems, named))
     return sc

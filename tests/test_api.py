@@ -111,8 +111,9 @@ def test_notebook_executes(run_dir: Path) -> None:
     old = os.environ.get("AGENTBENCH_RUN")
     os.environ["AGENTBENCH_RUN"] = str(run_dir)
     try:
+        # from the repository root, as `jupyter execute examples/analysis.ipynb` runs it
         nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
-                                resources={"metadata": {"path": str(run_dir.parent)}}).execute()
+                                resources={"metadata": {"path": str(ROOT)}}).execute()
     finally:
         if old is None:
             os.environ.pop("AGENTBENCH_RUN", None)
@@ -124,6 +125,31 @@ def test_notebook_executes(run_dir: Path) -> None:
     assert len(pngs) == 2  # TTFT vs context, hit rate per turn
     text = "".join(o.get("text", "") for o in outputs)
     assert "TTFT" in text and "hit rate" in text
+
+
+def test_notebook_finds_the_newest_run_from_the_root_or_from_examples(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without RUN, the notebook's first cell takes the newest results/<run>/ of the working
+    folder or of the nearest folder above it (the repository root seen from examples/)."""
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(ROOT / "examples" / "analysis.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "find-run" in c.metadata.get("tags", []))
+    for run in ("old", "new"):
+        (tmp_path / "results" / run).mkdir(parents=True)
+        (tmp_path / "results" / run / "requests.parquet").write_bytes(b"")
+        os.utime(tmp_path / "results" / run / "requests.parquet",
+                 (1, 1 if run == "old" else 2))
+    (tmp_path / "examples").mkdir()
+    monkeypatch.delenv("AGENTBENCH_RUN", raising=False)
+    for cwd in (tmp_path, tmp_path / "examples"):
+        monkeypatch.chdir(cwd)
+        ns: dict[str, object] = {}
+        exec(cell.source, ns)
+        assert ns["run_dir"] == tmp_path.resolve() / "results" / "new"
+    monkeypatch.setenv("AGENTBENCH_RUN", str(tmp_path / "results" / "old"))
+    ns = {}
+    exec(cell.source, ns)
+    assert ns["run_dir"] == tmp_path / "results" / "old"
 
 
 def test_compare_refuses_runs_that_replayed_different_things(tmp_path: Path) -> None:

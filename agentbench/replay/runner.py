@@ -22,7 +22,7 @@ from agentbench.replay.endpoints import (
     open_endpoint,
     opened,
 )
-from agentbench.replay.progress import Progress, planned_requests
+from agentbench.replay.progress import Progress, plan_of
 from agentbench.replay.prompts import BlockCache
 from agentbench.replay.rundir import (
     make_run_dir,
@@ -117,7 +117,6 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     status = "crashed"
     frozen = False
     health = Health()
-    current = {"stage": ""}
     fleet: Fleet | None = None
     sigterm = _cancel_on_sigterm()
     try:
@@ -155,10 +154,10 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             fleet = Fleet(n_workers, scenario, trace,
                           [opened(e) for e in endpoints], t0, run_dir)
             await fleet.start()
-        bar = Progress(planned_requests(scenario, specs, len(stages_of(scenario.load)))
-                       if virtual else None, enabled=progress, virtual=virtual)
-        bg.append(asyncio.ensure_future(bar.loop(fleet.view() if fleet else ctx,
-                                                 lambda: current["stage"], stop_bg)))
+        counters = fleet.view() if fleet else ctx
+        bar = Progress(plan_of(scenario, specs, len(stages_of(scenario.load))), timers.now_ns,
+                       enabled=progress)
+        bg.append(asyncio.ensure_future(bar.loop(counters, stop_bg)))
         bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg,
                                                     10.0 if virtual else 1.0)))
         source = TreeSource(specs, scenario.limits.recycle)
@@ -171,7 +170,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         if not virtual:  # loop stalls are wall-clock events: none in virtual time
             bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         for k, stage in enumerate(stages_of(scenario.load)):
-            current["stage"] = stage.label
+            bar.begin_stage(counters, k, stage.label)
             t_start = timers.now_ns()
             if fleet is not None:
                 await fleet.run_stage(k, stage, t_start)
@@ -182,6 +181,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
                                    "rate_per_s": stage.rate_per_s})
             write_run_json(run_dir, info, secrets)
+        bar.complete()
         status = "completed"
     except (asyncio.CancelledError, KeyboardInterrupt):
         status = "interrupted"

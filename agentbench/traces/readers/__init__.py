@@ -76,13 +76,18 @@ class BadTraceFiles(InputError):
 
 def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool = False,
                **options: Any) -> Trace:
-    """Read ``source`` (file, folder, or Hugging Face dataset id) as ``format``. Whatever
+    """Read ``source`` (file, folder, Hugging Face dataset id, ``builtin:NAME`` or
+    ``cache:NAME``; see ``traces.sources``) as ``format``. Whatever
     the bytes, a bad trace is an ``InputError`` naming it, never a traceback.
 
     In a folder, every bad file is named (``BadTraceFiles``); with ``skip_bad`` they are
     left out instead and listed, one line each, in the trace's ``skipped``."""
     if not isinstance(skip_bad, bool):
         raise InputError(f"expected true or false, got {skip_bad!r}", field="skip_bad")
+    if isinstance(source, str) and source.startswith(("builtin:", "cache:")):
+        from agentbench.traces.sources import resolve
+
+        source, format = resolve(source, format)
     try:
         fmt = format or detect_format(source)
         if fmt not in READERS:

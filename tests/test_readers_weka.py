@@ -1,5 +1,6 @@
 """Weka reader timestamp conventions: kv-cache-tester's own (subagent ``t`` relative to the
-subagent start, seconds), and the tolerated variants (parent's clock, milliseconds)."""
+subagent start, seconds; a marker's ``t`` is the subagent's end, ``duration_ms`` after its
+start), and the tolerated variants (parent's clock, milliseconds, the marker as start)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ def doc(requests: list[dict]) -> dict:
     return {"id": "tr", "block_size": 64, "hash_id_scope": "local", "requests": requests}
 
 
-def read_doc(tmp_path: Path, d: dict) -> Any:
+def read_doc(tmp_path: Path, d: dict, **options: Any) -> Any:
     f = tmp_path / "tr.json"
     f.write_text(json.dumps(d))
-    return read_trace(f, format="weka")
+    return read_trace(f, format="weka", **options)
 
 
 def marker(t: float, reqs: list[dict], agent: str = "a1", **kw: Any) -> dict:
@@ -73,6 +74,59 @@ def test_nested_subagents_on_the_parent_clock(tmp_path: Path) -> None:
     assert grandchild.start_s == 30.0  # 20 (child start) + 10 on the child's own clock
     assert [t.t for t in grandchild.turns] == [0.0, 3.0]
     assert (grandchild.parent_turn, grandchild.join_turn) == (0, 1)
+
+
+def test_subagent_starts_duration_before_the_marker(tmp_path: Path) -> None:
+    """As recorded: the marker's t (60.5) is the subagent's end, 40 s after its start."""
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2, api=20.0),
+        marker(60.5, [req(0.0, 1, api=2.0), req(30.0, 2, api=5.0)], duration_ms=40_000),
+        req(70.0, 4),
+    ]))
+    child = tr.sessions[1]
+    assert child.start_s == 20.5  # 60.5 - 40
+    assert [t.t for t in child.turns] == [0.0, 30.0]  # last one ends at 20.5 + 35 < 60.5
+    assert (child.parent_turn, child.join_turn) == (0, 1)
+
+
+def test_subagent_start_marker_reads_t_as_the_start(tmp_path: Path) -> None:
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2), marker(60.5, [req(0.0, 1)], duration_ms=40_000), req(70.0, 4),
+    ]), subagent_start="marker")
+    assert tr.sessions[1].start_s == 60.5
+
+
+def test_subagent_start_is_never_before_the_parent_request_it_follows(
+        tmp_path: Path) -> None:
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2), req(10.0, 3), marker(30.0, [req(0.0, 1)], duration_ms=25_000),
+        req(40.0, 4),
+    ]))
+    assert tr.sessions[1].start_s == 10.0  # 30 - 25 = 5 is before request 1 (t 10)
+
+
+def test_subagent_end_on_the_parent_clock(tmp_path: Path) -> None:
+    """Nested requests on the parent's clock count from the start, t - duration."""
+    tr = read_doc(tmp_path, doc([
+        req(0.0, 2), marker(60.0, [req(20.0, 1), req(24.0, 2)], duration_ms=40_000),
+        req(70.0, 4),
+    ]))
+    child = tr.sessions[1]
+    assert child.start_s == 20.0
+    assert [t.t for t in child.turns] == [0.0, 4.0]
+
+
+@pytest.mark.parametrize("bad", ["end", None, 3])
+def test_unknown_subagent_start_is_an_input_error(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(InputError) as e:
+        read_doc(tmp_path, doc([req(0.0, 2)]), subagent_start=bad)
+    assert e.value.field == "subagent_start"
+
+
+def test_negative_duration_names_the_marker(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as e:
+        read_doc(tmp_path, doc([req(0.0, 2), marker(5.0, [req(0.0, 1)], duration_ms=-1)]))
+    assert e.value.field == "duration_ms" and e.value.where == "requests[1]"
 
 
 def test_milliseconds_are_detected_from_recorded_think_and_api_time(tmp_path: Path) -> None:

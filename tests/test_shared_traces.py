@@ -64,12 +64,52 @@ def test_every_subagent_marker_is_a_spawn_tied_to_the_right_parent_turns(
                 assert [t.input_tokens for t in child.turns] == [x["in"] for x in inner]
                 assert [t.hash_ids.tolist() for t in child.turns] == [x["hash_ids"]
                                                                      for x in inner]
-                # the child starts at the marker's t on the parent's clock
+                # the child starts at t - duration_ms on the parent's clock (t is its end)
                 parent = by_id[sid]
-                assert child.start_s == pytest.approx(parent.start_s + r["t"])
+                assert child.start_s == pytest.approx(
+                    parent.start_s + r["t"] - r["duration_ms"] / 1000)
                 stack.append((child.session_id, r["requests"]))
     spawns = [s for s in weka_trace.sessions if s.relation == "spawn"]
     assert markers == len(spawns) > 0
+
+
+def test_subagents_start_after_the_parent_request_that_launched_them(
+        weka_dir: Path, weka_trace) -> None:  # type: ignore[no-untyped-def]
+    """A marker's t is the subagent's end: for every marker with parent requests on both
+    sides, the start read (t - duration_ms) falls just after the previous parent request
+    ended (0.09-1.0 s in these traces) and before the next one starts; the subagent's own
+    requests start at or after it and end before t; markers launched together (no parent
+    request between them) share one start."""
+    by_id = weka_trace.by_id()
+    gaps: list[float] = []
+    for f in sorted(weka_dir.glob("*.json")):
+        doc = json.loads(f.read_text())
+        sid = str(doc.get("id") or f.stem)
+        parent = by_id[sid]
+        reqs = doc["requests"]
+        launched: dict[int, list[float]] = {}  # previous parent request -> starts
+        for i, r in enumerate(reqs):
+            if r.get("type") != "subagent":
+                continue
+            child = by_id[f"{sid}/{r['agent_id']}"]
+            start = child.start_s - parent.start_s  # on the parent's clock
+            assert start == pytest.approx(r["t"] - r["duration_ms"] / 1000)
+            assert child.turns[0].t >= 0
+            assert start + max(t.t + (t.api_s or 0) for t in child.turns) <= r["t"]
+            before = [k for k in range(i) if reqs[k].get("type") != "subagent"]
+            after = [k for k in range(i + 1, len(reqs)) if reqs[k].get("type") != "subagent"]
+            if before:
+                launched.setdefault(before[-1], []).append(start)
+            if not (before and after):
+                continue
+            prev, nxt = reqs[before[-1]], reqs[after[0]]
+            prev_end = prev["t"] + prev["api_time"]
+            assert prev_end < start < nxt["t"]
+            gaps.append(start - prev_end)
+        for starts in launched.values():
+            assert max(starts) - min(starts) < 0.05
+    assert len(gaps) == 26
+    assert min(gaps) > 0.05 and max(gaps) < 1.1
 
 
 def test_mooncake_conversation_trace(mooncake_dir: Path) -> None:

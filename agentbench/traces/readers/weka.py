@@ -7,17 +7,22 @@ prompt). It starts after the last parent request before the marker (``parent_tur
 the next parent request after it waits for it (``join_turn``), unless its status is
 ``async_launched``: then it runs in the background (``join_turn`` None).
 
-Timestamps, as kv-cache-tester defines them (``docs/trace_replay_tester.md``: ``t`` is
-"seconds from conversation start"; ``flatten_requests`` in ``trace_replay_tester.py``:
-subagent requests' timestamps "are relative to the subagent start time", the marker's
-``t``): a child session starts at the marker's ``t`` on its parent's clock and its turns'
-``t`` count from there. Two variants kv-cache-tester never writes are tolerated, since
-other exporters of the format might: nested requests already on the parent's clock (the
-first one at or after the marker's ``t``, where the documented convention has it at ~0)
-are shifted back by the marker's ``t``; and files whose ``t`` is in milliseconds
-(start-to-start gaps ~1000x the recorded ``think_time`` + ``api_time``) are converted.
-Requests are listed in time order: a ``t`` below zero or before the previous request's is
-an error naming the request.
+Timestamps. ``t`` is "seconds from conversation start" (kv-cache-tester,
+``docs/trace_replay_tester.md``) and a subagent's own requests count from the subagent's
+start. A marker's ``t`` is where the subagent **ended** on its parent's clock: in the
+kv-cache-tester corpus ``t - duration_ms`` falls 0.09-1.0 s after the parent request
+that launched it ended, subagents launched together share that start, and the subagent's
+requests all end before ``t`` (docs/traces.md has the figures). So by default
+(``subagent_start="end_minus_duration"``) a child starts at ``t - duration_ms / 1000``,
+never before the parent request it follows; ``subagent_start="marker"`` reads the
+marker's ``t`` as the start instead (kv-cache-tester's replayer does, and a marker
+without ``duration_ms`` always does). Two variants kv-cache-tester never writes are
+tolerated, since other exporters of the format might: nested requests already on the
+parent's clock (the first one at or after the child's start, where the documented
+convention has it at ~0) are shifted back by that start; and files whose ``t`` is in
+milliseconds (start-to-start gaps ~1000x the recorded ``think_time`` + ``api_time``) are
+converted. Requests are listed in time order: a ``t`` below zero or before the previous
+request's is an error naming the request.
 """
 
 from __future__ import annotations
@@ -39,29 +44,44 @@ from agentbench.traces.readers._fields import (
 from agentbench.traces.readers._text import reject_unknown
 
 REQUEST_TYPES = frozenset({"n", "s", "request", None})
+#: how a subagent marker's ``t`` is read: the subagent's end (start = ``t - duration_ms``,
+#: what the recorded corpora show) or its start
+SUBAGENT_STARTS = ("end_minus_duration", "marker")
 
 
-def read(source: str | Path, *, skip_bad: bool = False, **options: Any) -> Trace:
+def read(source: str | Path, *, skip_bad: bool = False,
+         subagent_start: str = "end_minus_duration", **options: Any) -> Trace:
     """Read one Weka trace file or a folder of them (one root session per file)."""
     reject_unknown(options, "weka")
+    _check_subagent_start(subagent_start)
     path = Path(source)
-    per_file, skipped = read_files(path, (".json",), _read_file, skip_bad=skip_bad)
+    per_file, skipped = read_files(
+        path, (".json",), lambda f: _read_file(f, subagent_start), skip_bad=skip_bad)
     trace = Trace([s for ss in per_file for s in ss], name=path.stem, skipped=skipped)
     trace.validate()
     return trace
 
 
-def _read_file(file: Path) -> list[Session]:
+def _check_subagent_start(value: Any) -> None:
+    if value not in SUBAGENT_STARTS:
+        raise InputError(f"expected one of {', '.join(SUBAGENT_STARTS)}, got {value!r}",
+                         field="subagent_start")
+
+
+def _read_file(file: Path, subagent_start: str) -> list[Session]:
     doc = load_json(file)
     try:
-        sessions = read_document(doc, source=str(file))
+        sessions = read_document(doc, source=str(file), subagent_start=subagent_start)
     except InputError as e:
         raise e.located(source=str(file)) from None
     Trace(sessions).validate()
     return sessions
 
 
-def read_document(doc: Any, *, source: str) -> list[Session]:
+def read_document(doc: Any, *, source: str,
+                  subagent_start: str = "end_minus_duration") -> list[Session]:
+    """The root session of one Weka document, then its subagents (depth first)."""
+    _check_subagent_start(subagent_start)
     if not isinstance(doc, dict):
         raise InputError("expected a JSON object with 'requests'")
     if "requests" not in doc or not isinstance(doc["requests"], list):
@@ -77,23 +97,26 @@ def read_document(doc: Any, *, source: str) -> list[Session]:
         start_s=0.0,
     )
     out = [root]
-    _fill(root, doc["requests"], "requests", block_size, out, marker_t=None)
+    _fill(root, doc["requests"], "requests", block_size, out, start=None,
+          subagent_start=subagent_start)
     return out
 
 
 def _fill(session: Session, requests: list[Any], where: str, block_size: int,
-          out: list[Session], marker_t: float | None) -> None:
-    """Turn ``requests`` into ``session.turns``; markers become child sessions in ``out``."""
+          out: list[Session], start: float | None, subagent_start: str) -> None:
+    """Turn ``requests`` into ``session.turns``; markers become child sessions in ``out``.
+
+    ``start``: a child's start on its parent's clock (None for a root)."""
     scale = _time_scale(requests)
-    # Child clock: subtract the marker time when the child's first request sits on the
-    # parent's clock (at or after the marker).
+    # Child clock: subtract the child's start when its first request sits on the parent's
+    # clock (at or after that start).
     offset = 0.0
     first = next((r for r in requests if isinstance(r, dict) and r.get("type") != "subagent"),
                  None)
-    if marker_t is not None and first is not None and marker_t > 0:
+    if start is not None and first is not None and start > 0:
         t0 = first.get("t")
-        if isinstance(t0, int | float) and t0 * scale >= marker_t:
-            offset = marker_t
+        if isinstance(t0, int | float) and t0 * scale >= start:
+            offset = start
     pending: list[tuple[Session, bool]] = []  # children waiting for the next parent turn
     prev_end: float | None = None
     prev_t: tuple[float, Any] | None = None  # (on this clock, as written)
@@ -105,7 +128,8 @@ def _fill(session: Session, requests: list[Any], where: str, block_size: int,
         try:
             if rec.get("type") == "subagent":
                 n_sub += 1
-                child = _child(session, rec, here, n_sub, block_size, out, scale, offset)
+                child = _child(session, rec, here, n_sub, block_size, out, scale, offset,
+                               prev_t[0] if prev_t is not None else 0.0, subagent_start)
                 blocking = rec.get("status") != "async_launched"
                 pending.append((child, blocking))
                 continue
@@ -141,21 +165,29 @@ def _fill(session: Session, requests: list[Any], where: str, block_size: int,
 
 
 def _child(parent: Session, rec: dict[str, Any], where: str, k: int, block_size: int,
-           out: list[Session], scale: float, parent_offset: float) -> Session:
+           out: list[Session], scale: float, parent_offset: float, after_t: float,
+           subagent_start: str) -> Session:
+    """The spawn session of marker ``rec``; ``after_t``: the start of the parent request
+    it follows (on the parent's clock less ``parent_offset``)."""
     reqs = rec.get("requests")
     if not isinstance(reqs, list):
         raise InputError("subagent marker without a requests list", field="requests")
-    marker_t = req_num(rec, "t", nonneg=True) * scale
+    start = req_num(rec, "t", nonneg=True) * scale  # on the parent's clock as written
+    duration_ms = opt_num(rec, "duration_ms", nonneg=True)
+    if subagent_start == "end_minus_duration" and duration_ms is not None:
+        # t is the subagent's end; it began after the parent request it follows
+        start = max(start - duration_ms / 1000, after_t + parent_offset, 0.0)
     agent = str(rec.get("agent_id") or f"sub{k}")
     child = Session(
         session_id=f"{parent.session_id}/{agent}", parent_id=parent.session_id,
         relation="spawn", parent_turn=len(parent.turns) - 1 if parent.turns else None,
         join_turn=None, model=_model(rec, parent.model), source=parent.source,
         scope=parent.scope,
-        start_s=parent.start_s + marker_t - parent_offset,
+        start_s=parent.start_s + start - parent_offset,
     )
     out.append(child)
-    _fill(child, reqs, f"{where}.requests", block_size, out, marker_t=marker_t)
+    _fill(child, reqs, f"{where}.requests", block_size, out, start=start,
+          subagent_start=subagent_start)
     return child
 
 

@@ -48,6 +48,13 @@ def guarded(fn: F) -> F:
                 raise
             typer.echo(f"error: {e.one_line()}", err=True)
             raise typer.Exit(1) from None
+        except OSError as e:  # a disk that is full or read-only, a file that vanished
+            if _STATE["debug"]:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            text = " ".join(str(e.strerror or e).split())
+            typer.echo(f"error: {where}{text} (--debug shows where)", err=True)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -202,7 +209,14 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
     from agentbench.traces import transform
     from agentbench.traces.readers import read_trace
 
-    trace = read_trace(source, format=format, **_reader_options(options or []))
+    if source.startswith("synth:"):  # as `run --trace` takes it
+        from agentbench.scenario_flags import trace_spec
+        from agentbench.traces.synth import synthesize
+
+        spec = trace_spec(source)
+        trace = synthesize(spec["profile"], sessions=spec["sessions"], seed=0)
+    else:
+        trace = read_trace(source, format=format, **_reader_options(options or []))
     if max_context is not None:
         trace = transform.truncate(trace, max_context)
     if scale is not None:
@@ -242,6 +256,12 @@ def run(
                                             help="Without a file: requests per stage."),
     seed: int | None = typer.Option(None, "--seed", help="Seed of every random choice "
                                     "(scenario key seed; 0 is a seed)."),
+    rules: str | None = typer.Option(
+        None, "--rules", help="Benchmark rules (scenario key rules): agentx locks AgentX's "
+        "settings and gives the run a validity verdict (docs/agentx.md)."),
+    unsafe_override: bool = typer.Option(
+        False, "--unsafe-override", help="With --rules: run despite conflicting settings "
+        "(the run is then invalid: unsafe_override)."),
     set_: list[str] = typer.Option(
         [], "--set", help="KEY.PATH=VALUE: override a scenario key (value read as YAML, "
         "validated like the file), e.g. --set limits.duration_s=30 (repeatable)."),
@@ -268,7 +288,8 @@ def run(
     if scenario is None:
         from agentbench.scenario_flags import scenario_from_flags
 
-        base = scenario_from_flags(url, model, sets=sets, seed=seed, **flags)
+        base = scenario_from_flags(url, model, sets=sets, seed=seed, rules=rules,
+                                   unsafe_override=unsafe_override or None, **flags)
     else:
         given = [f"--{k.removesuffix('_s').replace('_', '-')}"
                  for k, v in {"url": url, "model": model, **flags}.items() if v is not None]
@@ -276,15 +297,19 @@ def run(
             raise InputError(f"{', '.join(given)}: only for a run without a scenario file; "
                              f"with {scenario}, use --set KEY.PATH=VALUE (e.g. --set "
                              "endpoints.0.url=http://host:8000)", source="agentbench run")
-        base = load_scenario(scenario, labels={"seed": "--seed"},
-                             sets=sets if seed is None else [*sets, ("seed", seed)])
+        extra = [(k, v) for k, v in (("seed", seed), ("rules", rules),
+                                     ("unsafe_override", unsafe_override or None))
+                 if v is not None]
+        base = load_scenario(scenario, labels={"seed": "--seed", "rules": "--rules",
+                                               "unsafe_override": "--unsafe-override"},
+                             sets=[*sets, *extra])
     if output is not None:
         base.output.dir = str(output)
     if run_id is not None:
         base.output.run_id = run_id
     from agentbench.engines import serving
     from agentbench.metrics import format_summary, summarize
-    from agentbench.metrics.format import run_failure
+    from agentbench.metrics.format import run_failure, run_warning
 
     run_dirs: list[Path] = []
     failed: list[str] = []
@@ -314,6 +339,9 @@ def run(
         typer.echo(format_summary(summary))
         typer.echo(f"results: {res.run_dir}")
         why = run_failure(summary, sc.fail_on.error_rate)
+        warn = run_warning(summary, sc.fail_on.error_rate)
+        if warn is not None:
+            typer.echo(f"warning: {res.run_dir.name}: {warn}", err=True)
         if why is not None:
             failed.append(f"{res.run_dir.name}: {why}")
         run_dirs.append(Path(res.run_dir))
@@ -357,6 +385,9 @@ def serve_sim(
                                "(X-Session-ID header, else body `user`), least_loaded, "
                                "cache_aware or random."),
     speedup: float = typer.Option(1.0, "--speedup", help="Divide simulated durations by this."),
+    max_context_tokens: int | None = typer.Option(
+        None, "--max-context-tokens", help="Context window: longer requests get HTTP 400 "
+        "with vLLM's 'maximum context length' message."),
     block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens."),
     cache_blocks: int | None = typer.Option(None, "--cache-blocks",
                                             help="GPU KV blocks per instance (default: preset)."),
@@ -384,6 +415,7 @@ def serve_sim(
             "kind": "simulated", "preset": preset, "instances": instances, "router": router,
             "speedup": speedup, "block_size": block_size, "cache_blocks": cache_blocks,
             "cpu_offload_blocks": cpu_offload_blocks, "model": model,
+            "max_context_tokens": max_context_tokens,
             "shared_tier": {"capacity_blocks": shared_tier_blocks} if shared_tier_blocks
             else None})
     except ValidationError as e:

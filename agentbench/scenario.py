@@ -160,6 +160,11 @@ class OpenAIEndpoint(Strict):
         "budget, so a server that restarts does not use up max_requests. 0: one try.")
     max_connections: int = Field(
         0, ge=0, description="Connection pool size; 0 = no limit (one per request in flight).")
+    context_overflow_phrases: list[str] | None = Field(
+        None, description="Error-body phrases (case-insensitive substrings) that make a failed "
+        "request a context_overflow (its session ends there); None: the engines' own "
+        "(vLLM, SGLang, llama.cpp, TensorRT-LLM, OpenAI, Anthropic; "
+        "agentbench/replay/overflow.py); []: no detection.")
 
 
 class SharedTier(Strict):
@@ -207,6 +212,13 @@ class SimulatedEndpoint(Strict):
         4, ge=0, description="cache_aware router: only instances with at most this many more "
         "requests than the least loaded one compete on cached blocks.")
     seed: int = Field(0, ge=0, description="Seed of the random router.")
+    max_context_tokens: int | None = Field(
+        None, gt=0, description="The model's context window: a request whose prompt plus "
+        "max_tokens exceeds it is refused with HTTP 400 and vLLM's 'maximum context length' "
+        "message; None: only the KV capacity limits a request.")
+    context_overflow_phrases: list[str] | None = Field(
+        None, description="As for an openai endpoint: error phrases that count as a context "
+        "overflow; None: the engines' own.")
 
 
 Endpoint = Annotated[OpenAIEndpoint | SimulatedEndpoint, Field(discriminator="kind")]
@@ -225,6 +237,9 @@ class TraceFilters(Strict):
         None, gt=0, description="Drop trees with any turn above this many input tokens.")
     with_subagents: bool | None = Field(
         None, description="True: only trees with subagents; False: only without.")
+    max_context_tokens: int | None = Field(
+        None, gt=0, description="Drop trees with any turn whose input plus output tokens "
+        "exceed this (the server's context window), so none overflows mid-run.")
     shuffle: bool = Field(False, description="Shuffle root order with the run seed.")
 
 
@@ -350,6 +365,23 @@ class Warmup(Strict):
     random_start: bool = Field(
         True, description="Start each lane at a random turn of its first tree, sending that "
         "turn's full prefix as warmup (AgentX style).")
+    start_min_ratio: float = Field(
+        0.0, ge=0, le=1, description="random_start: the earliest start turn t*, as a share of "
+        "the root's turns.")
+    start_max_ratio: float = Field(
+        1.0, ge=0, le=1, description="random_start: the latest start turn t*, as a share of "
+        "the root's turns (the draw is uniform between the two).")
+    requests_per_lane: int = Field(
+        1, ge=1, le=10_000, description="Requests each lane sends as warmup (from its start "
+        "turn on, subagents included) before its requests count as measured.")
+    every_stage: bool = Field(
+        False, description="Warm up at the start of every sweep stage, not only the first.")
+
+    @model_validator(mode="after")
+    def _ratios(self) -> Warmup:
+        if self.start_min_ratio > self.start_max_ratio:
+            raise ValueError("start_min_ratio must not be above start_max_ratio")
+        return self
 
 
 class Limits(Strict):
@@ -525,6 +557,12 @@ class Scenario(Strict):
     output: Output = Field(default_factory=Output, description="Results location.")
     fail_on: FailOn = Field(default_factory=FailOn,
                             description="When `agentbench run` exits 1 (a CI job's signal).")
+    rules: Literal["agentx"] | None = Field(
+        None, description="agentx: apply AgentX's locked settings and defaults (docs/agentx.md); "
+        "a conflicting setting refuses to start, and the run gets a validity verdict.")
+    unsafe_override: bool = Field(
+        False, description="With rules: run despite conflicting settings; the run is then "
+        "invalid with reason unsafe_override.")
     variants: list[Variant] = Field(
         default_factory=list,
         description="Run the scenario once per variant (a what-if experiment); each run "

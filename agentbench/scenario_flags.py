@@ -26,7 +26,8 @@ FLAG_KEYS = {"url": ("--url", "endpoints.0.url"), "model": ("--model", "endpoint
              "rate": ("--rate", "load.rate_per_s"), "trace": ("--trace", "trace"),
              "duration_s": ("--duration", "limits.duration_s"),
              "max_requests": ("--max-requests", "limits.max_requests"),
-             "seed": ("--seed", "seed")}
+             "seed": ("--seed", "seed"), "rules": ("--rules", "rules"),
+             "unsafe_override": ("--unsafe-override", "unsafe_override")}
 #: what the user is told the errors came from
 SOURCE = "command line"
 
@@ -51,8 +52,11 @@ def trace_spec(text: str) -> dict[str, Any]:
 def scenario_data(url: str, model: str, *, api: str | None = None,
                   concurrency: int | None = None, rate: float | None = None,
                   trace: str | None = None, duration_s: float | None = None,
-                  max_requests: int | None = None, seed: int | None = None) -> dict[str, Any]:
-    """The scenario (plain data, not validated yet) the ``run`` flags describe."""
+                  max_requests: int | None = None, seed: int | None = None,
+                  rules: str | None = None, unsafe_override: bool | None = None
+                  ) -> dict[str, Any]:
+    """The scenario (plain data, not validated yet) the ``run`` flags describe. With
+    ``rules`` (agentx) the rules' own duration default applies, not this module's."""
     if concurrency is not None and rate is not None:
         raise InputError("give --concurrency (closed loop: lanes) or --rate (open loop: "
                          "sessions arriving per second), not both", source=SOURCE)
@@ -60,11 +64,15 @@ def scenario_data(url: str, model: str, *, api: str | None = None,
         {"kind": "rate", "arrival": "poisson", "rate_per_s": rate} if rate is not None
         else {"kind": "lanes", "concurrency":
               DEFAULT_CONCURRENCY if concurrency is None else concurrency})
-    if duration_s is None and max_requests is None:
+    if duration_s is None and max_requests is None and rules is None:
         duration_s = DEFAULT_DURATION_S
     limits = {k: v for k, v in (("duration_s", duration_s), ("max_requests", max_requests))
               if v is not None}
+    extra: dict[str, Any] = {"rules": rules} if rules is not None else {}
+    if unsafe_override:
+        extra["unsafe_override"] = True
     return {
+        **extra,
         "name": model or "run",
         "description": "built from agentbench run flags",
         "seed": 0 if seed is None else seed,

@@ -241,17 +241,27 @@ def validate_data(data: dict[str, Any], source: str,
         labels.setdefault(key, f"--set {key}")
     if problems:
         raise ScenarioError(source, problems)
+    from agentbench import rules
+
+    rules.fill_defaults(data)
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
         raise ScenarioError(source, label_problems(_problems(e, lines, data), labels)) from None
+    if not sc.unsafe_override:
+        problems.extend((key, lines.get(tuple(key.split("."))), msg)
+                        for key, msg in rules.conflicts(sc))
     names = [v.name for v in sc.variants]
     for i, v in enumerate(sc.variants):
         if v.name in names[:i]:
             problems.append((f"variants.{i}.name", lines.get(("variants", str(i), "name")),
                              f"variant name {v.name!r} used twice"))
         try:
-            _variant(sc, v)
+            out = _variant(sc, v)
+            if not out.unsafe_override:
+                problems.extend((f"variants.{i}.set -> {key}",
+                                 lines.get(("variants", str(i), "set")), msg)
+                                for key, msg in rules.conflicts(out))
         except _SetError as e:
             problems.append((f"variants.{i}.set.{e.key}",
                              lines.get(("variants", str(i), "set", e.key)), e.msg))

@@ -37,6 +37,7 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
     """Rows of a journal (``<seq> <json>`` lines) that the spool lacks (``seq >= after``).
     A line cut short by the kill, or one that does not fit the schema, is left out."""
     rows: list[dict[str, object]] = []
+    maps = [f.name for f in schema if pa.types.is_map(f.type)]  # JSON made the pairs lists
     with contextlib.suppress(OSError), open(journal, "rb") as f:
         for line in f:
             seq, _, text = line.partition(b" ")
@@ -47,6 +48,10 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
             except (ValueError, orjson.JSONDecodeError):
                 continue
             if isinstance(row, dict):
+                for name in maps:
+                    if isinstance(row.get(name), list):
+                        row[name] = [tuple(kv) if isinstance(kv, list) else kv
+                                     for kv in row[name]]
                 rows.append(row)
     try:
         return [pa.RecordBatch.from_pylist(rows, schema=schema)] if rows else []

@@ -115,3 +115,15 @@ def test_reader_options_reach_the_reader(tmp_path: Path) -> None:
     assert think[3] != think[4]  # the seed drew different think times
     res = run("traces", "stats", str(f), "-O", "tokeniser=x")
     assert res.returncode == 2 and "unknown option 'tokeniser'" in res.stderr
+
+
+def test_traces_stats_takes_a_synthetic_source_as_run_does() -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    r = CliRunner().invoke(app, ["traces", "stats", "synth:codex:3", "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+
+    assert json.loads(r.output)["roots"] == 3

@@ -176,9 +176,10 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
     from agentbench.cli import app
 
     secrets = ["pw-SECRET-1", "tok-SECRET-2", "SECRET-3-subscription", "SECRET-4-body",
-               "SECRET-5-from-env"]
+               "SECRET-5-from-env", "SECRET-6-query"]
     monkeypatch.setenv("AB_TENANT", secrets[4])
-    url = fast_server.replace("http://", f"http://alice:{secrets[0]}@")
+    url = fast_server.replace("http://", f"http://alice:{secrets[0]}@") + \
+        f"?api-key={secrets[5]}"
     sc = write_scenario(tmp_path / "s.yaml", url, tmp_path / "res", weka_dir,
                         "limits: {max_requests: 6}\n")
     text = sc.read_text().replace("    ignore_eos: null\n", "    ignore_eos: null\n"
@@ -320,3 +321,20 @@ def test_env_markers_are_expanded_where_sent_and_named_when_unset(
     with pytest.raises(InputError, match=r"field 'extra_body.a.0': environment variable "
                                          r"AB_K is not set"):
         expand_env({"a": ["${AB_K}"]}, "extra_body")
+
+
+def test_a_killed_runs_server_metrics_come_back_from_the_journal(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from agentbench import records
+    from agentbench.replay.writer import ResultsWriter, recover
+
+    w = ResultsWriter(tmp_path)
+    w.add_server_samples([{"time_ns": i, "endpoint": "e", "name": "vllm:hits",
+                           "labels": [("model", "m"), ("pod", str(i))], "value": float(i)}
+                          for i in range(3)])
+    # no close(): killed before any batch reached the spool
+    assert records.SERVER_METRICS_FILE in recover(tmp_path)
+    t = pq.read_table(tmp_path / records.SERVER_METRICS_FILE).to_pylist()
+    assert [r["value"] for r in t] == [0.0, 1.0, 2.0]
+    assert t[2]["labels"] == [("model", "m"), ("pod", "2")]

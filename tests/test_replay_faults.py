@@ -115,6 +115,7 @@ async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
         await asyncio.wait_for(run_scenario(
             scenario(f"http://127.0.0.1:{port}", tmp_path / "b"), trace=trace(3),
             progress=False), 50)
+    assert not (tmp_path / "b" / "run").exists()  # nothing ran: no empty run folder left
 
 
 @pytest.mark.timeout(60)

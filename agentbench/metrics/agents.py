@@ -30,7 +30,7 @@ def request_meets_slos(d: Derived, slos: dict[str, float]) -> npt.NDArray[np.boo
 
 
 def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
-                slos: dict[str, float]) -> pd.DataFrame:
+                slos: dict[str, float], roots_expected: bool = False) -> pd.DataFrame:
     """One row per measured session tree: stage, endpoint, requests, failed, good,
     makespan_s, llm_wait_s, completed, outcome, met_slos, tokens. Makespan and LLM wait
     come from the root's sessions row (replay knows the critical path); without one,
@@ -40,7 +40,11 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     ``outcome``: ``failed`` when a request of the tree failed (or its root says error);
     else ``cut`` when the run's own bound stopped it (a request cancelled at the deadline,
     or the root ``incomplete``/``cancelled``); else ``completed``. A cut tree is not a
-    failure of the server: agent goodput counts completed and failed trees only."""
+    failure of the server: agent goodput counts completed and failed trees only.
+
+    ``roots_expected``: the run died without writing the rows of the trees in progress
+    (run.json ``killed``/``crashed``), so a tree without a root row is ``cut``, never
+    ``completed``."""
     m = d.measured
     n = len(d.tree_keys)
     code = d.tree_code[m]
@@ -88,7 +92,7 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S * f
     trees["makespan_s"] = np.where(np.isfinite(span), span, np.nan)  # never sent: unknown
     trees["llm_wait_s"] = np.nan
-    trees["completed"] = trees["failed"] == 0
+    trees["completed"] = (trees["failed"] == 0) & (not roots_expected)
     root_status = pd.Series([None] * len(trees), dtype=object)
     roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
                      .to_numpy(dtype=bool)] if not sessions.empty else sessions

@@ -135,6 +135,48 @@ def run_failure(summary: dict[str, Any], max_error_rate: float | None) -> str | 
     return why + (f"; {errs[0].removeprefix('errors').strip()}" if errs else "")
 
 
+#: an error rate that a run not told what to fail on still points out
+WARN_ERROR_RATE = 0.10
+
+
+def run_warning(summary: dict[str, Any], max_error_rate: float | None) -> str | None:
+    """A line for a run that passes but failed often (no ``fail_on.error_rate`` set and at
+    least WARN_ERROR_RATE of measured requests failed), or None."""
+    r = summary["overall"]["requests"]
+    if max_error_rate is not None or r["ok"] == 0 or r["error_rate"] < WARN_ERROR_RATE:
+        return None
+    errs = [e for e in _error_lines(r) if e.startswith("errors")]
+    return (f"{r['error_rate']:.1%} of measured requests failed"
+            + (f" ({errs[0].removeprefix('errors').strip()})" if errs else "")
+            + "; set fail_on.error_rate to make such a run exit 1")
+
+
+def _validity_lines(summary: dict[str, Any]) -> list[str]:
+    """The rules' verdict (with each reason) and the AgentX headline per concurrency
+    point; nothing for a run without rules."""
+    v = summary.get("validity")
+    if not v:
+        return []
+    verdict = "VALID" if v["valid"] else "INVALID (" + ", ".join(v["reasons"]) + ")"
+    out = [f"validity      {v.get('rules')}: {verdict}",
+           *(f"              {d}" for d in v.get("details", [])[:6])]
+    rows = summary.get("agentx") or []
+    if rows:
+        out.append("agentx        stage      tok/s/GPU  tok/s/user  TTFT p50/p90 ms  "
+                   "E2E p50/p90 ms  hit theory/actual  $/Mtok self/API  overflow")
+        for r in rows:
+            out.append(
+                f"              {r['stage']:<10} {_n(r['total_tok_s_per_gpu'], ',.0f'):>9}  "
+                f"{_n(r['interactivity_tok_s_p50'], ',.1f'):>10}  "
+                f"{_n(r['ttft_ms_p50'], ',.0f')}/{_n(r['ttft_ms_p90'], ',.0f'):<10} "
+                f"{_n(r['e2e_ms_p50'], ',.0f')}/{_n(r['e2e_ms_p90'], ',.0f'):<10} "
+                f"{_pct(r['hit_rate_theoretical'])}/{_pct(r['hit_rate_actual']):<10} "
+                f"{_n(r['self_hosted_usd_per_mtok'], ',.3f')}/"
+                f"{_n(r['api_usd_per_mtok'], ',.3f'):<8} "
+                f"{_pct(r['context_overflow_rate'])}")
+    return out
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The run's headline figures on one screen (overall, then one line per stage)."""
     run = summary["run"]
@@ -149,8 +191,17 @@ def format_summary(summary: dict[str, Any]) -> str:
                  "window x speedup, rates / speedup; schedule lag in wall time)")
     elif tb:
         head += "; wall-clock time"
+    status = run.get("status")
+    ended = {"killed": "KILLED: recovered from its spool and journal; the trees in progress "
+                       "have no end and count as cut",
+             "interrupted": "INTERRUPTED (Ctrl-C or SIGTERM): requests in flight were "
+                            "cancelled",
+             "crashed": "CRASHED: see run.json",
+             "results_write_failed": "STOPPED: the results disk refused writes"}
     lines = [head, *(f"warning       {w}" for w in tb.get("warnings", [])),
+             *([f"warning       run {ended[status]}"] if status in ended else []),
              *_block_lines(summary["overall"], simulated)]
+    lines.extend(_validity_lines(summary))
     if summary.get("warmup_requests_excluded"):
         lines.append(f"warmup        {summary['warmup_requests_excluded']:,} requests excluded")
     for title, group in (("stages", summary.get("stages", {})),

@@ -17,14 +17,19 @@ import pandas as pd
 
 from agentbench import records as R
 from agentbench.errors import InputError
-from agentbench.metrics import cache
+from agentbench.metrics import cache, saturation
 from agentbench.metrics.agents import build_trees, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.records_io import RunRecords, Settings, read_records
 from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
+from agentbench.metrics.validity import CONTEXT_OVERFLOW, agentx_headline, validity
 
-SCHEMA_VERSION = 3  # 2: time_base; agents completed | failed | cut; 3: honest cost
+#: run.json statuses of a run whose process ended without writing its last rows
+DIED = ("killed", "crashed")
+
+SCHEMA_VERSION = 4  # 2: time_base; agents completed | failed | cut; 3: honest cost;
+#                    4: a killed run's trees without a root row are cut
 # context-length bucket edges, tokens (TTFT vs context is the agentic curve)
 CONTEXT_EDGES = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288,
                  1048576)
@@ -54,6 +59,7 @@ def _counts(d: Derived, m: Mask) -> dict[str, Any]:
     codes = fdf["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)
     errs = pd.DataFrame({"error_type": pd.Series(etype, dtype=object).fillna("unknown"),
                          "http_status": codes})
+    overflow = int((etype == CONTEXT_OVERFLOW).sum())
     vc = errs.value_counts(dropna=False)
     table = [{"error_type": str(k[0]), "http_status": none_if_nan(k[1]), "count": int(v)}
              for k, v in zip(vc.index, vc.to_numpy(), strict=True)]
@@ -61,6 +67,8 @@ def _counts(d: Derived, m: Mask) -> dict[str, Any]:
             "failed": int((status == R.ERROR).sum()),
             "cancelled": int((status == R.CANCELLED).sum()),
             "error_rate": ratio(float(failed.sum()), float(m.sum())), "errors": table,
+            "context_overflow": overflow,
+            "context_overflow_rate": ratio(float(overflow), float(m.sum())),
             "usage_invalid": int((m & d.usage_invalid).sum()) if d.usage_invalid.size else 0}
 
 
@@ -260,7 +268,8 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
     s = rr.settings
     windows = stage_windows(d)
     good = request_meets_slos(d, s.slos)
-    trees = build_trees(d, rr.sessions, good, s.slos)
+    trees = build_trees(d, rr.sessions, good, s.slos,
+                        roots_expected=rr.run.get("status") in DIED)
     trees["agent_fraction"] = agent_fractions(trees, rr.sessions)  # for $/agent
     series = cache.counter_series(rr.server_metrics)
     all_w = list(windows.values())
@@ -286,7 +295,22 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
         "by_context": by_context(d),
         "trees": _trees_columns(trees),
     }
+    # did the client deliver the offered load? (a warning where the time base's are, so
+    # the terminal summary and the report show it with the figures it qualifies)
+    summary["client_saturated"] = saturation.verdict(d, rr.time_base.kind,
+                                                     _stage_lanes(rr.run))
+    if (warn := saturation.warning(summary["client_saturated"])) is not None:
+        summary["time_base"]["warnings"].append(warn)
+    summary["validity"] = validity(rr.run, summary["stages"], d)
+    if summary["validity"] is not None:
+        summary["agentx"] = agentx_headline(summary["stages"])
     return summary
+
+
+def _stage_lanes(run: dict[str, Any]) -> dict[str, int | None]:
+    """Each stage's lanes, from run.json (closed loop; None for open loop)."""
+    return {str(st.get("label")): st.get("lanes") for st in run.get("stages") or []
+            if isinstance(st, dict)}
 
 
 def summarize(run_dir: str | Path, *, write: bool = True) -> dict[str, Any]:

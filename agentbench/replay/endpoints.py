@@ -43,6 +43,36 @@ def secret_key(key: str) -> bool:
     return any(p in k for p in SECRET_KEY_PARTS)
 
 
+def _query_values(url: str) -> list[str]:
+    """Values of ``url``'s query string (``?api-key=...``): treated as secrets."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        return [v for _, v in parse_qsl(urlsplit(url).query) if v]
+    except ValueError:
+        return []
+
+
+def _query_of(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        q = urlsplit(url).query
+    except ValueError:
+        return ""
+    return f"?{q}" if q else ""
+
+
+def _without_query(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+    except ValueError:
+        return url
+    return urlunsplit((u.scheme, u.netloc, u.path, "", ""))
+
+
 def url_userinfo(url: str) -> tuple[str, str | None, str | None]:
     """``url`` without its ``user:password@`` part, and the user and password (None when
     absent)."""
@@ -145,6 +175,8 @@ class LiveEndpoint:
     connect_failures: int = 0  # connection errors in a row (connection backoff)
     blocked_until_ns: int = 0  # no request is sent before this (run clock)
     reconnect_ns: int = 0  # how long a refused connection keeps trying (no budget spent)
+    #: reclassifies a row before it is written (context overflow, ``replay.overflow``)
+    amend: Any = None
 
     @property
     def sim_block(self) -> int | None:
@@ -186,6 +218,7 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
                 out.append(base64.b64encode(f"{user or ''}:{password}".encode()).decode())
             if user and password:
                 out.append(f"{user}:{password}")
+            out.extend(_query_values(url))
     out.extend(_secret_values(getattr(cfg, "extra_body", None) or {}))
     out.extend(_env_values(cfg))
     return tuple(sorted({s for s in out if len(s) >= MIN_SECRET}, key=len, reverse=True))
@@ -210,8 +243,8 @@ async def open_endpoint(cfg: Any, index: int, caches: dict[str, BlockCache],
         label = cfg.name or "sim"
     else:
         bare, _, _ = url_userinfo(cfg.url)
-        base = split_base(bare)
-        label = cfg.name or bare
+        base = split_base(_without_query(bare))
+        label = cfg.name or _without_query(bare)  # a key in the query stays out of results
     ep = _connect(cfg, base, label)
     ep.sim_handle = handle
     policy = getattr(cfg, "retry", None)
@@ -287,7 +320,8 @@ def _connect(cfg: Any, base: str, label: str) -> LiveEndpoint:
     connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
                                      ttl_dns_cache=None, enable_cleanup_closed=False)
     http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
-    target = Target(label, base + api_path(cfg.api), headers, timeout, secrets_of(cfg),
+    query = _query_of(getattr(cfg, "url", "") or "")  # e.g. ?api-version=... (Azure)
+    target = Target(label, base + api_path(cfg.api) + query, headers, timeout, secrets_of(cfg),
                     bool(getattr(cfg, "follow_redirects", False)))
     return LiveEndpoint(label=label, api=cfg.api, base_url=base, target=target,
                         template=body_template(cfg.api, cfg.model, {}, False), http=http,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbench.errors import ResultsWriteError
+from agentbench.errors import InputError, ResultsWriteError
 from agentbench.replay.clock import VIRTUAL, now_ns_of
 from agentbench.replay.endpoints import (
     LiveEndpoint,
@@ -22,6 +22,7 @@ from agentbench.replay.endpoints import (
     open_endpoint,
     opened,
 )
+from agentbench.replay.overflow import classifier
 from agentbench.replay.progress import Progress, plan_of
 from agentbench.replay.prompts import BlockCache
 from agentbench.replay.rundir import (
@@ -37,6 +38,7 @@ from agentbench.replay.stages import Health, TreeSource, flush_loop, run_stage, 
 from agentbench.replay.timers import Timers
 from agentbench.replay.tree import RunContext, tree_specs
 from agentbench.replay.writer import ResultsWriter
+from agentbench.rules import run_rules
 from agentbench.traces.model import Trace
 from agentbench.traces.stats import potential_cached_tokens
 
@@ -89,6 +91,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     info["workers"] = n_workers
     info["time_base"] = clock
+    info["rules"] = run_rules(scenario)
     if virtual:
         info["clock"] = {"kind": "virtual: simulated ns from the run start (one discrete-event "
                                  "clock for the replay and the simulator; no wall time)"}
@@ -115,6 +118,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     bg: list[asyncio.Task[Any]] = []
     bar: Progress | None = None
     status = "crashed"
+    refused = False
     frozen = False
     health = Health()
     fleet: Fleet | None = None
@@ -126,8 +130,14 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
 
             vocab = vocab_from_tokenizer(scenario.prompt.tokenizer)
         caches = {api: BlockCache(api, vocab) for api in {e.api for e in scenario.endpoints}}
-        for i, cfg in enumerate(scenario.endpoints):
-            endpoints.append(await open_endpoint(cfg, i, caches, now_ns if virtual else None))
+        try:
+            for i, cfg in enumerate(scenario.endpoints):
+                endpoints.append(await open_endpoint(cfg, i, caches,
+                                                     now_ns if virtual else None))
+                endpoints[-1].amend = classifier(cfg.context_overflow_phrases)
+        except InputError:
+            refused = True  # unreachable, or refused the key or model: nothing was run
+            raise
         info["endpoints"] = [{"label": e.label, "api": e.api, "ignore_eos": e.ignore_eos,
                               "prompt_overhead_tokens": e.overhead, "notes": e.notes}
                              for e in endpoints]
@@ -237,7 +247,24 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                                                    err.strerror or str(err), writer.kept)
         if writer.failure is not None:
             raise _stopped_by(writer.failure, run_dir) from None
+        if refused and writer.n_requests == 0:
+            _remove_empty_run(run_dir)
     return RunResult(run_dir, info)
+
+
+def _remove_empty_run(run_dir: Path) -> None:
+    """Remove a run folder that holds nothing but agentbench's own empty start (a run refused
+    at its preflight); one with anything else in it (an engine's log) stays."""
+    import shutil
+
+    from agentbench import records
+    from agentbench.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX
+
+    ours = {records.RUN_FILE, ".reserve", records.REQUESTS_FILE, records.SESSIONS_FILE,
+            records.SERVER_METRICS_FILE}
+    names = [p.name for p in run_dir.iterdir()]
+    if all(n in ours or n.endswith((SPOOL_SUFFIX, JOURNAL_SUFFIX)) for n in names):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:

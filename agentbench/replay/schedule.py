@@ -7,6 +7,7 @@ Seed 0 is a seed.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -80,12 +81,15 @@ def turn_target_ns(strategy: str, turn: Turn, *, prev: Turn | None, ready_ns: in
     raise ValueError(f"unknown timing strategy {strategy!r}")
 
 
-def warmup_start_turn(seed: int, lane: int, n_turns: int, random_start: bool) -> int:
-    """The turn a lane's first tree starts at: uniform over the root's turns (AgentX-style
-    random start) or 0."""
+def warmup_start_turn(seed: int, lane: int, n_turns: int, random_start: bool,
+                      min_ratio: float = 0.0, max_ratio: float = 1.0) -> int:
+    """The turn t* a lane's first tree starts at: uniform over the root's turns from
+    ``min_ratio`` to ``max_ratio`` of them (AgentX-style random start), or 0."""
     if not random_start or n_turns <= 1:
         return 0
-    return int(_rng(seed, "warmup", lane).integers(0, n_turns))
+    lo = min(int(min_ratio * n_turns), n_turns - 1)
+    hi = min(max(lo + 1, math.ceil(max_ratio * n_turns)), n_turns)
+    return int(_rng(seed, "warmup", lane).integers(lo, hi))
 
 
 def choice_rng(seed: int, *keys: int | str) -> np.random.Generator:

@@ -165,7 +165,7 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
     # insertion-ordered (a dict, not a set): cancelling at the deadline goes in start order,
     # so a virtual-time run's rows come out in the same order every time
     tasks: dict[asyncio.Task[Any], None] = {}
-    warm = sc.warmup.enabled and k == 0
+    warm = sc.warmup.enabled and (k == 0 or sc.warmup.every_stage)
     t_stage = ctx.timers.now_ns() if stage_start_ns is None else stage_start_ns
 
     stop_now = ctx.stop
@@ -201,17 +201,22 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
                  tasks: dict[asyncio.Task[Any], None]) -> None:
     max_sessions = sc.limits.max_sessions
 
+    w = sc.warmup
+
     async def lane(i: int) -> None:
         first = True
+        # more than one warmup request per lane: a budget the lane's trees draw from
+        budget = [w.requests_per_lane] if warm and w.requests_per_lane > 1 else None
         while not ctx.stopping:
             item = source.next(max_sessions)
             if item is None:
                 return
             spec, copy, ordinal = item
-            warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns),
-                                           sc.warmup.random_start) if warm and first else None)
+            warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns), w.random_start,
+                                           w.start_min_ratio, w.start_max_ratio)
+                         if warm and first else None)
             first = False
-            await TreeRun(ctx, spec, copy, i, warm_turn, ordinal).run()
+            await TreeRun(ctx, spec, copy, i, warm_turn, ordinal, budget).run()
 
     for i in lanes:
         t = asyncio.ensure_future(lane(i))

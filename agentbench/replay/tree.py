@@ -18,6 +18,7 @@ from typing import Any
 
 from agentbench import records
 from agentbench.replay.endpoints import LiveEndpoint, Router
+from agentbench.replay.overflow import CONTEXT_OVERFLOW
 from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import turn_target_ns
@@ -126,6 +127,7 @@ class SessionState:
     output_tokens: int = 0
     errors: int = 0
     cancelled: bool = False
+    overflowed: bool = False  # ended at a context overflow (its later turns not sent)
     phases: set[str] = field(default_factory=set)
 
 
@@ -133,8 +135,12 @@ class TreeRun:
     """One copy of a tree in one lane."""
 
     def __init__(self, ctx: RunContext, spec: TreeSpec, copy: int, lane: int,
-                 warm_turn: int | None, ordinal: int | None = None) -> None:
+                 warm_turn: int | None, ordinal: int | None = None,
+                 warm_budget: list[int] | None = None) -> None:
         self.ctx = ctx
+        #: the lane's warmup requests still to send (shared by its trees; None: the warm
+        #: start's own turn is the lane's one warmup request)
+        self.warm_budget = warm_budget
         self.spec = spec
         self.copy = copy
         self.lane = lane
@@ -222,10 +228,11 @@ class TreeRun:
                     break
                 if not ctx.take_request():
                     break
-                phase = records.WARMUP if (self.warm_turn is not None and
-                                           sess is self.spec.root and k == self.warm_turn) \
-                    else records.MEASURE
-                rec = await self._request(sess, st, k, scheduled, phase, content)
+                rec = await self._request(sess, st, k, scheduled, self._phase(sess, k),
+                                          content)
+                if rec.error_type == CONTEXT_OVERFLOW:
+                    st.overflowed = True  # every later turn is longer still: end here
+                    break
                 prev, prev_sent = turn, rec.sent_ns
                 ready_ns = rec.end_ns if rec.end_ns is not None else ctx.timers.now_ns()
                 self._start_children(kids_after.get(k, []), ready_ns, started)
@@ -238,6 +245,17 @@ class TreeRun:
                 # background children (and any not joined) finish with the session
                 await asyncio.gather(*started.values(), return_exceptions=True)
         return st.end_ns if st.end_ns is not None else ready_ns
+
+    def _phase(self, sess: Session, k: int) -> str:
+        """Warmup or measure: the warm start's turn, or the lane's first
+        ``warmup.requests_per_lane`` requests when it warms up with a budget."""
+        if self.warm_budget is not None:
+            if self.warm_budget[0] > 0:
+                self.warm_budget[0] -= 1
+                return records.WARMUP
+            return records.MEASURE
+        return records.WARMUP if (self.warm_turn is not None and sess is self.spec.root
+                                  and k == self.warm_turn) else records.MEASURE
 
     def _start_children(self, kids: list[Session], ready_ns: int,
                         started: dict[str, asyncio.Task[int]]) -> None:
@@ -361,7 +379,9 @@ class TreeRun:
     def _record(self, rec: RequestRecord, st: SessionState, ep: LiveEndpoint,
                 phase: str) -> None:
         ctx = self.ctx
-        row = ctx.writer.add_request(rec)
+        row = ctx.writer.add_request(rec, ep.amend)
+        if row["error_type"] == CONTEXT_OVERFLOW:
+            rec.error_type = CONTEXT_OVERFLOW
         st.phases.add(phase)
         if st.endpoint is None:
             st.endpoint = ep.label
@@ -392,6 +412,8 @@ class TreeRun:
                 st = SessionState(sess, 0)
             if st.cancelled:
                 status = records.CANCELLED
+            elif st.overflowed:
+                status = CONTEXT_OVERFLOW  # ended at its first overflow: later turns unsent
             elif st.errors:
                 status = records.ERROR
             elif st.turns_done < planned:

@@ -171,8 +171,11 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
 
             vocab = vocab_from_tokenizer(sc.prompt.tokenizer)
         caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
+        from agentbench.replay.overflow import classifier
+
         for i, cfg in enumerate(sc.endpoints):
             endpoints.append(reconnect(cfg, i, spec.endpoints[i]))
+            endpoints[-1].amend = classifier(cfg.context_overflow_phrases)
         flavors = {(e.api, e.overhead, e.sim_block) for e in endpoints}
         ctx = RunContext(
             t0_ns=spec.t0_ns, seed=sc.seed, strategy=sc.timing.strategy,

@@ -87,6 +87,7 @@ class _Spool:
         self._size = 0
         self.written = 0
         self.failed: ResultsWriteError | None = None
+        self.journaled = 0  # rows 0..journaled-1 are on disk in the journal or the spool
         self.journal_path = path.with_name(
             path.name.removesuffix(SPOOL_SUFFIX) + JOURNAL_SUFFIX)
         self._journal: int | None = None
@@ -105,6 +106,7 @@ class _Spool:
             line = b"%d %s\n" % (seq, orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY))
             if os.write(self._journal, line) != len(line):
                 raise OSError(errno.ENOSPC, "short write")
+            self.journaled = seq + 1
         except OSError:
             self.flush()
 
@@ -200,8 +202,13 @@ class ResultsWriter:
         self.on_failure: Callable[[ResultsWriteError], object] | None = None
         self.lost = 0  # rows dropped after a failure
 
-    def add_request(self, rec: RequestRecord) -> dict[str, Any]:
+    def add_request(self, rec: RequestRecord,
+                    amend: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Write ``rec``'s row (``amend`` may reclassify it first, e.g. a context
+        overflow); return the row."""
         row = finish_record(rec)
+        if amend is not None:
+            amend(row)
         self.n_requests += 1
         if row["status"] != records.OK:
             self.n_errors += 1
@@ -238,8 +245,9 @@ class ResultsWriter:
 
     @property
     def kept(self) -> int:
-        """Request rows on disk (in the spool; the journal may hold a few more)."""
-        return self._spools[records.REQUESTS_FILE].written
+        """Request rows on disk (in the spool, or in the journal a reader recovers)."""
+        spool = self._spools[records.REQUESTS_FILE]
+        return max(spool.written, spool.journaled)
 
     def _failed(self, e: ResultsWriteError) -> None:
         if self.failure is None:

@@ -46,13 +46,20 @@ def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
 def time_lines(summary: dict[str, Any]) -> list[str]:
     """The summary's time base (simulated or wall-clock), its note and warnings."""
     tb = summary.get("time_base") or {}
+    status = (summary.get("run") or {}).get("status")
+    ended = [] if status in (None, "completed") else [
+        f"Warning: the run did not complete (status: {status}); "
+        + ("it was recovered from its spool and journal, and the agents in progress count "
+           "as cut." if status == "killed" else "requests in flight were cancelled.")]
     if not tb:
-        return []
+        return ended
     kind = ("virtual time (simulated)" if tb.get("kind") == "virtual" else
             f"simulated time, speedup {tb.get('speedup'):g}x" if tb.get("kind") == "simulated"
             else "wall-clock time")
-    return [f"Times: {kind}. {tb.get('note', '')}",
-            *(f"Warning: {w}" for w in tb.get("warnings", []))]
+    note = str(tb.get("note") or "")
+    text = (f"Times: {note}." if note.startswith(kind) else
+            f"Times: {kind}. {note}" if note else f"Times: {kind}.")
+    return [text, *ended, *(f"Warning: {w}" for w in tb.get("warnings", []))]
 
 
 def time_note(summaries: Sequence[dict[str, Any]]) -> str:
@@ -80,7 +87,10 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
                                                     "achieved_over_potential",
                                                     "agent_goodput", "llm_wait_p50",
                                                     "cost_per_agent", "schedule_lag_p99"]))
+    head.text.extend(validity_lines(s))
     out = [head]
+    if s.get("agentx"):
+        out.append(_agentx_section(s, label, key))
     if len(s.get("stages", {})) > 1:
         sweep = Section("Sweep stages", tables=[_table_rows(s["stages"], STAGE_METRICS)])
         sweep.figures.append(_agentx_figure([(label, s)], key))
@@ -88,6 +98,45 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
     if len(s.get("endpoints", {})) > 1:
         out.append(Section("Endpoints", tables=[_table_rows(s["endpoints"], STAGE_METRICS)]))
     return out
+
+
+def validity_lines(summary: dict[str, Any]) -> list[str]:
+    """The rules' verdict and its reasons (nothing for a run without rules)."""
+    v = summary.get("validity")
+    if not v:
+        return []
+    verdict = "valid" if v["valid"] else "INVALID: " + ", ".join(v["reasons"])
+    return [f"Validity under rules {v.get('rules')}: {verdict}.",
+            *(f"{d}." for d in v.get("details", []))]
+
+
+#: the AgentX headline columns (metrics.validity.agentx_headline), with their formats
+_AGENTX_COLS = (("total_tok_s_per_gpu", "tok/s per GPU", ",.0f"),
+                ("interactivity_tok_s_p50", "tok/s per user (p50)", ",.1f"),
+                ("ttft_ms_p50", "TTFT p50 ms", ",.0f"), ("ttft_ms_p90", "TTFT p90 ms", ",.0f"),
+                ("e2e_ms_p50", "E2E p50 ms", ",.0f"), ("e2e_ms_p90", "E2E p90 ms", ",.0f"),
+                ("hit_rate_theoretical", "hit rate, theoretical", "%"),
+                ("hit_rate_actual", "hit rate, actual", "%"),
+                ("self_hosted_usd_per_mtok", "$/Mtok self-hosted", ",.3f"),
+                ("api_usd_per_mtok", "$/Mtok API", ",.3f"),
+                ("api_over_self_hosted", "API / self-hosted", ",.2f"),
+                ("context_overflow_rate", "context overflow", "%"))
+
+
+def _agentx_section(s: dict[str, Any], label: str, key: str) -> Section:
+    """The AgentX headline per concurrency point, and the Pareto chart across the sweep."""
+    def cell(v: Any, fmt: str) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%" if fmt == "%" else f"{v:{fmt}}"
+
+    rows = [[name, *(cell(r[k], fmt) for r in s["agentx"])] for k, name, fmt in _AGENTX_COLS]
+    sec = Section("AgentX headline", text=[
+        "One column per concurrency point (sweep stage); warmup requests excluded. "
+        "Theoretical hit rate: the trace's potential (infinite cache); actual: the server's "
+        "usage (else its Prometheus counters)."],
+        tables=[(["", *(r["stage"] for r in s["agentx"])], rows)])
+    if len(s["agentx"]) > 1:
+        sec.figures.append(_agentx_figure([(label, s)], f"{key}rules_"))
+    return sec
 
 
 def _agentx_figure(named: Sequence[tuple[str, dict[str, Any]]], key: str
@@ -305,12 +354,17 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
         "points, joined by the grey band, are the Pareto front: no other point beats them "
         "on both axes."],
         figures=[_agentx_figure(named, "cmp_")])
-    if any(len(s.get("stages", {})) > 1 for s in sums):
+    sweep = any(len(s.get("stages", {})) > 1 for s in sums)
+    if sweep:
         agentx.figures.append((
             "cmp_pareto_e2e.png", "Pareto: throughput/GPU vs P50 E2E", charts.agentx(
                 named, "Throughput per GPU vs P50 E2E, per sweep stage", x_metric="e2e_p50",
                 time_note=time_note(sums))))
-    out = [_comparison_section(runs, labels), agentx, _latency_figures(runs, labels, "cmp_"),
+    latency = _latency_figures(runs, labels, "cmp_")
+    # a sweep is read on the AgentX chart first; one point per run says less there than the
+    # latency distributions, where a cache or routing change shows
+    out = [_comparison_section(runs, labels), *((agentx, latency) if sweep else
+                                                (latency, agentx)),
            _curve_figures(runs, labels, "cmp_")]
     descs = {str(s.get("run", {}).get("description") or "") for s in sums}
     if len(descs) == 1 and descs != {""}:
@@ -322,7 +376,7 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
         desc = f": {sc.get('description') or ''}" if descs else ""
         sec = Section(f"Run {lab}", text=[
             f"run {sc.get('run_id') or '-'}; scenario {sc.get('name') or '-'}{desc}",
-            *time_lines(r.summary),
+            *time_lines(r.summary), *validity_lines(r.summary),
             f"stages: {', '.join(sc.get('stages', []))}; endpoints: "
             f"{', '.join(sc.get('endpoints', []))}"])
         lane = _swimlane_figure(r, lab, f"cmp_{i}_", t_max)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbench.scenario import SimulatedEndpoint
-from agentbench.sim.engine import Instance, SimRequest, first_fit_error
+from agentbench.sim.engine import Instance, SimRequest, context_error, first_fit_error
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset
 from agentbench.sim.prompt import U64, PromptHasher
@@ -95,6 +95,7 @@ class Cluster:
                                          max_num_batched_tokens=cfg.max_num_batched_tokens,
                                          max_num_seqs=cfg.max_num_seqs)
         self.block_size = cfg.block_size
+        self.max_context_tokens: int | None = getattr(cfg, "max_context_tokens", None)
         self.speedup = cfg.speedup
         self.cache_blocks = cfg.cache_blocks or self.preset.cache_blocks(cfg.block_size)
         tier = cfg.shared_tier
@@ -166,7 +167,8 @@ class Cluster:
 
     def route(self, req: SimRequest, at: float | None = None) -> int:
         """``submit``'s first half: the instance ``req`` goes to (its arrival set)."""
-        why = first_fit_error(self.instances[0], req)
+        why = context_error(req, self.max_context_tokens) or first_fit_error(
+            self.instances[0], req)
         if why is not None:
             raise SimRejected(why)
         req.arrival = self.now() if at is None else at

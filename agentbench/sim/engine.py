@@ -388,6 +388,18 @@ class Instance:
 _NOTHING: tuple[()] = ()  # no step planned
 
 
+def context_error(req: SimRequest, max_context_tokens: int | None) -> str | None:
+    """vLLM's refusal of a request longer than the model's context window (prompt plus
+    max_tokens), or None when it fits (or there is no window)."""
+    total = req.prompt_tokens + req.output_tokens
+    if max_context_tokens is None or total <= max_context_tokens:
+        return None
+    return (f"This model's maximum context length is {max_context_tokens} tokens. However, "
+            f"you requested {total} tokens ({req.prompt_tokens} in the messages, "
+            f"{req.output_tokens} in the completion). Please reduce the length of the "
+            "messages or completion.")
+
+
 def first_fit_error(inst: Instance, req: SimRequest) -> str | None:
     """Why ``req`` can never run on ``inst`` (None when it can)."""
     need = inst.blocks_needed(req)

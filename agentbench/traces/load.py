@@ -57,6 +57,10 @@ def apply_filters(trace: Trace, filters: Any, seed: int) -> Trace:
     if filters.max_input_tokens is not None:
         cap = filters.max_input_tokens
         trees = [t for t in trees if all(turn.input_tokens <= cap for s in t for turn in s.turns)]
+    if getattr(filters, "max_context_tokens", None) is not None:
+        window = filters.max_context_tokens  # the server's context: prompt + output must fit
+        trees = [t for t in trees if all(turn.input_tokens + turn.output_tokens <= window
+                                         for s in t for turn in s.turns)]
     if filters.with_subagents is not None:
         trees = [t for t in trees if (len(t) > 1) == filters.with_subagents]
     if filters.shuffle:

@@ -61,7 +61,7 @@ def _check_stopped_run(r: Any, run: Path, srv: Any, tmp_path: Path, why: str) ->
     where = tmp_path / "copy"
     shutil.copytree(run, where)  # to a disk with room: the first reader finishes it
     req = rows(where)
-    assert kept <= len(req) <= len(srv.seen())
+    assert kept == len(req) <= len(srv.seen())  # the line counts what a reader recovers
     report_reads(where, tmp_path)
 
 

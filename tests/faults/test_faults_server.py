@@ -52,6 +52,7 @@ def test_every_server_fault_is_one_row_and_the_run_reads(tmp_path: Path,
     sc = scenario(tmp_path, srv.url, limits=f"max_requests: {2 * len(faults)}")
     r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r")
     assert r.returncode == 0, r.stderr  # failures are data; some requests succeeded
+    assert "of measured requests failed" in r.stderr  # but a warning says how many
     req = rows(_results(tmp_path))
     seen = srv.seen()
     assert len(req) == len(seen) == 2 * len(faults)

@@ -74,4 +74,13 @@ def test_sigkill_keeps_every_finished_request(tmp_path: Path, fault_server: Any)
     ok = req[req.status == "ok"]
     assert finished_before <= len(ok) <= len(req) <= len(srv.seen())
     assert run_json(run)["status"] == "killed"
+    # the 8 trees in progress at the kill have no end: cut, never counted as completed
+    import agentbench
+
+    r = agentbench.load(run)
+    agents = r.summary["overall"]["agents"]
+    roots_done = int(((r.sessions.relation == "root") & (r.sessions.status == "ok")).sum())
+    assert agents["completed"] <= roots_done and agents["cut"] >= 1
     report_reads(run, tmp_path)
+    text = (tmp_path / "report-r" / "report.md").read_text()
+    assert "did not complete (status: killed)" in text

@@ -1,0 +1,90 @@
+"""Whether the client delivered the load it was asked for (``client_saturated``).
+
+A client that runs out of CPU sends late: every figure of the run is then the figure of a
+lighter load than the scenario says, and nothing else in the summary shows it. Two signs,
+from the stored stamps alone:
+
+- schedule lag: ``sent_ns - scheduled_ns`` p99 above ``LAG_P99_MS``;
+- in-flight shortfall: the requests in flight on average over the requests the lanes
+  wanted in flight, ``Σ(end − sent) / Σ(end − scheduled)``, below ``IN_FLIGHT_RATIO`` (a
+  lane wants a request in flight from its scheduled time, so think time is not counted as
+  a shortfall; with lanes always busy it is mean in-flight over the lanes that had work).
+
+Checked per stage (each stage's measured requests); in virtual time there is no client
+delay to see, so there is no verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agentbench.metrics.derive import Derived
+
+#: schedule lag p99 above this (ms) says the client sent late
+LAG_P99_MS = 10.0
+#: requests in flight / requests the lanes wanted in flight below this says the same
+IN_FLIGHT_RATIO = 0.95
+ADVICE = ("the client did not deliver the offered load: its figures are those of a lighter "
+          "load. Give it more CPU: `agentbench run --workers N` (or `--workers auto`) "
+          "shards lanes over N processes; also check that nothing else runs on its cores")
+
+
+def stage_figures(d: Derived, m: np.ndarray) -> dict[str, Any] | None:
+    """Lag p99 and in-flight figures of the requests in mask ``m`` (those sent)."""
+    sent, sched, end = d.sent_ns[m], d.scheduled_ns[m], d.end_ns[m]
+    keep = ~(np.isnan(sent) | np.isnan(sched) | np.isnan(end))
+    if keep.sum() < 2:
+        return None
+    sent, sched, end = sent[keep], sched[keep], end[keep]
+    lag_ms = (sent - sched) / 1e6
+    window = float(end.max() - min(sent.min(), sched.min()))
+    busy = float(np.maximum(end - sent, 0).sum())
+    wanted = float(np.maximum(end - np.minimum(sched, sent), 0).sum())
+    return {"requests": int(keep.sum()),
+            "schedule_lag_p50_ms": round(float(np.percentile(lag_ms, 50)), 3),
+            "schedule_lag_p99_ms": round(float(np.percentile(lag_ms, 99)), 3),
+            "in_flight_mean": round(busy / window, 2) if window > 0 else None,
+            "in_flight_wanted_mean": round(wanted / window, 2) if window > 0 else None,
+            "in_flight_ratio": round(busy / wanted, 4) if wanted > 0 else None}
+
+
+def verdict(d: Derived, time_kind: str, stage_lanes: dict[str, int | None] | None = None,
+            lag_p99_ms: float = LAG_P99_MS, in_flight_ratio: float = IN_FLIGHT_RATIO
+            ) -> dict[str, Any] | None:
+    """``{saturated, reasons, figures, thresholds, advice}``: saturated when any stage's
+    lag p99 is above ``lag_p99_ms`` or its in-flight ratio below ``in_flight_ratio``;
+    None in virtual time (no client delay exists there)."""
+    if time_kind == "virtual":
+        return None
+    figures: dict[str, Any] = {}
+    reasons: list[str] = []
+    for i, stage in enumerate(d.stages):
+        f = stage_figures(d, d.measured & (d.stage_code == i))
+        if f is None:
+            continue
+        lanes = (stage_lanes or {}).get(stage)
+        if lanes:
+            f["lanes"] = lanes
+        figures[stage] = f
+        where = f" ({stage})" if len(d.stages) > 1 else ""
+        if f["schedule_lag_p99_ms"] > lag_p99_ms:
+            reasons.append(f"schedule lag p99 {f['schedule_lag_p99_ms']:,.1f} ms > "
+                           f"{lag_p99_ms:g} ms{where}")
+        ratio = f["in_flight_ratio"]
+        if ratio is not None and ratio < in_flight_ratio:
+            of = f" of {lanes} lanes" if lanes else ""
+            reasons.append(f"mean in flight {f['in_flight_mean']:,.1f} of "
+                           f"{f['in_flight_wanted_mean']:,.1f} wanted{of} "
+                           f"({ratio:.0%} < {in_flight_ratio:.0%}){where}")
+    return {"saturated": bool(reasons), "reasons": reasons, "figures": figures,
+            "thresholds": {"schedule_lag_p99_ms": lag_p99_ms,
+                           "in_flight_ratio": in_flight_ratio},
+            "advice": ADVICE if reasons else None}
+
+
+def warning(v: dict[str, Any] | None) -> str | None:
+    """The one-line warning the terminal summary and the report show, or None."""
+    if not v or not v.get("saturated"):
+        return None
+    return f"client saturated: {'; '.join(v['reasons'])}: {v['advice']}"

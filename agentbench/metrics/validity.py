@@ -1,0 +1,108 @@
+"""The validity verdict of a run under benchmark rules (``rules: agentx``) and the AgentX
+headline per concurrency point, from the records and run.json alone.
+
+A run is invalid when (AIPerf's inferencex-agentx-mvp rules, docs/agentx.md):
+
+- ``unsafe_override``: it ran with settings that contradict the rules;
+- ``context_overflow_rate_exceeded``: in some stage, context overflows / measured requests
+  > the limit (1%);
+- ``run_cancelled``: it did not complete (interrupted, crashed, killed);
+- ``observations_stopped_early``: in some stage, the last TTFT/ITL observation (a
+  successful measured request's last token) came before ``observed_share`` (95%) of the
+  profiling phase (stage start + duration_s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from agentbench.metrics.derive import Derived
+
+#: the error type a context overflow is recorded with (``agentbench.replay.overflow``)
+CONTEXT_OVERFLOW = "context_overflow"
+NS = 1_000_000_000
+
+
+def last_observation_ns(d: Derived, stage: str) -> float | None:
+    """The latest token time of the stage's successful measured requests, ns; None when
+    there is none."""
+    if stage not in d.stages:
+        return None
+    rows = d.measured & d.ok & (d.stage_code == d.stages.index(stage))
+    if not rows.any():
+        return None
+    last = d.df["last_token_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    first = d.df["first_token_ns"].to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    t = np.fmax(last, first)
+    return None if np.all(np.isnan(t)) else float(np.nanmax(t))
+
+
+def validity(run: dict[str, Any], stages: dict[str, dict[str, Any]], d: Derived
+             ) -> dict[str, Any] | None:
+    """``{rules, valid, reasons, details}`` for a run under rules; None without rules."""
+    rules = run.get("rules")
+    if not isinstance(rules, dict):
+        return None
+    reasons: list[str] = []
+    details: list[str] = []
+
+    def fail(reason: str, detail: str) -> None:
+        if reason not in reasons:
+            reasons.append(reason)
+        details.append(f"{reason}: {detail}")
+
+    for line in rules.get("overrides") or []:
+        fail("unsafe_override", line)
+    limit = float(rules.get("overflow_rate_limit", 0.01))
+    for label, b in stages.items():
+        r = b["requests"]
+        rate = r.get("context_overflow_rate")
+        if rate is not None and rate > limit:
+            fail("context_overflow_rate_exceeded",
+                 f"stage {label}: {r['context_overflow']:,} of {r['total']:,} measured "
+                 f"requests overflowed the context ({rate:.2%} > {limit:.0%})")
+    status = run.get("status")
+    if status != "completed":
+        fail("run_cancelled", f"the run ended {status or 'without a status (cut short)'}")
+    share = float(rules.get("observed_share", 0.95))
+    limits = (run.get("scenario") or {}).get("limits") or {}
+    duration_s = limits.get("duration_s")
+    if duration_s:
+        for st in run.get("stages") or []:
+            need = st["start_ns"] + share * duration_s * NS
+            last = last_observation_ns(d, st["label"])
+            if last is None or last < need:
+                seen = ("none" if last is None
+                        else f"the last at {(last - st['start_ns']) / NS:,.1f} s")
+                fail("observations_stopped_early",
+                     f"stage {st['label']}: TTFT/ITL observations stop before "
+                     f"{share:.0%} of the {duration_s:g} s profiling phase ({seen})")
+    return {"rules": rules.get("name"), "valid": not reasons, "reasons": reasons,
+            "details": details}
+
+
+def agentx_headline(stages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The AgentX figures of each concurrency point (sweep stage): total tokens/s per GPU,
+    interactivity (output tokens/s per user = 1/TPOT, p50), TTFT and E2E p50/p90, the
+    theoretical (trace potential) against the actual (server usage, else Prometheus) hit
+    rate, and the self-hosted cost against the API price for the same tokens."""
+    rows = []
+    for label, b in stages.items():
+        lat, h, c = b["latency"], b["hit_rate"], b["cost"]
+        actual = h["usage"]["value"]
+        if actual is None:
+            actual = (h.get("prometheus") or {}).get("value")
+        rows.append({
+            "stage": label,
+            "total_tok_s_per_gpu": b["throughput"]["per_gpu_total_tok_s"],
+            "interactivity_tok_s_p50": b["interactivity_tok_s"]["p50"],
+            "ttft_ms_p50": lat["ttft_ms"]["p50"], "ttft_ms_p90": lat["ttft_ms"]["p90"],
+            "e2e_ms_p50": lat["e2e_ms"]["p50"], "e2e_ms_p90": lat["e2e_ms"]["p90"],
+            "hit_rate_theoretical": h["potential"]["value"], "hit_rate_actual": actual,
+            "self_hosted_usd_per_mtok": c.get("per_mtok_total_usd"),
+            "api_usd_per_mtok": c.get("api_per_mtok_usd"),
+            "api_over_self_hosted": c.get("api_over_self_hosted"),
+            "context_overflow_rate": b["requests"].get("context_overflow_rate"),
+        })
+    return rows

@@ -1,0 +1,209 @@
+"""AgentX rules (``rules: agentx``): locks and defaults, refusing a conflicting setting,
+context overflows (detected, ending their session, invalidating the run past 1%), the
+validity verdict and the AgentX headline, on scenarios/agentx.yaml in virtual time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from agentbench import rules
+from agentbench.metrics import format_summary, summarize
+from agentbench.replay import run as replay_run
+from agentbench.replay.overflow import CONTEXT_OVERFLOW, DEFAULT_PHRASES, classifier, is_overflow
+from agentbench.replay.schedule import warmup_start_turn
+from agentbench.scenario_flags import scenario_from_flags
+from agentbench.scenario_io import ScenarioError, load_scenario, parse_scenario
+
+AGENTX = Path(__file__).resolve().parent.parent / "scenarios" / "agentx.yaml"
+#: a short test version of the shipped scenario: one concurrency point, AgentX's minimum
+SHORT = [("load.concurrency", 4), ("limits.duration_s", 900)]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _run(tmp_path: Path, sets: list[tuple[str, Any]]) -> tuple[Path, dict[str, Any]]:
+    sc = load_scenario(AGENTX, sets=sets)
+    sc.output.dir = str(tmp_path)
+    res = replay_run(sc, progress=False)
+    return res.run_dir, summarize(res.run_dir)
+
+
+# ---------------------------------------------------------------- locks and defaults
+
+
+def test_shipped_scenario_gets_the_agentx_defaults() -> None:
+    sc = load_scenario(AGENTX)
+    assert sc.rules == "agentx" and not sc.unsafe_override
+    assert sc.limits.duration_s == rules.DEFAULT_DURATION_S == 1800
+    assert sc.timing.strategy == "think-only" and sc.timing.time_scale == 1.0
+    # the idle cap is set explicitly, so it applies in virtual time too
+    assert sc.timing.idle_cap_for("virtual") == rules.IDLE_CAP_S == 10
+    w = sc.warmup
+    assert w.enabled and w.random_start and w.every_stage
+    assert w.requests_per_lane == 10 and (w.start_min_ratio, w.start_max_ratio) == (0, 1)
+    assert rules.conflicts(sc) == []
+
+
+def test_a_too_short_duration_refuses_to_start_naming_the_key() -> None:
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(AGENTX, sets=[("limits.duration_s", 60)])
+    lines = e.value.lines()
+    assert len(lines) == 1
+    assert "--set limits.duration_s" in lines[0] and "900" in lines[0]
+    assert "unsafe_override" in lines[0]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("timing.strategy", "original"), ("timing.time_scale", 0.5), ("timing.idle_cap_s", 30),
+    ("trace.transform.max_context_tokens", 32000), ("prompt.shared_prefix_tokens", 100),
+    ("limits.max_requests", 10), ("warmup.enabled", False), ("limits.recycle", False)])
+def test_each_lock_refuses_a_conflicting_value(key: str, value: Any) -> None:
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(AGENTX, sets=[(key, value)])
+    assert e.value.lines()[0].split(": ")[1] == f"--set {key}"
+
+
+def test_ignore_eos_false_conflicts_and_none_becomes_true() -> None:
+    text = """
+name: t
+rules: agentx
+endpoints: [{kind: openai, url: http://localhost:8000, model: m}]
+trace: {kind: file, source: builtin:claude-code-weka}
+load: {kind: lanes, concurrency: 2}
+"""
+    sc = parse_scenario(text)
+    assert sc.endpoints[0].ignore_eos is True
+    with pytest.raises(ScenarioError, match="endpoints.0.ignore_eos"):
+        parse_scenario(text.replace("model: m}", "model: m, ignore_eos: false}"))
+    with pytest.raises(ScenarioError, match="trace.kind"):
+        parse_scenario(text.replace("{kind: file, source: builtin:claude-code-weka}",
+                                    "{kind: synth, profile: codex, sessions: 3}"))
+
+
+def test_flags_only_run_takes_rules() -> None:
+    sc = scenario_from_flags("http://127.0.0.1:8000", "m", rules="agentx")
+    assert sc.rules == "agentx" and sc.limits.duration_s == 1800
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_flags("http://127.0.0.1:8000", "m", rules="agentx", duration_s=60)
+    assert "--duration" in e.value.lines()[0]
+    sc = scenario_from_flags("http://127.0.0.1:8000", "m", rules="agentx", duration_s=60,
+                             unsafe_override=True)
+    assert rules.run_rules(sc)["overrides"] == [  # type: ignore[index]
+        "limits.duration_s: 60 s is below AgentX's 900 s minimum"]
+
+
+def test_random_start_stays_between_the_ratios() -> None:
+    for lane in range(50):
+        t = warmup_start_turn(42, lane, 100, True, 0.25, 0.75)
+        assert 25 <= t < 75
+    # the default ratios draw as before (the whole trajectory)
+    assert [warmup_start_turn(0, i, 10, True) for i in range(5)] == \
+        [warmup_start_turn(0, i, 10, True, 0.0, 1.0) for i in range(5)]
+
+
+# ---------------------------------------------------------------- context overflow
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
+    '{"error": {"code": "context_length_exceeded", "message": "..."}}',
+    "The input (300000 tokens) is longer than the model's context length (262144 tokens).",
+    "the request exceeds the available context size, try increasing it",
+    "prompt is too long: 210000 tokens > 200000 maximum",
+    "The sum of prompt length and max_tokens exceeds max_seq_len (8192)",
+])
+def test_engine_overflow_messages_are_recognised(message: str) -> None:
+    assert is_overflow("error", message, DEFAULT_PHRASES)
+    row = {"status": "error", "error_message": message, "error_type": "http_400"}
+    amend = classifier(None)
+    assert amend is not None
+    amend(row)
+    assert row["error_type"] == CONTEXT_OVERFLOW
+
+
+def test_other_errors_and_an_empty_list_are_not_overflows() -> None:
+    assert not is_overflow("error", "Internal Server Error", DEFAULT_PHRASES)
+    assert not is_overflow("ok", "maximum context length", DEFAULT_PHRASES)
+    assert classifier([]) is None
+    assert is_overflow("error", "Window Too Small", ["window too small"])
+
+
+def test_filters_max_context_tokens_drops_trees_that_cannot_fit() -> None:
+    from agentbench.traces.load import load_scenario_trace
+
+    sc = load_scenario(AGENTX, sets=[("trace.filters.max_context_tokens", 60000)])
+    trace = load_scenario_trace(sc.trace, sc.seed)
+    assert trace.sessions
+    assert all(t.input_tokens + t.output_tokens <= 60000
+               for s in trace.sessions for t in s.turns)
+    full = load_scenario_trace(load_scenario(AGENTX).trace, sc.seed)
+    assert len(trace.roots()) < len(full.roots())
+
+
+# ---------------------------------------------------------------- runs in virtual time
+
+
+def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
+    run_dir, s = _run(tmp_path, SHORT)
+    assert s["validity"] == {"rules": "agentx", "valid": True, "reasons": [], "details": []}
+    (row,) = s["agentx"]
+    assert row["stage"] == "c=4" and row["total_tok_s_per_gpu"] > 0
+    assert row["interactivity_tok_s_p50"] > 0 and row["ttft_ms_p90"] >= row["ttft_ms_p50"]
+    assert 0 < row["hit_rate_theoretical"] <= 1 and row["hit_rate_actual"] is not None
+    assert row["api_over_self_hosted"] is not None and row["context_overflow_rate"] == 0
+    # warmup: each lane's first requests (up to 10; a lane in a long think time may send
+    # fewer before the deadline), excluded from every figure
+    assert 4 <= s["warmup_requests_excluded"] <= 40
+    req = pd.read_parquet(run_dir / "requests.parquet").sort_values("sent_ns")
+    for _, g in req.groupby("lane"):
+        warm = (g["phase"] == "warmup").to_numpy()
+        assert warm[0] and warm.sum() <= 10 and not warm[warm.sum():].any()
+    text = format_summary(s)
+    assert "validity      agentx: VALID" in text and "tok/s/GPU" in text
+    from agentbench.report.render import render
+
+    html, md = render([run_dir])
+    page = md.read_text()
+    assert "AgentX headline" in page and "Validity under rules agentx: valid" in page
+
+
+def test_a_small_context_window_makes_the_run_invalid(tmp_path: Path) -> None:
+    run_dir, s = _run(tmp_path, [*SHORT, ("endpoints.0.max_context_tokens", 60000),
+                                 ("trace.filters.max_context_tokens", None)])
+    v = s["validity"]
+    assert not v["valid"] and v["reasons"] == ["context_overflow_rate_exceeded"]
+    r = s["stages"]["c=4"]["requests"]
+    assert r["context_overflow"] > 0 and r["context_overflow_rate"] > 0.01
+    req = pd.read_parquet(run_dir / "requests.parquet")
+    ses = pd.read_parquet(run_dir / "sessions.parquet")
+    over = req[req["error_type"] == CONTEXT_OVERFLOW]
+    assert (over["http_status"] == 400).all()
+    assert over["error_message"].str.contains("maximum context length").all()
+    # each session ends at its first overflow: nothing of it is sent after that turn
+    for (tree, sid), g in req.groupby(["tree_id", "session_id"]):
+        hit = g[g["error_type"] == CONTEXT_OVERFLOW]
+        if len(hit):
+            assert len(hit) == 1 and g["turn"].max() == hit["turn"].iloc[0]
+            st = ses[(ses["tree_id"] == tree) & (ses["session_id"] == sid)]["status"]
+            assert list(st) == [CONTEXT_OVERFLOW]
+    assert "INVALID (context_overflow_rate_exceeded)" in format_summary(s)
+
+
+def test_an_overridden_short_run_runs_but_is_invalid(tmp_path: Path) -> None:
+    _, s = _run(tmp_path, [("load.concurrency", 2), ("limits.duration_s", 120),
+                           ("unsafe_override", True)])
+    v = s["validity"]
+    assert not v["valid"] and v["reasons"][0] == "unsafe_override"
+    assert "limits.duration_s: 120 s is below AgentX's 900 s minimum" in v["details"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_shipped_sweep_is_valid(tmp_path: Path) -> None:
+    _, s = _run(tmp_path, [])
+    assert s["validity"]["valid"], s["validity"]
+    assert [r["stage"] for r in s["agentx"]] == ["c=8", "c=16", "c=32"]

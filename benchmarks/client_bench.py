@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -55,6 +56,7 @@ TOKENS = 128
 MODEL = "tiny-llama"
 SECTIONS = ("peers", "long", "scaling", "inflation", "replay")
 CLK = os.sysconf("SC_CLK_TCK")
+STEP_S = 0.002  # the stepped server's decode step: one event per stream every 2 ms
 GAP_S = 1.0  # server wake-ups further apart than this are not one stretch of load
 CPUS = sorted(os.sched_getaffinity(0))  # read once: main() moves itself to the server cores
 
@@ -134,23 +136,29 @@ class Sampler(threading.Thread):
         self.samples: list[tuple[float, float, tuple[int, float]]] = []
         self.stop = threading.Event()
         self._pids = [client]
-        self._cpu: dict[int, float] = {}
 
     def run(self) -> None:
         k = 0
         while not self.stop.is_set():
             if k % 10 == 0:
                 self._pids = tree(self.client)
-            for p in self._pids:  # a process that ended and was reaped is gone: its
-                st = _stat(p)  # CPU now counts in its parent's cutime, so drop it here
-                if st is not None:
-                    self._cpu[p] = st[1]
-                else:
-                    self._cpu.pop(p, None)
-            self.samples.append((time.perf_counter(), sum(self._cpu.values()),
+            self.samples.append((time.perf_counter(), self.tree_cpu(self._pids),
                                  activity(self.server)))
             k += 1
             self.stop.wait(self.period)
+
+    @staticmethod
+    def tree_cpu(pids: list[int]) -> float:
+        """CPU seconds of a process tree, each live process read now, children first.
+
+        Summed afresh every sample: a process that ended is no longer counted itself, as
+        its CPU moved into its parent's ``cutime`` when it was reaped (keeping its last
+        reading, as this sampler once did for processes that left the tree between two
+        refreshes of the pid list, counted it twice). Parents are read before their
+        children (``tree`` lists them so), so that a child reaped between the two readings
+        is counted in neither rather than in both (an under-count of one sample, gone at
+        the next)."""
+        return sum(st[1] for st in map(_stat, pids) if st is not None)
 
     def window(self) -> tuple[float, float] | None:
         """(seconds the server was under load, client CPU s in that time). Under load the
@@ -196,11 +204,17 @@ def measure(cmd: list[str], server: Server, env: dict[str, str] | None = None,
     if log:
         out.close()  # type: ignore[union-attr]
     win = sampler.window()
+    child: dict[str, Any] = {}
     if log:  # the raw samples, to check the window by eye
         log.with_suffix(".samples.json").write_text(json.dumps(sampler.samples))
+        lines = log.read_text(errors="replace").strip().splitlines()
+        if lines and lines[-1].startswith("{"):  # agentbench's child: its own figures
+            with contextlib.suppress(ValueError):
+                child = json.loads(lines[-1])
     return {"rc": proc.returncode, "wall_s": time.perf_counter() - t0,
             "cpu_all_s": ru.ru_utime + ru.ru_stime,
-            "window_s": win[0] if win else None, "cpu_window_s": win[1] if win else None}
+            "window_s": win[0] if win else None, "cpu_window_s": win[1] if win else None,
+            "reads_per_request": child.get("reads_per_request"), "child": child}
 
 
 # ---------------------------------------------------------------- servers
@@ -226,8 +240,10 @@ class Server:
         else:
             cmd = [sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0",
                    "--tokens", str(TOKENS)]
-            if kind == "chunked":
+            if kind in ("chunked", "stepped"):
                 cmd.append("--per-event")
+            if kind == "stepped":
+                cmd += ["--step", str(STEP_S)]
             if kind == "timed":
                 cmd += ["--ttft", str(ttft), "--itl", str(itl), "--log", str(self.log)]
             self.proc = subprocess.Popen(pin(cores()[1]) + cmd, stdout=subprocess.PIPE,
@@ -379,21 +395,22 @@ def _row(tool: str, server: str, n: int, r: dict[str, Any]) -> dict[str, Any]:
             "tok_s": done * TOKENS / win if win else None,
             "cpu_ms_window": r["cpu_window_s"] / done * 1e3 if win and done else None,
             "cpu_ms_all": r["cpu_all_s"] / done * 1e3 if done else None,
-            "rc": r["rc"]}
+            "reads": r.get("reads_per_request"), "rc": r["rc"]}
 
 
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    print(f"{'tool':<16}{'server':<9}{'requests':>9}{'req/s':>9}{'tokens/s':>11}"
-          f"{'CPU ms/req window':>19}{'all-in':>9}")
+    print(f"{'tool':<22}{'server':<9}{'requests':>9}{'req/s':>9}{'tokens/s':>11}"
+          f"{'CPU ms/req window':>19}{'all-in':>9}{'reads/req':>10}")
 
     def f(v: float | None, fmt: str) -> str:
         return format(v, fmt) if v is not None else "-"
 
     for r in rows:
-        print(f"{r['tool']:<16}{r['server']:<9}{r['requests']:>9,}"
+        print(f"{r['tool']:<22}{r['server']:<9}{r['requests']:>9,}"
               f"{'' if r['ok_known'] else '~'}{f(r['req_s'], ',.0f'):>8}"
               f"{f(r['tok_s'], ',.0f'):>11}{f(r['cpu_ms_window'], '.2f'):>19}"
-              f"{f(r['cpu_ms_all'], '.2f'):>9}" + (f"  (exit {r['rc']})" if r["rc"] else ""))
+              f"{f(r['cpu_ms_all'], '.2f'):>9}{f(r.get('reads'), '.1f'):>10}"
+              + (f"  (exit {r['rc']})" if r["rc"] else ""))
     sys.stdout.flush()
 
 
@@ -407,9 +424,36 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return b
 
 
+def loops() -> list[str]:
+    """The event loops agentbench is measured on: asyncio's, and uvloop when installed."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return ["asyncio"]
+    return ["asyncio", "uvloop"]
+
+
+def loop_env(loop: str, tree: Path | None = None) -> dict[str, str]:
+    """The child's environment: its event loop, and ``tree`` (another checkout's
+    ``agentbench`` package, e.g. ``git archive``d, for a before/after in one run)."""
+    env = {**os.environ, "AB_BENCH_LOOP": loop}
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, str, Path | None]]:
+    """(row name, loop, tree) of each agentbench variant measured."""
+    out: list[tuple[str, str, Path | None]] = []
+    if args.before is not None:
+        out.append(("agentbench before", "asyncio", args.before))
+    out += [(f"agentbench {loop}", loop, None) for loop in loops()]
+    return out
+
+
 def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
     rows = []
-    for kind in ("nginx", "chunked"):
+    for kind in ("nginx", "chunked", "stepped"):
         srv = Server(kind)
         try:
             for tool in ("agentbench", "aiperf", "inference-perf", "guidellm"):
@@ -417,44 +461,48 @@ def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str
                 if tool != "agentbench" and (exe is None or not Path(exe).is_file()):
                     print(f"[skip] {tool}: not installed at {exe}", file=sys.stderr)
                     continue
-                runs = []
-                for rep in range(args.repeat if tool == "agentbench" else 1):
-                    d = work / f"{tool}-{kind}-{rep}"
-                    d.mkdir(parents=True)
-                    if tool == "agentbench":
-                        r = measure(agentbench_cmd(srv.url, n, args.concurrency, args.context,
-                                                   1, d), srv, log=d / "log")
-                        r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
-                    else:
-                        fn = {"aiperf": run_aiperf, "inference-perf": run_inference_perf,
-                              "guidellm": run_guidellm}[tool]
-                        r = fn(Path(exe), srv.url, n, args.concurrency, args.context, d, srv)  # type: ignore[arg-type]
-                        if r["rc"]:
-                            print(f"[{tool}] exit {r['rc']}; log: {d}", file=sys.stderr)
-                    runs.append(_row(tool, kind, n, r))
-                rows.append(best(runs))
-                print_rows(rows[-1:])
+                todo = variants(args) if tool == "agentbench" else [(tool, "", None)]
+                for name, loop, tree_dir in todo:
+                    runs = []
+                    for rep in range(args.repeat if tool == "agentbench" else 1):
+                        d = work / f"{name.replace(' ', '-')}-{kind}-{rep}"
+                        d.mkdir(parents=True)
+                        if tool == "agentbench":
+                            r = measure(agentbench_cmd(srv.url, n, args.concurrency,
+                                                       args.context, 1, d), srv,
+                                        env=loop_env(loop, tree_dir), log=d / "log")
+                            r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
+                        else:
+                            fn = {"aiperf": run_aiperf, "inference-perf": run_inference_perf,
+                                  "guidellm": run_guidellm}[tool]
+                            r = fn(Path(exe), srv.url, n, args.concurrency, args.context, d, srv)  # type: ignore[arg-type]
+                            if r["rc"]:
+                                print(f"[{tool}] exit {r['rc']}; log: {d}", file=sys.stderr)
+                        runs.append(_row(name, kind, n, r))
+                    rows.append(best(runs))
+                    print_rows(rows[-1:])
         finally:
             srv.stop()
     return rows
 
 
 def section_long(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
-    srv = Server("nginx")
     rows = []
-    try:
-        runs = []
-        for rep in range(args.repeat):
-            d = work / f"long-{rep}"
-            d.mkdir(parents=True)
-            r = measure(agentbench_cmd(srv.url, n, args.long_concurrency, args.long_context, 1,
-                                       d), srv, log=d / "log")
-            r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
-            runs.append(_row(f"agentbench {args.long_context // 1000}K", "nginx", n, r))
-        rows.append(best(runs))
-        print_rows(rows)
-    finally:
-        srv.stop()
+    for kind in ("nginx", "chunked"):
+        srv = Server(kind)
+        try:
+            runs = []
+            for rep in range(args.repeat):
+                d = work / f"long-{kind}-{rep}"
+                d.mkdir(parents=True)
+                r = measure(agentbench_cmd(srv.url, n, args.long_concurrency,
+                                           args.long_context, 1, d), srv, log=d / "log")
+                r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
+                runs.append(_row(f"agentbench {args.long_context // 1000}K", kind, n, r))
+            rows.append(best(runs))
+            print_rows(rows[-1:])
+        finally:
+            srv.stop()
     return rows
 
 
@@ -499,46 +547,65 @@ def _measure_unpinned(cmd: list[str], srv: Server, log: Path) -> dict[str, Any]:
 
 def section_inflation(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
     """agentbench's TTFT minus the server's own (request read -> first token written),
-    per request, joined on X-Request-ID; both on the same perf_counter_ns clock."""
+    per request, joined on X-Request-ID; both on the same perf_counter_ns clock. With each
+    run's schedule lag, streamed events per second and saturation verdict (summary.json's
+    ``client_saturated``), for every agentbench variant (``--before``, event loops)."""
     import pyarrow.parquet as pq
 
+    from agentbench.metrics import summarize
+
     out = []
-    for lanes in (64, 256):
-        srv = Server("timed", ttft=args.ttft, itl=args.itl)
+    for lanes, itl in ((64, args.itl), (256, args.itl), (256, args.itl / 5)):
+        srv = Server("timed", ttft=args.ttft, itl=itl)
         try:
-            d = work / f"inflation-{lanes}"
-            d.mkdir(parents=True)
-            r = measure(agentbench_cmd(srv.url, n, lanes, args.context, 1, d), srv,
-                        log=d / "log")
-            _, info = agentbench_count(d)
-            run_dir = next(p for p in d.iterdir() if (p / "requests.parquet").exists())
-            t = pq.read_table(run_dir / "requests.parquet").to_pandas()
-            t0 = info["clock"]["t0_perf_ns"]
-            truth = {}
-            for line in srv.log.read_text().splitlines():
-                rid, first, _, _, recv = line.split()
-                if not rid.isdigit():  # start-up calibration requests carry no id
-                    continue
-                truth[int(rid)] = (int(first) - int(recv)) / 1e6
-            diffs, late = [], []
-            for row in t.itertuples():
-                if row.request_id in truth and row.first_token_ns == row.first_token_ns:
-                    client = (row.first_token_ns - row.sent_ns) / 1e6
-                    diffs.append(client - truth[row.request_id])
-                    late.append(client)
-            res = {"lanes": lanes, "requests": len(diffs), "server_ttft_ms": args.ttft * 1e3,
-                   "client_ttft_p50_ms": float(np.percentile(late, 50)),
-                   "client_ttft_p99_ms": float(np.percentile(late, 99)),
-                   "inflation_p50_ms": float(np.percentile(diffs, 50)),
-                   "inflation_p99_ms": float(np.percentile(diffs, 99)),
-                   "inflation_min_ms": float(np.min(diffs)), "rc": r["rc"], "t0": t0}
-            print(f"TTFT self-inflation, {lanes} lanes, server TTFT {args.ttft * 1e3:.0f} ms "
-                  f"ITL {args.itl * 1e3:.0f} ms: client TTFT p50 "
-                  f"{res['client_ttft_p50_ms']:.2f} / p99 {res['client_ttft_p99_ms']:.2f} ms; "
-                  f"client minus server p50 {res['inflation_p50_ms']:.3f} ms, p99 "
-                  f"{res['inflation_p99_ms']:.3f} ms ({len(diffs)} requests)")
-            sys.stdout.flush()
-            out.append(res)
+            for name, loop, tree_dir in variants(args):
+                d = work / f"inflation-{lanes}-{itl}-{name.replace(' ', '-')}"
+                d.mkdir(parents=True)
+                mark = len(srv.log.read_text().splitlines()) if srv.log.exists() else 0
+                r = measure(agentbench_cmd(srv.url, n, lanes, args.context, 1, d), srv,
+                            env=loop_env(loop, tree_dir), log=d / "log")
+                _, info = agentbench_count(d)
+                run_dir = next(p for p in d.iterdir() if (p / "requests.parquet").exists())
+                t = pq.read_table(run_dir / "requests.parquet").to_pandas()
+                truth = {}
+                for line in srv.log.read_text().splitlines()[mark:]:
+                    rid, first, _, _, recv = line.split()
+                    if not rid.isdigit():  # start-up calibration requests carry no id
+                        continue
+                    truth[int(rid)] = (int(first) - int(recv)) / 1e6
+                diffs, late = [], []
+                for row in t.itertuples():
+                    if row.request_id in truth and row.first_token_ns == row.first_token_ns:
+                        client = (row.first_token_ns - row.sent_ns) / 1e6
+                        diffs.append(client - truth[row.request_id])
+                        late.append(client)
+                sat = summarize(run_dir, write=False).get("client_saturated") or {}
+                fig = next(iter((sat.get("figures") or {}).values()), {})
+                st = replay_stats(str(run_dir))
+                res = {"tool": name, "lanes": lanes, "itl_ms": itl * 1e3,
+                       "requests": len(diffs), "server_ttft_ms": args.ttft * 1e3,
+                       "events_per_s": st["chunks_per_s"],
+                       "client_ttft_p50_ms": float(np.percentile(late, 50)),
+                       "client_ttft_p99_ms": float(np.percentile(late, 99)),
+                       "inflation_p50_ms": float(np.percentile(diffs, 50)),
+                       "inflation_p99_ms": float(np.percentile(diffs, 99)),
+                       "inflation_min_ms": float(np.min(diffs)),
+                       "lag_p50_ms": st["lag_p50_ms"], "lag_p99_ms": st["lag_p99_ms"],
+                       "in_flight_mean": fig.get("in_flight_mean"),
+                       "saturated": sat.get("saturated"), "reasons": sat.get("reasons"),
+                       "reads": r.get("reads_per_request"), "rc": r["rc"],
+                       "t0": info["clock"]["t0_perf_ns"]}
+                print(f"{name}, {lanes} lanes, server TTFT {args.ttft * 1e3:.0f} ms ITL "
+                      f"{itl * 1e3:g} ms: {res['events_per_s']:,.0f} events/s, "
+                      f"{res['reads'] or 0:.1f} reads/req; client TTFT p50 "
+                      f"{res['client_ttft_p50_ms']:.2f} / p99 {res['client_ttft_p99_ms']:.2f} "
+                      f"ms; client minus server p50 {res['inflation_p50_ms']:.3f} ms, p99 "
+                      f"{res['inflation_p99_ms']:.3f} ms; schedule lag p50 "
+                      f"{res['lag_p50_ms']:.2f} / p99 {res['lag_p99_ms']:.2f} ms; in flight "
+                      f"{res['in_flight_mean'] or 0:.0f} of {lanes}; saturated: "
+                      f"{res['saturated']} ({len(diffs)} requests)")
+                sys.stdout.flush()
+                out.append(res)
         finally:
             srv.stop()
     return out
@@ -588,10 +655,29 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
         "output": {"dir": out_dir, "run_id": f"c{lanes}"},
         "server_metrics": {"enabled": False},
     })
+    from agentbench.replay.writer import ResultsWriter
+
+    loop = "asyncio"
+    if os.environ.get("AB_BENCH_LOOP") == "uvloop":
+        from agentbench.transport.loop import use_fast_loop
+
+        loop = use_fast_loop()
+    reads = [0, 0]  # socket reads of response bodies, requests (this process's)
+    add = ResultsWriter.add_request
+
+    def counted(self: Any, rec: Any, *args: Any, **kwargs: Any) -> Any:
+        # a tree from before RequestRecord.reads (--before) kept one chunk per read
+        reads[0] += getattr(rec, "reads", None) or len(rec.chunks)
+        reads[1] += 1
+        return add(self, rec, *args, **kwargs)
+
+    ResultsWriter.add_request = counted  # type: ignore[method-assign]
     res = asyncio.run(run_scenario(sc, trace=trace, progress=False, workers=workers))
     return {"run_dir": str(res.run_dir),
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "health": res.info.get("client_health", {})}
+            "health": res.info.get("client_health", {}), "loop": loop,
+            # worker processes count their own reads: known for one process only
+            "reads_per_request": reads[0] / reads[1] if reads[1] and workers == 1 else None}
 
 
 def replay_stats(run_dir: str) -> dict[str, Any]:
@@ -707,6 +793,9 @@ def main() -> None:
                     default=CACHE / "peers" / "ip-venv" / "bin" / "inference-perf")
     ap.add_argument("--guidellm", type=Path,
                     default=CACHE / "peers" / "gl-venv" / "bin" / "guidellm")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="also measure the agentbench package found in this folder (e.g. "
+                         "`git archive HEAD agentbench | tar -x -C DIR`), as 'before'")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--keep", action="store_true", help="keep logs and results folders")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

@@ -4,7 +4,12 @@ client benchmarks where the server must cost far less than the client.
 It reads a request's ``max_tokens`` with a byte search (no JSON decoding) and answers with
 a chunked SSE stream of that many one-token events (or ``--tokens`` when given). With
 ``--ttft``/``--itl`` zero the whole answer goes out in one write (like nginx serving a
-file); ``--per-event`` writes every event separately so each costs the client a read.
+file); ``--per-event`` writes every event separately and yields to the event loop between
+two writes of one stream (every open stream writes once per round, as an engine's decode
+step does), so each event leaves in its own ``send()`` and costs the client a read;
+``--step S`` instead writes one event of every open stream per decode step of ``S``
+seconds (one timer for all streams): events arrive spaced, each in its own read as long
+as the client keeps up, and the offered rate is streams / S events per second.
 Timing is relative: the first token ``ttft`` after the request arrived, each next one
 ``itl`` after the previous write, so no gap is ever shorter than asked. ``--log`` records
 when each timed stream's first and last token events were written (``perf_counter_ns``,
@@ -184,6 +189,13 @@ class _Conn(asyncio.Protocol):
         if srv.ttft_s > 0:
             await srv.sleep_until(t_recv + srv.ttft_s)
         last = len(evs) - (2 if chat else 1)  # token events end here
+        # per event without an ITL: yield to the loop after each write, so every other
+        # stream writes once before this one writes again (as an engine's decode step
+        # does): each event leaves in its own send() and, unless the client falls behind,
+        # arrives in its own read (back-to-back writes would coalesce in the socket)
+        step = srv.per_event and srv.itl_s <= 0
+        if step and i:
+            await srv.pace()
         while i < last:
             last_ns = time.perf_counter_ns()
             first_ns = first_ns or last_ns
@@ -191,6 +203,13 @@ class _Conn(asyncio.Protocol):
             i += 1
             if i < last and srv.itl_s > 0:
                 await srv.sleep_until(last_ns / 1e9 + srv.itl_s)
+            elif step:
+                await srv.pace()
+        if step:  # the usage event on its own; [DONE] with the stream's end
+            while i < len(evs) - 1:
+                self._write(_chunk(evs[i]))
+                i += 1
+                await srv.pace()
         self._write(_chunk(b"".join(evs[i:])) + b"0\r\n\r\n")
         if srv.log is not None:  # when each token event was written: the server's truth
             srv.log.write(f"{rid.decode()} {first_ns} {last_ns} {last - (1 if chat else 0)} "
@@ -206,8 +225,11 @@ class _Conn(asyncio.Protocol):
 
 class FastServer:
     def __init__(self, ttft_s: float = 0.0, itl_s: float = 0.0, tokens: int | None = None,
-                 per_event: bool = False, log: TextIO | None = None) -> None:
+                 per_event: bool = False, log: TextIO | None = None,
+                 step_s: float = 0.0) -> None:
         self.log = log
+        self.step_s = step_s
+        self._step: asyncio.Future[None] | None = None
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.tokens = tokens
@@ -225,6 +247,24 @@ class FastServer:
             self._ticker = Ticker(asyncio.get_running_loop())
             self._ticker.start()
         await self._ticker.at(due)
+
+    async def pace(self) -> None:
+        """Between two per-event writes of a stream: the next decode step (``step_s``), or
+        one turn of the event loop."""
+        if self.step_s <= 0:
+            await asyncio.sleep(0)
+            return
+        if self._step is None:
+            loop = asyncio.get_running_loop()
+            self._step = loop.create_future()
+            now = loop.time()
+            loop.call_at(now + self.step_s - now % self.step_s, self._tick)
+        await self._step
+
+    def _tick(self) -> None:
+        fut, self._step = self._step, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def cached_events(self, chat: bool, n: int) -> list[bytes]:
         key = (chat, n)
@@ -247,7 +287,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl", type=float, default=0.0)
     ap.add_argument("--tokens", type=int, default=None,
                     help="events per answer (default: the request's max_tokens)")
-    ap.add_argument("--per-event", action="store_true", help="one write per SSE event")
+    ap.add_argument("--per-event", action="store_true",
+                    help="one write per SSE event, a yield to the loop between two")
+    ap.add_argument("--step", type=float, default=0.0,
+                    help="with --per-event: one event per open stream every STEP s (a "
+                         "decode step) instead of every loop turn")
     ap.add_argument("--log", default=None,
                     help="append 'request-id first_ns last_ns events recv_ns' per timed "
                          "stream (perf_counter_ns of the writes and of the request's arrival)")
@@ -255,11 +299,14 @@ def main(argv: list[str] | None = None) -> None:
 
     async def serve() -> None:
         log = open(args.log, "a") if args.log else None  # noqa: SIM115 - lives as long as we do
-        srv = FastServer(args.ttft, args.itl, args.tokens, args.per_event, log)
+        srv = FastServer(args.ttft, args.itl, args.tokens, args.per_event, log, args.step)
         port = await srv.start(args.host, args.port)
         print(f"PORT {port}", flush=True)
         await asyncio.Event().wait()
 
+    from agentbench.transport.loop import use_fast_loop
+
+    use_fast_loop()  # uvloop when installed: a server must cost far less than its client
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve())
 

@@ -1,10 +1,12 @@
-"""The HTTP hot path: send one pre-built body, stamp chunk arrivals, return the record.
+"""The HTTP hot path: send one pre-built body, stamp each socket read, return the record.
 
-Only timestamps and raw bytes are taken while the stream runs; events, tokens and
-``usage`` are read afterwards from the stored chunks (:mod:`agentbench.transport.sse`).
-Failures are data: every outcome (HTTP error, refused connection, reset, stall, timeout,
-cancellation) ends as fields of the record, never as an exception to the caller, except
-that a cancellation is re-raised after the record is complete.
+Only timestamps and raw bytes are taken while the stream runs (on
+:mod:`agentbench.transport.stream`, an asyncio protocol whose read costs a stamp and an
+append); events, tokens and ``usage`` are read afterwards from the stored chunks
+(:mod:`agentbench.transport.sse`). Failures are data: every outcome (HTTP error, refused
+connection, reset, stall, timeout, cancellation) ends as fields of the record, never as an
+exception to the caller, except that a cancellation is re-raised after the record is
+complete.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import aiohttp
 import aiohttp.payload
 
 from agentbench import records
+from agentbench.transport import stream
 
 perf_ns = time.perf_counter_ns
 
 
 @dataclass(slots=True)
 class RequestRecord:
-    """One request as it happened; ``chunks``/``chunk_ns`` hold the raw stream until the
-    writer turns them into columns (``agentbench.replay.writer``)."""
+    """One request as it happened; ``chunks``/``chunk_ns`` hold the response body as it
+    arrived (pieces, each stamped with the arrival of the read that brought its last byte)
+    until the writer turns them into columns (``agentbench.replay.writer``)."""
 
     request_id: int
     stage: str
@@ -55,6 +59,10 @@ class RequestRecord:
     result: Any = None
     #: the server's Retry-After, seconds (429, 503), when it sent one; not written
     retry_after_s: float | None = None
+    #: socket reads that brought the response after its head; instrumentation for
+    #: client benchmarks (events arrive one per read unless the client fell behind), not
+    #: written
+    reads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,22 @@ class Target:
     secrets: tuple[str, ...] = ()
     #: follow 307/308 to the same origin (scheme, host, port) only, up to MAX_REDIRECTS
     follow_redirects: bool = False
+    #: keep-alive connections per URL origin (``agentbench.transport.stream``)
+    pools: dict[str, stream.Pool] = field(default_factory=dict, compare=False, repr=False)
+
+    def pool(self, url: str, http: aiohttp.ClientSession | None = None) -> stream.Pool:
+        """The connection pool for ``url`` (its origin), as many connections as the
+        endpoint's aiohttp connector allows."""
+        p = self.pools.get(url)
+        if p is None:
+            limit = getattr(getattr(http, "connector", None), "limit", 0) or 0
+            p = self.pools[url] = stream.Pool(url, int(limit))
+        return p
+
+    def close(self) -> None:
+        """Close the idle keep-alive connections."""
+        for p in self.pools.values():
+            p.close()
 
 
 MAX_REDIRECTS = 5
@@ -91,6 +115,14 @@ class RequestBody(aiohttp.payload.Payload):
         super().__init__(parts, content_type="application/json")
         self._size = size
         self.stamp: Callable[[], None] | None = None
+
+    @property
+    def parts(self) -> list[bytes]:
+        return list(self._value) if not isinstance(self._value, list) else self._value
+
+    @property
+    def size(self) -> int:
+        return int(self._size or 0)
 
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return b"".join(self._value).decode(encoding, errors)
@@ -149,75 +181,101 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
-async def send(http: aiohttp.ClientSession, target: Target, body: bytes | RequestBody,
-               tree_id: str,
-               rec: RequestRecord, t0_ns: int) -> None:
-    """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``)."""
+async def send(http: aiohttp.ClientSession | None, target: Target,
+               body: bytes | RequestBody, tree_id: str, rec: RequestRecord,
+               t0_ns: int) -> None:
+    """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``).
+
+    The exchange runs on :mod:`agentbench.transport.stream` (a read costs a stamp and an
+    append); ``http`` is the endpoint's aiohttp session, whose connection limit the
+    streaming pool keeps."""
     headers = {**target.headers, "X-Session-ID": tree_id,
                "X-Request-ID": str(rec.request_id)}
-    chunks = rec.chunks
-    times = rec.chunk_ns
+    if isinstance(body, RequestBody):
+        parts, size = body.parts, body.size
+    else:
+        parts, size = [body], len(body)
+    tmo = target.timeout
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + tmo.total if tmo.total else None
+    connect = [x for x in (tmo.connect, tmo.sock_connect) if x]
+    resp: stream.Response | None = None
     try:
-        rec.sent_ns = perf_ns() - t0_ns  # the attempt; the body write stamps the hand-over
-        if isinstance(body, RequestBody):
-            body.stamp = lambda: setattr(rec, "sent_ns", perf_ns() - t0_ns)
-        # aiohttp does not follow redirects here: that would re-send the body and the
-        # credentials to wherever the Location points. With follow_redirects, a 307/308 to
-        # the same origin is followed (the body re-sent as it was).
+        rec.sent_ns = perf_ns() - t0_ns  # the attempt; the first write stamps the hand-over
+        # 307/308 are followed only with follow_redirects, to the same origin (the body
+        # re-sent as it was): never the credentials to wherever a Location points
         url = target.url
         for hop in range(MAX_REDIRECTS + 1):
-            async with http.post(url, data=body, headers=headers,
-                                 timeout=target.timeout, allow_redirects=False) as resp:
-                rec.http_status = resp.status
-                if resp.status in (307, 308) and target.follow_redirects \
-                        and hop < MAX_REDIRECTS:
-                    nxt = same_origin(url, resp.headers.get("Location"))
-                    if nxt is not None:
-                        url = nxt
-                        continue
-                if resp.status != 200:
-                    text = (await resp.content.read(2000)).decode("utf-8", "replace")
-                    rec.end_ns = perf_ns() - t0_ns
-                    rec.retry_after_s = _retry_after(resp.headers.get("Retry-After"))
-                    if 300 <= resp.status < 400:
-                        text = _redirect_refused(resp.headers.get("Location", "?"), target)
-                    _fail(rec, f"http_{resp.status}", text.strip() or resp.reason or "",
-                          target)
-                    return
-                read = resp.content.readany
-                while True:
-                    chunk = await read()
-                    if not chunk:
-                        break
-                    times.append(perf_ns() - t0_ns)
-                    chunks.append(chunk)
-            break
-        rec.end_ns = perf_ns() - t0_ns
+            pool = target.pool(url, http)
+            async with asyncio.timeout_at(deadline):
+                conn = await pool.acquire(min(connect) if connect else None)
+            resp = conn.begin(t0_ns)
+            timer = conn.arm(tmo.sock_read, deadline, tmo.total)
+            reuse = False
+            try:
+                head = pool.head(headers, size)
+                rec.sent_ns = perf_ns() - t0_ns
+                if size <= BODY_GROUP_BYTES:
+                    await conn.write(head + b"".join(parts))
+                else:
+                    await conn.write(head)
+                    per_group = max(1, BODY_GROUP_BYTES * len(parts) // size)
+                    for i in range(0, len(parts), per_group):
+                        await conn.write(b"".join(parts[i:i + per_group]))
+                        conn.last_ns = perf_ns()  # the stall timeout is about reading
+                assert conn.done is not None
+                await conn.done
+                reuse = True
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                conn.end(reuse)
+            rec.end_ns = perf_ns() - t0_ns
+            rec.http_status = status = resp.status
+            rec.reads = len(resp.reads)
+            if status in (307, 308) and target.follow_redirects and hop < MAX_REDIRECTS:
+                nxt = same_origin(url, resp.headers.get("location"))
+                if nxt is not None:
+                    url = nxt
+                    continue
+            if status != 200:
+                text = b"".join(resp.body()[0])[:2000].decode("utf-8", "replace")
+                rec.retry_after_s = _retry_after(resp.headers.get("retry-after"))
+                if 300 <= status < 400:
+                    text = _redirect_refused(resp.headers.get("location", "?"), target)
+                _fail(rec, f"http_{status}", text.strip() or resp.reason, target)
+                return
+            rec.chunks, rec.chunk_ns = resp.body()
+            return
     except asyncio.CancelledError:
         rec.end_ns = perf_ns() - t0_ns
+        _partial(rec, resp)
         rec.status = records.CANCELLED
         rec.error_type = "cancelled"
         rec.error_message = "cancelled at the deadline"
         raise
-    except aiohttp.SocketTimeoutError as e:
+    except stream.StreamError as e:
         rec.end_ns = perf_ns() - t0_ns
-        _fail(rec, "stall_timeout", f"no data for {target.timeout.sock_read} s ({e})", target)
-    except aiohttp.ConnectionTimeoutError as e:
-        rec.end_ns = perf_ns() - t0_ns
-        _fail(rec, "connect_timeout", str(e), target)
+        _partial(rec, resp)
+        _fail(rec, e.kind, str(e), target)
     except TimeoutError:
         rec.end_ns = perf_ns() - t0_ns
-        _fail(rec, "timeout", f"request took longer than {target.timeout.total} s", target)
-    except aiohttp.ClientConnectorError as e:
-        rec.end_ns = perf_ns() - t0_ns
-        _fail(rec, "connect_error", str(e), target)
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
-            aiohttp.ClientOSError) as e:
-        rec.end_ns = perf_ns() - t0_ns
-        _fail(rec, "disconnected", f"{type(e).__name__}: {e}", target)
+        _partial(rec, resp)
+        _fail(rec, "timeout", f"request took longer than {tmo.total} s", target)
     except Exception as e:  # any other failure is data too
         rec.end_ns = perf_ns() - t0_ns
+        _partial(rec, resp)
         _fail(rec, type(e).__name__, str(e), target)
+
+
+def _partial(rec: RequestRecord, resp: stream.Response | None) -> None:
+    """What a stream cut short had brought, into the record (its events still count)."""
+    if resp is None or not resp.status:
+        return
+    rec.http_status = resp.status
+    rec.reads = len(resp.reads)
+    if resp.status == 200 and not rec.chunks:
+        rec.chunks, rec.chunk_ns = resp.body(partial=True)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,10 +72,13 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
     if not done:
         out.error_type = "incomplete_stream"
         out.error_message = "stream ended without data: [DONE]"
-    flags = list(map(_TOKEN_RE.search, evs))
+    flags = _token_flags(evs)
     tok = list(itertools.compress(evs, flags))
     if len(chunks) == 1:
         out.token_event_ns = [times[0]] * len(tok)
+    elif len(chunks) == len(evs) and all(map(bytes.endswith, chunks, repeat(b"\n\n"))):
+        # one event per chunk (an engine's writes, read one by one): event k is chunk k
+        out.token_event_ns = list(itertools.compress(times, flags))
     else:
         chunk_ends = list(itertools.accumulate(map(len, chunks)))
         ev_ends = itertools.accumulate(len(ev) + 2 for ev in evs)
@@ -86,6 +90,26 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
             break
     out.token_event_tokens = _tokens_per_event(tok, out.completion_tokens)
     return out
+
+
+def _token_flags(evs: list[bytes]) -> list[bool]:
+    """Which events carry tokens (``_TOKEN_RE``), without a regex search per event: a
+    server's token events share their bytes up to the token's text (id, model, created,
+    the delta's key), so the first token event's bytes up to its text's opening quote are
+    a prefix P, and an event that starts with P and not with P + '"' carries tokens (its
+    match is at the same place). Events without P (role, finish, usage) are searched."""
+    first = next((i for i, m in enumerate(map(_TOKEN_RE.search, evs[:4])) if m), None)
+    if first is None:
+        return [_TOKEN_RE.search(ev) is not None for ev in evs]
+    m = _TOKEN_RE.search(evs[first])
+    assert m is not None
+    prefix = evs[first][:m.end()]
+    if not prefix.endswith(b'"') or any(map(bytes.startswith, evs, repeat(prefix + b'"'))):
+        return [_TOKEN_RE.search(ev) is not None for ev in evs]
+    flags = list(map(bytes.startswith, evs, repeat(prefix)))
+    for i in itertools.compress(range(len(evs)), map(operator.not_, flags)):
+        flags[i] = _TOKEN_RE.search(evs[i]) is not None
+    return flags
 
 
 def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:

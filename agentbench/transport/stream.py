@@ -1,0 +1,609 @@
+"""HTTP/1.1 for the streaming hot path: one ``asyncio.Protocol`` per keep-alive connection
+that stamps each socket read and keeps its bytes, nothing else, while a response streams.
+
+aiohttp costs ~10 us of CPU per socket read on the way to the caller (a read-timeout timer
+rescheduled per read, its parser's callbacks per HTTP chunk, a stream-reader buffer, a
+future and a task step to wake the reader). An engine writes every SSE event separately, so
+a 128-token answer is ~130 reads: ~1.3 ms per request in the client before anything is
+measured. Here ``data_received`` appends ``(perf_counter_ns, bytes)`` and checks whether
+the response ended; the HTTP chunk framing is removed once, after the last byte
+(:func:`dechunk`), and the stall timeout is one timer per request that re-arms itself from
+the last read's stamp instead of a timer per read.
+
+Errors keep the words the replay records (``error_type``): ``connect_error``,
+``connect_timeout``, ``stall_timeout``, ``timeout``, ``disconnected``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Mapping
+from itertools import accumulate, repeat
+from operator import add, sub
+
+perf_ns = time.perf_counter_ns
+
+#: response body kinds
+_CHUNKED, _LENGTH, _CLOSE, _NONE = 0, 1, 2, 3
+#: how far back the end of a chunked body is looked for (the last chunk and its trailers)
+_TAIL = 1024
+#: an idle keep-alive connection is closed after this many seconds (aiohttp's default)
+KEEPALIVE_S = 15.0
+#: bytes one socket read may bring
+READ_BUFFER = 256 * 1024
+#: error bodies are kept up to this size (the record keeps 2,000 characters)
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class StreamError(Exception):
+    """A failed request: ``kind`` is the record's ``error_type``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Response:
+    """What came back: status, headers (lower-case names), and the body as it arrived:
+    ``reads`` (raw socket reads after the head, chunk framing included) and their stamps."""
+
+    __slots__ = ("status", "reason", "headers", "reads", "times", "chunked", "decoded")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        self.reads: list[bytes] = []
+        self.times: list[int] = []
+        self.chunked = False
+        #: a complete chunked body: each chunk's data and where it ends in the raw bytes
+        self.decoded: tuple[list[bytes], list[int]] | None = None
+
+    def body(self, partial: bool = False) -> tuple[list[bytes], list[int]]:
+        """The body as pieces with arrival stamps, each stamp the read that brought the
+        piece's last byte, so that every byte is stamped with its own read's arrival:
+        the reads themselves, or for chunked encoding each chunk's data when every chunk
+        came in one read (an engine writes one event per chunk), else the data of each
+        read (``partial``: of a body cut short)."""
+        if not self.chunked:
+            return self.reads, self.times
+        if self.decoded is not None:
+            datas, ends = self.decoded
+            n = len(datas)
+            read_ends = list(accumulate(map(len, self.reads)))
+            # chunk k (k < n - 1) fills read k exactly; the last starts a read and ends in it
+            if n and len(read_ends) >= n and ends[-1] <= read_ends[n - 1] \
+                    and read_ends[:n - 1] == list(map(add, ends[:n - 1], repeat(2))):
+                return datas, self.times[:n]
+            # reads of whole chunks (a client that fell behind reads several at once):
+            # each chunk stamped with the read that brought it
+            if n and set(read_ends[:-1]).issubset(map(add, ends, repeat(2))):
+                at = map(bisect_left, repeat(read_ends), ends)
+                return datas, list(map(self.times.__getitem__, at))
+        out = dechunk(self.reads, self.times, partial)
+        return out if out is not None else ([], [])
+
+
+class Conn(asyncio.BufferedProtocol):
+    """One keep-alive connection; one response at a time.
+
+    A buffered protocol: the loop reads into the pool's one buffer and the bytes are
+    copied out at their size. (A plain protocol's ``recv(256 KiB)`` allocates 256 KiB per
+    read and shrinks it, which with one read per event cost ~3x the system time.)"""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.alive = False
+        self.resp: Response | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.head = b""
+        self.mode = _NONE
+        self.left = 0  # Content-Length bytes still to come
+        self.keep = True
+        self.last_ns = 0
+        self.t0 = 0
+        self.idle_since = 0.0
+        self._drain: asyncio.Future[None] | None = None
+        self._paused = False
+
+    # -- asyncio.BufferedProtocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.alive = True
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.pool.view  # filled and read before any other connection's next read
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.pool.view[:nbytes].tobytes())
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_ns()
+        self.last_ns = now
+        t = now - self.t0
+        resp = self.resp
+        if resp is None:  # bytes nobody asked for: the connection cannot be trusted
+            self.keep = False
+            return
+        if self.mode == _CHUNKED:  # the hot path: one stamp, one append, one tail check
+            resp.times.append(t)
+            resp.reads.append(data)
+            if data.endswith(b"\r\n\r\n") or len(data) < 4:  # the end can only be here
+                self._check_chunked_end()
+            return
+        if self.done is None:
+            return
+        if not resp.status:
+            self._head(data, t)
+            return
+        self._body(data, t)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost decides what it meant
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.alive = False
+        resp = self.resp
+        if resp is None or self.done is None or self.done.done():
+            return
+        if resp.status and self.mode == _CLOSE:
+            self._finish()
+        elif not resp.status:
+            self._fail("disconnected", "ServerDisconnectedError: Server disconnected")
+        else:
+            why = f" ({exc})" if exc else ""
+            self._fail("disconnected", "ClientPayloadError: Response payload is not "
+                       f"completed: the server closed the connection{why}")
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # -- one exchange
+
+    async def write(self, data: bytes) -> None:
+        assert self.transport is not None
+        if not self.alive:
+            raise StreamError("disconnected",
+                              "ServerDisconnectedError: Server disconnected")
+        self.transport.write(data)
+        if self._paused:
+            self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+
+    def begin(self, t0_ns: int) -> Response:
+        """A new exchange; reads are stamped ``perf_counter_ns() - t0_ns``."""
+        self.t0 = t0_ns
+        self.resp = Response()
+        self.done = asyncio.get_running_loop().create_future()
+        self.head = b""
+        self.mode = _NONE
+        self.keep = True
+        self.last_ns = perf_ns()
+        return self.resp
+
+    def _head(self, data: bytes, t: int) -> None:
+        buf = self.head + data if self.head else data
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > 65536:
+                self._fail("disconnected", "ClientResponseError: response head too long")
+            self.head = buf
+            return
+        self.head = b""
+        resp = self.resp
+        assert resp is not None
+        lines = buf[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        try:
+            status = int(parts[1])
+        except (IndexError, ValueError):
+            self._fail("disconnected", f"ClientResponseError: bad status line {lines[0]!r}")
+            return
+        rest = buf[end + 4:]
+        if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
+            if rest:
+                self._head(rest, t)
+            return
+        headers = resp.headers
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        resp.status = status
+        resp.reason = parts[2] if len(parts) > 2 else ""
+        conn = headers.get("connection", "").lower()
+        if conn == "close" or (parts[0] == "HTTP/1.0" and conn != "keep-alive"):
+            self.keep = False
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self.mode = _CHUNKED
+            resp.chunked = True
+        elif "content-length" in headers:
+            self.mode = _LENGTH
+            try:
+                self.left = int(headers["content-length"])
+            except ValueError:
+                self._fail("disconnected", "ClientResponseError: bad Content-Length")
+                return
+        elif status in (204, 304):
+            self.mode = _LENGTH
+            self.left = 0
+        else:
+            self.mode = _CLOSE
+            self.keep = False
+        if self.mode == _LENGTH and self.left == 0:
+            self._finish()
+        elif rest:
+            if self.mode == _CHUNKED:
+                resp.times.append(t)
+                resp.reads.append(rest)
+                self._check_chunked_end()
+            else:
+                self._body(rest, t)
+
+    def _body(self, data: bytes, t: int) -> None:
+        resp = self.resp
+        assert resp is not None
+        if self.mode == _LENGTH:
+            if len(data) > self.left:
+                data = data[:self.left]
+                self.keep = False
+            self.left -= len(data)
+        if data:
+            resp.times.append(t)
+            resp.reads.append(data)
+        if self.mode == _LENGTH and self.left <= 0:
+            self._finish()
+        elif resp.status != 200 and sum(map(len, resp.reads)) > _MAX_ERROR_BODY:
+            self.keep = False
+            self._finish()
+
+    def _check_chunked_end(self) -> None:
+        resp = self.resp
+        assert resp is not None
+        reads, i = resp.reads, len(resp.reads) - 1
+        tail = reads[i]
+        while len(tail) < _TAIL and i > 0:  # the last KiB, whatever the reads' sizes
+            i -= 1
+            tail = reads[i] + tail
+        state = chunk_state(tail, tail=True)
+        if state == "maybe":
+            dec = decode_chunked(b"".join(resp.reads))
+            if isinstance(dec, str):
+                state = dec
+            else:
+                resp.decoded = dec
+                state = "complete"
+        if state == "complete":
+            self._finish()
+        elif state == "bad":
+            self._fail("disconnected", "ClientPayloadError: Response payload is not "
+                       "completed: malformed chunked encoding")
+        elif resp.status != 200 and sum(map(len, resp.reads)) > _MAX_ERROR_BODY:
+            self.keep = False
+            self._finish()
+
+    def _finish(self) -> None:
+        self.mode = _NONE
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def _fail(self, kind: str, message: str) -> None:
+        self.mode = _NONE
+        self.keep = False
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(StreamError(kind, message))
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(StreamError(kind, message))
+
+    def arm(self, sock_read: float | None, deadline: float | None, total: float | None
+            ) -> _Timer | None:
+        """One timer for the exchange: fires at the deadline or when no byte came for
+        ``sock_read`` s, and otherwise re-arms itself from the last read's stamp (a timer
+        per read would cost more than the read)."""
+        if not sock_read and deadline is None:
+            return None
+        loop = asyncio.get_running_loop()
+        handle: list[asyncio.TimerHandle] = []
+
+        def check() -> None:
+            if self.done is None or self.done.done():
+                return
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                self._fail("timeout", f"request took longer than {total} s")
+                return
+            due = deadline if deadline is not None else now + 3600.0
+            if sock_read:
+                quiet = (perf_ns() - self.last_ns) / 1e9
+                if quiet >= sock_read:
+                    self._fail("stall_timeout", f"no data for {sock_read} s (Timeout on "
+                               "reading data from socket)")
+                    return
+                due = min(due, now + sock_read - quiet)
+            handle[:] = [loop.call_at(due, check)]
+
+        first = loop.time() + (sock_read or 3600.0)
+        handle.append(loop.call_at(first if deadline is None else min(first, deadline), check))
+        return _Timer(handle)
+
+    def end(self, reuse: bool) -> None:
+        """The exchange is over: back to the pool, or closed."""
+        self.resp = None
+        self.done = None
+        self.mode = _NONE
+        if reuse and self.keep and self.alive:
+            self.pool.release(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self.alive = False
+        if self.transport is not None:
+            self.transport.close()
+        self.pool.gone()
+
+
+class _Timer:
+    """The current handle of a self re-arming timer."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: list[asyncio.TimerHandle]) -> None:
+        self.handle = handle
+
+    def cancel(self) -> None:
+        for h in self.handle:
+            h.cancel()
+
+
+def chunk_state(raw: bytes, tail: bool = False) -> str:
+    """Whether chunked bytes end with the last chunk: ``complete``, ``more`` or ``bad``
+    (``tail``: only the last bytes are given; ``maybe`` when they look like an end)."""
+    if tail:  # the last chunk "0" (after a chunk's CRLF, or first), then trailers, CRLF
+        if raw.endswith(b"\r\n\r\n") and (b"\r\n0\r\n" in raw or raw.startswith(b"0")):
+            return "maybe"
+        return "more"
+    dec = decode_chunked(raw)
+    return dec if isinstance(dec, str) else "complete"
+
+
+def decode_chunked(raw: bytes) -> tuple[list[bytes], list[int]] | str:
+    """A complete chunked body as each chunk's data and the raw offset where that data
+    ends; ``more`` if it is unfinished, ``bad`` if it is not chunked encoding. The usual
+    body (no CRLF inside data, no extensions or trailers) is read with C-level splits and
+    maps; anything else chunk by chunk."""
+    parts = raw.split(b"\r\n")
+    n = len(parts)
+    if n >= 3 and n % 2 == 1 and parts[-1] == b"" and parts[-2] == b"" and parts[-3] == b"0":
+        hexes, datas = parts[0:n - 3:2], parts[1:n - 3:2]
+        try:
+            sizes = list(map(int, hexes, repeat(16)))
+        except ValueError:
+            sizes = []
+        if sizes == list(map(len, datas)) and all(sizes):
+            # chunk k: hex, CRLF, data, CRLF
+            lens = map(add, map(len, hexes), map(add, sizes, repeat(4)))
+            return datas, list(map(sub, accumulate(lens), repeat(2)))
+    spans = _walk(raw)
+    if isinstance(spans, str):
+        return spans
+    return [raw[a:b] for a, b in spans], [b for _, b in spans]
+
+
+def chunk_spans(raw: bytes) -> list[tuple[int, int]] | str:
+    """The data spans ``(start, end)`` of a complete chunked body; ``more`` if it is
+    unfinished, ``bad`` if it is not chunked encoding."""
+    dec = decode_chunked(raw)
+    if isinstance(dec, str):
+        return dec
+    return [(e - len(d), e) for d, e in zip(*dec, strict=True)]
+
+
+def _walk(raw: bytes, partial: bool = False) -> list[tuple[int, int]] | str:
+    """Chunk by chunk (chunk extensions, trailers, CRLF inside data). ``partial``: the spans
+    of the data there is, for a body cut short."""
+    spans: list[tuple[int, int]] = []
+    pos, n = 0, len(raw)
+    while True:
+        nl = raw.find(b"\r\n", pos)
+        if nl < 0:
+            return spans if partial else ("more" if n - pos < 1024 else "bad")
+        try:
+            size = int(raw[pos:nl].split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            return spans if partial else "bad"
+        start = nl + 2
+        if size == 0:  # the last chunk, then trailers up to an empty line
+            if partial:
+                return spans
+            if raw.startswith(b"\r\n", start):
+                return spans if start + 2 == n else "bad"
+            end = raw.find(b"\r\n\r\n", start)
+            if end < 0:
+                return "more"
+            return spans if end + 4 == n else "bad"
+        if n < start + size + 2:
+            if partial:
+                spans.append((start, min(n, start + size)))
+                return spans
+            return "more"
+        if raw[start + size:start + size + 2] != b"\r\n":
+            return spans if partial else "bad"
+        spans.append((start, start + size))
+        pos = start + size + 2
+
+
+def dechunk(reads: list[bytes], times: list[int], partial: bool = False
+            ) -> tuple[list[bytes], list[int]] | None:
+    """Chunked reads as the body's bytes per read, with the stamps of the reads that brought
+    body bytes; None when the bytes are not a complete chunked body (``partial``: the data
+    of a body cut short, as far as it goes)."""
+    raw = b"".join(reads)
+    spans = _walk(raw, partial=True) if partial else chunk_spans(raw)
+    if isinstance(spans, str):
+        return None
+    ends = list(accumulate(map(len, reads)))
+    pieces: list[bytes] = []
+    stamps: list[int] = []
+    j, m, start = 0, len(spans), 0
+    for end, t in zip(ends, times, strict=True):
+        got = []
+        while j < m:
+            a, b = spans[j]
+            if a >= end:
+                break
+            got.append(raw[max(a, start):min(b, end)])
+            if b > end:
+                break
+            j += 1
+        start = end
+        if got:
+            pieces.append(got[0] if len(got) == 1 else b"".join(got))
+            stamps.append(t)
+    return pieces, stamps
+
+
+class Pool:
+    """Keep-alive connections to one origin, most recently used first; at most ``limit``
+    open at once (0: no limit), as the endpoint's aiohttp connector allows."""
+
+    def __init__(self, url: str, limit: int = 0) -> None:
+        from yarl import URL
+
+        u = URL(url)
+        if u.scheme not in ("http", "https"):
+            raise ValueError(f"not an http(s) URL: {url}")
+        self.host = u.host or "localhost"
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.tls = u.scheme == "https"
+        self.path = u.raw_path_qs or "/"
+        default = (self.port == 443) if self.tls else (self.port == 80)
+        self.hostport = self.host if default else f"{self.host}:{self.port}"
+        self.limit = limit
+        #: what every connection of the pool reads into (one read at a time, see Conn)
+        self.view = memoryview(bytearray(READ_BUFFER))
+        self.idle: deque[Conn] = deque()
+        self.open = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._ssl: ssl.SSLContext | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def head(self, headers: Mapping[str, str], length: int) -> bytes:
+        lines = [f"POST {self.path} HTTP/1.1", f"Host: {self.hostport}",
+                 *(f"{k}: {v}" for k, v in headers.items()),
+                 f"Content-Length: {length}", "", ""]
+        return "\r\n".join(lines).encode("latin-1", "replace")
+
+    async def acquire(self, connect_timeout: float | None) -> Conn:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new event loop (a test, a worker): start afresh
+            self.idle.clear()
+            self.open = 0
+            self._waiters.clear()
+            self._sweeper = None
+            self._loop = loop
+        while self.idle:
+            c = self.idle.pop()
+            if c.alive:
+                return c
+            self.open -= 1
+        while self.limit and self.open >= self.limit:
+            w = loop.create_future()
+            self._waiters.append(w)
+            try:
+                await w
+            except BaseException:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(w)
+                raise
+            while self.idle:
+                c = self.idle.pop()
+                if c.alive:
+                    return c
+                self.open -= 1
+        self.open += 1
+        try:
+            return await self._connect(loop, connect_timeout)
+        except BaseException:
+            self.open -= 1
+            self._wake()
+            raise
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop,
+                       timeout: float | None) -> Conn:
+        if self.tls and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        try:
+            async with asyncio.timeout(timeout):
+                _, proto = await loop.create_connection(
+                    lambda: Conn(self), self.host, self.port,
+                    ssl=self._ssl if self.tls else None)
+        except TimeoutError:
+            raise StreamError("connect_timeout",
+                              f"Connection timeout to host {self.host}:{self.port}") from None
+        except OSError as e:
+            raise StreamError("connect_error",
+                              f"Cannot connect to host {self.host}:{self.port} ssl:"
+                              f"{'default' if self.tls else False} "
+                              f"[{e.strerror or type(e).__name__}]") from None
+        return proto
+
+    def release(self, c: Conn) -> None:
+        loop = self._loop
+        if loop is not None:
+            c.idle_since = loop.time()
+            if self._sweeper is None:
+                self._sweeper = loop.call_later(KEEPALIVE_S, self._sweep)
+        self.idle.append(c)
+        self._wake()
+
+    def _sweep(self) -> None:
+        """Close connections idle for ``KEEPALIVE_S`` (as aiohttp's connector does), so a
+        long-lived event loop that runs many replays keeps no sockets of finished ones."""
+        self._sweeper = None
+        if self._loop is None:
+            return
+        now = self._loop.time()
+        while self.idle and now - self.idle[0].idle_since >= KEEPALIVE_S:
+            c = self.idle.popleft()
+            self.open -= 1
+            c.alive = False
+            if c.transport is not None:
+                c.transport.close()
+        if self.idle:
+            self._sweeper = self._loop.call_later(
+                KEEPALIVE_S - (now - self.idle[0].idle_since), self._sweep)
+
+    def gone(self) -> None:
+        self.open = max(0, self.open - 1)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    def close(self) -> None:
+        """Close the idle connections (those in use close when their exchange ends)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        while self.idle:
+            c = self.idle.pop()
+            c.alive = False
+            if c.transport is not None:
+                c.transport.close()
+        self.open = 0

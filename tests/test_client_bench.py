@@ -1,0 +1,39 @@
+"""benchmarks/client_bench.py's CPU sampler: a process tree's CPU, read from /proc, never
+counts a process that ended twice (once itself, once in its parent's reaped-children
+time). Compared with the tree's own rusage, so no figure depends on the machine's speed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+# a parent whose child burns CPU, is reaped, and then the parent idles: the child's CPU
+# moves into the parent's cutime while a stale reading of the child could still be summed
+PARENT = """
+import subprocess, sys, time
+burn = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.8: pass"
+subprocess.run([sys.executable, "-c", burn], check=True)
+time.sleep(1.5)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sampler_counts_an_exited_child_once() -> None:
+    client_bench = pytest.importorskip("client_bench")
+    proc = subprocess.Popen([sys.executable, "-c", PARENT])
+    sampler = client_bench.Sampler(proc.pid, [], period=0.02)
+    sampler.start()
+    _, status, ru = os.wait4(proc.pid, 0)
+    sampler.stop.set()
+    sampler.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+    total = ru.ru_utime + ru.ru_stime  # parent and its reaped child
+    most = max(cpu for _, cpu, _ in sampler.samples)
+    assert most <= total + 0.1, (most, total)  # the old sampler read ~total + 0.8 here
+    assert most >= 0.8 * 0.9  # the child's burn was seen

@@ -1,0 +1,241 @@
+"""The streaming HTTP reader (``agentbench.transport.stream``) and the SSE reading it
+feeds: chunk framing removed after the last byte, every piece stamped with the read that
+brought its last byte, whatever way the bytes were cut into reads."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from agentbench.testing.fastserver import _HEAD, _chunk, events
+from agentbench.transport import sse, stream
+
+
+def chunked(evs: list[bytes]) -> bytes:
+    return b"".join(map(_chunk, evs)) + b"0\r\n\r\n"
+
+
+def cut(raw: bytes, sizes: list[int]) -> list[bytes]:
+    out, pos = [], 0
+    for n in sizes:
+        out.append(raw[pos:pos + n])
+        pos += n
+    if pos < len(raw):
+        out.append(raw[pos:])
+    return [r for r in out if r]
+
+
+def reference(reads: list[bytes], times: list[int]) -> tuple[bytes, list[int]]:
+    """The body and, per body byte, the stamp of the read it came in: by hand, byte by
+    byte (what every decoding must agree with)."""
+    raw, stamp_of = b"", []
+    for r, t in zip(reads, times, strict=True):
+        raw += r
+        stamp_of += [t] * len(r)
+    body, stamps, pos = b"", [], 0
+    while True:
+        nl = raw.index(b"\r\n", pos)
+        size = int(raw[pos:nl].split(b";")[0], 16)
+        if size == 0:
+            return body, stamps
+        body += raw[nl + 2:nl + 2 + size]
+        stamps += stamp_of[nl + 2:nl + 2 + size]
+        pos = nl + 2 + size + 2
+
+
+def check_pieces(pieces: list[bytes], times: list[int], reads: list[bytes],
+                 read_times: list[int]) -> None:
+    body, stamps = reference(reads, read_times)
+    assert b"".join(pieces) == body
+    # each piece's stamp is the stamp of its last byte
+    pos = 0
+    for p, t in zip(pieces, times, strict=True):
+        pos += len(p)
+        assert stamps[pos - 1] == t
+
+
+EVS = events(True, 12)
+
+
+@pytest.mark.parametrize("sizes", [
+    None,  # one read per chunk
+    [1] * 5000,  # one byte per read
+    [7, 300, 2, 2, 900],
+    [len(chunked(EVS)) - 3],  # the terminator cut in two
+])
+def test_dechunk_any_cut(sizes: list[int] | None) -> None:
+    raw = chunked(EVS)
+    reads = [_chunk(e) for e in EVS[:-1]] + [_chunk(EVS[-1]) + b"0\r\n\r\n"] \
+        if sizes is None else cut(raw, sizes)
+    times = list(range(100, 100 + len(reads)))
+    out = stream.dechunk(reads, times)
+    assert out is not None
+    check_pieces(*out, reads, times)
+    # through a connection: the same pieces, and the end found wherever the cut falls
+    r = stream.Response()
+    r.chunked, r.reads, r.times = True, reads, times
+    assert stream.chunk_state(raw) == "complete"
+    r.decoded = stream.decode_chunked(raw)  # type: ignore[assignment]
+    check_pieces(*r.body(), reads, times)
+
+
+def test_random_cuts_and_odd_framing() -> None:
+    rng = random.Random(0)
+    # chunk extensions, upper-case hex, CRLF inside data, trailers: the slow path
+    raw = (b"A;ext=1\r\n0123456789\r\n" + b"4\r\nab\r\n\r\n" + _chunk(EVS[1])
+           + b"0\r\nX-Trailer: 1\r\n\r\n")
+    for _ in range(50):
+        sizes = [rng.randint(1, 40) for _ in range(40)]
+        reads = cut(raw, sizes)
+        times = list(range(len(reads)))
+        out = stream.dechunk(reads, times)
+        assert out is not None
+        pieces, stamps = out
+        assert b"".join(pieces) == b"0123456789ab\r\n" + EVS[1]
+        check_pieces(pieces, stamps, reads, times)
+    assert stream.chunk_state(raw[:-1]) == "more"
+    assert stream.chunk_state(b"zz\r\nab\r\n0\r\n\r\n") == "bad"
+
+
+def test_partial_body() -> None:
+    raw = chunked(EVS)
+    reads = cut(raw, [200, 200])[:2]  # the rest never came
+    out = stream.dechunk(reads, [1, 2], partial=True)
+    assert out is not None
+    assert b"".join(out[0]) == b"".join(EVS)[:len(b"".join(out[0]))]
+    assert stream.dechunk(reads, [1, 2]) is None
+
+
+@pytest.mark.timeout(30)
+async def test_connection_finds_the_end_however_cut() -> None:
+    pool = stream.Pool("http://127.0.0.1:9/v1/chat/completions")
+    raw = _HEAD + chunked(EVS)
+    for sizes in ([len(raw)], [len(_HEAD)] + [len(_chunk(e)) for e in EVS], [3] * 2000,
+                  [len(raw) - 1], [len(raw) - 7] + [1] * 7):
+        conn = stream.Conn(pool)
+        conn.alive = True
+        conn.begin(0)
+        for piece in cut(raw, sizes):
+            assert conn.done is not None and not conn.done.done()
+            conn.data_received(piece)
+        assert conn.done is not None and conn.done.done()
+        assert conn.resp is not None and conn.resp.status == 200
+        pieces, _ = conn.resp.body()
+        assert b"".join(pieces) == b"".join(EVS)
+
+
+@pytest.mark.timeout(30)
+async def test_crlf_events_and_trailers() -> None:
+    """SSE written with CRLF line ends (every chunk ends in CRLF CRLF CRLF) and a body with
+    trailers: the end is found, once, at the end."""
+    pool = stream.Pool("http://127.0.0.1:9/x")
+    crlf = [e.replace(b"\n", b"\r\n") for e in EVS]
+    for body in (b"".join(map(_chunk, crlf)) + b"0\r\n\r\n",
+                 chunked(EVS)[:-2] + b"X-Checksum: 1\r\n\r\n"):
+        conn = stream.Conn(pool)
+        conn.alive = True
+        conn.begin(0)
+        conn.data_received(_HEAD)
+        reads = cut(body, [len(_chunk(e)) for e in crlf])
+        for r in reads:
+            assert conn.done is not None and not conn.done.done()
+            conn.data_received(r)
+        assert conn.done is not None and conn.done.done() and conn.done.exception() is None
+
+
+@pytest.mark.timeout(30)
+async def test_content_length_and_close_delimited() -> None:
+    pool = stream.Pool("http://127.0.0.1:9/x")
+    conn = stream.Conn(pool)
+    conn.alive = True
+    conn.begin(0)
+    conn.data_received(b"HTTP/1.1 429 Too Many\r\nContent-Length: 5\r\nRetry-After: 2\r\n\r\nsl")
+    assert conn.done is not None and not conn.done.done()
+    conn.data_received(b"ow")
+    conn.data_received(b"!")
+    assert conn.done.done() and conn.resp is not None
+    assert conn.resp.status == 429 and conn.resp.headers["retry-after"] == "2"
+    assert b"".join(conn.resp.body()[0]) == b"slow!"
+    conn.begin(0)
+    conn.data_received(b"HTTP/1.0 200 OK\r\n\r\ndata: x\n\n")
+    assert not conn.done.done()
+    conn.connection_lost(None)
+    assert conn.done.done() and conn.done.exception() is None
+    conn2 = stream.Conn(pool)
+    conn2.alive = True
+    conn2.begin(0)
+    conn2.data_received(_HEAD + _chunk(EVS[0]))
+    conn2.connection_lost(None)  # cut mid-stream: disconnected, the bytes so far kept
+    assert conn2.done is not None
+    exc = conn2.done.exception()
+    assert isinstance(exc, stream.StreamError) and exc.kind == "disconnected"
+    assert conn2.resp is not None
+    assert b"".join(conn2.resp.body(partial=True)[0]) == EVS[0]
+
+
+def regex_flags(evs: list[bytes]) -> list[bool]:
+    return [sse._TOKEN_RE.search(ev) is not None for ev in evs]
+
+
+@pytest.mark.parametrize("evs", [
+    [e[:-2] for e in events(True, 20)],
+    [e[:-2] for e in events(False, 20)],
+    # an empty content in the middle, a tool call, a reasoning delta, odd spacing
+    [b'data: {"id":"a","choices":[{"delta":{"content":"x"}}]}',
+     b'data: {"id":"a","choices":[{"delta":{"content":""}}]}',
+     b'data: {"id":"a","choices":[{"delta":{"content":"y"}}]}',
+     b'data: {"id":"a","choices":[{"delta":{"tool_calls":[{"index":0}]}}]}',
+     b'data: {"id":"a","choices":[{"delta":{"reasoning_content":"r"}}]}',
+     b'data: {"id":"a","choices":[{"delta":{"content" : "z"}}]}',
+     b'data: {"id":"a","choices":[{"delta":{"content":"w","x":"\\"content\\":\\""}}]}'],
+    # no token event at all
+    [b'data: {"id":"a","choices":[{"delta":{"role":"assistant"}}]}'],
+])
+def test_token_flags_agree_with_the_regex(evs: list[bytes]) -> None:
+    assert sse._token_flags(evs) == regex_flags(evs)
+
+
+def test_one_event_per_chunk_stamps() -> None:
+    evs = events(True, 8)
+    times = [10 * i for i in range(len(evs))]
+    one = sse.parse_stream(evs, times)  # each chunk one event: event k is chunk k
+    many = sse.parse_stream([b"".join(evs[:3]), *evs[3:]], [20, *times[3:]])
+    assert one.token_event_ns == times[1:9]
+    assert many.token_event_ns == [20, 20, *times[3:9]]
+    assert re.search(b"usage", evs[-2]) and one.completion_tokens == 8
+
+
+@pytest.mark.timeout(30)
+async def test_pool_reuses_and_closes_idle_connections(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """A released connection is handed out again; one idle for KEEPALIVE_S is closed (the
+    server sees it go), so a long-lived loop keeps no sockets of finished replays."""
+    import asyncio
+
+    closed = asyncio.Event()
+    accepted = []
+
+    class Server(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.append(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            closed.set()
+
+    loop = asyncio.get_running_loop()
+    srv = await loop.create_server(Server, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    monkeypatch.setattr(stream, "KEEPALIVE_S", 0.05)
+    try:
+        pool = stream.Pool(f"http://127.0.0.1:{port}/v1/chat/completions", limit=1)
+        a = await pool.acquire(5)
+        pool.release(a)
+        assert await pool.acquire(5) is a and pool.open == 1
+        pool.release(a)
+        await asyncio.wait_for(closed.wait(), 10)
+        assert len(accepted) == 1 and not pool.idle and pool.open == 0
+    finally:
+        srv.close()
+        await srv.wait_closed()

@@ -167,3 +167,24 @@ def test_agents_cut_by_the_run_bound_are_not_failures(tmp_path: Path) -> None:
     assert (a["makespan_s"]["count"], a["makespan_s"]["p50"]) == (1, pytest.approx(0.02))
     line = next(x for x in format_summary(s).splitlines() if x.startswith("agents"))
     assert "1 completed, 1 failed, 2 cut by the run's bound" in line
+
+
+def test_a_stage_far_past_its_duration_is_pointed_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """on_deadline: finish lets long requests run on: the summary says by how much; with
+    cancel the stage ends at the deadline and nothing is said."""
+    from agentbench.metrics import summarize
+    from agentbench.replay import run
+    from agentbench.scenario import Scenario
+
+    def sc(on_deadline: str) -> Scenario:
+        return Scenario.model_validate({
+            "name": "ovr", "endpoints": [{"kind": "simulated", "instances": 1}],
+            "trace": {"kind": "synth", "profile": "codex", "sessions": 4},
+            "load": {"kind": "lanes", "concurrency": 4},
+            "limits": {"duration_s": 60, "recycle": True, "on_deadline": on_deadline},
+            "output": {"dir": str(tmp_path), "run_id": on_deadline}})
+
+    finish = summarize(run(sc("finish"), progress=False).run_dir, write=False)
+    assert any("past limits.duration_s (60 s)" in w for w in finish["time_base"]["warnings"])
+    cancel = summarize(run(sc("cancel"), progress=False).run_dir, write=False)
+    assert not any("past limits" in w for w in cancel["time_base"]["warnings"])

@@ -301,10 +301,31 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
                                                      _stage_lanes(rr.run))
     if (warn := saturation.warning(summary["client_saturated"])) is not None:
         summary["time_base"]["warnings"].append(warn)
+    if (warn := _overrun(rr.run)) is not None:
+        summary["time_base"]["warnings"].append(warn)
     summary["validity"] = validity(rr.run, summary["stages"], d)
     if summary["validity"] is not None:
         summary["agentx"] = agentx_headline(summary["stages"])
     return summary
+
+
+def _overrun(run: dict[str, Any]) -> str | None:
+    """A warning when a stage went on well past ``limits.duration_s`` (on_deadline: finish
+    lets the requests in flight end), or None."""
+    sc = run.get("scenario")
+    lim = (sc.get("limits") if isinstance(sc, dict) else None) or {}
+    dur = lim.get("duration_s")
+    if not isinstance(dur, int | float) or dur <= 0 or lim.get("on_deadline") == "cancel":
+        return None
+    spans = [(st["end_ns"] - st["start_ns"]) / 1e9 for st in run.get("stages") or []
+             if isinstance(st, dict) and isinstance(st.get("start_ns"), int)
+             and isinstance(st.get("end_ns"), int)]
+    over = max(spans, default=0.0) - dur
+    if over <= max(0.2 * dur, 5.0):
+        return None
+    return (f"a stage ran {over:,.0f} s past limits.duration_s ({dur:g} s): on_deadline: "
+            "finish lets the requests in flight end; on_deadline: cancel stops them at the "
+            "deadline")
 
 
 def _stage_lanes(run: dict[str, Any]) -> dict[str, int | None]:

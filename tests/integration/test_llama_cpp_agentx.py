@@ -24,7 +24,7 @@ def test_short_overridden_agentx_run_on_llama_cpp_is_invalid(
     text = (SCENARIOS / "llama-cpp.yaml").read_text()
     text = text.replace("name: llama-cpp", "name: llama-cpp-agentx\nrules: agentx\n"
                         "unsafe_override: true", 1)
-    text = text.replace("  max_sessions: 2\n", "  max_sessions: 2\n  duration_s: 60\n", 1)
+    text = text.replace("  max_sessions: 2\n", "  max_sessions: 2\n  duration_s: 180\n", 1)
     path = tmp_path_factory.mktemp("scenario") / "llama-cpp-agentx.yaml"
     path.write_text(text)
     run = run_scenario_on_port(path, results_dir(tmp_path_factory, "llama-agentx"),

@@ -407,6 +407,10 @@ def _problems(e: Any, lines: dict[tuple[str, ...], int], data: Any) -> list[Prob
         elif kind == "string_pattern_mismatch" and path and path[-1] == "run_id":
             msg = ("must be a plain folder name: letters, digits and _ . = + - (no '/', not "
                    "starting with '.')")
+        elif kind == "string_pattern_mismatch" and len(path) >= 2 and path[-1] == "name" \
+                and path[0] == "variants":
+            msg = (f"must be a plain name (letters, digits and _ . -: it becomes part of the "
+                   f"run's folder), not {err.get('input')!r}")
         elif kind in ("model_type", "model_attributes_type", "dict_type"):
             msg = f"must be a mapping (key: value), not {_kind(err.get('input'))}"
         elif kind == "list_type":

@@ -222,6 +222,8 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
     ("load: {kind: lanes, concurrency: 2}\nload: {kind: lanes, concurrency: 3}",
      "given twice"),
     ("load: {kind: lanes, concurrency: 2}\noutput: {run_id: ../../x}", "output.run_id"),
+    ("load: {kind: lanes, concurrency: 2}\nvariants: [{name: 'a/b', set: {seed: 1}}]",
+     "variants.0.name: must be a plain name"),
     ("load: {kind: lanes, concurrency: 2}\ntiming: {time_scale: .nan}", "timing.time_scale"),
     ("load: {kind: lanes, concurrency: 2}\nendpoints: [{kind: openai, url: "
      "'http://x:99999', model: m}]", "not a usable URL"),

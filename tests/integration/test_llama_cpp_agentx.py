@@ -24,7 +24,11 @@ def test_short_overridden_agentx_run_on_llama_cpp_is_invalid(
     text = (SCENARIOS / "llama-cpp.yaml").read_text()
     text = text.replace("name: llama-cpp", "name: llama-cpp-agentx\nrules: agentx\n"
                         "unsafe_override: true", 1)
-    text = text.replace("  max_sessions: 2\n", "  max_sessions: 2\n  duration_s: 180\n", 1)
+    # AgentX bounds a run by its duration and recycles trees: the shipped scenario's two
+    # trees once each (max_sessions, recycle: false) would end during the lanes' warmup
+    limits = "limits:\n  max_sessions: 2\n  recycle: false\n"
+    assert limits in text
+    text = text.replace(limits, "limits:\n  duration_s: 60\n", 1)
     path = tmp_path_factory.mktemp("scenario") / "llama-cpp-agentx.yaml"
     path.write_text(text)
     run = run_scenario_on_port(path, results_dir(tmp_path_factory, "llama-agentx"),
@@ -35,7 +39,7 @@ def test_short_overridden_agentx_run_on_llama_cpp_is_invalid(
     assert "unsafe_override" in v["reasons"]
     overridden = " ".join(v["details"])
     for key in ("limits.duration_s", "timing.time_scale", "trace.transform.max_context_tokens",
-                "limits.max_sessions"):
+                "trace.transform.scale"):
         assert key in overridden
     r = s["overall"]["requests"]
     assert r["ok"] > 0 and r["context_overflow"] == 0

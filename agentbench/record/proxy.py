@@ -78,7 +78,7 @@ class Recorder:
     that is longer, while calls come, and at close)."""
 
     def __init__(self, cfg: RecordConfig, t0_ns: int) -> None:
-        from agentbench.replay.endpoints import url_userinfo
+        from agentbench.replay.secrets import url_userinfo
 
         self.cfg = cfg
         self.t0_ns = t0_ns

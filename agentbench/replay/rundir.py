@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbench import records
-from agentbench.replay.endpoints import HARMLESS_HEADERS
+from agentbench.replay.secrets import HARMLESS_HEADERS
 
 
 def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
@@ -65,7 +65,7 @@ def git_commit() -> str | None:
 def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     """The scenario as JSON data with header values (but harmless ones), ``extra_body``
     values under secret-looking keys, URL passwords and secret strings removed."""
-    from agentbench.replay.endpoints import secret_key, url_userinfo
+    from agentbench.replay.secrets import secret_key, url_userinfo
 
     data = scenario.model_dump(mode="json")
     clock = getattr(scenario, "clock_mode", None)

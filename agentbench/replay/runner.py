@@ -80,7 +80,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     specs = tree_specs(trace)
     potential = potential_cached_tokens(trace.sessions)
     run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
-    from agentbench.replay.endpoints import secrets_of
+    from agentbench.replay.secrets import secrets_of
 
     secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
     info = run_info(scenario, secrets, run_dir, trace=trace)

@@ -193,6 +193,7 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     ``allow`` (e.g. ``("endpoints", "load")``, or ``"all"``); otherwise ``InputError``
     names every field that differs."""
     from agentbench.fingerprint import FIELDS, check_comparable
+    from agentbench.metrics.records_io import read_run_json
     from agentbench.report.compare import (
         comparison_ratios,
         comparison_values,
@@ -205,7 +206,7 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     if len(rs) < 2:
         raise ValueError("compare needs at least two runs")
     allowed = set(FIELDS) if set(allow) & {"all"} else set(allow)
-    warnings = check_comparable([_run_json(r.path) for r in rs], allowed)
+    warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
     sums = [r.summary for r in rs]
     labels = run_labels(sums)
     heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
@@ -213,11 +214,3 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     values = comparison_values(sums, block=block)
     return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
                       warnings)
-
-
-def _run_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((path / "run.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

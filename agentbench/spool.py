@@ -24,6 +24,9 @@ from agentbench import records
 
 SPOOL_SUFFIX = ".spool.arrows"
 JOURNAL_SUFFIX = ".journal.jsonl"
+#: space a run sets aside in its folder while it writes (``replay.rundir.reserve_space``),
+#: given back when the disk fills so that run.json can still say how the run ended
+RESERVE_FILE = ".reserve"
 SCHEMAS = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
            records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
            records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
@@ -134,7 +137,7 @@ def recover(run_dir: Path) -> list[str]:
             spool_to_parquet(spool, run_dir / name, schema)
             made.append(name)
     with contextlib.suppress(OSError):
-        (run_dir / ".reserve").unlink()  # the space a killed run set aside
+        (run_dir / RESERVE_FILE).unlink()  # the space a killed run set aside
     path = run_dir / records.RUN_FILE
     try:
         run = json.loads(path.read_text())

@@ -177,6 +177,27 @@ def _validity_lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+#: what a run that did not complete means for its figures, by run.json status
+RUN_ENDED = {
+    "killed": "it was recovered from its spool and journal, and the agents in progress "
+              "have no end, so they count as cut",
+    "interrupted": "Ctrl-C or SIGTERM: requests in flight were cancelled",
+    "crashed": "see run.json",
+    "results_write_failed": "the results disk refused writes; rows that did not fit are "
+                            "missing",
+}
+
+
+def run_ended(summary: dict[str, Any]) -> str | None:
+    """One sentence for a run that did not complete (terminal summary and report), or
+    None."""
+    status = (summary.get("run") or {}).get("status")
+    if status in (None, "completed"):
+        return None
+    return (f"the run did not complete (status: {status}): "
+            f"{RUN_ENDED.get(status, 'see run.json')}")
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The run's headline figures on one screen (overall, then one line per stage)."""
     run = summary["run"]
@@ -191,15 +212,9 @@ def format_summary(summary: dict[str, Any]) -> str:
                  "window x speedup, rates / speedup; schedule lag in wall time)")
     elif tb:
         head += "; wall-clock time"
-    status = run.get("status")
-    ended = {"killed": "KILLED: recovered from its spool and journal; the trees in progress "
-                       "have no end and count as cut",
-             "interrupted": "INTERRUPTED (Ctrl-C or SIGTERM): requests in flight were "
-                            "cancelled",
-             "crashed": "CRASHED: see run.json",
-             "results_write_failed": "STOPPED: the results disk refused writes"}
+    ended = run_ended(summary)
     lines = [head, *(f"warning       {w}" for w in tb.get("warnings", [])),
-             *([f"warning       run {ended[status]}"] if status in ended else []),
+             *([f"warning       {ended}"] if ended else []),
              *_block_lines(summary["overall"], simulated)]
     lines.extend(_validity_lines(summary))
     if summary.get("warmup_requests_excluded"):

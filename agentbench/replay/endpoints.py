@@ -311,9 +311,8 @@ async def close_endpoint(ep: LiveEndpoint) -> None:
     if ep.http is not None:
         with contextlib.suppress(Exception):
             await ep.http.close()
-    if ep.target is not None and hasattr(ep.target, "close"):
-        with contextlib.suppress(Exception):
-            ep.target.close()  # the streaming reader's idle keep-alive connections
+    with contextlib.suppress(Exception):
+        ep.target.close()  # the streaming reader's idle keep-alive connections
     if ep.transport is not None:
         await ep.transport.close()
     if ep.sim_handle is not None:

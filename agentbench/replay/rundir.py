@@ -16,6 +16,7 @@ from typing import Any
 
 from agentbench import records
 from agentbench.replay.secrets import HARMLESS_HEADERS
+from agentbench.spool import RESERVE_FILE
 
 
 def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
@@ -146,9 +147,6 @@ def write_run_json(run_dir: Path, info: dict[str, Any], secrets: tuple[str, ...]
         raise
 
 
-#: space set aside in the run folder while a run writes, given back when the disk fills so
-#: that run.json can still record how the run ended
-RESERVE_FILE = ".reserve"
 RESERVE_BYTES = 256 * 1024
 
 

@@ -258,10 +258,9 @@ def _remove_empty_run(run_dir: Path) -> None:
     import shutil
 
     from agentbench import records
-    from agentbench.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX
+    from agentbench.spool import JOURNAL_SUFFIX, RESERVE_FILE, SCHEMAS, SPOOL_SUFFIX
 
-    ours = {records.RUN_FILE, ".reserve", records.REQUESTS_FILE, records.SESSIONS_FILE,
-            records.SERVER_METRICS_FILE}
+    ours = {records.RUN_FILE, RESERVE_FILE, *SCHEMAS}
     names = [p.name for p in run_dir.iterdir()]
     if all(n in ours or n.endswith((SPOOL_SUFFIX, JOURNAL_SUFFIX)) for n in names):
         shutil.rmtree(run_dir, ignore_errors=True)

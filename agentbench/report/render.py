@@ -14,6 +14,7 @@ import numpy as np
 
 from agentbench.api import Run, load
 from agentbench.metrics.catalog import HEADLINE, METRICS, format_value
+from agentbench.metrics.format import run_ended
 from agentbench.report import charts, plots
 from agentbench.report.compare import (
     KEY_ROWS,
@@ -46,11 +47,8 @@ def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
 def time_lines(summary: dict[str, Any]) -> list[str]:
     """The summary's time base (simulated or wall-clock), its note and warnings."""
     tb = summary.get("time_base") or {}
-    status = (summary.get("run") or {}).get("status")
-    ended = [] if status in (None, "completed") else [
-        f"Warning: the run did not complete (status: {status}); "
-        + ("it was recovered from its spool and journal, and the agents in progress count "
-           "as cut." if status == "killed" else "requests in flight were cancelled.")]
+    why = run_ended(summary)
+    ended = [f"Warning: {why}."] if why else []
     if not tb:
         return ended
     kind = ("virtual time (simulated)" if tb.get("kind") == "virtual" else

@@ -90,6 +90,13 @@ class FakeServer:
         if self.runner is not None:
             await self.runner.cleanup()
 
+    async def serve_forever(self, host: str, port: int) -> None:
+        """Listen, print ``PORT <n>`` (what a parent process waits for), serve until
+        killed."""
+        url = await self.start(host, port)
+        print(f"PORT {url.rsplit(':', 1)[1]}", flush=True)
+        await asyncio.Event().wait()
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fake", "object": "model"}]})
 
@@ -218,14 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ServerConfig(ttft_s=args.ttft, itl_s=args.itl, tokens_per_event=args.tokens_per_event,
                        count_prompt=not args.no_count_prompt, keep_requests=False)
 
-    async def serve() -> None:
-        srv = FakeServer(cfg)
-        url = await srv.start(args.host, args.port)
-        print(f"PORT {url.rsplit(':', 1)[1]}", flush=True)
-        await asyncio.Event().wait()
-
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+        asyncio.run(FakeServer(cfg).serve_forever(args.host, args.port))
 
 
 if __name__ == "__main__":

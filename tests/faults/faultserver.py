@@ -29,6 +29,7 @@ class LoggedServer(FakeServer):
     """FakeServer that logs each streamed request's arrival and end."""
 
     log_fd: int = -1
+    streamed: set[int]  # server request numbers of the streamed requests (set in main)
 
     def log(self, line: str) -> None:
         os.write(self.log_fd, f"{line} {time.time_ns()}\n".encode())
@@ -69,16 +70,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ServerConfig(ttft_s=args.ttft, itl_s=args.itl, fault=fault, keep_requests=False,
                        retry_after_s=args.retry_after, stall_s=args.stall)
     srv = LoggedServer(cfg)
-    srv.streamed = set()  # type: ignore[attr-defined]
+    srv.streamed = set()
     srv.log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    async def serve() -> None:
-        url = await srv.start("127.0.0.1", args.port)
-        print(f"PORT {url.rsplit(':', 1)[1]}", flush=True)
-        await asyncio.Event().wait()
-
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+        asyncio.run(srv.serve_forever("127.0.0.1", args.port))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ that ``agentbench report`` reads the run."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -140,8 +139,3 @@ def one_line_error(stderr: str) -> str:
     errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1, stderr
     return errors[0]
-
-
-def signal_after(p: subprocess.Popen[str], sig: int, after: Any) -> None:
-    wait_for(after)
-    os.kill(p.pid, sig)

@@ -92,21 +92,23 @@ class _Spool:
             path.name.removesuffix(SPOOL_SUFFIX) + JOURNAL_SUFFIX)
         self._journal: int | None = None
 
-    def add(self, row: dict[str, Any]) -> None:
-        """Buffer a row and append it to the journal (``<seq> <json>``: the row's place in
-        the spool, so recovery takes only what the spool lacks). A journal the disk refuses
-        makes the buffered rows go to the spool at once (which decides the failure)."""
-        self.rows.append(row)
-        seq = self.written + len(self.rows) - 1
+    def add(self, *rows: dict[str, Any]) -> None:
+        """Buffer rows and append them to the journal in one write (``<seq> <json>`` a
+        line: the row's place in the spool, so recovery takes only what the spool lacks).
+        A journal the disk refuses makes the buffered rows go to the spool at once (which
+        decides the failure)."""
+        first = self.written + len(self.rows)
+        self.rows.extend(rows)
         try:
             if self._journal is None:
                 self._journal = os.open(self.journal_path,
                                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
                                         0o644)
-            line = b"%d %s\n" % (seq, orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY))
-            if os.write(self._journal, line) != len(line):
+            data = b"".join(b"%d %s\n" % (first + i, orjson.dumps(
+                row, option=orjson.OPT_SERIALIZE_NUMPY)) for i, row in enumerate(rows))
+            if os.write(self._journal, data) != len(data):
                 raise OSError(errno.ENOSPC, "short write")
-            self.journaled = seq + 1
+            self.journaled = first + len(rows)
         except OSError:
             self.flush()
 
@@ -221,16 +223,17 @@ class ResultsWriter:
         self._add(records.SESSIONS_FILE, row)
 
     def add_server_samples(self, rows: list[dict[str, Any]]) -> None:
-        for row in rows:
-            self._add(records.SERVER_METRICS_FILE, row, batch=False)
+        """One scrape's samples: journaled in one write, spooled by the flush loop."""
+        if rows:
+            self._add(records.SERVER_METRICS_FILE, *rows, batch=False)
 
-    def _add(self, name: str, row: dict[str, Any], batch: bool = True) -> None:
+    def _add(self, name: str, *rows: dict[str, Any], batch: bool = True) -> None:
         spool = self._spools[name]
         if spool.failed is not None:
-            self.lost += 1
+            self.lost += len(rows)
             return
         try:
-            spool.add(row)
+            spool.add(*rows)
             if batch and len(spool.rows) >= self.flush_rows:
                 spool.flush()
         except ResultsWriteError as e:

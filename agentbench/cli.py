@@ -309,10 +309,11 @@ def run(
         base.output.run_id = run_id
     from agentbench.engines import serving
     from agentbench.metrics import format_summary, summarize
-    from agentbench.metrics.format import run_failure, run_warning
+    from agentbench.metrics.format import run_failure, run_invalid, run_warning
 
     run_dirs: list[Path] = []
     failed: list[str] = []
+    invalid: list[str] = []
     traces: dict[str, Any] = {}  # variants that replay the same trace read it once
     for sc in expand_variants(base):
         if len(base.variants) > 1:
@@ -344,6 +345,8 @@ def run(
             typer.echo(f"warning: {res.run_dir.name}: {warn}", err=True)
         if why is not None:
             failed.append(f"{res.run_dir.name}: {why}")
+        if (bad := run_invalid(summary)) is not None:
+            invalid.append(f"{res.run_dir.name}: {bad}")
         run_dirs.append(Path(res.run_dir))
     if len(run_dirs) > 1:
         from agentbench.api import compare
@@ -353,8 +356,12 @@ def run(
         typer.echo("report: agentbench report " + " ".join(str(d) for d in run_dirs))
     for line in failed:
         typer.echo(f"failed: {line}", err=True)
+    for line in invalid:
+        typer.echo(f"invalid: {line}", err=True)
     if failed:
         raise typer.Exit(1)
+    if invalid:
+        raise typer.Exit(3)
 
 
 @app.command()

@@ -376,6 +376,10 @@ class Warmup(Strict):
         "turn on, subagents included) before its requests count as measured.")
     every_stage: bool = Field(
         False, description="Warm up at the start of every sweep stage, not only the first.")
+    max_s: float | None = Field(
+        None, gt=0, description="Closed loop: limits.duration_s counts from the moment every "
+        "lane is warm; at most this long after the stage start (default: duration_s) it "
+        "starts anyway.")
 
     @model_validator(mode="after")
     def _ratios(self) -> Warmup:

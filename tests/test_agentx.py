@@ -4,6 +4,7 @@ validity verdict and the AgentX headline, on scenarios/agentx.yaml in virtual ti
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +156,25 @@ def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
     assert row["interactivity_tok_s_p50"] > 0 and row["ttft_ms_p90"] >= row["ttft_ms_p50"]
     assert 0 < row["hit_rate_theoretical"] <= 1 and row["hit_rate_actual"] is not None
     assert row["api_over_self_hosted"] is not None and row["context_overflow_rate"] == 0
-    # warmup: each lane's first requests (up to 10; a lane in a long think time may send
-    # fewer before the deadline), excluded from every figure
-    assert 4 <= s["warmup_requests_excluded"] <= 40
+    # warmup: each lane's first 10 requests (fewer for a lane whose recorded think time
+    # outlasts the stage), excluded from every figure
+    assert 30 <= s["warmup_requests_excluded"] <= 40
     req = pd.read_parquet(run_dir / "requests.parquet").sort_values("sent_ns")
+    warm_ends = []
     for _, g in req.groupby("lane"):
         warm = (g["phase"] == "warmup").to_numpy()
-        assert warm[0] and warm.sum() <= 10 and not warm[warm.sum():].any()
+        assert warm.sum() <= 10 and warm[:warm.sum()].all()
+        if warm.sum() == 10:
+            warm_ends.append(int(g.loc[g["phase"] == "warmup", "end_ns"].max()))
+    # the 900 s profiling phase starts when the last lane is warm (its last warmup request
+    # ended), as AIPerf's warmup runs outside its profiling duration; at the latest
+    # warmup.max_s (default: duration_s) after the stage start. Here one lane's recorded
+    # 1,600 s pause keeps it from warming up in time
+    (st,) = json.loads((run_dir / "run.json").read_text())["stages"]
+    expect = (max(warm_ends) if len(warm_ends) == 4
+              else st["start_ns"] + 900 * 10**9)
+    assert st["profile_start_ns"] == expect > st["start_ns"]
+    assert st["end_ns"] - st["profile_start_ns"] >= 900e9
     text = format_summary(s)
     assert "validity      agentx: VALID" in text and "tok/s/GPU" in text
     from agentbench.report.render import render
@@ -169,6 +182,19 @@ def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
     html, md = render([run_dir])
     page = md.read_text()
     assert "AgentX headline" in page and "Validity under rules agentx: valid" in page
+
+
+def test_profiling_starts_when_the_last_lane_is_warm(tmp_path: Path) -> None:
+    run_dir, s = _run(tmp_path, [*SHORT, ("warmup.requests_per_lane", 3)])
+    req = pd.read_parquet(run_dir / "requests.parquet")
+    warm = req[req["phase"] == "warmup"]
+    assert warm.groupby("lane").size().tolist() == [3, 3, 3, 3]
+    (st,) = json.loads((run_dir / "run.json").read_text())["stages"]
+    assert st["profile_start_ns"] == int(warm["end_ns"].max()) > st["start_ns"]
+    # the deadline counts from there: nothing is sent after profile start + 900 s
+    assert req["sent_ns"].max() <= st["profile_start_ns"] + 900 * 10**9
+    assert req["sent_ns"].max() > st["start_ns"] + 900 * 10**9
+    assert s["validity"]["valid"]
 
 
 def test_a_small_context_window_makes_the_run_invalid(tmp_path: Path) -> None:
@@ -207,3 +233,23 @@ def test_the_shipped_sweep_is_valid(tmp_path: Path) -> None:
     _, s = _run(tmp_path, [])
     assert s["validity"]["valid"], s["validity"]
     assert [r["stage"] for r in s["agentx"]] == ["c=8", "c=16", "c=32"]
+
+
+def test_an_invalid_run_exits_3_with_its_reasons(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    args = ["run", str(AGENTX), "--set", "load.concurrency=2", "--set", "limits.duration_s=600",
+            "--set", "unsafe_override=true", "--set", f"output.dir={tmp_path}", "--no-progress"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 3, r.output
+    assert "agentx: INVALID (unsafe_override)" in r.stdout
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("invalid: ")]
+    assert line.endswith(": not valid under rules agentx: unsafe_override")
+    # a valid run under the same rules exits 0
+    ok = CliRunner().invoke(app, ["run", str(AGENTX), "--set", "load.concurrency=2",
+                                  "--set", "limits.duration_s=900",
+                                  "--set", f"output.dir={tmp_path}", "--no-progress"])
+    assert ok.exit_code == 0, ok.output
+    assert "invalid:" not in ok.stderr

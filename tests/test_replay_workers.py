@@ -22,7 +22,7 @@ from test_replay_run import WEKA_TREES, scenario, small_outputs
 
 from agentbench import records
 from agentbench.replay import run_scenario
-from agentbench.replay.stages import Shard, TreeSource
+from agentbench.replay.stages import STATE_SLOTS, Shard, TreeSource
 from agentbench.replay.workers import WORKERS_DIR, merge_parts, resolve_workers
 from agentbench.replay.writer import ResultsWriter
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
@@ -112,6 +112,27 @@ async def test_workers_share_the_request_budget_and_stages(weka_trace: Any, tmp_
 
 
 @pytest.mark.timeout(120)
+async def test_workers_start_profiling_when_every_lane_is_warm(weka_trace: Any,
+                                                              tmp_path: Path) -> None:
+    # lanes 0 and 2 in one worker, 1 and 3 in the other: the profiling phase (duration_s)
+    # starts once, for both, when the last lane's last warmup request ended
+    trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
+    res, req, _ = await _replay(
+        trace, tmp_path, 2, load={"kind": "lanes", "concurrency": 4},
+        warmup={"enabled": True, "random_start": False, "requests_per_lane": 2},
+        timing={"time_scale": 0.02},
+        limits={"recycle": True, "duration_s": 1.5, "on_deadline": "cancel"})
+    (st,) = res.info["stages"]
+    warm = req[req.phase == "warmup"]
+    assert warm.groupby("lane").size().tolist() == [2, 2, 2, 2]
+    last_warm = int(warm.end_ns.max())
+    assert last_warm <= st["profile_start_ns"] <= last_warm + 50_000_000
+    assert st["profile_start_ns"] > st["start_ns"]
+    assert req.sent_ns.max() <= st["profile_start_ns"] + 1.5e9
+    assert (req.phase == "measure").sum() > 0
+
+
+@pytest.mark.timeout(120)
 async def test_open_loop_arrivals_are_split_not_duplicated(weka_trace: Any, tmp_path: Path) -> None:
     trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
     load = {"kind": "rate", "arrival": "constant", "rate_per_s": 50.0}
@@ -158,7 +179,7 @@ def test_ctrl_c_with_workers_leaves_every_finished_request_on_disk(
 
 def test_shared_tree_sequence_positions_copies_and_ordinals() -> None:
     specs: list[Any] = ["a", "b", "c"]
-    state = [0, 0, 0, 0, 0]
+    state = [0] * STATE_SLOTS
     src, other = TreeSource(specs, True, state), TreeSource(specs, True, state)
     got = [src.next(), other.next(), src.next(), other.next()]
     assert got == [("a", 0, 0), ("b", 0, 1), ("c", 0, 2), ("a", 1, 3)]

@@ -135,6 +135,15 @@ def run_failure(summary: dict[str, Any], max_error_rate: float | None) -> str | 
     return why + (f"; {errs[0].removeprefix('errors').strip()}" if errs else "")
 
 
+def run_invalid(summary: dict[str, Any]) -> str | None:
+    """Why a run under rules (``rules: agentx``) is not valid (``agentbench run`` exits 3),
+    or None: the rules and the verdict's reasons."""
+    v = summary.get("validity")
+    if not isinstance(v, dict) or v.get("valid", True):
+        return None
+    return f"not valid under rules {v.get('rules')}: " + ", ".join(v.get("reasons") or [])
+
+
 #: an error rate that a run not told what to fail on still points out
 WARN_ERROR_RATE = 0.10
 

@@ -317,9 +317,11 @@ def _overrun(run: dict[str, Any]) -> str | None:
     dur = lim.get("duration_s")
     if not isinstance(dur, int | float) or dur <= 0 or lim.get("on_deadline") == "cancel":
         return None
-    spans = [(st["end_ns"] - st["start_ns"]) / 1e9 for st in run.get("stages") or []
+    spans = [(st["end_ns"] - st.get("profile_start_ns", st["start_ns"])) / 1e9
+             for st in run.get("stages") or []
              if isinstance(st, dict) and isinstance(st.get("start_ns"), int)
-             and isinstance(st.get("end_ns"), int)]
+             and isinstance(st.get("end_ns"), int)
+             and isinstance(st.get("profile_start_ns", 0), int)]
     over = max(spans, default=0.0) - dur
     if over <= max(0.2 * dur, 5.0):
         return None

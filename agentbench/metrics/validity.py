@@ -9,7 +9,7 @@ A run is invalid when (AIPerf's inferencex-agentx-mvp rules, docs/agentx.md):
 - ``run_cancelled``: it did not complete (interrupted, crashed, killed);
 - ``observations_stopped_early``: in some stage, the last TTFT/ITL observation (a
   successful measured request's last token) came before ``observed_share`` (95%) of the
-  profiling phase (stage start + duration_s)."""
+  profiling phase (from the moment every lane is warm, for duration_s)."""
 
 from __future__ import annotations
 
@@ -70,11 +70,13 @@ def validity(run: dict[str, Any], stages: dict[str, dict[str, Any]], d: Derived
     duration_s = limits.get("duration_s")
     if duration_s:
         for st in run.get("stages") or []:
-            need = st["start_ns"] + share * duration_s * NS
+            # the profiling phase starts once every lane is warm (older runs: the stage)
+            t0 = st.get("profile_start_ns", st["start_ns"])
+            need = t0 + share * duration_s * NS
             last = last_observation_ns(d, st["label"])
             if last is None or last < need:
                 seen = ("none" if last is None
-                        else f"the last at {(last - st['start_ns']) / NS:,.1f} s")
+                        else f"the last at {(last - t0) / NS:,.1f} s")
                 fail("observations_stopped_early",
                      f"stage {st['label']}: TTFT/ITL observations stop before "
                      f"{share:.0%} of the {duration_s:g} s profiling phase ({seen})")

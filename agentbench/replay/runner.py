@@ -184,10 +184,14 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             t_start = timers.now_ns()
             if fleet is not None:
                 await fleet.run_stage(k, stage, t_start)
+                profile = fleet.source.profile_start_ns()
             else:
                 source.restart()
                 await run_stage(ctx, scenario, stage, k, source, trace)
+                profile = source.profile_start_ns()
+            # the profiling phase (limits.duration_s) starts once every lane is warm
             info["stages"].append({"label": stage.label, "start_ns": t_start,
+                                   "profile_start_ns": t_start if profile is None else profile,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
                                    "rate_per_s": stage.rate_per_s})
             write_run_json(run_dir, info, secrets)

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
 from agentbench.replay.tree import RunContext, StageOver, TreeRun, TreeSpec
+from agentbench.replay.warmup import LaneWarmup
 from agentbench.replay.writer import ResultsWriter
 from agentbench.traces.model import Trace
 
@@ -36,12 +37,16 @@ def stages_of(load: Any) -> list[Stage]:
     return [Stage(f"r={r:g}", rate_per_s=r) for r in rates]
 
 
+#: slots of a tree source's state (shared memory across worker processes)
+STATE_SLOTS = 7
+
+
 class TreeSource:
     """Trees in order; when the trace runs out, the next copy (a fresh cache-bust salt) when
     recycling is on. Each stage restarts at the first tree with copies never used before.
 
     The position state lives in ``state`` (``[pos, base, max copy + 1, ordinal, ordinal at
-    the stage start]``) behind
+    the stage start, lanes warm, profiling start ns or -1]``, :mod:`.warmup`) behind
     ``lock``: a plain list in one process, shared memory when lanes are sharded over worker
     processes (:mod:`agentbench.replay.workers`), so every worker draws from one sequence
     and the request set is the single-process one."""
@@ -50,7 +55,7 @@ class TreeSource:
                  lock: Any = None) -> None:
         self.specs = specs
         self.recycle = recycle
-        self._s = state if state is not None else [0, 0, 0, 0, 0]
+        self._s = state if state is not None else [0] * STATE_SLOTS
         self._lock = lock if lock is not None else contextlib.nullcontext()
 
     def restart(self) -> None:
@@ -58,6 +63,28 @@ class TreeSource:
             self._s[1] = self._s[2]
             self._s[0] = 0
             self._s[4] = self._s[3]
+            self._s[5] = 0
+            self._s[6] = -1
+
+    def lane_warm(self, lanes: int, now_ns: int) -> None:
+        """One more lane of the stage's ``lanes`` is warm; the last one starts the profiling
+        phase at ``now_ns``."""
+        with self._lock:
+            self._s[5] += 1
+            if self._s[5] >= lanes and self._s[6] < 0:
+                self._s[6] = now_ns
+
+    def start_profiling(self, now_ns: int) -> int:
+        """The profiling phase's start: the one already set, else ``now_ns`` (warmup ran
+        out of time, or the stage has no warmup)."""
+        with self._lock:
+            if self._s[6] < 0:
+                self._s[6] = now_ns
+            return int(self._s[6])
+
+    def profile_start_ns(self) -> int | None:
+        with self._lock:
+            return int(self._s[6]) if self._s[6] >= 0 else None
 
     def next(self, limit: int | None = None) -> tuple[TreeSpec, int, int] | None:
         """The next (tree, copy, ordinal); None when the trace (or ``limit`` trees of this
@@ -171,14 +198,19 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
     stop_now = ctx.stop
     if stage.lanes is not None:
         body = asyncio.ensure_future(_lanes(ctx, sc, shard.lanes(stage.lanes), source, warm,
-                                            tasks))
+                                            tasks, stage.lanes))
     else:
         body = asyncio.ensure_future(_arrivals(ctx, sc, stage, k, source, trace, tasks, shard,
                                                t_stage))
     try:
         deadline = None
         if lim.duration_s is not None:
-            deadline = max(0.0, lim.duration_s - (ctx.timers.now_ns() - t_stage) / NS)
+            t_profile = t_stage
+            if stage.lanes is not None and warm:
+                t_profile = await _warm(ctx, source, body, t_stage,
+                                        sc.warmup.max_s or lim.duration_s)
+            t_profile = source.start_profiling(t_profile)
+            deadline = max(0.0, lim.duration_s - (ctx.timers.now_ns() - t_profile) / NS)
         done, _ = await asyncio.wait({body}, timeout=deadline)
         if not done:
             stop_now()
@@ -197,26 +229,50 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
         raise
 
 
+async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
+                t_stage: int, max_s: float) -> int:
+    """Wait until every lane of the stage is warm (:mod:`.warmup`), the lanes ended, or
+    ``max_s`` passed since the stage start; return the profiling phase's start."""
+    limit = t_stage + int(max_s * NS)
+    while not body.done():
+        start = source.profile_start_ns()
+        if start is not None:
+            return start
+        left = (limit - ctx.timers.now_ns()) / NS
+        if left <= 0:
+            break
+        # lanes of other worker processes count in shared memory, so look now and then: the
+        # deadline counts from the instant the last lane was warm, not from this look
+        await asyncio.wait({body}, timeout=min(left, 0.1))
+    return ctx.timers.now_ns()
+
+
 async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource, warm: bool,
-                 tasks: dict[asyncio.Task[Any], None]) -> None:
+                 tasks: dict[asyncio.Task[Any], None], n_lanes: int) -> None:
     max_sessions = sc.limits.max_sessions
 
     w = sc.warmup
 
     async def lane(i: int) -> None:
         first = True
-        # more than one warmup request per lane: a budget the lane's trees draw from
-        budget = [w.requests_per_lane] if warm and w.requests_per_lane > 1 else None
-        while not ctx.stopping:
-            item = source.next(max_sessions)
-            if item is None:
-                return
-            spec, copy, ordinal = item
-            warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns), w.random_start,
-                                           w.start_min_ratio, w.start_max_ratio)
-                         if warm and first else None)
-            first = False
-            await TreeRun(ctx, spec, copy, i, warm_turn, ordinal, budget).run()
+        lw = (LaneWarmup(w.requests_per_lane,
+                         lambda: source.lane_warm(n_lanes, ctx.timers.now_ns()))
+              if warm else None)
+        try:
+            while not ctx.stopping:
+                item = source.next(max_sessions)
+                if item is None:
+                    return
+                spec, copy, ordinal = item
+                warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns),
+                                               w.random_start, w.start_min_ratio,
+                                               w.start_max_ratio)
+                             if warm and first else None)
+                first = False
+                await TreeRun(ctx, spec, copy, i, warm_turn, ordinal, lw).run()
+        finally:
+            if lw is not None:
+                lw.close()
 
     for i in lanes:
         t = asyncio.ensure_future(lane(i))

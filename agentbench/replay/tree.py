@@ -23,6 +23,7 @@ from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
+from agentbench.replay.warmup import LaneWarmup
 from agentbench.replay.writer import ResultsWriter
 from agentbench.traces.model import Session, Trace
 from agentbench.transport.http import RequestRecord, make_body, send
@@ -136,11 +137,11 @@ class TreeRun:
 
     def __init__(self, ctx: RunContext, spec: TreeSpec, copy: int, lane: int,
                  warm_turn: int | None, ordinal: int | None = None,
-                 warm_budget: list[int] | None = None) -> None:
+                 warm: LaneWarmup | None = None) -> None:
         self.ctx = ctx
-        #: the lane's warmup requests still to send (shared by its trees; None: the warm
-        #: start's own turn is the lane's one warmup request)
-        self.warm_budget = warm_budget
+        #: the lane's warmup (shared by its trees): a budget of requests when it has more
+        #: than one, else the warm start's own turn is the lane's one warmup request
+        self.warm = warm
         self.spec = spec
         self.copy = copy
         self.lane = lane
@@ -228,8 +229,12 @@ class TreeRun:
                     break
                 if not ctx.take_request():
                     break
-                rec = await self._request(sess, st, k, scheduled, self._phase(sess, k),
-                                          content)
+                phase = self._phase(sess, k)
+                try:
+                    rec = await self._request(sess, st, k, scheduled, phase, content)
+                finally:
+                    if phase == records.WARMUP and self.warm is not None:
+                        self.warm.ended()
                 if rec.error_type == CONTEXT_OVERFLOW:
                     st.overflowed = True  # every later turn is longer still: end here
                     break
@@ -249,13 +254,14 @@ class TreeRun:
     def _phase(self, sess: Session, k: int) -> str:
         """Warmup or measure: the warm start's turn, or the lane's first
         ``warmup.requests_per_lane`` requests when it warms up with a budget."""
-        if self.warm_budget is not None:
-            if self.warm_budget[0] > 0:
-                self.warm_budget[0] -= 1
-                return records.WARMUP
-            return records.MEASURE
-        return records.WARMUP if (self.warm_turn is not None and sess is self.spec.root
-                                  and k == self.warm_turn) else records.MEASURE
+        w = self.warm
+        if w is not None and w.budgeted:
+            return records.WARMUP if w.take() else records.MEASURE
+        if self.warm_turn is not None and sess is self.spec.root and k == self.warm_turn:
+            if w is not None:
+                w.take()
+            return records.WARMUP
+        return records.MEASURE
 
     def _start_children(self, kids: list[Session], ready_ns: int,
                         started: dict[str, asyncio.Task[int]]) -> None:

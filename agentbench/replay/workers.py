@@ -44,7 +44,14 @@ import pyarrow.parquet as pq
 
 from agentbench import records
 from agentbench.errors import InputError
-from agentbench.replay.stages import Health, Shard, TreeSource, flush_loop, run_stage
+from agentbench.replay.stages import (
+    STATE_SLOTS,
+    Health,
+    Shard,
+    TreeSource,
+    flush_loop,
+    run_stage,
+)
 
 WORKERS_DIR = "workers"
 _STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
@@ -80,7 +87,7 @@ class Shared:
 
     def __init__(self, mp: Any, n: int) -> None:
         self.lock = mp.Lock()
-        self.src = mp.RawArray("q", 5)  # TreeSource state
+        self.src = mp.RawArray("q", STATE_SLOTS)  # TreeSource state
         self.flags = mp.RawArray("q", 3)  # requests sent this stage, stop, interrupt
         self.stats = mp.RawArray("q", n * _STATS)
         self.n = n

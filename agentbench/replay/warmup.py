@@ -1,0 +1,55 @@
+"""When a closed-loop stage's profiling phase starts: once every lane is warm.
+
+A lane warms up with its first ``warmup.requests_per_lane`` requests (phase ``warmup``,
+left out of every figure). The lane is warm once it has sent them all and each has ended,
+or once the lane has ended. ``limits.duration_s`` counts from the moment the last lane of
+the stage is warm, as AIPerf's AgentX warmup runs outside its profiling duration; at most
+``warmup.max_s`` (default: ``duration_s``) after the stage start the clock starts anyway.
+
+The count of warm lanes and the profiling start live in the tree source's state
+(:class:`agentbench.replay.stages.TreeSource`), shared memory when lanes are sharded over
+worker processes, so every worker's deadline counts from one instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+class LaneWarmup:
+    """One lane's warmup: requests still to send as warmup and those in flight."""
+
+    __slots__ = ("left", "in_flight", "done", "budgeted", "_on_warm")
+
+    def __init__(self, requests: int, on_warm: Callable[[], None]) -> None:
+        self.left = requests
+        self.in_flight = 0
+        self.done = False
+        #: more than one warmup request: every request of the lane's trees draws from the
+        #: budget; one request: only the warm start's own turn is warmup
+        self.budgeted = requests > 1
+        self._on_warm = on_warm
+
+    def take(self) -> bool:
+        """Count one warmup request sent; False when the lane has none left."""
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        self.in_flight += 1
+        return True
+
+    def ended(self) -> None:
+        """A warmup request ended (whatever its outcome)."""
+        if self.in_flight > 0:
+            self.in_flight -= 1
+        self._check()
+
+    def close(self) -> None:
+        """The lane ended (its trees ran out, or the stage stopped)."""
+        self.left = 0
+        self._check()
+
+    def _check(self) -> None:
+        if not self.done and self.left <= 0 and self.in_flight <= 0:
+            self.done = True
+            self._on_warm()

@@ -272,7 +272,8 @@ def run(
                                          help="Progress bar; default: when stderr is a TTY."),
     workers: str = typer.Option("1", "--workers",
                                 help="Client processes the lanes are sharded over: a count "
-                                     "or 'auto' (one per CPU)."),
+                                     "or 'auto' (from each endpoint's measured stream rate "
+                                     "and the lanes, up to one per CPU)."),
 ) -> None:
     """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
 

@@ -55,6 +55,12 @@ _SYLLABLES = [c + v for c in _CONSONANTS for v in _VOWELS]
 VOCAB: tuple[str, ...] = tuple(" " + a + b for a in _SYLLABLES for b in _SYLLABLES)
 _VOCAB_INDEX = {w: i for i, w in enumerate(VOCAB)}
 _VOCAB_ARRAY = np.array(VOCAB, dtype=object)
+_WORD_BYTES = 5
+#: the synthetic words as a (words, 5) byte table
+_VOCAB_BYTES = np.frombuffer("".join(VOCAB).encode("ascii"), dtype=np.uint8).reshape(
+    len(VOCAB), _WORD_BYTES)
+assert all(len(w) == _WORD_BYTES for w in VOCAB)
+_VOCAB_WORDS = _VOCAB_BYTES.view(f"V{_WORD_BYTES}").ravel()  # one 5-byte item per word
 
 #: Token ids below this are synthetic words (their index in VOCAB); others are hashed.
 SYNTHETIC_VOCAB_SIZE = len(VOCAB)
@@ -166,16 +172,27 @@ def _block_keys(salt: int, hash_ids: np.ndarray) -> np.ndarray:
     return _mix64(s ^ (h * _GOLDEN + np.uint64(1)))
 
 
+_J = np.arange(1, 4097, dtype=np.uint64) * _GOLDEN  # word counters of blocks up to 4096
+
+
 def _block_indices_many(salt: int, hash_ids: np.ndarray, n: int) -> np.ndarray:
     """Word indices of many blocks at once, shape (blocks, n): word j of a block is a hash
     of its key and j (a counter-based generator), so a block of n words is the first n
     words of the same block with more, and no generator is seeded per block."""
     keys = _block_keys(salt, hash_ids)[:, None]
-    j = np.arange(1, n + 1, dtype=np.uint64)[None, :] * _GOLDEN
-    return (_mix64(keys + j) % np.uint64(SYNTHETIC_VOCAB_SIZE)).astype(np.int64)
-
-
-_J = np.arange(1, 4097, dtype=np.uint64) * _GOLDEN  # word counters of blocks up to 4096
+    j = _J[:n][None, :] if n <= len(_J) else np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
+    x = keys + j
+    # _mix64 in place (a 32K-token prompt is 32K words: temporaries cost as much as math)
+    t = x >> np.uint64(30)
+    x ^= t
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    np.right_shift(x, np.uint64(27), out=t)
+    x ^= t
+    x *= np.uint64(0x94D049BB133111EB)
+    np.right_shift(x, np.uint64(31), out=t)
+    x ^= t
+    x %= np.uint64(SYNTHETIC_VOCAB_SIZE)
+    return x.view(np.int64)
 
 
 def _block_indices(salt: int, hash_id: int, n: int) -> np.ndarray:
@@ -187,13 +204,22 @@ def _block_indices(salt: int, hash_id: int, n: int) -> np.ndarray:
 
 
 def block_texts(salt: int, hash_ids: Sequence[int] | np.ndarray, n_tokens: int) -> list[str]:
-    """``[block_text(salt, h, n_tokens) for h in hash_ids]``, generated in one pass (a
-    142K-token prompt of new blocks in a few ms instead of one generator per block)."""
+    """``[block_text(salt, h, n_tokens) for h in hash_ids]``, generated in one pass."""
+    return [b.decode("ascii") for b in block_bytes(salt, hash_ids, n_tokens)]
+
+
+def block_bytes(salt: int, hash_ids: Sequence[int] | np.ndarray, n_tokens: int
+                ) -> list[bytes]:
+    """``block_text(salt, h, n_tokens)`` as ASCII bytes for each of ``hash_ids``, in one
+    pass: the words are gathered from a byte table (every synthetic word is 5 bytes) into
+    one buffer that is cut per block, so a 32K-token prompt of new blocks costs about
+    0.3 ms instead of joining 32K word strings."""
     ids = np.asarray(hash_ids, dtype=np.int64)
     if len(ids) == 0:
         return []
-    words = _VOCAB_ARRAY[_block_indices_many(salt, ids, n_tokens)]
-    return ["".join(row) for row in words]
+    raw = np.take(_VOCAB_WORDS, _block_indices_many(salt, ids, n_tokens)).tobytes()
+    w = n_tokens * _WORD_BYTES
+    return [raw[i:i + w] for i in range(0, len(raw), w)]
 
 
 @lru_cache(maxsize=4096)

@@ -54,7 +54,7 @@ INSTANT = ROOT.parent / "shared" / "tools" / "instant-server"
 CACHE = Path.home() / ".cache" / "agentbench"
 TOKENS = 128
 MODEL = "tiny-llama"
-SECTIONS = ("peers", "long", "scaling", "inflation", "replay")
+SECTIONS = ("peers", "long", "scaling", "inflation", "capacity", "replay")
 CLK = os.sysconf("SC_CLK_TCK")
 STEP_S = 0.002  # the stepped server's decode step: one event per stream every 2 ms
 GAP_S = 1.0  # server wake-ups further apart than this are not one stretch of load
@@ -223,7 +223,8 @@ def measure(cmd: list[str], server: Server, env: dict[str, str] | None = None,
 class Server:
     """A local server in its own processes, pinned to the server cores."""
 
-    def __init__(self, kind: str, ttft: float = 0.0, itl: float = 0.0) -> None:
+    def __init__(self, kind: str, ttft: float = 0.0, itl: float = 0.0,
+                 fixed_tokens: bool = True) -> None:
         self.kind = kind
         self.proc: subprocess.Popen[str] | None = None
         self.tmp = tempfile.mkdtemp(prefix="ab-bench-srv-")
@@ -238,8 +239,9 @@ class Server:
             self.master = int(out.stdout.split()[-1])
             self.url = f"http://127.0.0.1:{port}"
         else:
-            cmd = [sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0",
-                   "--tokens", str(TOKENS)]
+            cmd = [sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0"]
+            if fixed_tokens:  # else each request's max_tokens
+                cmd += ["--tokens", str(TOKENS)]
             if kind in ("chunked", "stepped"):
                 cmd.append("--per-event")
             if kind == "stepped":
@@ -269,9 +271,11 @@ class Server:
 
 
 def agentbench_cmd(url: str, n: int, conc: int, context: int, workers: int, out: Path,
-                   think: float = 0.0) -> list[str]:
+                   think: float = 0.0, turns: int = 16, vary: bool = False) -> list[str]:
+    """One agentbench run in a child process; ``turns`` per tree (1: every prompt new);
+    ``vary``: output lengths drawn from 64-192 tokens (mean 128) instead of all 128."""
     return [sys.executable, __file__, "--child", "run", url, str(conc), str(n), str(context),
-            str(think), str(out), str(workers)]
+            str(think), str(out), str(workers), str(turns), str(int(vary))]
 
 
 def agentbench_count(out: Path) -> tuple[int, dict[str, Any]]:
@@ -487,20 +491,25 @@ def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str
 
 
 def section_long(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
+    """Long prompts: sessions that grow their context (16 turns a tree, each turn re-sends
+    the last one's blocks), and every prompt new (one turn a tree: every block generated)."""
     rows = []
+    k = args.long_context // 1000
     for kind in ("nginx", "chunked"):
         srv = Server(kind)
         try:
-            runs = []
-            for rep in range(args.repeat):
-                d = work / f"long-{kind}-{rep}"
-                d.mkdir(parents=True)
-                r = measure(agentbench_cmd(srv.url, n, args.long_concurrency,
-                                           args.long_context, 1, d), srv, log=d / "log")
-                r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
-                runs.append(_row(f"agentbench {args.long_context // 1000}K", kind, n, r))
-            rows.append(best(runs))
-            print_rows(rows[-1:])
+            for label, turns in ((f"agentbench {k}K", 16), (f"agentbench {k}K new", 1)):
+                runs = []
+                for rep in range(args.repeat):
+                    d = work / f"long-{kind}-{turns}-{rep}"
+                    d.mkdir(parents=True)
+                    r = measure(agentbench_cmd(srv.url, n, args.long_concurrency,
+                                               args.long_context, 1, d, turns=turns),
+                                srv, log=d / "log")
+                    r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
+                    runs.append(_row(label, kind, n, r))
+                rows.append(best(runs))
+                print_rows(rows[-1:])
         finally:
             srv.stop()
     return rows
@@ -615,7 +624,7 @@ def section_inflation(args: argparse.Namespace, n: int, work: Path) -> list[dict
 
 
 def synthetic_trace(roots: int, turns: int, context: int, block: int = 64,
-                    think_mean_s: float = 0.0, seed: int = 0) -> Any:
+                    think_mean_s: float = 0.0, seed: int = 0, vary: bool = False) -> Any:
     """Roots whose turn k re-sends turn k-1's blocks plus one new block; turn 0 has
     ``context`` tokens. Each root is its own hash scope (so its own trace copy's blocks)."""
     from agentbench.traces.model import Session, Trace, Turn
@@ -628,23 +637,86 @@ def synthetic_trace(roots: int, turns: int, context: int, block: int = 64,
             n = context + k * block
             ids = np.arange(1, n // block + 1, dtype=np.int64)
             think = float(rng.exponential(think_mean_s)) if think_mean_s else 0.0
+            out = int(rng.integers(TOKENS // 2, TOKENS * 3 // 2 + 1)) if vary else TOKENS
             ts.append(Turn(turn=k, t=float(k), think_s=think, api_s=None, input_tokens=n,
-                           output_tokens=TOKENS, hash_ids=ids, block_size=block))
+                           output_tokens=out, hash_ids=ids, block_size=block))
         sessions.append(Session(f"r{r}", None, "root", None, None, None, "bench", f"r{r}",
                                 0.0, ts))
     return Trace(sessions, name="bench")
 
 
+def steady_lag_p99(run_dir: Path) -> float:
+    """Schedule lag p99 (ms) without each lane's first request: the lanes all start at
+    once, and building 256 first prompts together is a burst, not a rate."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(run_dir / "requests.parquet",
+                      columns=["lane", "scheduled_ns", "sent_ns"]).to_pandas()
+    t = t.sort_values("scheduled_ns")
+    later = t[t.groupby("lane").cumcount() > 0]
+    return float(np.percentile((later.sent_ns - later.scheduled_ns) / 1e6, 99))
+
+
+def section_capacity(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
+    """How many streamed events per second one client process sustains before the
+    saturation check (``client_saturated`` in summary.json) fires: 256 lanes against the
+    timed server (50 ms TTFT, 64-192 output tokens) at shrinking ITLs, one worker on the
+    client core; then the
+    fastest of those rates with 2 workers, unpinned. ``--workers auto`` divides the offered
+    event rate by the per-worker figure (``agentbench.replay.workers.EVENTS_PER_WORKER``)."""
+    from agentbench.metrics import summarize
+
+    out = []
+    plan = [(1, itl) for itl in (0.02, 0.01, 0.005, 0.0035, 0.0025, 0.0018)]
+    plan += [(2, 0.0025), (2, 0.0018)]
+    for workers, itl in plan:
+        srv = Server("timed", ttft=0.05, itl=itl, fixed_tokens=False)
+        try:
+            d = work / f"capacity-{workers}-{itl}"
+            d.mkdir(parents=True)
+            # output lengths 64-192 tokens: lanes that all took exactly as long would end
+            # together round after round, and the bursts, not the rate, would be measured
+            cmd = agentbench_cmd(srv.url, n, 256, args.context, workers, d, vary=True)
+            r = (measure(cmd, srv, log=d / "log") if workers == 1
+                 else _measure_unpinned(cmd, srv, d / "log"))
+            run_dir = next(p for p in d.iterdir() if (p / "requests.parquet").exists())
+            sat = summarize(run_dir, write=False).get("client_saturated") or {}
+            fig = next(iter((sat.get("figures") or {}).values()), {})
+            st = replay_stats(str(run_dir))
+            steady = steady_lag_p99(run_dir)
+            row = {"workers": workers, "steady_lag_p99_ms": steady, "itl_ms": itl * 1e3,
+                   "events_per_s": st["chunks_per_s"],
+                   "offered_events_per_s": 256 / itl, "lag_p50_ms": st["lag_p50_ms"],
+                   "lag_p99_ms": st["lag_p99_ms"], "in_flight_ratio": fig.get("in_flight_ratio"),
+                   "saturated": sat.get("saturated"), "reasons": sat.get("reasons"),
+                   "rc": r["rc"]}
+            print(f"{workers} worker(s), ITL {itl * 1e3:g} ms (offered "
+                  f"{row['offered_events_per_s']:,.0f} events/s while streaming): "
+                  f"{row['events_per_s']:,.0f} events/s; lag p50 {row['lag_p50_ms']:.1f} / "
+                  f"p99 {row['lag_p99_ms']:.1f} ms (after each lane's first request: p99 "
+                  f"{steady:.1f} ms); in flight {row['in_flight_ratio']}; "
+                  f"saturated: {row['saturated']} {row['reasons'] or ''}")
+            sys.stdout.flush()
+            out.append(row)
+        finally:
+            srv.stop()
+    fine = [r["events_per_s"] for r in out if r["workers"] == 1 and r["saturated"] is False]
+    print(f"one worker, unsaturated, at most {max(fine, default=0):,.0f} events/s")
+    return out
+
+
 def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: float,
-              out_dir: str, workers: int = 1) -> dict[str, Any]:
+              out_dir: str, workers: int = 1, max_turns: int = 16, vary: bool = False
+              ) -> dict[str, Any]:
     """One agentbench run, all-in (the parent reads the results folder)."""
     from agentbench.replay import run_scenario
     from agentbench.scenario import Scenario
 
-    # 16 turns per tree (contexts grow by one block a turn), as many trees as needed
-    turns = min(16, max(1, -(-requests // lanes)))
+    # up to 16 turns per tree (contexts grow by one block a turn), as many trees as needed;
+    # one turn per tree: every request a new prompt (each tree its own cache-bust salt)
+    turns = min(max_turns, max(1, -(-requests // lanes)))
     trace = synthetic_trace(max(lanes, -(-requests // turns)), turns, context,
-                            think_mean_s=think_mean_s)
+                            think_mean_s=think_mean_s, vary=vary)
     sc = Scenario.model_validate({
         "name": "bench",
         "endpoints": [{"kind": "openai", "url": url, "model": "m", "ignore_eos": True}],
@@ -805,7 +877,8 @@ def main() -> None:
         if kind == "run":
             url, lanes, reqs, ctx, think, out_dir, *w = rest
             res = child_run(url, int(lanes), int(reqs), int(ctx), float(think), out_dir,
-                            int(w[0]) if w else 1)
+                            int(w[0]) if w else 1, int(w[1]) if len(w) > 1 else 16,
+                            len(w) > 2 and w[2] == "1")
         else:
             res = child_build(int(rest[0]))
         print(json.dumps(res))
@@ -837,6 +910,9 @@ def main() -> None:
         if "inflation" in args.sections:
             print("\n== TTFT self-inflation")
             out["inflation"] = section_inflation(args, max(500, n // 2), work)
+        if "capacity" in args.sections:
+            print("\n== events per second one worker sustains (256 lanes, timed server)")
+            out["capacity"] = section_capacity(args, max(500, n // 2), work)
         if "replay" in args.sections:
             section_replay(args, n, work)
     finally:

@@ -209,6 +209,50 @@ def test_resolve_workers() -> None:
             resolve_workers(bad, sc)
 
 
+def test_auto_divides_the_offered_event_rate_by_what_one_process_sustains() -> None:
+    from agentbench.replay.autoworkers import EVENTS_PER_WORKER, choose
+
+    per_stream = 400.0  # an AgentX-class decode: ~376 tokens/s per user
+    light = choose([per_stream], 64, False, cpus=8)  # 25,600 events/s
+    assert light["workers"] == 1 and light["offered_events_per_s"] == 25_600
+    heavy = choose([per_stream, 100.0], 256, False, cpus=8)  # the fastest endpoint counts
+    assert heavy["workers"] == -(-256 * 400 // EVENTS_PER_WORKER) == 3
+    assert choose([per_stream], 1024, False, cpus=4)["workers"] == 4  # capped at the CPUs
+    assert choose([per_stream], 1024, True, cpus=4)["workers"] == 3  # the simulator's CPU
+    assert choose([per_stream], 2, False, cpus=8)["workers"] == 1  # never more than lanes
+    unknown = choose([None], 256, False, cpus=4)
+    assert unknown["workers"] == 4 and "no stream rate" in unknown["why"]
+    assert choose([per_stream], None, False, cpus=4)["workers"] == 4  # open loop
+
+
+@pytest.mark.timeout(120)
+async def test_workers_auto_probes_the_stream_rate(weka_trace: Any, tmp_path: Path) -> None:
+    from agentbench.replay.autoworkers import choose
+
+    trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
+    srv = FakeServer(ServerConfig(itl_s=0.002))  # ~500 events/s a stream
+    await srv.start()
+    try:
+        sc = scenario([srv.url], tmp_path, output={"dir": str(tmp_path), "run_id": "auto"},
+                      server_metrics={"enabled": False},
+                      load={"kind": "lanes", "concurrency": 3},
+                      limits={"recycle": True, "max_requests": 6})
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False,
+                                                  workers="auto"), 100)
+    finally:
+        await srv.close()
+    pick = res.info["workers_auto"]
+    (rate,) = pick["stream_events_per_s"]
+    assert 150 < rate < 520  # 2 ms apart at best; a busy test machine only slows it
+    assert abs(pick["offered_events_per_s"] - 3 * rate) <= 1
+    assert res.info["workers"] == pick["workers"] == choose([rate], 3, False)["workers"] == 1
+    assert pick["why"].startswith("3 lanes x ")
+    assert json.loads((res.run_dir / "run.json").read_text())["workers_auto"] == pick
+    # the probe is not a row of the run
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    assert len(req) == 6 and (req.tree_id != "workers-probe").all()
+
+
 def test_merge_parts_appends_and_orders_by_end(tmp_path: Path) -> None:
     from agentbench.testing.fastserver import events
     from agentbench.transport.http import RequestRecord

@@ -185,7 +185,7 @@ class BlockCache:
 
     def full_many(self, salt: int, hash_ids: np.ndarray, block_size: int) -> list[bytes]:
         """``[full(salt, h, block_size) for h in hash_ids]``; the new chat blocks generated
-        in one pass (``tokenize.block_texts``)."""
+        in one pass (``tokenize.block_bytes``)."""
         d = self._full.get(salt)
         if d is None:
             d = self._full[salt] = {}
@@ -193,10 +193,12 @@ class BlockCache:
         if self.api == "chat" and self.vocab is None:
             new = [h for h in dict.fromkeys(keys) if h not in d]
             if len(new) > 1:
-                for h, text in zip(new, tokenize.block_texts(salt, new, block_size),
-                                   strict=True):
-                    d[h] = text.encode("ascii")
-        return [self.full(salt, h, block_size) for h in keys]
+                d.update(zip(new, tokenize.block_bytes(salt, new, block_size), strict=True))
+        get = d.get
+        out = list(map(get, keys))
+        if None in out:  # blocks of another kind (completions, a server vocabulary)
+            return [self.full(salt, h, block_size) for h in keys]
+        return out  # type: ignore[return-value]
 
     def fragment(self, salt: int, seg: Segment, block_size: int = 0) -> bytes:
         if seg.shared:

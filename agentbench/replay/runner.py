@@ -34,7 +34,15 @@ from agentbench.replay.rundir import (
 )
 from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import http_collector, sample_collector, scrape_loop
-from agentbench.replay.stages import Health, TreeSource, flush_loop, run_stage, stages_of
+from agentbench.replay.stages import (
+    Health,
+    TreeSource,
+    flush_loop,
+    quiet_gc,
+    restore_gc,
+    run_stage,
+    stages_of,
+)
 from agentbench.replay.timers import Timers
 from agentbench.replay.tree import RunContext, tree_specs
 from agentbench.replay.writer import ResultsWriter
@@ -47,6 +55,29 @@ from agentbench.traces.stats import potential_cached_tokens
 class RunResult:
     run_dir: Path
     info: dict[str, Any]
+
+
+async def _auto_workers(scenario: Any, endpoints: list[LiveEndpoint],
+                        caches: dict[str, BlockCache], info: dict[str, Any],
+                        one_process: bool) -> int:
+    """``--workers auto`` (:mod:`agentbench.replay.autoworkers`): probe each endpoint's
+    stream rate and pick the worker count; recorded in run.json."""
+    from agentbench.replay.autoworkers import choose, stream_rate
+    from agentbench.replay.workers import resolve_workers
+
+    load = scenario.load
+    lanes = None
+    if load.kind == "lanes":
+        c = load.concurrency
+        lanes = max(c) if isinstance(c, list) else c
+    rates = [await stream_rate(e, caches[e.api]) for e in endpoints]
+    pick = choose(rates, lanes, any(e.kind == "simulated" for e in scenario.endpoints))
+    n = 1 if one_process else resolve_workers(pick["workers"], scenario)
+    if one_process:
+        pick["why"] += "; one process: rows are reported to on_request"
+    info["workers"] = n
+    info["workers_auto"] = pick
+    return n
 
 
 def load_trace(scenario: Any) -> Trace:
@@ -72,7 +103,8 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     clock = scenario.clock_mode  # VIRTUAL or WALL
     virtual = clock == VIRTUAL
     asked_workers = workers
-    n_workers = 1 if virtual else resolve_workers(workers, scenario)
+    auto = not virtual and workers == "auto"  # decided once the endpoints are open
+    n_workers = 1 if virtual or auto else resolve_workers(workers, scenario)
     if n_workers > 1 and on_request is not None:
         raise ValueError("on_request needs workers=1 (rows are written by worker processes)")
     if trace is None:
@@ -120,6 +152,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     status = "crashed"
     refused = False
     frozen = False
+    gc_old = (0, 0, 0)
     health = Health()
     fleet: Fleet | None = None
     sigterm = _cancel_on_sigterm()
@@ -141,6 +174,10 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         info["endpoints"] = [{"label": e.label, "api": e.api, "ignore_eos": e.ignore_eos,
                               "prompt_overhead_tokens": e.overhead, "notes": e.notes}
                              for e in endpoints]
+        if auto:
+            n_workers = await _auto_workers(scenario, endpoints, caches, info,
+                                            on_request is not None)
+            write_run_json(run_dir, info, secrets)
         flavors = {(e.api, e.overhead, e.sim_block) for e in endpoints}
         ctx = RunContext(
             t0_ns=t0, seed=scenario.seed, strategy=scenario.timing.strategy,
@@ -173,8 +210,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         source = TreeSource(specs, scenario.limits.recycle)
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
         # out of the collector's full passes, which otherwise stall the loop for tens of ms
-        gc.collect()
-        gc.freeze()
+        gc_old = quiet_gc()
         frozen = True
         gc.callbacks.append(health.gc_callback)
         if not virtual:  # loop stalls are wall-clock events: none in virtual time
@@ -204,7 +240,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
         if sigterm is not None:
             sigterm()
         if frozen:
-            gc.unfreeze()
+            restore_gc(gc_old)
             gc.callbacks.remove(health.gc_callback)
         if fleet is not None:
             await fleet.close(interrupt=status != "completed")

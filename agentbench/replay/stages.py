@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,28 @@ class TreeSource:
         ordinal = self._s[4] + pos
         self._s[3] = max(self._s[3], ordinal + 1)
         return spec, copy, ordinal
+
+
+#: the collector's first threshold during a run: a streamed request allocates dozens of
+#: containers (reads, records, rows), so the default 700 starts a young collection every
+#: few requests and an older one every few dozen; a higher threshold makes them rarer
+GC_THRESHOLD0 = 20_000
+
+
+def quiet_gc() -> tuple[int, int, int]:
+    """Before a run: collect, freeze what exists (modules, trace, pools live for the whole
+    run, so full passes need not walk them) and raise the young threshold; return the old
+    thresholds for :func:`restore_gc`."""
+    gc.collect()
+    gc.freeze()
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], GC_THRESHOLD0), old[1], old[2])
+    return old
+
+
+def restore_gc(old: tuple[int, int, int]) -> None:
+    gc.unfreeze()
+    gc.set_threshold(*old)
 
 
 class Health:

@@ -50,6 +50,8 @@ from agentbench.replay.stages import (
     Shard,
     TreeSource,
     flush_loop,
+    quiet_gc,
+    restore_gc,
     run_stage,
 )
 
@@ -59,8 +61,10 @@ _POLL_S = 0.01
 
 
 def resolve_workers(workers: int | str | None, scenario: Any) -> int:
-    """Worker processes for ``workers`` (a count or ``auto``: one per CPU this process may
-    use, one fewer when a simulated endpoint runs in the parent), never more than lanes."""
+    """Worker processes for ``workers`` (a count, or ``auto`` without a stream-rate probe:
+    one per CPU this process may use, one fewer when a simulated endpoint runs in the
+    parent; a run's ``auto`` is :mod:`agentbench.replay.autoworkers`), never more than
+    lanes."""
     if workers is None:
         return 1
     if workers == "auto":
@@ -170,6 +174,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     bg: list[asyncio.Task[Any]] = []
     status = "crashed"
     frozen = False
+    gc_old = (0, 0, 0)
     ctx: Any = None
     try:
         vocab = None
@@ -198,8 +203,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
         bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         bg.append(asyncio.ensure_future(_watch(spec, shared, ctx, asyncio.current_task(),
                                                stop_bg)))
-        gc.collect()
-        gc.freeze()
+        gc_old = quiet_gc()
         frozen = True
         gc.callbacks.append(health.gc_callback)
         conn.send(("ready",))
@@ -216,7 +220,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
         status = "interrupted"
     finally:
         if frozen:
-            gc.unfreeze()
+            restore_gc(gc_old)
             gc.callbacks.remove(health.gc_callback)
         stop_bg.set()
         with contextlib.suppress(Exception):

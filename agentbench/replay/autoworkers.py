@@ -1,0 +1,89 @@
+"""``--workers auto``: as many client processes as the streamed events need.
+
+One client process handles the socket reads of every stream in its lanes. Measured with
+``benchmarks/client_bench.py --sections capacity`` (256 lanes, a server with a 50 ms TTFT
+and 64-192 output tokens, one pinned client core; 2026-12-01, load 0.6, 2-CPU x86_64
+machine): at 54,000 streamed events/s the schedule lag after each lane's first request
+stays at p99 3.2 ms with 98.9% of the wanted requests in flight; at 71,000 events/s p99 is
+5.9 ms; at 89,000 it is 29 ms. ``EVENTS_PER_WORKER`` keeps each process at the first of
+those rates.
+
+Before the run, one short streamed request per endpoint measures how fast a stream
+delivers token events (after its first); the offered rate is at most lanes x that rate
+(each stream decodes no faster under load than alone), and ``auto`` takes
+``ceil(offered / EVENTS_PER_WORKER)`` processes, no more than the CPUs this process may use
+(one fewer when a simulated endpoint runs in this process) or the lanes. After the run,
+``client_saturated`` in summary.json says whether that was enough.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+from agentbench.replay.prompts import Segment
+
+#: streamed token events per second one client process sustains (see the module doc)
+EVENTS_PER_WORKER = 50_000
+#: tokens the probe asks for
+PROBE_TOKENS = 48
+_PROBE_SALT = 0xA070
+
+
+async def stream_rate(ep: Any, cache: Any) -> float | None:
+    """Token events per second of one stream of ``ep`` after its first event (a short
+    request); None when the endpoint did not stream enough events to tell."""
+    from agentbench.transport.http import RequestRecord, make_body, send
+    from agentbench.transport.sse import parse_stream
+
+    if ep.http is None:  # in-process simulator: no sockets to read
+        return None
+    content = cache.content(_PROBE_SALT, [Segment(16, 16)], 0)
+    frags = [content + b","] if ep.api == "completions" else [content]
+    body = make_body(ep.template.parts(frags, PROBE_TOKENS))
+    rec = RequestRecord(
+        request_id=-1, stage="probe", phase="probe", endpoint=ep.label, lane=-1,
+        tree_id="workers-probe", session_id="workers-probe", relation="root", copy=0,
+        turn=0, scheduled_ns=0, expected_input_tokens=16,
+        expected_output_tokens=PROBE_TOKENS, potential_cached_tokens=0)
+    t0 = time.perf_counter_ns()
+    try:
+        await send(ep.http, ep.target, body, "workers-probe", rec, t0)
+    except Exception:  # noqa: BLE001 - a failed probe only means no estimate
+        return None
+    if rec.error_type is not None or not rec.chunks:
+        return None
+    ev = parse_stream(rec.chunks, rec.chunk_ns).token_event_ns
+    if len(ev) < 8 or ev[-1] <= ev[1]:
+        return None
+    return (len(ev) - 2) / ((ev[-1] - ev[1]) / 1e9)
+
+
+def choose(rates: list[float | None], lanes: int | None, sim_in_process: bool,
+           cpus: int | None = None) -> dict[str, Any]:
+    """The worker count for ``auto`` from each endpoint's stream rate and the most lanes
+    of the run (None: open loop), with the figures behind it (run.json's
+    ``workers_auto``)."""
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else cpus
+    cap = max(1, cpus - (1 if sim_in_process else 0))
+    if lanes is not None:
+        cap = min(cap, lanes)
+    known = [r for r in rates if r is not None]
+    offered = None
+    if lanes is None:
+        n, why = cap, "open loop: one process per CPU"
+    elif not known:
+        n, why = cap, "no stream rate measured: one process per CPU"
+    else:
+        offered = lanes * max(known)
+        n = max(1, min(cap, math.ceil(offered / EVENTS_PER_WORKER)))
+        why = (f"{lanes} lanes x {max(known):,.0f} events/s per stream = {offered:,.0f} "
+               f"events/s at most; {EVENTS_PER_WORKER:,} per process")
+        if math.ceil(offered / EVENTS_PER_WORKER) > cap:
+            why += f"; capped at {cap} (CPUs and lanes)"
+    return {"workers": n, "stream_events_per_s": [None if r is None else round(r, 1)
+                                                  for r in rates],
+            "offered_events_per_s": None if offered is None else round(offered),
+            "events_per_worker": EVENTS_PER_WORKER, "cpus": cpus, "why": why}

@@ -15,6 +15,7 @@ and gets the tiny model's own tokenizer folder, so both tools count the same tok
 
   python benchmarks/peer_compare.py                      # vLLM CPU (needs its venv)
   python benchmarks/peer_compare.py --engine llama-cpp   # llama-server
+  python benchmarks/peer_compare.py --agentx              # AgentX rules (peer_agentx.py)
 """
 
 from __future__ import annotations
@@ -199,6 +200,11 @@ def run_aiperf(aiperf: Path, slice_path: Path, block: int, port: int, out: Path,
 
 
 def main() -> int:
+    if "--agentx" in sys.argv[1:]:  # AgentX rules next to AIPerf's AgentX scenario
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from peer_agentx import main as agentx_main
+
+        return agentx_main([a for a in sys.argv[1:] if a != "--agentx"])
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--engine", choices=["vllm", "llama-cpp"], default="vllm")

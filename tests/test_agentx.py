@@ -175,6 +175,9 @@ def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
               else st["start_ns"] + 900 * 10**9)
     assert st["profile_start_ns"] == expect > st["start_ns"]
     assert st["end_ns"] - st["profile_start_ns"] >= 900e9
+    # once profiling started, every request is measured (a lane still warming stops)
+    late = req[req["sent_ns"] >= st["profile_start_ns"]]
+    assert len(late) and (late["phase"] == "measure").all()
     text = format_summary(s)
     assert "validity      agentx: VALID" in text and "tok/s/GPU" in text
     from agentbench.report.render import render

@@ -279,7 +279,8 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
     async def lane(i: int) -> None:
         first = True
         lw = (LaneWarmup(w.requests_per_lane,
-                         lambda: source.lane_warm(n_lanes, ctx.timers.now_ns()))
+                         lambda: source.lane_warm(n_lanes, ctx.timers.now_ns()),
+                         lambda: source.profile_start_ns() is not None)
               if warm else None)
         try:
             while not ctx.stopping:

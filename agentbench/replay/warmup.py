@@ -19,9 +19,10 @@ from collections.abc import Callable
 class LaneWarmup:
     """One lane's warmup: requests still to send as warmup and those in flight."""
 
-    __slots__ = ("left", "in_flight", "done", "budgeted", "_on_warm")
+    __slots__ = ("left", "in_flight", "done", "budgeted", "_on_warm", "_profiling")
 
-    def __init__(self, requests: int, on_warm: Callable[[], None]) -> None:
+    def __init__(self, requests: int, on_warm: Callable[[], None],
+                 profiling: Callable[[], bool] = lambda: False) -> None:
         self.left = requests
         self.in_flight = 0
         self.done = False
@@ -29,10 +30,18 @@ class LaneWarmup:
         #: budget; one request: only the warm start's own turn is warmup
         self.budgeted = requests > 1
         self._on_warm = on_warm
+        #: whether the profiling phase started (``warmup.max_s`` ran out): from then on
+        #: every request is measured, warm or not
+        self._profiling = profiling
 
     def take(self) -> bool:
-        """Count one warmup request sent; False when the lane has none left."""
+        """Count one warmup request sent; False when the lane has none left or the
+        profiling phase started."""
         if self.left <= 0:
+            return False
+        if self._profiling():
+            self.left = 0
+            self._check()
             return False
         self.left -= 1
         self.in_flight += 1

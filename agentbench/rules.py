@@ -24,6 +24,8 @@ WARMUP_REQUESTS_PER_LANE = 10
 #: AgentX: t* is drawn uniformly over this share of each lane's first trajectory
 START_MIN_RATIO = 0.0
 START_MAX_RATIO = 1.0
+#: AgentX: t* is a point in each trajectory's recorded time (AIPerf 0.13.0)
+START_BY = "time"
 #: AgentX: the run is invalid when more than this share of requests overflow the context
 OVERFLOW_RATE_LIMIT = 0.01
 #: AgentX: TTFT/ITL observations must reach this share of the profiling phase
@@ -56,7 +58,8 @@ def fill_defaults(data: dict[str, Any]) -> None:
         for k, v in (("enabled", True), ("random_start", True),
                      ("requests_per_lane", WARMUP_REQUESTS_PER_LANE),
                      ("start_min_ratio", START_MIN_RATIO),
-                     ("start_max_ratio", START_MAX_RATIO), ("every_stage", True)):
+                     ("start_max_ratio", START_MAX_RATIO), ("start_by", START_BY),
+                     ("every_stage", True)):
             warmup.setdefault(k, v)
     for ep in data.get("endpoints") or []:
         if isinstance(ep, dict) and ep.get("kind", "openai") == "openai" \

@@ -368,6 +368,10 @@ class Warmup(Strict):
     start_min_ratio: float = Field(
         0.0, ge=0, le=1, description="random_start: the earliest start turn t*, as a share of "
         "the root's turns.")
+    start_by: Literal["turn", "time"] = Field(
+        "turn", description="random_start: draw t* over the root's turns (turn) or over its "
+        "recorded time (time: the last turn sent at or before the drawn instant, as AIPerf "
+        "0.13.0 does).")
     start_max_ratio: float = Field(
         1.0, ge=0, le=1, description="random_start: the latest start turn t*, as a share of "
         "the root's turns (the draw is uniform between the two).")

@@ -77,6 +77,10 @@ class SimServer:
                     self.stop()
                     raise SystemExit(f"serve-sim did not start; see {log}") from None
                 time.sleep(0.2)
+        time.sleep(0.5)
+        if self.proc.poll() is not None:  # the port answered, but not this server
+            self.stop()
+            raise SystemExit(f"serve-sim exited (port {port} in use?); see {log}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -106,6 +106,22 @@ def test_random_start_stays_between_the_ratios() -> None:
         [warmup_start_turn(0, i, 10, True, 0.0, 1.0) for i in range(5)]
 
 
+def test_random_start_by_time_is_the_last_turn_before_the_drawn_instant() -> None:
+    # a burst of 90 turns in the first 10 s, then 10 turns over the next 990 s: over the
+    # turns t* is mostly in the burst, over the recorded time mostly after it (AIPerf 0.13.0)
+    times = [i / 9 for i in range(90)] + [10.0 + 99 * k for k in range(1, 11)]
+    by_time = [warmup_start_turn(7, lane, 100, True, 0.0, 1.0, times) for lane in range(200)]
+    by_turn = [warmup_start_turn(7, lane, 100, True) for lane in range(200)]
+    assert sum(t >= 90 for t in by_time) > 150 and sum(t >= 90 for t in by_turn) < 40
+    # each of the last 10 turns spans 99 s of the 1,000: drawn about 200 x 99 / 1000 times
+    assert all(5 <= by_time.count(t) <= 40 for t in range(90, 99))
+    assert by_time == [warmup_start_turn(7, lane, 100, True, 0.0, 1.0, times)
+                       for lane in range(200)]  # seeded
+    assert warmup_start_turn(7, 0, 100, False, 0.0, 1.0, times) == 0
+    sc = load_scenario(AGENTX)
+    assert sc.warmup.start_by == rules.START_BY == "time"
+
+
 # ---------------------------------------------------------------- context overflow
 
 
@@ -156,26 +172,28 @@ def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
     assert row["interactivity_tok_s_p50"] > 0 and row["ttft_ms_p90"] >= row["ttft_ms_p50"]
     assert 0 < row["hit_rate_theoretical"] <= 1 and row["hit_rate_actual"] is not None
     assert row["api_over_self_hosted"] is not None and row["context_overflow_rate"] == 0
-    # warmup: each lane's first 10 requests (fewer for a lane whose recorded think time
-    # outlasts the stage), excluded from every figure
-    assert 30 <= s["warmup_requests_excluded"] <= 40
+    # warmup: each lane's first 10 requests, and whatever a warm lane sends until every
+    # lane is warm; excluded from every figure
     req = pd.read_parquet(run_dir / "requests.parquet").sort_values("sent_ns")
-    warm_ends = []
+    assert s["warmup_requests_excluded"] == (req["phase"] == "warmup").sum() >= 4
+    (st,) = json.loads((run_dir / "run.json").read_text())["stages"]
+    tenth = []
     for _, g in req.groupby("lane"):
         warm = (g["phase"] == "warmup").to_numpy()
-        assert warm.sum() <= 10 and warm[:warm.sum()].all()
-        if warm.sum() == 10:
-            warm_ends.append(int(g.loc[g["phase"] == "warmup", "end_ns"].max()))
-    # the 900 s profiling phase starts when the last lane is warm (its last warmup request
-    # ended), as AIPerf's warmup runs outside its profiling duration; at the latest
-    # warmup.max_s (default: duration_s) after the stage start. Here one lane's recorded
-    # 1,600 s pause keeps it from warming up in time
-    (st,) = json.loads((run_dir / "run.json").read_text())["stages"]
-    expect = (max(warm_ends) if len(warm_ends) == 4
-              else st["start_ns"] + 900 * 10**9)
-    assert st["profile_start_ns"] == expect > st["start_ns"]
+        assert warm[:min(10, len(warm))].all() and not warm[warm.sum():].any()
+        if warm.sum() >= 10:
+            tenth.append(int(g["end_ns"].iloc[:10].max()))
+    # the 900 s profiling phase starts when the last lane is warm (its 10th request ended),
+    # as AIPerf's warmup runs outside its profiling duration; at the latest warmup.max_s
+    # (default: duration_s) after the stage start, when a lane's recorded pause keeps it
+    # from warming up in time
+    expect = max(tenth) if len(tenth) == 4 else st["start_ns"] + 900 * 10**9
+    assert st["profile_start_ns"] == min(expect, st["start_ns"] + 900 * 10**9)
+    assert st["profile_start_ns"] > st["start_ns"]
     assert st["end_ns"] - st["profile_start_ns"] >= 900e9
-    # once profiling started, every request is measured (a lane still warming stops)
+    # the measured requests are those sent in the profiling phase, and every one of them
+    measured = req[req["phase"] == "measure"]
+    assert (measured["sent_ns"] >= st["profile_start_ns"]).all()
     late = req[req["sent_ns"] >= st["profile_start_ns"]]
     assert len(late) and (late["phase"] == "measure").all()
     text = format_summary(s)
@@ -188,12 +206,19 @@ def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
 
 
 def test_profiling_starts_when_the_last_lane_is_warm(tmp_path: Path) -> None:
-    run_dir, s = _run(tmp_path, [*SHORT, ("warmup.requests_per_lane", 3)])
-    req = pd.read_parquet(run_dir / "requests.parquet")
-    warm = req[req["phase"] == "warmup"]
-    assert warm.groupby("lane").size().tolist() == [3, 3, 3, 3]
+    # t* over the turns: here every lane warms up well within the 900 s
+    run_dir, s = _run(tmp_path, [*SHORT, ("warmup.requests_per_lane", 3),
+                                 ("warmup.start_by", "turn")])
+    req = pd.read_parquet(run_dir / "requests.parquet").sort_values("sent_ns")
     (st,) = json.loads((run_dir / "run.json").read_text())["stages"]
-    assert st["profile_start_ns"] == int(warm["end_ns"].max()) > st["start_ns"]
+    # each lane's first 3 requests warm it up; the last lane warm starts the profiling
+    warm_at = [int(g["end_ns"].iloc[:3].max()) for _, g in req.groupby("lane")]
+    assert st["profile_start_ns"] == max(warm_at) > st["start_ns"]
+    # before that every request is warmup (lanes warm early go on), after it measured
+    before = req["sent_ns"] < st["profile_start_ns"]
+    assert (req.loc[before, "phase"] == "warmup").all()
+    assert (req.loc[~before, "phase"] == "measure").all() and (~before).sum() > 0
+    assert before.sum() > 12  # more than the 3 x 4 counted ones
     # the deadline counts from there: nothing is sent after profile start + 900 s
     assert req["sent_ns"].max() <= st["profile_start_ns"] + 900 * 10**9
     assert req["sent_ns"].max() > st["start_ns"] + 900 * 10**9

@@ -123,13 +123,16 @@ async def test_workers_start_profiling_when_every_lane_is_warm(weka_trace: Any,
         timing={"time_scale": 0.02},
         limits={"recycle": True, "duration_s": 1.5, "on_deadline": "cancel"})
     (st,) = res.info["stages"]
-    warm = req[req.phase == "warmup"]
-    assert warm.groupby("lane").size().tolist() == [2, 2, 2, 2]
-    last_warm = int(warm.end_ns.max())
+    req = req.sort_values("sent_ns")
+    last_warm = max(int(g.end_ns.iloc[:2].max()) for _, g in req.groupby("lane"))
     assert last_warm <= st["profile_start_ns"] <= last_warm + 50_000_000
     assert st["profile_start_ns"] > st["start_ns"]
     assert req.sent_ns.max() <= st["profile_start_ns"] + 1.5e9
-    assert (req.phase == "measure").sum() > 0
+    # warmup until then in both workers, measured from then on (a request another worker
+    # was sending at that instant may go out a moment later as warmup)
+    before = req.sent_ns < st["profile_start_ns"]
+    assert (req.phase[before] == "warmup").all() and (~before).sum() > 0
+    assert (req.sent_ns[req.phase == "warmup"] < st["profile_start_ns"] + 5e6).all()
 
 
 @pytest.mark.timeout(120)

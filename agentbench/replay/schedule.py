@@ -6,6 +6,7 @@ Seed 0 is a seed.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
@@ -82,11 +83,21 @@ def turn_target_ns(strategy: str, turn: Turn, *, prev: Turn | None, ready_ns: in
 
 
 def warmup_start_turn(seed: int, lane: int, n_turns: int, random_start: bool,
-                      min_ratio: float = 0.0, max_ratio: float = 1.0) -> int:
+                      min_ratio: float = 0.0, max_ratio: float = 1.0,
+                      turn_times: Sequence[float] | None = None) -> int:
     """The turn t* a lane's first tree starts at: uniform over the root's turns from
-    ``min_ratio`` to ``max_ratio`` of them (AgentX-style random start), or 0."""
+    ``min_ratio`` to ``max_ratio`` of them (AgentX-style random start), or 0. With
+    ``turn_times`` (the root's turn offsets, ``warmup.start_by: time``) the point is drawn
+    over the recorded time instead, as AIPerf 0.13.0 does, and t* is the last turn sent
+    at or before it."""
     if not random_start or n_turns <= 1:
         return 0
+    if turn_times is not None and len(turn_times) == n_turns:
+        first, last = float(turn_times[0]), float(turn_times[-1])
+        if last > first:
+            u = float(_rng(seed, "warmup-time", lane).uniform(min_ratio, max_ratio))
+            at = first + u * (last - first)
+            return max(0, min(n_turns - 1, bisect.bisect_right(turn_times, at) - 1))
     lo = min(int(min_ratio * n_turns), n_turns - 1)
     hi = min(max(lo + 1, math.ceil(max_ratio * n_turns)), n_turns)
     return int(_rng(seed, "warmup", lane).integers(lo, hi))

@@ -288,9 +288,11 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
                 if item is None:
                     return
                 spec, copy, ordinal = item
-                warm_turn = (warmup_start_turn(sc.seed, i, len(spec.root.turns),
-                                               w.random_start, w.start_min_ratio,
-                                               w.start_max_ratio)
+                turns = spec.root.turns
+                warm_turn = (warmup_start_turn(sc.seed, i, len(turns), w.random_start,
+                                               w.start_min_ratio, w.start_max_ratio,
+                                               [t.t for t in turns]
+                                               if w.start_by == "time" else None)
                              if warm and first else None)
                 first = False
                 await TreeRun(ctx, spec, copy, i, warm_turn, ordinal, lw).run()

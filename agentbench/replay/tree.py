@@ -229,12 +229,12 @@ class TreeRun:
                     break
                 if not ctx.take_request():
                     break
-                phase = self._phase(sess, k)
+                phase, counted = self._phase(sess, k)
                 try:
                     rec = await self._request(sess, st, k, scheduled, phase, content)
                 finally:
-                    if phase == records.WARMUP and self.warm is not None:
-                        self.warm.ended()
+                    if counted:
+                        self.warm.ended()  # type: ignore[union-attr]
                 if rec.error_type == CONTEXT_OVERFLOW:
                     st.overflowed = True  # every later turn is longer still: end here
                     break
@@ -251,17 +251,20 @@ class TreeRun:
                 await asyncio.gather(*started.values(), return_exceptions=True)
         return st.end_ns if st.end_ns is not None else ready_ns
 
-    def _phase(self, sess: Session, k: int) -> str:
-        """Warmup or measure: the warm start's turn, or the lane's first
-        ``warmup.requests_per_lane`` requests when it warms up with a budget."""
+    def _phase(self, sess: Session, k: int) -> tuple[str, bool]:
+        """Warmup or measure, and whether the request counts toward the lane's warmup: the
+        warm start's turn, or the lane's first ``warmup.requests_per_lane`` requests when
+        it warms up with a budget; then, until every lane is warm (the profiling phase,
+        :mod:`.warmup`), its requests stay warmup without counting."""
         w = self.warm
         if w is not None and w.budgeted:
-            return records.WARMUP if w.take() else records.MEASURE
-        if self.warm_turn is not None and sess is self.spec.root and k == self.warm_turn:
-            if w is not None:
-                w.take()
-            return records.WARMUP
-        return records.MEASURE
+            if w.take():
+                return records.WARMUP, True
+        elif self.warm_turn is not None and sess is self.spec.root and k == self.warm_turn:
+            return records.WARMUP, w is not None and w.take()
+        if w is not None and not w.profiling():
+            return records.WARMUP, False
+        return records.MEASURE, False
 
     def _start_children(self, kids: list[Session], ready_ns: int,
                         started: dict[str, asyncio.Task[int]]) -> None:

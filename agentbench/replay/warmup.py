@@ -2,9 +2,13 @@
 
 A lane warms up with its first ``warmup.requests_per_lane`` requests (phase ``warmup``,
 left out of every figure). The lane is warm once it has sent them all and each has ended,
-or once the lane has ended. ``limits.duration_s`` counts from the moment the last lane of
-the stage is warm, as AIPerf's AgentX warmup runs outside its profiling duration; at most
-``warmup.max_s`` (default: ``duration_s``) after the stage start the clock starts anyway.
+or once the lane has ended. A warm lane goes on sending, and its requests stay warmup
+until the profiling phase starts, so the measured window has every lane past warmup.
+
+``limits.duration_s`` counts from the moment the last lane of the stage is warm, as
+AIPerf's AgentX warmup runs outside its profiling duration. At most ``warmup.max_s``
+(default: ``duration_s``) after the stage start the profiling phase starts anyway, and
+every request from then on is measured.
 
 The count of warm lanes and the profiling start live in the tree source's state
 (:class:`agentbench.replay.stages.TreeSource`), shared memory when lanes are sharded over
@@ -46,6 +50,10 @@ class LaneWarmup:
         self.left -= 1
         self.in_flight += 1
         return True
+
+    def profiling(self) -> bool:
+        """Whether the stage's profiling phase started (every lane warm, or max_s)."""
+        return self._profiling()
 
     def ended(self) -> None:
         """A warmup request ended (whatever its outcome)."""

@@ -281,3 +281,24 @@ def test_an_invalid_run_exits_3_with_its_reasons(tmp_path: Path) -> None:
                                   "--set", f"output.dir={tmp_path}", "--no-progress"])
     assert ok.exit_code == 0, ok.output
     assert "invalid:" not in ok.stderr
+
+
+def test_without_a_duration_each_lane_measures_once_it_is_warm(tmp_path: Path) -> None:
+    # no duration_s and no warmup.max_s bound a wait for the slowest lane: a lane's own
+    # first 3 requests are warmup, everything after them measured, whatever other lanes do
+    sc = load_scenario(AGENTX.parent / "quickstart.yaml",
+                       sets=[("warmup.enabled", True), ("warmup.random_start", False),
+                             ("warmup.requests_per_lane", 3)])
+    sc.output.dir = str(tmp_path)
+    res = replay_run(sc, progress=False)
+    # subagents launched together are sent at one instant: in the order they were made
+    req = pd.read_parquet(res.run_dir / "requests.parquet").sort_values(
+        ["sent_ns", "request_id"])
+    for _, g in req.groupby("lane"):
+        phases = g["phase"].tolist()
+        assert phases[:3] == ["warmup"] * 3 and set(phases[3:]) <= {"measure"}
+    (st,) = json.loads((res.run_dir / "run.json").read_text())["stages"]
+    assert st["profile_start_ns"] == st["start_ns"]
+    first_measured = req.loc[req["phase"] == "measure", "sent_ns"].min()
+    last_warm = req.loc[req["phase"] == "warmup", "sent_ns"].max()
+    assert first_measured < last_warm  # lanes did not wait for each other

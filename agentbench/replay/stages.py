@@ -227,12 +227,14 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
                                                t_stage))
     try:
         deadline = None
+        # a profiling phase after warmup needs a bound on the wait (duration_s or max_s):
+        # without one, each lane measures once it is warm itself
+        max_warm = sc.warmup.max_s or lim.duration_s
+        t_profile = t_stage
+        if stage.lanes is not None and warm and max_warm:
+            t_profile = await _warm(ctx, source, body, t_stage, max_warm)
+        t_profile = source.start_profiling(t_profile)
         if lim.duration_s is not None:
-            t_profile = t_stage
-            if stage.lanes is not None and warm:
-                t_profile = await _warm(ctx, source, body, t_stage,
-                                        sc.warmup.max_s or lim.duration_s)
-            t_profile = source.start_profiling(t_profile)
             deadline = max(0.0, lim.duration_s - (ctx.timers.now_ns() - t_profile) / NS)
         done, _ = await asyncio.wait({body}, timeout=deadline)
         if not done:
@@ -280,7 +282,8 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
         first = True
         lw = (LaneWarmup(w.requests_per_lane,
                          lambda: source.lane_warm(n_lanes, ctx.timers.now_ns()),
-                         lambda: source.profile_start_ns() is not None)
+                         lambda: source.profile_start_ns() is not None,
+                         gated=bool(w.max_s or sc.limits.duration_s))
               if warm else None)
         try:
             while not ctx.stopping:

@@ -23,10 +23,10 @@ from collections.abc import Callable
 class LaneWarmup:
     """One lane's warmup: requests still to send as warmup and those in flight."""
 
-    __slots__ = ("left", "in_flight", "done", "budgeted", "_on_warm", "_profiling")
+    __slots__ = ("left", "in_flight", "done", "budgeted", "_on_warm", "_profiling", "_gated")
 
     def __init__(self, requests: int, on_warm: Callable[[], None],
-                 profiling: Callable[[], bool] = lambda: False) -> None:
+                 profiling: Callable[[], bool] = lambda: False, gated: bool = True) -> None:
         self.left = requests
         self.in_flight = 0
         self.done = False
@@ -34,16 +34,19 @@ class LaneWarmup:
         #: budget; one request: only the warm start's own turn is warmup
         self.budgeted = requests > 1
         self._on_warm = on_warm
-        #: whether the profiling phase started (``warmup.max_s`` ran out): from then on
-        #: every request is measured, warm or not
+        #: whether the profiling phase started (every lane warm, or ``warmup.max_s`` ran
+        #: out): from then on every request is measured, warm or not
         self._profiling = profiling
+        #: False: the stage has no profiling phase to wait for (no duration_s or max_s
+        #: bounds the wait), and the lane measures once it is warm itself
+        self._gated = gated
 
     def take(self) -> bool:
         """Count one warmup request sent; False when the lane has none left or the
         profiling phase started."""
         if self.left <= 0:
             return False
-        if self._profiling():
+        if self._gated and self._profiling():
             self.left = 0
             self._check()
             return False
@@ -52,8 +55,9 @@ class LaneWarmup:
         return True
 
     def profiling(self) -> bool:
-        """Whether the stage's profiling phase started (every lane warm, or max_s)."""
-        return self._profiling()
+        """Whether the lane's requests are measured once it is warm: the stage's profiling
+        phase started (every lane warm, or max_s), or there is none to wait for."""
+        return not self._gated or self._profiling()
 
     def ended(self) -> None:
         """A warmup request ended (whatever its outcome)."""

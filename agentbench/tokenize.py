@@ -217,6 +217,8 @@ def block_bytes(salt: int, hash_ids: Sequence[int] | np.ndarray, n_tokens: int
     ids = np.asarray(hash_ids, dtype=np.int64)
     if len(ids) == 0:
         return []
+    if n_tokens <= 0:
+        return [b""] * len(ids)
     raw = np.take(_VOCAB_WORDS, _block_indices_many(salt, ids, n_tokens)).tobytes()
     w = n_tokens * _WORD_BYTES
     return [raw[i:i + w] for i in range(0, len(raw), w)]

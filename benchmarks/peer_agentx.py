@@ -136,8 +136,8 @@ def run_aiperf(aiperf: Path, port: int, lanes: int, duration: float, seed: int,
             "reasons": data.get("metadata", {}).get("submission_invalid_reasons")}
 
 
-def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path
-                   ) -> dict[str, Any]:
+def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path,
+                   warmup_requests: int | None = None) -> dict[str, Any]:
     from agentbench.metrics import summarize
     from agentbench.replay import run as replay_run
     from agentbench.scenario_io import parse_scenario
@@ -151,6 +151,8 @@ def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path
            "load": {"kind": "lanes", "concurrency": lanes},
            "limits": {"duration_s": duration},
            "output": {"dir": str(out), "run_id": "agentbench"}}
+    if warmup_requests is not None:  # AIPerf 0.13.0 warms each lane with one request
+        doc["warmup"] = {"requests_per_lane": warmup_requests}
     res = replay_run(parse_scenario(json.dumps(doc)), progress=False)
     s = summarize(res.run_dir)
     (b,) = s["stages"].values()
@@ -173,6 +175,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--aiperf", type=Path, default=CACHE / "aiperf-venv" / "bin" / "aiperf")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "peer-agentx")
     p.add_argument("--only", choices=["agentbench", "aiperf"], default=None)
+    p.add_argument("--warmup-requests", type=int, default=None,
+                   help="agentbench's warmup.requests_per_lane (default: the rules' 10)")
     args = p.parse_args(argv)
     if args.only != "agentbench" and not args.aiperf.is_file():
         print(f"no aiperf at {args.aiperf}: python -m venv {CACHE / 'aiperf-venv'} && "
@@ -189,7 +193,7 @@ def main(argv: list[str]) -> int:
         try:
             if tool == "agentbench":
                 results[tool] = run_agentbench(args.port, args.concurrency, args.duration,
-                                               args.seed, out)
+                                               args.seed, out, args.warmup_requests)
             else:
                 results[tool] = run_aiperf(args.aiperf, args.port, args.concurrency,
                                            args.duration, args.seed, out)

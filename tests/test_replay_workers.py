@@ -256,6 +256,67 @@ async def test_workers_auto_probes_the_stream_rate(weka_trace: Any, tmp_path: Pa
     assert len(req) == 6 and (req.tree_id != "workers-probe").all()
 
 
+@pytest.mark.timeout(120)
+async def test_workers_auto_probe_does_not_hold_the_run(weka_trace: Any, tmp_path: Path,
+                                                       monkeypatch: Any) -> None:
+    from agentbench.replay import autoworkers
+
+    monkeypatch.setattr(autoworkers, "PROBE_TIMEOUT_S", 1.0)
+    trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
+
+    def stall_probe(n: int, body: dict[str, Any]) -> str | None:  # the probe's 48 tokens
+        return "stall" if body.get("max_tokens") == autoworkers.PROBE_TOKENS else None
+
+    srv = FakeServer(ServerConfig(itl_s=0.002, fault=stall_probe, stall_s=5))
+    await srv.start()
+    try:
+        sc = scenario([srv.url], tmp_path, output={"dir": str(tmp_path), "run_id": "stall"},
+                      server_metrics={"enabled": False},
+                      load={"kind": "lanes", "concurrency": 2},
+                      limits={"recycle": True, "max_requests": 4})
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False,
+                                                  workers="auto"), 60)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    assert len(req) == 4 and req.sent_ns.min() < 5e9  # not held for the stall
+    # half the stream came before the stall: its rate is still measured
+    (rate,) = res.info["workers_auto"]["stream_events_per_s"]
+    assert rate is not None and 150 < rate < 520
+
+
+async def test_a_worker_whose_lanes_ended_waits_for_the_others_warmup() -> None:
+    # this worker's lanes all ended (its stage body is done) while another worker's lanes
+    # still warm up: the profiling phase starts when that worker's last lane is warm
+    # (shared memory), not when this worker ran out of work
+    import time
+    from types import SimpleNamespace
+
+    from agentbench.replay.stages import _warm
+    from agentbench.replay.timers import Timers
+
+    src = TreeSource([], False, [0] * STATE_SLOTS)
+    src.restart()
+    src.lane_warm(2, 0)  # this worker's one lane of two: warm (and ended)
+    body = asyncio.get_running_loop().create_future()
+    body.set_result(None)
+    ctx = SimpleNamespace(timers=Timers(time.perf_counter_ns(), None), stopping=False)
+
+    async def other_worker() -> None:
+        await asyncio.sleep(0.3)
+        src.lane_warm(2, ctx.timers.now_ns())
+
+    other = asyncio.ensure_future(other_worker())
+    start = await _warm(ctx, src, body, 0, max_s=5.0)  # type: ignore[arg-type]
+    await other
+    assert start == src.profile_start_ns() and 0.29e9 < start < 2e9
+    # with nobody left warming up, the wait ends at max_s
+    src.restart()
+    t0 = ctx.timers.now_ns()
+    start = await _warm(ctx, src, body, t0, max_s=0.3)  # type: ignore[arg-type]
+    assert 0.29e9 < start - t0 < 1e9
+
+
 def test_merge_parts_appends_and_orders_by_end(tmp_path: Path) -> None:
     from agentbench.testing.fastserver import events
     from agentbench.transport.http import RequestRecord

@@ -155,3 +155,18 @@ def test_bad_tokenizer_specs_are_input_errors(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(InputError, match="not a tokenizer.json"):
         get_tokenizer(str(bad))
+
+
+def test_block_bytes_are_block_text_in_one_pass() -> None:
+    import numpy as np
+
+    from agentbench.tokenize import block_bytes, block_text, block_texts
+
+    rng = np.random.default_rng(3)
+    for salt in (0, -1, 2**63 - 1, int(rng.integers(0, 2**62))):
+        for n in (0, 1, 16, 64, 4096, 4097, 5000):
+            ids = [0, -1, 2**62, *rng.integers(-2**40, 2**40, 5).tolist()]
+            got = block_bytes(salt, ids, n)
+            assert got == [block_text(salt, h, n).encode("ascii") for h in ids]
+            assert block_texts(salt, ids, n) == [b.decode() for b in got]
+    assert block_bytes(1, [], 64) == []

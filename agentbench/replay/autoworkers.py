@@ -18,6 +18,7 @@ delivers token events (after its first); the offered rate is at most lanes x tha
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import time
@@ -29,6 +30,8 @@ from agentbench.replay.prompts import Segment
 EVENTS_PER_WORKER = 50_000
 #: tokens the probe asks for
 PROBE_TOKENS = 48
+#: the probe gives up after this long (a stalled or slow endpoint must not hold the run)
+PROBE_TIMEOUT_S = 10.0
 _PROBE_SALT = 0xA070
 
 
@@ -50,10 +53,13 @@ async def stream_rate(ep: Any, cache: Any) -> float | None:
         expected_output_tokens=PROBE_TOKENS, potential_cached_tokens=0)
     t0 = time.perf_counter_ns()
     try:
-        await send(ep.http, ep.target, body, "workers-probe", rec, t0)
+        await asyncio.wait_for(send(ep.http, ep.target, body, "workers-probe", rec, t0),
+                               PROBE_TIMEOUT_S)
+    except TimeoutError:  # a slow stream: the events that came still tell its rate
+        pass
     except Exception:  # noqa: BLE001 - a failed probe only means no estimate
         return None
-    if rec.error_type is not None or not rec.chunks:
+    if not rec.chunks or (rec.error_type is not None and rec.error_type != "cancelled"):
         return None
     ev = parse_stream(rec.chunks, rec.chunk_ns).token_event_ns
     if len(ev) < 8 or ev[-1] <= ev[1]:

@@ -259,16 +259,21 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
     """Wait until every lane of the stage is warm (:mod:`.warmup`), the lanes ended, or
     ``max_s`` passed since the stage start; return the profiling phase's start."""
     limit = t_stage + int(max_s * NS)
-    while not body.done():
+    while True:
         start = source.profile_start_ns()
         if start is not None:
             return start
         left = (limit - ctx.timers.now_ns()) / NS
-        if left <= 0:
+        if left <= 0 or ctx.stopping:
             break
         # lanes of other worker processes count in shared memory, so look now and then: the
         # deadline counts from the instant the last lane was warm, not from this look
-        await asyncio.wait({body}, timeout=min(left, 0.1))
+        if not body.done():
+            await asyncio.wait({body}, timeout=min(left, 0.1))
+        elif body.cancelled() or body.exception() is not None:
+            break
+        else:  # this process's lanes ended; another's may still be warming up
+            await asyncio.sleep(min(left, 0.1))
     return ctx.timers.now_ns()
 
 

@@ -45,7 +45,10 @@ def test_shipped_scenario_gets_the_agentx_defaults() -> None:
     assert sc.timing.idle_cap_for("virtual") == rules.IDLE_CAP_S == 10
     w = sc.warmup
     assert w.enabled and w.random_start and w.every_stage
-    assert w.requests_per_lane == 10 and (w.start_min_ratio, w.start_max_ratio) == (0, 1)
+    # one warm request per lane, as AIPerf 0.13.0 and the FAQ do (docs/agentx.md: ten, as
+    # the v0.14.0 pages say, left half the requests out of a 600 s window)
+    assert w.requests_per_lane == rules.WARMUP_REQUESTS_PER_LANE == 1
+    assert (w.start_min_ratio, w.start_max_ratio) == (0, 1)
     assert rules.conflicts(sc) == []
 
 
@@ -172,22 +175,22 @@ def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
     assert row["interactivity_tok_s_p50"] > 0 and row["ttft_ms_p90"] >= row["ttft_ms_p50"]
     assert 0 < row["hit_rate_theoretical"] <= 1 and row["hit_rate_actual"] is not None
     assert row["api_over_self_hosted"] is not None and row["context_overflow_rate"] == 0
-    # warmup: each lane's first 10 requests, and whatever a warm lane sends until every
-    # lane is warm; excluded from every figure
-    req = pd.read_parquet(run_dir / "requests.parquet").sort_values("sent_ns")
+    # warmup: each lane's first request (its turn t*), and whatever a warm lane sends until
+    # every lane is warm; excluded from every figure
+    n = rules.WARMUP_REQUESTS_PER_LANE
+    req = pd.read_parquet(run_dir / "requests.parquet").sort_values(["sent_ns", "request_id"])
     assert s["warmup_requests_excluded"] == (req["phase"] == "warmup").sum() >= 4
     (st,) = json.loads((run_dir / "run.json").read_text())["stages"]
-    tenth = []
+    warm_at = []
     for _, g in req.groupby("lane"):
         warm = (g["phase"] == "warmup").to_numpy()
-        assert warm[:min(10, len(warm))].all() and not warm[warm.sum():].any()
-        if warm.sum() >= 10:
-            tenth.append(int(g["end_ns"].iloc[:10].max()))
-    # the 900 s profiling phase starts when the last lane is warm (its 10th request ended),
+        assert warm[:min(n, len(warm))].all() and not warm[warm.sum():].any()
+        if warm.sum() >= n:
+            warm_at.append(int(g["end_ns"].iloc[:n].max()))
+    # the 900 s profiling phase starts when the last lane is warm (its warm request ended),
     # as AIPerf's warmup runs outside its profiling duration; at the latest warmup.max_s
-    # (default: duration_s) after the stage start, when a lane's recorded pause keeps it
-    # from warming up in time
-    expect = max(tenth) if len(tenth) == 4 else st["start_ns"] + 900 * 10**9
+    # (default: duration_s) after the stage start
+    expect = max(warm_at) if len(warm_at) == 4 else st["start_ns"] + 900 * 10**9
     assert st["profile_start_ns"] == min(expect, st["start_ns"] + 900 * 10**9)
     assert st["profile_start_ns"] > st["start_ns"]
     assert st["end_ns"] - st["profile_start_ns"] >= 900e9

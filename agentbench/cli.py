@@ -339,6 +339,8 @@ def run(
                              trace=traces[key])
         summary = summarize(res.run_dir)
         typer.echo(format_summary(summary))
+        if (auto := res.info.get("workers_auto")) is not None:
+            typer.echo(f"workers       {res.info['workers']} (--workers auto: {auto['why']})")
         typer.echo(f"results: {res.run_dir}")
         why = run_failure(summary, sc.fail_on.error_rate)
         warn = run_warning(summary, sc.fail_on.error_rate)

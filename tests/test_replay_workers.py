@@ -346,3 +346,30 @@ def test_merge_parts_appends_and_orders_by_end(tmp_path: Path) -> None:
     assert list(req.end_ns) == [0, 1, 100, 101, 200, 201]
     assert sorted(req.request_id) == [0, 1, 2, 3, 4, 5]
     assert not (run / WORKERS_DIR).exists()
+
+
+@pytest.mark.timeout(120)
+def test_cli_says_what_workers_auto_chose(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    srv = subprocess.Popen([sys.executable, "-m", "agentbench.testing.fastserver", "--port",
+                            "0", "--itl", "0.002"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None
+        port = int(srv.stdout.readline().split()[1])
+        r = CliRunner().invoke(app, ["run", "--url", f"http://127.0.0.1:{port}", "--model",
+                                     "m", "--concurrency", "2", "--max-requests", "4",
+                                     "--workers", "auto", "--no-progress",
+                                     "--set", f"output.dir={tmp_path}"])
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("workers ")]
+    assert line.startswith("workers       1 (--workers auto: 2 lanes x ")
+    assert line.endswith("events/s at most; 50,000 per process)")

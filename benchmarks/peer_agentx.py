@@ -136,13 +136,11 @@ def run_aiperf(aiperf: Path, port: int, lanes: int, duration: float, seed: int,
             "reasons": data.get("metadata", {}).get("submission_invalid_reasons")}
 
 
-def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path,
+def agentbench_doc(port: int, lanes: int, duration: float, seed: int, out: Path,
                    warmup_requests: int | None = None) -> dict[str, Any]:
-    from agentbench.metrics import summarize
-    from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import parse_scenario
-
-    doc = {"name": "agentx-peer", "rules": "agentx", "unsafe_override": duration < 900,
+    """The scenario agentbench runs: ``rules: agentx`` on the local corpus."""
+    doc: dict[str, Any] = {
+           "name": "agentx-peer", "rules": "agentx", "unsafe_override": duration < 900,
            "seed": seed,
            "endpoints": [{"kind": "openai", "url": f"http://127.0.0.1:{port}",
                           "model": "sim", "api": "chat"}],
@@ -151,8 +149,18 @@ def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path,
            "load": {"kind": "lanes", "concurrency": lanes},
            "limits": {"duration_s": duration},
            "output": {"dir": str(out), "run_id": "agentbench"}}
-    if warmup_requests is not None:  # AIPerf 0.13.0 warms each lane with one request
+    if warmup_requests is not None:
         doc["warmup"] = {"requests_per_lane": warmup_requests}
+    return doc
+
+
+def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path,
+                   warmup_requests: int | None = None) -> dict[str, Any]:
+    from agentbench.metrics import summarize
+    from agentbench.replay import run as replay_run
+    from agentbench.scenario_io import parse_scenario
+
+    doc = agentbench_doc(port, lanes, duration, seed, out, warmup_requests)
     res = replay_run(parse_scenario(json.dumps(doc)), progress=False)
     s = summarize(res.run_dir)
     (b,) = s["stages"].values()

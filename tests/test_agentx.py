@@ -305,3 +305,19 @@ def test_without_a_duration_each_lane_measures_once_it_is_warm(tmp_path: Path) -
     first_measured = req.loc[req["phase"] == "measure", "sent_ns"].min()
     last_warm = req.loc[req["phase"] == "warmup", "sent_ns"].max()
     assert first_measured < last_warm  # lanes did not wait for each other
+
+
+def test_the_aiperf_cross_check_scenario_is_valid_under_the_rules(tmp_path: Path) -> None:
+    # benchmarks/peer_agentx.py's agentbench side: a 600 s point needs the override, a
+    # 900 s one does not; one warmup request per lane is the rules' own default
+    import sys
+
+    sys.path.insert(0, str(AGENTX.parent.parent / "benchmarks"))
+    peer = pytest.importorskip("peer_agentx")
+    short = parse_scenario(json.dumps(peer.agentbench_doc(8123, 8, 600, 42, tmp_path, 1)))
+    assert short.unsafe_override and rules.run_rules(short)["overrides"] == [  # type: ignore[index]
+        "limits.duration_s: 600 s is below AgentX's 900 s minimum"]
+    full = parse_scenario(json.dumps(peer.agentbench_doc(8123, 8, 900, 42, tmp_path)))
+    assert not full.unsafe_override and rules.conflicts(full) == []
+    assert full.warmup.requests_per_lane == short.warmup.requests_per_lane == 1
+    assert full.trace.filters.max_context_tokens == peer.WINDOW

@@ -147,9 +147,21 @@ def chat_prompt_tokens(contents: Iterable[str]) -> int:
 
 def _mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser on uint64 arrays (wrapping arithmetic, the same everywhere)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    return _mix64_inplace(np.array(x, dtype=np.uint64))
+
+
+def _mix64_inplace(x: np.ndarray) -> np.ndarray:
+    """``_mix64`` overwriting ``x`` (a 32K-token prompt is 32K words: temporaries cost as
+    much as the arithmetic)."""
+    t = x >> np.uint64(30)
+    x ^= t
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    np.right_shift(x, np.uint64(27), out=t)
+    x ^= t
+    x *= np.uint64(0x94D049BB133111EB)
+    np.right_shift(x, np.uint64(31), out=t)
+    x ^= t
+    return x
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -181,16 +193,7 @@ def _block_indices_many(salt: int, hash_ids: np.ndarray, n: int) -> np.ndarray:
     words of the same block with more, and no generator is seeded per block."""
     keys = _block_keys(salt, hash_ids)[:, None]
     j = _J[:n][None, :] if n <= len(_J) else np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN
-    x = keys + j
-    # _mix64 in place (a 32K-token prompt is 32K words: temporaries cost as much as math)
-    t = x >> np.uint64(30)
-    x ^= t
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    np.right_shift(x, np.uint64(27), out=t)
-    x ^= t
-    x *= np.uint64(0x94D049BB133111EB)
-    np.right_shift(x, np.uint64(31), out=t)
-    x ^= t
+    x = _mix64_inplace(keys + j)
     x %= np.uint64(SYNTHETIC_VOCAB_SIZE)
     return x.view(np.int64)
 

@@ -84,10 +84,11 @@ def choose(rates: list[float | None], lanes: int | None, sim_in_process: bool,
         n, why = cap, "no stream rate measured: one process per CPU"
     else:
         offered = lanes * max(known)
-        n = max(1, min(cap, math.ceil(offered / EVENTS_PER_WORKER)))
+        need = math.ceil(offered / EVENTS_PER_WORKER)
+        n = max(1, min(cap, need))
         why = (f"{lanes} lanes x {max(known):,.0f} events/s per stream = {offered:,.0f} "
                f"events/s at most; {EVENTS_PER_WORKER:,} per process")
-        if math.ceil(offered / EVENTS_PER_WORKER) > cap:
+        if need > cap:
             why += f"; capped at {cap} (CPUs and lanes)"
     return {"workers": n, "stream_events_per_s": [None if r is None else round(r, 1)
                                                   for r in rates],

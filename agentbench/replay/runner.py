@@ -38,6 +38,7 @@ from agentbench.replay.stages import (
     Health,
     TreeSource,
     flush_loop,
+    max_lanes,
     quiet_gc,
     restore_gc,
     run_stage,
@@ -65,13 +66,9 @@ async def _auto_workers(scenario: Any, endpoints: list[LiveEndpoint],
     from agentbench.replay.autoworkers import choose, stream_rate
     from agentbench.replay.workers import resolve_workers
 
-    load = scenario.load
-    lanes = None
-    if load.kind == "lanes":
-        c = load.concurrency
-        lanes = max(c) if isinstance(c, list) else c
     rates = [await stream_rate(e, caches[e.api]) for e in endpoints]
-    pick = choose(rates, lanes, any(e.kind == "simulated" for e in scenario.endpoints))
+    pick = choose(rates, max_lanes(scenario.load),
+                  any(e.kind == "simulated" for e in scenario.endpoints))
     n = 1 if one_process else resolve_workers(pick["workers"], scenario)
     if one_process:
         pick["why"] += "; one process: rows are reported to on_request"

@@ -28,6 +28,14 @@ class Stage:
     rate_per_s: float | None = None
 
 
+def max_lanes(load: Any) -> int | None:
+    """The most lanes of any stage of a closed-loop load; None for open loop."""
+    if load.kind != "lanes":
+        return None
+    c = load.concurrency
+    return max(c) if isinstance(c, list) else int(c)
+
+
 def stages_of(load: Any) -> list[Stage]:
     if load.kind == "lanes":
         vals = load.concurrency if isinstance(load.concurrency, list) else [load.concurrency]
@@ -219,17 +227,17 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
     t_stage = ctx.timers.now_ns() if stage_start_ns is None else stage_start_ns
 
     stop_now = ctx.stop
+    # a profiling phase after warmup needs a bound on the wait (duration_s or max_s):
+    # without one, each lane measures once it is warm itself
+    max_warm = sc.warmup.max_s or lim.duration_s
     if stage.lanes is not None:
         body = asyncio.ensure_future(_lanes(ctx, sc, shard.lanes(stage.lanes), source, warm,
-                                            tasks, stage.lanes))
+                                            tasks, stage.lanes, bool(max_warm)))
     else:
         body = asyncio.ensure_future(_arrivals(ctx, sc, stage, k, source, trace, tasks, shard,
                                                t_stage))
     try:
         deadline = None
-        # a profiling phase after warmup needs a bound on the wait (duration_s or max_s):
-        # without one, each lane measures once it is warm itself
-        max_warm = sc.warmup.max_s or lim.duration_s
         t_profile = t_stage
         if stage.lanes is not None and warm and max_warm:
             t_profile = await _warm(ctx, source, body, t_stage, max_warm)
@@ -278,7 +286,7 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
 
 
 async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource, warm: bool,
-                 tasks: dict[asyncio.Task[Any], None], n_lanes: int) -> None:
+                 tasks: dict[asyncio.Task[Any], None], n_lanes: int, gated: bool) -> None:
     max_sessions = sc.limits.max_sessions
 
     w = sc.warmup
@@ -288,7 +296,7 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
         lw = (LaneWarmup(w.requests_per_lane,
                          lambda: source.lane_warm(n_lanes, ctx.timers.now_ns()),
                          lambda: source.profile_start_ns() is not None,
-                         gated=bool(w.max_s or sc.limits.duration_s))
+                         gated=gated)
               if warm else None)
         try:
             while not ctx.stopping:

@@ -50,6 +50,7 @@ from agentbench.replay.stages import (
     Shard,
     TreeSource,
     flush_loop,
+    max_lanes,
     quiet_gc,
     restore_gc,
     run_stage,
@@ -79,9 +80,9 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
                              field="workers") from None
         if n < 1:
             raise InputError(f"workers must be at least 1, not {n}", field="workers")
-    if scenario.load.kind == "lanes":
-        c = scenario.load.concurrency
-        n = min(n, max(c) if isinstance(c, list) else c)
+    lanes = max_lanes(scenario.load)
+    if lanes is not None:
+        n = min(n, lanes)
     return max(1, n)
 
 

@@ -180,18 +180,20 @@ def _curve_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Sect
     def name(lab: str, what: str) -> str:
         return what if one else f"{lab} {what}"
 
+    def pairs(groups: list[tuple[str, list[dict[str, Any]]]], k: str,
+              solid: tuple[str, str], dashed: tuple[str, str]) -> list[Any]:
+        """Per run, a solid and a dashed line of ``(name, field)`` over ``k``."""
+        return [s for i, (lab, rows) in enumerate(groups) for s in (
+            (name(lab, solid[0]), xs(rows, k), [x[solid[1]] for x in rows], i),
+            (name(lab, dashed[0]), xs(rows, k), [x[dashed[1]] for x in rows], i, True))]
+
+    hit = (("achieved", "hit_rate"), ("potential", "potential_hit_rate"))
     sec.figures.append((f"{key}ttft_vs_context.png", "TTFT vs context", plots.lines(
-        [s for i, (lab, rows) in enumerate(ctx) for s in (
-            (name(lab, "p50"), xs(rows, "context_lo"), [x["ttft_ms_p50"] for x in rows], i),
-            (name(lab, "p90"), xs(rows, "context_lo"), [x["ttft_ms_p90"] for x in rows], i,
-             True))],
+        pairs(ctx, "context_lo", ("p50", "ttft_ms_p50"), ("p90", "ttft_ms_p90")),
         "context length, tokens (bucket start)", f"TTFT, ms{note}",
         "TTFT vs context length (solid p50, dashed p90)", logx=True)))
     sec.figures.append((f"{key}hit_vs_context.png", "hit rate vs context", plots.lines(
-        [s for i, (lab, rows) in enumerate(ctx) for s in (
-            (name(lab, "achieved"), xs(rows, "context_lo"), [x["hit_rate"] for x in rows], i),
-            (name(lab, "potential"), xs(rows, "context_lo"),
-             [x["potential_hit_rate"] for x in rows], i, True))],
+        pairs(ctx, "context_lo", *hit),
         "context length, tokens (bucket start)", "hit rate, %",
         "Prefix cache hit rate vs context length (solid achieved, dashed potential)",
         logx=True, percent=True)))
@@ -201,10 +203,7 @@ def _curve_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Sect
         "turn index", f"TTFT p50, ms{note}",
         f"TTFT vs turn index (turns at least {MIN_TURN_REQUESTS} requests reached)")))
     sec.figures.append((f"{key}hit_vs_turn.png", "hit rate vs turn", plots.lines(
-        [s for i, (lab, rows) in enumerate(turn) for s in (
-            (name(lab, "achieved"), xs(rows, "turn"), [x["hit_rate"] for x in rows], i),
-            (name(lab, "potential"), xs(rows, "turn"),
-             [x["potential_hit_rate"] for x in rows], i, True))],
+        pairs(turn, "turn", *hit),
         "turn index", "hit rate, %",
         "Prefix cache hit rate vs turn index (solid achieved, dashed potential)",
         percent=True)))

@@ -21,11 +21,9 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -59,38 +57,12 @@ def hf_home_with_tokenizer(aiperf: Path) -> Path:
     return home
 
 
-class SimServer:
-    """``agentbench serve-sim`` in its own process, fresh for each tool."""
+def sim_server(port: int) -> Any:
+    """``agentbench serve-sim`` as a scenario server, for ``managed_server``."""
+    from agentbench.scenario import Server
 
-    def __init__(self, port: int, log: Path) -> None:
-        exe = Path(sys.executable).parent / "agentbench"
-        self.log = log.open("w")
-        self.proc = subprocess.Popen([str(exe), *SIM, "--port", str(port)], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    self.stop()
-                    raise SystemExit(f"serve-sim did not start; see {log}") from None
-                time.sleep(0.2)
-        time.sleep(0.5)
-        if self.proc.poll() is not None:  # the port answered, but not this server
-            self.stop()
-            raise SystemExit(f"serve-sim exited (port {port} in use?); see {log}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+    return Server(command=["{python}", "-m", "agentbench.cli", *SIM, "--port", str(port)],
+                  health_url=f"http://127.0.0.1:{port}/v1/models", startup_timeout_s=60)
 
 
 def run_aiperf(aiperf: Path, port: int, lanes: int, duration: float, seed: int,
@@ -190,6 +162,8 @@ def main(argv: list[str]) -> int:
         print(f"no aiperf at {args.aiperf}: python -m venv {CACHE / 'aiperf-venv'} && "
               f"{CACHE / 'aiperf-venv' / 'bin' / 'pip'} install aiperf", file=sys.stderr)
         return 2
+    from agentbench.engines.server import managed_server
+
     out = args.out / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
@@ -197,16 +171,15 @@ def main(argv: list[str]) -> int:
         if args.only not in (None, tool):
             continue
         t0 = time.monotonic()
-        srv = SimServer(args.port, out / f"{tool}-sim.log")
-        try:
+        with managed_server(sim_server(args.port), ROOT, out) as srv:
+            (out / f"{tool}-sim").mkdir(exist_ok=True)
+            srv.adopt(out / f"{tool}-sim")  # the simulator's log and server.json
             if tool == "agentbench":
                 results[tool] = run_agentbench(args.port, args.concurrency, args.duration,
                                                args.seed, out, args.warmup_requests)
             else:
                 results[tool] = run_aiperf(args.aiperf, args.port, args.concurrency,
                                            args.duration, args.seed, out)
-        finally:
-            srv.stop()
         results[tool]["wall_s"] = time.monotonic() - t0
         print(f"{tool}: {json.dumps(results[tool])}", file=sys.stderr)
         (out / "compare.json").write_text(json.dumps(results, indent=1))

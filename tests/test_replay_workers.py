@@ -30,9 +30,10 @@ from agentbench.testing.fakeserver import FakeServer, ServerConfig
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def _replay(trace: Any, out: Path, workers: int, **over: Any) -> tuple[Any, Any, Any]:
+async def _replay(trace: Any, out: Path, workers: int | str,
+                  cfg: ServerConfig | None = None, **over: Any) -> tuple[Any, Any, Any]:
     """Run against a fresh fake server; return (run result, requests, server's log)."""
-    srv = FakeServer(ServerConfig())
+    srv = FakeServer(cfg or ServerConfig())
     await srv.start()
     try:
         sc = scenario([srv.url], out, output={"dir": str(out), "run_id": f"w{workers}"},
@@ -233,17 +234,9 @@ async def test_workers_auto_probes_the_stream_rate(weka_trace: Any, tmp_path: Pa
     from agentbench.replay.autoworkers import choose
 
     trace = small_outputs(weka_trace, WEKA_TREES, scale=0.05)
-    srv = FakeServer(ServerConfig(itl_s=0.002))  # ~500 events/s a stream
-    await srv.start()
-    try:
-        sc = scenario([srv.url], tmp_path, output={"dir": str(tmp_path), "run_id": "auto"},
-                      server_metrics={"enabled": False},
-                      load={"kind": "lanes", "concurrency": 3},
-                      limits={"recycle": True, "max_requests": 6})
-        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False,
-                                                  workers="auto"), 100)
-    finally:
-        await srv.close()
+    res, req, _ = await _replay(trace, tmp_path, "auto", ServerConfig(itl_s=0.002),  # ~500/s
+                                load={"kind": "lanes", "concurrency": 3},
+                                limits={"recycle": True, "max_requests": 6})
     pick = res.info["workers_auto"]
     (rate,) = pick["stream_events_per_s"]
     assert 150 < rate < 520  # 2 ms apart at best; a busy test machine only slows it
@@ -252,7 +245,6 @@ async def test_workers_auto_probes_the_stream_rate(weka_trace: Any, tmp_path: Pa
     assert pick["why"].startswith("3 lanes x ")
     assert json.loads((res.run_dir / "run.json").read_text())["workers_auto"] == pick
     # the probe is not a row of the run
-    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
     assert len(req) == 6 and (req.tree_id != "workers-probe").all()
 
 
@@ -267,18 +259,10 @@ async def test_workers_auto_probe_does_not_hold_the_run(weka_trace: Any, tmp_pat
     def stall_probe(n: int, body: dict[str, Any]) -> str | None:  # the probe's 48 tokens
         return "stall" if body.get("max_tokens") == autoworkers.PROBE_TOKENS else None
 
-    srv = FakeServer(ServerConfig(itl_s=0.002, fault=stall_probe, stall_s=5))
-    await srv.start()
-    try:
-        sc = scenario([srv.url], tmp_path, output={"dir": str(tmp_path), "run_id": "stall"},
-                      server_metrics={"enabled": False},
-                      load={"kind": "lanes", "concurrency": 2},
-                      limits={"recycle": True, "max_requests": 4})
-        res = await asyncio.wait_for(run_scenario(sc, trace=trace, progress=False,
-                                                  workers="auto"), 60)
-    finally:
-        await srv.close()
-    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    res, req, _ = await _replay(trace, tmp_path, "auto",
+                                ServerConfig(itl_s=0.002, fault=stall_probe, stall_s=5),
+                                load={"kind": "lanes", "concurrency": 2},
+                                limits={"recycle": True, "max_requests": 4})
     assert len(req) == 4 and req.sent_ns.min() < 5e9  # not held for the stall
     # half the stream came before the stall: its rate is still measured
     (rate,) = res.info["workers_auto"]["stream_events_per_s"]

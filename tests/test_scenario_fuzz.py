@@ -245,18 +245,19 @@ BASE: dict[str, Any] = {
 }
 
 
-def _paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def key_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path of a JSON/YAML document (tests/test_trace_fuzz.py uses it too)."""
     out = [path] if path else []
     if isinstance(node, dict):
         for k, v in node.items():
-            out += _paths(v, (*path, k))
+            out += key_paths(v, (*path, k))
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            out += _paths(v, (*path, i))
+            out += key_paths(v, (*path, i))
     return out
 
 
-PATHS = _paths(BASE)
+PATHS = key_paths(BASE)
 NAMES = sorted({p[-1] for p in PATHS if isinstance(p[-1], str)} | {
     "kind", "clock", "routing", "server", "api", "rate_per_s", "arrival", "source", "format",
     "options", "speedup", "preset", "block_size", "command", "health_url", "set"})

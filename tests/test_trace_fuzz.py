@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_readers_properties import jsonl, read_text
+from test_scenario_fuzz import key_paths
 
 from agentbench.errors import InputError
 from agentbench.traces.model import MAX_TOKENS, Trace
@@ -295,18 +296,6 @@ def test_random_json_is_a_trace_or_one_line(values: list[Any], fmt: str | None,
         fuzz_read("x.json", json.dumps(values[0]).encode(), fmt)
 
 
-def _paths(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every key path of a JSON document."""
-    out = [at] if at else []
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _paths(v, (*at, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _paths(v, (*at, i))
-    return out
-
-
 VALID_FILES = [(n, f) for n, (f, e) in CASES.items() if e is VALID and f != "native"
                and "64KiB" not in n]
 
@@ -321,7 +310,7 @@ def test_a_valid_record_with_any_field_replaced_is_a_trace_or_one_line(
     docs = ([json.loads(ln) for ln in text.splitlines() if ln.strip()]
             if path.suffix == ".jsonl" else [json.loads(text)])
     k = data.draw(st.integers(0, len(docs) - 1))
-    where = data.draw(st.sampled_from(_paths(docs[k])))
+    where = data.draw(st.sampled_from(key_paths(docs[k])))
     node = docs[k]
     for key in where[:-1]:
         node = node[key]

@@ -449,15 +449,16 @@ def loop_env(loop: str, tree: Path | None = None) -> dict[str, str]:
 def variants(args: argparse.Namespace) -> list[tuple[str, str, Path | None]]:
     """(row name, loop, tree) of each agentbench variant measured."""
     out: list[tuple[str, str, Path | None]] = []
-    if args.before is not None:
-        out.append(("agentbench before", "asyncio", args.before))
-    out += [(f"agentbench {loop}", loop, None) for loop in loops()]
+    for loop in loops():
+        if args.before is not None:
+            out.append((f"before {loop}", loop, args.before))
+        out.append((f"agentbench {loop}", loop, None))
     return out
 
 
 def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:
     rows = []
-    for kind in ("nginx", "chunked", "stepped"):
+    for kind in [k for k in ("nginx", "chunked", "stepped") if k in args.servers]:
         srv = Server(kind)
         try:
             for tool in ("agentbench", "aiperf", "inference-perf", "guidellm"):
@@ -495,7 +496,7 @@ def section_long(args: argparse.Namespace, n: int, work: Path) -> list[dict[str,
     the last one's blocks), and every prompt new (one turn a tree: every block generated)."""
     rows = []
     k = args.long_context // 1000
-    for kind in ("nginx", "chunked"):
+    for kind in [k for k in ("nginx", "chunked") if k in args.servers]:
         srv = Server(kind)
         try:
             for label, turns in ((f"agentbench {k}K", 16), (f"agentbench {k}K new", 1)):
@@ -519,7 +520,7 @@ def section_scaling(args: argparse.Namespace, n: int, work: Path) -> list[dict[s
     """1 vs 2 worker processes, unpinned (a 2-worker client needs two cores; on a
     machine with few cores the server competes with the client for them)."""
     rows = []
-    for kind in ("nginx", "chunked"):
+    for kind in [k for k in ("nginx", "chunked") if k in args.servers]:
         srv = Server(kind)
         try:
             for w in (1, 2):
@@ -845,6 +846,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke check)")
     ap.add_argument("--sections", nargs="+", choices=SECTIONS,
                     default=["peers", "long", "scaling", "inflation"])
+    ap.add_argument("--servers", nargs="+", choices=("nginx", "chunked", "stepped"),
+                    default=["nginx", "chunked", "stepped"],
+                    help="the servers of the peers, long and scaling sections")
     ap.add_argument("--requests", type=int, default=None, help="requests per run")
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--context", type=int, default=1000, help="prompt tokens")

@@ -239,3 +239,63 @@ async def test_pool_reuses_and_closes_idle_connections(monkeypatch: pytest.Monke
     finally:
         srv.close()
         await srv.wait_closed()
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_each_loop_takes_its_cheaper_read_path(loop_kind: str) -> None:
+    """asyncio's selector loop reads into the pool's buffer (``get_buffer``: no 256 KiB
+    allocation per read); uvloop calls ``data_received`` directly (one Python call per
+    read). Either way the same body arrives, one read per event."""
+    import asyncio
+
+    if loop_kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        new_loop = uvloop.new_event_loop
+    else:
+        new_loop = asyncio.new_event_loop
+    raw = _HEAD + chunked(EVS)
+    calls = {"get_buffer": 0, "data_received": 0}
+
+    class Counted(stream.Conn):
+        def get_buffer(self, sizehint: int) -> memoryview:
+            calls["get_buffer"] += 1
+            return super().get_buffer(sizehint)
+
+        def data_received(self, data: bytes) -> None:
+            calls["data_received"] += 1
+            super().data_received(data)
+
+    async def main() -> bytes:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            for piece in cut(raw, [len(_HEAD)] + [len(_chunk(e)) for e in EVS]):
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.002)  # each write its own read
+            writer.close()
+
+        srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        pool = stream.Pool(f"http://127.0.0.1:{port}/x")
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(lambda: Counted(pool), "127.0.0.1", port)
+        resp = conn.begin(0)
+        await conn.write(pool.head({}, 0))
+        assert conn.done is not None
+        await asyncio.wait_for(conn.done, 10)
+        conn.end(False)
+        srv.close()
+        await srv.wait_closed()
+        return b"".join(resp.body()[0])
+
+    loop = new_loop()
+    try:
+        body = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert body == b"".join(EVS)
+    assert calls["data_received"] >= len(EVS)
+    if loop_kind == "uvloop":
+        assert calls["get_buffer"] == 0
+    else:
+        assert calls["get_buffer"] == calls["data_received"]

@@ -88,12 +88,16 @@ class Response:
         return out if out is not None else ([], [])
 
 
-class Conn(asyncio.BufferedProtocol):
+class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
     """One keep-alive connection; one response at a time.
 
-    A buffered protocol: the loop reads into the pool's one buffer and the bytes are
-    copied out at their size. (A plain protocol's ``recv(256 KiB)`` allocates 256 KiB per
-    read and shrinks it, which with one read per event cost ~3x the system time.)"""
+    Both kinds of protocol, so that each loop takes its cheaper read path. asyncio's
+    selector loop sees a buffered protocol: it reads into the pool's one buffer and the
+    bytes are copied out at their size (its plain path's ``recv(256 KiB)`` allocates
+    256 KiB per read and shrinks it, which with one read per event cost ~3x the system
+    time). uvloop treats any ``asyncio.Protocol`` as plain: it reads into its own buffer
+    and calls ``data_received`` with bytes of the read's size, one Python call per read
+    where the buffered path costs two and a copy (``benchmarks/client_bench.py``)."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool

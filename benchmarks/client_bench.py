@@ -387,6 +387,32 @@ def peer_exes(args: argparse.Namespace) -> dict[str, Path]:
             "guidellm": args.guidellm}
 
 
+def floor_exe(work: Path) -> Path | None:
+    """``floor_client.c`` built with the C compiler (None, with a message, without one):
+    the least a client that stamps every read can cost on this machine."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        print("[skip] floor: no C compiler", file=sys.stderr)
+        return None
+    exe = work / "floor_client"
+    if not exe.exists():
+        subprocess.run([cc, "-O2", "-o", str(exe), str(ROOT / "benchmarks" / "floor_client.c")],
+                       check=True)
+    return exe
+
+
+def run_floor(exe: Path, url: str, n: int, conc: int, context: int, work: Path,
+              server: Server) -> dict[str, Any]:
+    """The floor client: as many requests and connections, a prompt of ~4 bytes a token."""
+    port = url.rsplit(":", 1)[1]
+    r = measure([str(exe), port, str(conc), str(n), str(4 * context)], server,
+                log=work / "log")
+    lines = (work / "log").read_text(errors="replace").strip().splitlines()
+    if lines and lines[-1].startswith("{"):
+        r["reads_per_request"] = json.loads(lines[-1])["reads_per_request"]
+    return r
+
+
 # ---------------------------------------------------------------- sections
 
 
@@ -461,15 +487,18 @@ def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str
     for kind in [k for k in ("nginx", "chunked", "stepped") if k in args.servers]:
         srv = Server(kind)
         try:
-            for tool in ("agentbench", "aiperf", "inference-perf", "guidellm"):
-                exe = peer_exes(args).get(tool)
+            for tool in ("agentbench", "floor", "aiperf", "inference-perf", "guidellm"):
+                exe = floor_exe(work) if tool == "floor" else peer_exes(args).get(tool)
+                if tool == "floor" and exe is None:
+                    continue
                 if tool != "agentbench" and (exe is None or not Path(exe).is_file()):
                     print(f"[skip] {tool}: not installed at {exe}", file=sys.stderr)
                     continue
-                todo = variants(args) if tool == "agentbench" else [(tool, "", None)]
+                todo = variants(args) if tool == "agentbench" else \
+                    [("floor (C)" if tool == "floor" else tool, "", None)]
                 for name, loop, tree_dir in todo:
                     runs = []
-                    for rep in range(args.repeat if tool == "agentbench" else 1):
+                    for rep in range(args.repeat if tool in ("agentbench", "floor") else 1):
                         d = work / f"{name.replace(' ', '-')}-{kind}-{rep}"
                         d.mkdir(parents=True)
                         if tool == "agentbench":
@@ -479,16 +508,31 @@ def section_peers(args: argparse.Namespace, n: int, work: Path) -> list[dict[str
                             r["ok"] = agentbench_count(d)[0] if r["rc"] == 0 else None
                         else:
                             fn = {"aiperf": run_aiperf, "inference-perf": run_inference_perf,
-                                  "guidellm": run_guidellm}[tool]
+                                  "guidellm": run_guidellm, "floor": run_floor}[tool]
                             r = fn(Path(exe), srv.url, n, args.concurrency, args.context, d, srv)  # type: ignore[arg-type]
                             if r["rc"]:
                                 print(f"[{tool}] exit {r['rc']}; log: {d}", file=sys.stderr)
                         runs.append(_row(name, kind, n, r))
                     rows.append(best(runs))
                     print_rows(rows[-1:])
+            above_floor([r for r in rows if r["server"] == kind])
         finally:
             srv.stop()
     return rows
+
+
+def above_floor(rows: list[dict[str, Any]]) -> None:
+    """What each agentbench row costs above the floor client on the same server: the
+    client's own work, per request and per read."""
+    floor = next((r for r in rows if r["tool"] == "floor (C)"), None)
+    if floor is None or floor["cpu_ms_window"] is None:
+        return
+    for r in rows:
+        if r["tool"].startswith(("agentbench", "before")) and r["cpu_ms_window"] is not None:
+            extra = r["cpu_ms_window"] - floor["cpu_ms_window"]
+            per_read = f", {extra * 1e3 / r['reads']:.1f} us per read" if r.get("reads") else ""
+            print(f"  {r['tool']}: {extra:.2f} ms per request above the floor in window"
+                  f"{per_read}")
 
 
 def section_long(args: argparse.Namespace, n: int, work: Path) -> list[dict[str, Any]]:

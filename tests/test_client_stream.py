@@ -194,7 +194,8 @@ def regex_flags(evs: list[bytes]) -> list[bool]:
     [b'data: {"id":"a","choices":[{"delta":{"role":"assistant"}}]}'],
 ])
 def test_token_flags_agree_with_the_regex(evs: list[bytes]) -> None:
-    assert sse._token_flags(evs) == regex_flags(evs)
+    assert sse._token_flags(evs)[0] == regex_flags(evs)
+    assert sse._token_flags(evs, b"\n\n".join(evs))[0] == regex_flags(evs)
 
 
 def test_one_event_per_chunk_stamps() -> None:

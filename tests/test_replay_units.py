@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentbench import tokenize
 from agentbench.replay import prompts, schedule
@@ -91,6 +93,56 @@ def test_fast_and_event_paths_agree() -> None:
     assert sse.parse_stream(evs, t) == sse._parse_events(evs, t)
     whole = [b"".join(evs)]
     assert sse.parse_stream(whole, [9]).token_event_ns == [9] * 20
+
+
+_EVENT_KINDS = [
+    b'data: {"id":"a","choices":[{"delta":{"content":"x"}}]}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"content":""}}]}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"role":"assistant"}}]}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"tool_calls":[{"index":0}]}}]}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"reasoning_content":"r"}}]}\n\n',
+    b'data: {"id":"a","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\n',
+    b'data: {"id":"a","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}}\n\n',
+    b'data: {"error":{"message":"boom"}}\n\n',
+    b'data: { "error": "spaced"}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"content":"has \\"error\\" in it"}}]}\n\n',
+    b'data: {"id":"a"}\n\n',
+    b"data: [1,2]\n\n",
+    b": comment\n\n",
+    b"data: {\n\n",
+    b'data: {"id":"a",\ndata: "b":1}\n\n',
+    b'data: {"id":"b","choices":[{"delta":{"content":"y"}}]}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"content" : "z"}}]}\n\n',
+    b'data: {"id":"a","choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',
+    b'data: {"id":"a","choices":[{"text":"t"}]}\n\n',
+    b"data: {}\n\n",
+    b"data: [DONE]\n\n",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(range(len(_EVENT_KINDS))), max_size=12),
+       st.lists(st.integers(1, 400), max_size=6), st.booleans())
+def test_fast_path_answers_as_the_event_path(kinds: list[int], cuts: list[int],
+                                             per_event: bool) -> None:
+    """Whatever the events and however they were cut into chunks, the fast path (when it
+    answers) says what the event-by-event path says."""
+    evs = [_EVENT_KINDS[k] for k in kinds]
+    if per_event:
+        chunks = evs
+    else:
+        body, chunks, pos = b"".join(evs), [], 0
+        for c in cuts:
+            if pos < len(body):
+                chunks.append(body[pos:pos + c])
+                pos += c
+        if pos < len(body):
+            chunks.append(body[pos:])
+    t = list(range(10, 10 * len(chunks) + 10, 10))
+    fast = sse._parse_fast(chunks, t)
+    if fast is not None:
+        assert fast == sse._parse_events(chunks, t)
+    assert sse.parse_stream(chunks, t) == (fast or sse._parse_events(chunks, t))
 
 # ---------------------------------------------------------------- prompts
 

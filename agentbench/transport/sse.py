@@ -54,62 +54,90 @@ def parse_stream(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
 
 def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult | None:
     body = b"".join(chunks)
-    if b"\r" in body:
+    # an error event sends the stream to the event-by-event path, which reads it (every
+    # object checked below starts 'data: {"', so this finds each; inside a JSON string the
+    # quote is escaped)
+    if b"\r" in body or b'data: {"error"' in body:
         return None
-    evs = body.split(b"\n\n")
-    if evs.pop():  # bytes after the last separator: an unfinished event
-        return None
-    done = bool(evs) and evs[-1] == b"data: [DONE]"
+    # one event per chunk (an engine's writes, read one by one): the chunks are the events
+    # as they are ("\n\n" kept) and event k is stamped with chunk k; else split the body
+    n, last = len(chunks), chunks[-1] if chunks else b""
+    per_chunk = n > 1 and all(map(bytes.endswith, chunks[:-1], repeat(b"}\n\n"))) \
+        and (last == b"data: [DONE]\n\n" or last.endswith(b"}\n\n"))
+    if per_chunk:
+        evs, end = list(chunks), b"\n\n"
+    else:
+        evs, end = body.split(b"\n\n"), b""
+        if evs.pop():  # bytes after the last separator: an unfinished event
+            return None
+    done = bool(evs) and evs[-1] == b"data: [DONE]" + end
     objs = evs[:-1] if done else evs
-    # every event one line "data: {...}", none an error: checked with C-level maps (no
-    # Python loop per event); a newline inside an event shows in the body's count
+    # every event one line 'data: {"...}', checked with C-level maps and searches (no
+    # Python loop per event): a newline inside an event shows in the count; token events
+    # start with their shared prefix, so only the others are looked at for 'data: {"' (an
+    # object that starts otherwise, '{ "error"' say, takes the event-by-event path)
     if body.count(b"\n") != 2 * len(evs) \
-            or not all(map(bytes.startswith, objs, repeat(b"data: {"))) \
-            or not all(map(bytes.endswith, objs, repeat(b"}"))) \
-            or any(map(bytes.startswith, objs, repeat(b'data: {"error"'))):
+            or not (per_chunk or all(map(bytes.endswith, objs, repeat(b"}")))):
+        return None
+    flags, prefix = _token_flags(evs, body)
+    rest = objs if prefix is None or not prefix.startswith(b'data: {"') else \
+        itertools.compress(objs, map(operator.not_, flags))
+    if not all(map(bytes.startswith, rest, repeat(b'data: {"'))):
         return None
     out = StreamResult(done=done)
     if not done:
         out.error_type = "incomplete_stream"
         out.error_message = "stream ended without data: [DONE]"
-    flags = _token_flags(evs)
-    tok = list(itertools.compress(evs, flags))
-    if len(chunks) == 1:
-        out.token_event_ns = [times[0]] * len(tok)
-    elif len(chunks) == len(evs) and all(map(bytes.endswith, chunks, repeat(b"\n\n"))):
-        # one event per chunk (an engine's writes, read one by one): event k is chunk k
+    if n == 1:
+        out.token_event_ns = [times[0]] * sum(flags)
+    elif per_chunk:
         out.token_event_ns = list(itertools.compress(times, flags))
     else:
         chunk_ends = list(itertools.accumulate(map(len, chunks)))
         ev_ends = itertools.accumulate(len(ev) + 2 for ev in evs)
         out.token_event_ns = [times[bisect.bisect_left(chunk_ends, e)]
                               for e, f in zip(ev_ends, flags, strict=True) if f]
-    for ev in reversed(evs[-4:]):
-        if _USAGE_RE.search(ev):
-            _read_usage(ev, out)
-            break
-    out.token_event_tokens = _tokens_per_event(tok, out.completion_tokens)
+    # usage is in one of the last events; if not, the last one before (one body search)
+    usage = next(filter(_USAGE_RE.search, reversed(evs[-4:])), None)
+    if usage is None and len(evs) > 4 \
+            and _USAGE_RE.search(body, 0, len(body) - sum(map(len, evs[-4:]))):
+        usage = next(filter(_USAGE_RE.search, reversed(evs[:-4])), None)
+    if usage is not None:
+        _read_usage(usage, out)
+    k = len(out.token_event_ns)
+    if out.completion_tokens is None or out.completion_tokens <= k:
+        out.token_event_tokens = [1] * k  # as _tokens_per_event, without the events' bytes
+    else:
+        out.token_event_tokens = _tokens_per_event(list(itertools.compress(evs, flags)),
+                                                   out.completion_tokens)
     return out
 
 
-def _token_flags(evs: list[bytes]) -> list[bool]:
+def _token_flags(evs: list[bytes], body: bytes | None = None
+                 ) -> tuple[list[bool], bytes | None]:
     """Which events carry tokens (``_TOKEN_RE``), without a regex search per event: a
     server's token events share their bytes up to the token's text (id, model, created,
     the delta's key), so the first token event's bytes up to its text's opening quote are
     a prefix P, and an event that starts with P and not with P + '"' carries tokens (its
-    match is at the same place). Events without P (role, finish, usage) are searched."""
-    first = next((i for i, m in enumerate(map(_TOKEN_RE.search, evs[:4])) if m), None)
+    match is at the same place). Events without P (role, finish, usage) are searched.
+    ``body``: the events joined, where P + '"' is looked for at once (anywhere in it sends
+    every event to the regex). Returns the flags and P (None when every event was
+    searched)."""
+    found = list(map(_TOKEN_RE.search, evs[:4]))
+    first = next((i for i, m in enumerate(found) if m), None)
     if first is None:
-        return [_TOKEN_RE.search(ev) is not None for ev in evs]
-    m = _TOKEN_RE.search(evs[first])
+        return [_TOKEN_RE.search(ev) is not None for ev in evs], None
+    m = found[first]
     assert m is not None
     prefix = evs[first][:m.end()]
-    if not prefix.endswith(b'"') or any(map(bytes.startswith, evs, repeat(prefix + b'"'))):
-        return [_TOKEN_RE.search(ev) is not None for ev in evs]
+    empty = prefix + b'"'
+    if not prefix.endswith(b'"') or (empty in body if body is not None else
+                                     any(map(bytes.startswith, evs, repeat(empty)))):
+        return [_TOKEN_RE.search(ev) is not None for ev in evs], None
     flags = list(map(bytes.startswith, evs, repeat(prefix)))
     for i in itertools.compress(range(len(evs)), map(operator.not_, flags)):
-        flags[i] = _TOKEN_RE.search(evs[i]) is not None
-    return flags
+        flags[i] = (found[i] if i < 4 else _TOKEN_RE.search(evs[i])) is not None
+    return flags, prefix
 
 
 def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:

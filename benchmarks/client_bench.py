@@ -530,7 +530,8 @@ def above_floor(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if r["tool"].startswith(("agentbench", "before")) and r["cpu_ms_window"] is not None:
             extra = r["cpu_ms_window"] - floor["cpu_ms_window"]
-            per_read = f", {extra * 1e3 / r['reads']:.1f} us per read" if r.get("reads") else ""
+            per_read = f", {extra * 1e3 / r['reads']:.1f} us per read" \
+                if (r.get("reads") or 0) > 2 else ""
             print(f"  {r['tool']}: {extra:.2f} ms per request above the floor in window"
                   f"{per_read}")
 

@@ -37,3 +37,34 @@ def test_sampler_counts_an_exited_child_once() -> None:
     most = max(cpu for _, cpu, _ in sampler.samples)
     assert most <= total + 0.1, (most, total)  # the old sampler read ~total + 0.8 here
     assert most >= 0.8 * 0.9  # the child's burn was seen
+
+
+@pytest.mark.timeout(60)
+def test_floor_client_reads_every_event(tmp_path: Path) -> None:
+    """The floor client (benchmarks/floor_client.c) finds the end of each answer, chunked
+    or with a Content-Length, and counts the reads as RequestRecord.reads does: about one
+    per event against a server that writes events apart."""
+    import shutil
+
+    client_bench = pytest.importorskip("client_bench")
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler")
+    exe = client_bench.floor_exe(tmp_path)
+    assert exe is not None
+    srv = subprocess.Popen([sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0",
+                            "--tokens", "16", "--per-event", "--step", "0.002"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None
+        port = srv.stdout.readline().split()[1]
+        out = subprocess.run([str(exe), port, "4", "20", "100"], capture_output=True,
+                             text=True, timeout=30, check=True)
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    import json
+
+    got = json.loads(out.stdout)
+    assert got["requests"] == 20
+    # 16 token events + role, usage and [DONE]: 19 events, plus the last chunk "0"
+    assert 15 <= got["reads_per_request"] <= 20, got

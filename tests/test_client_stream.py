@@ -10,6 +10,8 @@ import re
 import pytest
 
 from agentbench.testing.fastserver import _HEAD, _chunk, events
+from agentbench.transport import chunked as chunking
+from agentbench.transport import pool as connpool
 from agentbench.transport import sse, stream
 
 
@@ -70,14 +72,14 @@ def test_dechunk_any_cut(sizes: list[int] | None) -> None:
     reads = [_chunk(e) for e in EVS[:-1]] + [_chunk(EVS[-1]) + b"0\r\n\r\n"] \
         if sizes is None else cut(raw, sizes)
     times = list(range(100, 100 + len(reads)))
-    out = stream.dechunk(reads, times)
+    out = chunking.dechunk(reads, times)
     assert out is not None
     check_pieces(*out, reads, times)
     # through a connection: the same pieces, and the end found wherever the cut falls
     r = stream.Response()
     r.chunked, r.reads, r.times = True, reads, times
-    assert stream.chunk_state(raw) == "complete"
-    r.decoded = stream.decode_chunked(raw)  # type: ignore[assignment]
+    assert chunking.chunk_state(raw) == "complete"
+    r.decoded = chunking.decode_chunked(raw)  # type: ignore[assignment]
     check_pieces(*r.body(), reads, times)
 
 
@@ -90,27 +92,27 @@ def test_random_cuts_and_odd_framing() -> None:
         sizes = [rng.randint(1, 40) for _ in range(40)]
         reads = cut(raw, sizes)
         times = list(range(len(reads)))
-        out = stream.dechunk(reads, times)
+        out = chunking.dechunk(reads, times)
         assert out is not None
         pieces, stamps = out
         assert b"".join(pieces) == b"0123456789ab\r\n" + EVS[1]
         check_pieces(pieces, stamps, reads, times)
-    assert stream.chunk_state(raw[:-1]) == "more"
-    assert stream.chunk_state(b"zz\r\nab\r\n0\r\n\r\n") == "bad"
+    assert chunking.chunk_state(raw[:-1]) == "more"
+    assert chunking.chunk_state(b"zz\r\nab\r\n0\r\n\r\n") == "bad"
 
 
 def test_partial_body() -> None:
     raw = chunked(EVS)
     reads = cut(raw, [200, 200])[:2]  # the rest never came
-    out = stream.dechunk(reads, [1, 2], partial=True)
+    out = chunking.dechunk(reads, [1, 2], partial=True)
     assert out is not None
     assert b"".join(out[0]) == b"".join(EVS)[:len(b"".join(out[0]))]
-    assert stream.dechunk(reads, [1, 2]) is None
+    assert chunking.dechunk(reads, [1, 2]) is None
 
 
 @pytest.mark.timeout(30)
 async def test_connection_finds_the_end_however_cut() -> None:
-    pool = stream.Pool("http://127.0.0.1:9/v1/chat/completions")
+    pool = connpool.Pool("http://127.0.0.1:9/v1/chat/completions")
     raw = _HEAD + chunked(EVS)
     for sizes in ([len(raw)], [len(_HEAD)] + [len(_chunk(e)) for e in EVS], [3] * 2000,
                   [len(raw) - 1], [len(raw) - 7] + [1] * 7):
@@ -130,7 +132,7 @@ async def test_connection_finds_the_end_however_cut() -> None:
 async def test_crlf_events_and_trailers() -> None:
     """SSE written with CRLF line ends (every chunk ends in CRLF CRLF CRLF) and a body with
     trailers: the end is found, once, at the end."""
-    pool = stream.Pool("http://127.0.0.1:9/x")
+    pool = connpool.Pool("http://127.0.0.1:9/x")
     crlf = [e.replace(b"\n", b"\r\n") for e in EVS]
     for body in (b"".join(map(_chunk, crlf)) + b"0\r\n\r\n",
                  chunked(EVS)[:-2] + b"X-Checksum: 1\r\n\r\n"):
@@ -147,7 +149,7 @@ async def test_crlf_events_and_trailers() -> None:
 
 @pytest.mark.timeout(30)
 async def test_content_length_and_close_delimited() -> None:
-    pool = stream.Pool("http://127.0.0.1:9/x")
+    pool = connpool.Pool("http://127.0.0.1:9/x")
     conn = stream.Conn(pool)
     conn.alive = True
     conn.begin(0)
@@ -228,9 +230,9 @@ async def test_pool_reuses_and_closes_idle_connections(monkeypatch: pytest.Monke
     loop = asyncio.get_running_loop()
     srv = await loop.create_server(Server, "127.0.0.1", 0)
     port = srv.sockets[0].getsockname()[1]
-    monkeypatch.setattr(stream, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(connpool, "KEEPALIVE_S", 0.05)
     try:
-        pool = stream.Pool(f"http://127.0.0.1:{port}/v1/chat/completions", limit=1)
+        pool = connpool.Pool(f"http://127.0.0.1:{port}/v1/chat/completions", limit=1)
         a = await pool.acquire(5)
         pool.release(a)
         assert await pool.acquire(5) is a and pool.open == 1
@@ -277,7 +279,7 @@ def test_each_loop_takes_its_cheaper_read_path(loop_kind: str) -> None:
 
         srv = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = srv.sockets[0].getsockname()[1]
-        pool = stream.Pool(f"http://127.0.0.1:{port}/x")
+        pool = connpool.Pool(f"http://127.0.0.1:{port}/x")
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(lambda: Counted(pool), "127.0.0.1", port)
         resp = conn.begin(0)

@@ -21,6 +21,7 @@ import aiohttp
 import aiohttp.payload
 
 from agentbench import records
+from agentbench.transport import pool as connpool
 from agentbench.transport import stream
 
 perf_ns = time.perf_counter_ns
@@ -76,16 +77,16 @@ class Target:
     secrets: tuple[str, ...] = ()
     #: follow 307/308 to the same origin (scheme, host, port) only, up to MAX_REDIRECTS
     follow_redirects: bool = False
-    #: keep-alive connections per URL origin (``agentbench.transport.stream``)
-    pools: dict[str, stream.Pool] = field(default_factory=dict, compare=False, repr=False)
+    #: keep-alive connections per URL origin (``agentbench.transport.pool``)
+    pools: dict[str, connpool.Pool] = field(default_factory=dict, compare=False, repr=False)
 
-    def pool(self, url: str, http: aiohttp.ClientSession | None = None) -> stream.Pool:
+    def pool(self, url: str, http: aiohttp.ClientSession | None = None) -> connpool.Pool:
         """The connection pool for ``url`` (its origin), as many connections as the
         endpoint's aiohttp connector allows."""
         p = self.pools.get(url)
         if p is None:
             limit = getattr(getattr(http, "connector", None), "limit", 0) or 0
-            p = self.pools[url] = stream.Pool(url, int(limit))
+            p = self.pools[url] = connpool.Pool(url, int(limit))
         return p
 
     def close(self) -> None:

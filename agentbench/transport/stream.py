@@ -7,8 +7,9 @@ future and a task step to wake the reader). An engine writes every SSE event sep
 a 128-token answer is ~130 reads: ~1.3 ms per request in the client before anything is
 measured. Here ``data_received`` appends ``(perf_counter_ns, bytes)`` and checks whether
 the response ended; the HTTP chunk framing is removed once, after the last byte
-(:func:`dechunk`), and the stall timeout is one timer per request that re-arms itself from
-the last read's stamp instead of a timer per read.
+(:mod:`agentbench.transport.chunked`), and the stall timeout is one timer per request
+that re-arms itself from the last read's stamp instead of a timer per read. Connections
+come from :class:`agentbench.transport.pool.Pool`.
 
 Errors keep the words the replay records (``error_type``): ``connect_error``,
 ``connect_timeout``, ``stall_timeout``, ``timeout``, ``disconnected``."""
@@ -16,14 +17,16 @@ Errors keep the words the replay records (``error_type``): ``connect_error``,
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ssl
 import time
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Mapping
 from itertools import accumulate, repeat
-from operator import add, sub
+from operator import add
+from typing import TYPE_CHECKING
+
+from agentbench.transport.chunked import chunk_state, dechunk, decode_chunked
+
+if TYPE_CHECKING:
+    from agentbench.transport.pool import Pool
 
 perf_ns = time.perf_counter_ns
 
@@ -31,10 +34,6 @@ perf_ns = time.perf_counter_ns
 _CHUNKED, _LENGTH, _CLOSE, _NONE = 0, 1, 2, 3
 #: how far back the end of a chunked body is looked for (the last chunk and its trailers)
 _TAIL = 1024
-#: an idle keep-alive connection is closed after this many seconds (aiohttp's default)
-KEEPALIVE_S = 15.0
-#: bytes one socket read may bring
-READ_BUFFER = 256 * 1024
 #: error bodies are kept up to this size (the record keeps 2,000 characters)
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -368,246 +367,3 @@ class _Timer:
     def cancel(self) -> None:
         for h in self.handle:
             h.cancel()
-
-
-def chunk_state(raw: bytes, tail: bool = False) -> str:
-    """Whether chunked bytes end with the last chunk: ``complete``, ``more`` or ``bad``
-    (``tail``: only the last bytes are given; ``maybe`` when they look like an end)."""
-    if tail:  # the last chunk "0" (after a chunk's CRLF, or first), then trailers, CRLF
-        if raw.endswith(b"\r\n\r\n") and (b"\r\n0\r\n" in raw or raw.startswith(b"0")):
-            return "maybe"
-        return "more"
-    dec = decode_chunked(raw)
-    return dec if isinstance(dec, str) else "complete"
-
-
-def decode_chunked(raw: bytes) -> tuple[list[bytes], list[int]] | str:
-    """A complete chunked body as each chunk's data and the raw offset where that data
-    ends; ``more`` if it is unfinished, ``bad`` if it is not chunked encoding. The usual
-    body (no CRLF inside data, no extensions or trailers) is read with C-level splits and
-    maps; anything else chunk by chunk."""
-    parts = raw.split(b"\r\n")
-    n = len(parts)
-    if n >= 3 and n % 2 == 1 and parts[-1] == b"" and parts[-2] == b"" and parts[-3] == b"0":
-        hexes, datas = parts[0:n - 3:2], parts[1:n - 3:2]
-        try:
-            sizes = list(map(int, hexes, repeat(16)))
-        except ValueError:
-            sizes = []
-        if sizes == list(map(len, datas)) and all(sizes):
-            # chunk k: hex, CRLF, data, CRLF
-            lens = map(add, map(len, hexes), map(add, sizes, repeat(4)))
-            return datas, list(map(sub, accumulate(lens), repeat(2)))
-    spans = _walk(raw)
-    if isinstance(spans, str):
-        return spans
-    return [raw[a:b] for a, b in spans], [b for _, b in spans]
-
-
-def chunk_spans(raw: bytes) -> list[tuple[int, int]] | str:
-    """The data spans ``(start, end)`` of a complete chunked body; ``more`` if it is
-    unfinished, ``bad`` if it is not chunked encoding."""
-    dec = decode_chunked(raw)
-    if isinstance(dec, str):
-        return dec
-    return [(e - len(d), e) for d, e in zip(*dec, strict=True)]
-
-
-def _walk(raw: bytes, partial: bool = False) -> list[tuple[int, int]] | str:
-    """Chunk by chunk (chunk extensions, trailers, CRLF inside data). ``partial``: the spans
-    of the data there is, for a body cut short."""
-    spans: list[tuple[int, int]] = []
-    pos, n = 0, len(raw)
-    while True:
-        nl = raw.find(b"\r\n", pos)
-        if nl < 0:
-            return spans if partial else ("more" if n - pos < 1024 else "bad")
-        try:
-            size = int(raw[pos:nl].split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            return spans if partial else "bad"
-        start = nl + 2
-        if size == 0:  # the last chunk, then trailers up to an empty line
-            if partial:
-                return spans
-            if raw.startswith(b"\r\n", start):
-                return spans if start + 2 == n else "bad"
-            end = raw.find(b"\r\n\r\n", start)
-            if end < 0:
-                return "more"
-            return spans if end + 4 == n else "bad"
-        if n < start + size + 2:
-            if partial:
-                spans.append((start, min(n, start + size)))
-                return spans
-            return "more"
-        if raw[start + size:start + size + 2] != b"\r\n":
-            return spans if partial else "bad"
-        spans.append((start, start + size))
-        pos = start + size + 2
-
-
-def dechunk(reads: list[bytes], times: list[int], partial: bool = False
-            ) -> tuple[list[bytes], list[int]] | None:
-    """Chunked reads as the body's bytes per read, with the stamps of the reads that brought
-    body bytes; None when the bytes are not a complete chunked body (``partial``: the data
-    of a body cut short, as far as it goes)."""
-    raw = b"".join(reads)
-    spans = _walk(raw, partial=True) if partial else chunk_spans(raw)
-    if isinstance(spans, str):
-        return None
-    ends = list(accumulate(map(len, reads)))
-    pieces: list[bytes] = []
-    stamps: list[int] = []
-    j, m, start = 0, len(spans), 0
-    for end, t in zip(ends, times, strict=True):
-        got = []
-        while j < m:
-            a, b = spans[j]
-            if a >= end:
-                break
-            got.append(raw[max(a, start):min(b, end)])
-            if b > end:
-                break
-            j += 1
-        start = end
-        if got:
-            pieces.append(got[0] if len(got) == 1 else b"".join(got))
-            stamps.append(t)
-    return pieces, stamps
-
-
-class Pool:
-    """Keep-alive connections to one origin, most recently used first; at most ``limit``
-    open at once (0: no limit), as the endpoint's aiohttp connector allows."""
-
-    def __init__(self, url: str, limit: int = 0) -> None:
-        from yarl import URL
-
-        u = URL(url)
-        if u.scheme not in ("http", "https"):
-            raise ValueError(f"not an http(s) URL: {url}")
-        self.host = u.host or "localhost"
-        self.port = u.port or (443 if u.scheme == "https" else 80)
-        self.tls = u.scheme == "https"
-        self.path = u.raw_path_qs or "/"
-        default = (self.port == 443) if self.tls else (self.port == 80)
-        self.hostport = self.host if default else f"{self.host}:{self.port}"
-        self.limit = limit
-        #: what every connection of the pool reads into (one read at a time, see Conn)
-        self.view = memoryview(bytearray(READ_BUFFER))
-        self.idle: deque[Conn] = deque()
-        self.open = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._ssl: ssl.SSLContext | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def head(self, headers: Mapping[str, str], length: int) -> bytes:
-        lines = [f"POST {self.path} HTTP/1.1", f"Host: {self.hostport}",
-                 *(f"{k}: {v}" for k, v in headers.items()),
-                 f"Content-Length: {length}", "", ""]
-        return "\r\n".join(lines).encode("latin-1", "replace")
-
-    async def acquire(self, connect_timeout: float | None) -> Conn:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # a new event loop (a test, a worker): start afresh
-            self.idle.clear()
-            self.open = 0
-            self._waiters.clear()
-            self._sweeper = None
-            self._loop = loop
-        while self.idle:
-            c = self.idle.pop()
-            if c.alive:
-                return c
-            self.open -= 1
-        while self.limit and self.open >= self.limit:
-            w = loop.create_future()
-            self._waiters.append(w)
-            try:
-                await w
-            except BaseException:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(w)
-                raise
-            while self.idle:
-                c = self.idle.pop()
-                if c.alive:
-                    return c
-                self.open -= 1
-        self.open += 1
-        try:
-            return await self._connect(loop, connect_timeout)
-        except BaseException:
-            self.open -= 1
-            self._wake()
-            raise
-
-    async def _connect(self, loop: asyncio.AbstractEventLoop,
-                       timeout: float | None) -> Conn:
-        if self.tls and self._ssl is None:
-            self._ssl = ssl.create_default_context()
-        try:
-            async with asyncio.timeout(timeout):
-                _, proto = await loop.create_connection(
-                    lambda: Conn(self), self.host, self.port,
-                    ssl=self._ssl if self.tls else None)
-        except TimeoutError:
-            raise StreamError("connect_timeout",
-                              f"Connection timeout to host {self.host}:{self.port}") from None
-        except OSError as e:
-            raise StreamError("connect_error",
-                              f"Cannot connect to host {self.host}:{self.port} ssl:"
-                              f"{'default' if self.tls else False} "
-                              f"[{e.strerror or type(e).__name__}]") from None
-        return proto
-
-    def release(self, c: Conn) -> None:
-        loop = self._loop
-        if loop is not None:
-            c.idle_since = loop.time()
-            if self._sweeper is None:
-                self._sweeper = loop.call_later(KEEPALIVE_S, self._sweep)
-        self.idle.append(c)
-        self._wake()
-
-    def _sweep(self) -> None:
-        """Close connections idle for ``KEEPALIVE_S`` (as aiohttp's connector does), so a
-        long-lived event loop that runs many replays keeps no sockets of finished ones."""
-        self._sweeper = None
-        if self._loop is None:
-            return
-        now = self._loop.time()
-        while self.idle and now - self.idle[0].idle_since >= KEEPALIVE_S:
-            c = self.idle.popleft()
-            self.open -= 1
-            c.alive = False
-            if c.transport is not None:
-                c.transport.close()
-        if self.idle:
-            self._sweeper = self._loop.call_later(
-                KEEPALIVE_S - (now - self.idle[0].idle_since), self._sweep)
-
-    def gone(self) -> None:
-        self.open = max(0, self.open - 1)
-        self._wake()
-
-    def _wake(self) -> None:
-        while self._waiters:
-            w = self._waiters.popleft()
-            if not w.done():
-                w.set_result(None)
-                return
-
-    def close(self) -> None:
-        """Close the idle connections (those in use close when their exchange ends)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        while self.idle:
-            c = self.idle.pop()
-            c.alive = False
-            if c.transport is not None:
-                c.transport.close()
-        self.open = 0

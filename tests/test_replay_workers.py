@@ -340,6 +340,7 @@ def test_cli_says_what_workers_auto_chose(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from agentbench.cli import app
+    from agentbench.replay.autoworkers import EVENTS_PER_WORKER
 
     srv = subprocess.Popen([sys.executable, "-m", "agentbench.testing.fastserver", "--port",
                             "0", "--itl", "0.002"], stdout=subprocess.PIPE, text=True)
@@ -356,4 +357,4 @@ def test_cli_says_what_workers_auto_chose(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("workers ")]
     assert line.startswith("workers       1 (--workers auto: 2 lanes x ")
-    assert line.endswith("events/s at most; 50,000 per process)")
+    assert line.endswith(f"events/s at most; {EVENTS_PER_WORKER:,} per process)")

@@ -302,3 +302,131 @@ def test_each_loop_takes_its_cheaper_read_path(loop_kind: str) -> None:
         assert calls["get_buffer"] == 0
     else:
         assert calls["get_buffer"] == calls["data_received"]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_an_answer_before_the_body_is_sent_ends_the_request(loop_kind: str) -> None:
+    """A server may answer (413, say) and close before reading a long body: the request
+    ends with that answer within its timeout, not waiting forever to write the rest."""
+    import asyncio
+    import time
+
+    import aiohttp
+
+    from agentbench.transport import http
+
+    new_loop = pytest.importorskip("uvloop").new_event_loop if loop_kind == "uvloop" \
+        else asyncio.new_event_loop
+
+    async def main() -> tuple[http.RequestRecord, float]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n"
+                         b"Connection: close\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.close()
+
+        srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        target = http.Target("x", f"http://127.0.0.1:{port}/v1/chat/completions", {},
+                             aiohttp.ClientTimeout(total=5, sock_read=2.0))
+        rec = http.RequestRecord(1, "s", "measure", "x", 0, "t", "s", "root", 0, 0, 0, 0, 0, 0)
+        body = http.make_body([b"x" * (256 * 1024)] * 128)  # 32 MiB, never read
+        t0 = time.perf_counter_ns()
+        await asyncio.wait_for(http.send(None, target, body, "t", rec, t0), 15)
+        took = (time.perf_counter_ns() - t0) / 1e9
+        target.close()
+        srv.close()
+        await srv.wait_closed()
+        return rec, took
+
+    loop = new_loop()
+    try:
+        rec, took = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert rec.http_status == 413 and rec.error_type == "http_413", rec
+    assert took < 5
+
+
+@pytest.mark.timeout(30)
+async def test_odd_but_valid_last_chunks_and_capped_error_bodies() -> None:
+    """The last chunk written "000" or with an extension ends the answer (RFC 9112 7.1); a
+    failed answer whose chunked body keeps coming ends at the error-body cap; a negative
+    Content-Length is a bad answer."""
+    p = connpool.Pool("http://127.0.0.1:9/x")
+    body = b"".join(map(_chunk, EVS))
+    for last in (b"000\r\n\r\n", b"0;done=1\r\n\r\n", b"0 ;x\r\nX-T: 1\r\n\r\n"):
+        conn = stream.Conn(p)
+        conn.alive = True
+        conn.begin(0)
+        conn.data_received(_HEAD)
+        for r in cut(body + last, [len(_chunk(e)) for e in EVS]):
+            assert conn.done is not None and not conn.done.done()
+            conn.data_received(r)
+        assert conn.done is not None and conn.done.done() and conn.done.exception() is None
+        assert conn.resp is not None and b"".join(conn.resp.body()[0]) == b"".join(EVS)
+    conn = stream.Conn(p)
+    conn.alive = True
+    conn.begin(0)
+    conn.data_received(_HEAD.replace(b"200 OK", b"500 Internal"))
+    piece = _chunk(b"x" * 8000)
+    for _ in range(20):  # 160 KB of an unfinished error body
+        if conn.done is not None and conn.done.done():
+            break
+        conn.data_received(piece)
+    assert conn.done is not None and conn.done.done() and conn.resp is not None
+    assert conn.resp.status == 500 and not conn.keep
+    conn = stream.Conn(p)
+    conn.alive = True
+    conn.begin(0)
+    conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabc")
+    assert conn.done is not None and isinstance(conn.done.exception(), stream.StreamError)
+
+
+@pytest.mark.timeout(30)
+async def test_bytes_on_an_idle_connection_retire_it() -> None:
+    """Bytes nobody asked for on an idle keep-alive connection: it is closed, and the pool
+    hands out a fresh one."""
+    import asyncio
+
+    served = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(writer)
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            if len(served) == 1:
+                await asyncio.sleep(0.05)
+                writer.write(b"HTTP/1.1 500 Stray\r\nContent-Length: 0\r\n\r\n")
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    p = connpool.Pool(f"http://127.0.0.1:{port}/x")
+    try:
+        first = await p.acquire(5)
+        first.begin(0)
+        await first.write(p.head({}, 0))
+        assert first.done is not None
+        await first.done
+        first.end(True)
+        await asyncio.sleep(0.2)  # the stray answer arrives while idle
+        second = await p.acquire(5)
+        assert second is not first and len(served) == 2
+        resp = second.begin(0)
+        await second.write(p.head({}, 0))
+        assert second.done is not None
+        await asyncio.wait_for(second.done, 5)
+        second.end(True)
+        assert resp.status == 200 and p.open == 1
+    finally:
+        p.close()
+        srv.close()
+        await srv.wait_closed()

@@ -116,8 +116,24 @@ _EVENT_KINDS = [
     b'data: {"id":"a","choices":[{"delta":{"role":"assistant","content":""}}]}\n\n',
     b'data: {"id":"a","choices":[{"text":"t"}]}\n\n',
     b"data: {}\n\n",
+    # token keys in events that do not start as a token event does
+    b'data:{"error":{"message":"boom","content":"partial"}}\n\n',
+    b'data: { "error": {"message":"boom","text":"t"}}\n\n',
+    b': keepalive "content":"x}\n\n',
+    b'bogus "content":"x}\n\n',
     b"data: [DONE]\n\n",
 ]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("completion", [5, 7, 10**6, 10**30, int(1e30), 3 * 10**40 + 1])
+def test_token_counts_follow_usage_whatever_its_size(completion: int) -> None:
+    """Counts per event sum to ``usage.completion_tokens`` (each at least 1), at once even
+    for an absurd count (it used to add one token per loop turn)."""
+    evs = [b'data: {"choices":[{"delta":{"content":"%s"}}]}' % (b"ab" * k) for k in (1, 5, 2)]
+    counts = sse._tokens_per_event(evs, completion)
+    assert len(counts) == 3 and min(counts) >= 1
+    assert sum(counts) == completion
 
 
 @settings(max_examples=400, deadline=None)

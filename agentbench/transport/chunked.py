@@ -5,15 +5,20 @@ this module never sees a socket)."""
 
 from __future__ import annotations
 
+import re
 from itertools import accumulate, repeat
 from operator import add, sub
+
+#: a last-chunk line however written: "0", "000", "0;ext=1" (RFC 9112 7.1)
+_LAST_CHUNK = re.compile(rb"(?:\A|\r\n)0+(?:[ \t]*;[^\r\n]*)?\r\n")
 
 
 def chunk_state(raw: bytes, tail: bool = False) -> str:
     """Whether chunked bytes end with the last chunk: ``complete``, ``more`` or ``bad``
     (``tail``: only the last bytes are given; ``maybe`` when they look like an end)."""
     if tail:  # the last chunk "0" (after a chunk's CRLF, or first), then trailers, CRLF
-        if raw.endswith(b"\r\n\r\n") and (b"\r\n0\r\n" in raw or raw.startswith(b"0")):
+        if raw.endswith(b"\r\n\r\n") and (b"\r\n0\r\n" in raw or raw.startswith(b"0")
+                                          or _LAST_CHUNK.search(raw) is not None):
             return "maybe"
         return "more"
     dec = decode_chunked(raw)

@@ -79,9 +79,8 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
     if body.count(b"\n") != 2 * len(evs) \
             or not (per_chunk or all(map(bytes.endswith, objs, repeat(b"}")))):
         return None
-    flags, prefix = _token_flags(evs, body)
-    rest = objs if prefix is None or not prefix.startswith(b'data: {"') else \
-        itertools.compress(objs, map(operator.not_, flags))
+    flags, others = _token_flags(evs, body)
+    rest = objs if others is None else [evs[i] for i in others if i < len(objs)]
     if not all(map(bytes.startswith, rest, repeat(b'data: {"'))):
         return None
     out = StreamResult(done=done)
@@ -114,15 +113,16 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
 
 
 def _token_flags(evs: list[bytes], body: bytes | None = None
-                 ) -> tuple[list[bool], bytes | None]:
+                 ) -> tuple[list[bool], list[int] | None]:
     """Which events carry tokens (``_TOKEN_RE``), without a regex search per event: a
     server's token events share their bytes up to the token's text (id, model, created,
     the delta's key), so the first token event's bytes up to its text's opening quote are
     a prefix P, and an event that starts with P and not with P + '"' carries tokens (its
     match is at the same place). Events without P (role, finish, usage) are searched.
     ``body``: the events joined, where P + '"' is looked for at once (anywhere in it sends
-    every event to the regex). Returns the flags and P (None when every event was
-    searched)."""
+    every event to the regex). Returns the flags and the indices of the events that do not
+    start with P when P starts with 'data: {"' (None when every event was searched or P
+    does not start so): every other event then starts with 'data: {"'."""
     found = list(map(_TOKEN_RE.search, evs[:4]))
     first = next((i for i, m in enumerate(found) if m), None)
     if first is None:
@@ -135,9 +135,10 @@ def _token_flags(evs: list[bytes], body: bytes | None = None
                                      any(map(bytes.startswith, evs, repeat(empty)))):
         return [_TOKEN_RE.search(ev) is not None for ev in evs], None
     flags = list(map(bytes.startswith, evs, repeat(prefix)))
-    for i in itertools.compress(range(len(evs)), map(operator.not_, flags)):
+    others = list(itertools.compress(range(len(evs)), map(operator.not_, flags)))
+    for i in others:
         flags[i] = (found[i] if i < 4 else _TOKEN_RE.search(evs[i])) is not None
-    return flags, prefix
+    return flags, others if prefix.startswith(b'data: {"') else None
 
 
 def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
@@ -252,11 +253,15 @@ def _tokens_per_event(events: list[bytes], completion_tokens: int | None) -> lis
     counts = [max(1, int(s)) for s in scaled]
     short = completion_tokens - sum(counts)
     order = sorted(range(n), key=lambda i: scaled[i] - int(scaled[i]), reverse=True)
-    i = 0
-    while short > 0:
-        counts[order[i % n]] += 1
-        short -= 1
-        i += 1
+    if short > 0:  # the largest remainders first, in whole rounds (a huge count is no loop)
+        rounds, extra = divmod(short, n)
+        for i, j in enumerate(order):
+            counts[j] += rounds + (i < extra)
+    if short < -n:  # float rounding of an absurd count: take back from the largest at once
+        for j in sorted(range(n), key=counts.__getitem__, reverse=True):
+            take = min(counts[j] - 1, -short)
+            counts[j] -= take
+            short += take
     while short < 0:  # rounding up to 1 overshot: take back from the largest
         j = max(range(n), key=lambda k: counts[k])
         if counts[j] <= 1:

@@ -133,11 +133,15 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         resp = self.resp
         if resp is None:  # bytes nobody asked for: the connection cannot be trusted
             self.keep = False
+            self.alive = False  # the pool hands out only live connections
+            if self.transport is not None:
+                self.transport.close()
             return
         if self.mode == _CHUNKED:  # the hot path: one stamp, one append, one tail check
             resp.times.append(t)
             resp.reads.append(data)
-            if data.endswith(b"\r\n\r\n") or len(data) < 4:  # the end can only be here
+            # the end can only be here; an error body is also capped (_MAX_ERROR_BODY)
+            if data.endswith(b"\r\n\r\n") or len(data) < 4 or resp.status != 200:
                 self._check_chunked_end()
             return
         if self.done is None:
@@ -154,6 +158,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.alive = False
         resp = self.resp
         if resp is None or self.done is None or self.done.done():
+            self._stop_writing()  # an answer that came before the body was all sent
             return
         if resp.status and self.mode == _CLOSE:
             self._finish()
@@ -176,6 +181,8 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
 
     async def write(self, data: bytes) -> None:
         assert self.transport is not None
+        if self.done is not None and self.done.done():
+            return  # answered already (see _stop_writing): the rest of the body is moot
         if not self.alive:
             raise StreamError("disconnected",
                               "ServerDisconnectedError: Server disconnected")
@@ -234,6 +241,8 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
             self.mode = _LENGTH
             try:
                 self.left = int(headers["content-length"])
+                if self.left < 0:
+                    raise ValueError(self.left)
             except ValueError:
                 self._fail("disconnected", "ClientResponseError: bad Content-Length")
                 return
@@ -299,6 +308,15 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.mode = _NONE
         if self.done is not None and not self.done.done():
             self.done.set_result(None)
+        self._stop_writing()
+
+    def _stop_writing(self) -> None:
+        """The answer is in (or the connection gone) while the body is still being written
+        (a server may answer 413 before reading it): the writer stops, and the connection,
+        with unsent bytes, is not used again."""
+        if self._drain is not None and not self._drain.done():
+            self.keep = False
+            self._drain.set_result(None)
 
     def _fail(self, kind: str, message: str) -> None:
         self.mode = _NONE

@@ -153,9 +153,12 @@ def test_ctrl_c_with_workers_leaves_every_finished_request_on_disk(
     out = tmp_path / "res"
     sc = write_scenario(tmp_path / "s.yaml", fast_server, out, weka_dir,
                         "limits: {duration_s: 600}")
+    # SIGINT as a terminal delivers it, even when the test run itself was started in the
+    # background of a script (which leaves SIGINT ignored in every child)
     proc = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "run", str(sc),
                              "--no-progress", "--workers", "2"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     parts = [out / "r" / WORKERS_DIR / f"w{w}" / (records.REQUESTS_FILE + ".spool.arrows")
              for w in (0, 1)]
     deadline = time.monotonic() + 90

@@ -96,7 +96,18 @@ server_metrics: {{enabled: false}}
     return path
 
 
+def _sigint_default() -> None:
+    """In the child: SIGINT as a terminal would deliver it. A process started in the
+    background of a script inherits SIGINT ignored (as do its children, agentbench
+    included, which then rightly keeps ignoring it); the tests are about what agentbench
+    does with a SIGINT it can receive, whatever started the test run."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def agentbench(*args: str, **kw: Any) -> subprocess.Popen[str]:
+    kw.setdefault("preexec_fn", _sigint_default)
     return subprocess.Popen([sys.executable, "-m", "agentbench.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 

@@ -361,3 +361,47 @@ def test_cli_says_what_workers_auto_chose(tmp_path: Path) -> None:
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("workers ")]
     assert line.startswith("workers       1 (--workers auto: 2 lanes x ")
     assert line.endswith(f"events/s at most; {EVENTS_PER_WORKER:,} per process)")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("asked", ["", "asyncio"])
+def test_a_wall_clock_run_takes_uvloop_when_installed(tmp_path: Path, asked: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`agentbench run` against a live endpoint runs on uvloop when it is installed (as the
+    benchmark measures it), on asyncio's loop with AGENTBENCH_LOOP=asyncio, and run.json
+    says which; no global event-loop policy is left behind."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    try:
+        import uvloop  # noqa: F401
+        have = True
+    except ImportError:
+        have = False
+    expected = "uvloop" if have and asked != "asyncio" else "asyncio"
+    monkeypatch.setenv("AGENTBENCH_LOOP", asked)
+    policy = type(asyncio.get_event_loop_policy())
+    srv = subprocess.Popen([sys.executable, "-m", "agentbench.testing.fastserver", "--port",
+                            "0", "--itl", "0.002"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None
+        port = int(srv.stdout.readline().split()[1])
+        r = CliRunner().invoke(app, ["run", "--url", f"http://127.0.0.1:{port}", "--model",
+                                     "m", "--concurrency", "2", "--max-requests", "6",
+                                     "--no-progress", "--run-id", "loop",
+                                     "--set", "timing.time_scale=0",
+                                     "--set", f"output.dir={tmp_path}"])
+    finally:
+        srv.terminate()
+        srv.wait(10)
+    assert r.exit_code == 0, r.output
+    run = json.loads((tmp_path / "loop" / records.RUN_FILE).read_text())
+    assert run["event_loop"] == expected and run["time_base"] == "wall"
+    req = pq.read_table(tmp_path / "loop" / records.REQUESTS_FILE).to_pandas()
+    assert len(req) == 6 and (req.status == "ok").all() and (req.token_events > 0).all()
+    assert type(asyncio.get_event_loop_policy()) is policy

@@ -98,9 +98,13 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
 
 def run_on(clock: str, main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` to completion on a fresh loop of the given clock (Ctrl-C cancels it)."""
+    """Run ``main`` to completion on a fresh loop of the given clock (Ctrl-C cancels it):
+    the virtual loop, or for the wall clock uvloop's when it is installed
+    (:mod:`agentbench.transport.loop`), else asyncio's."""
+    from agentbench.transport.loop import loop_factory
+
     factory: Callable[[], asyncio.AbstractEventLoop] | None = (
-        VirtualEventLoop if clock == VIRTUAL else None)
+        VirtualEventLoop if clock == VIRTUAL else loop_factory())
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
 

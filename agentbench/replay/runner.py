@@ -50,6 +50,7 @@ from agentbench.replay.writer import ResultsWriter
 from agentbench.rules import run_rules
 from agentbench.traces.model import Trace
 from agentbench.traces.stats import potential_cached_tokens
+from agentbench.transport.loop import running_loop_name
 
 
 @dataclass
@@ -120,6 +121,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     info["workers"] = n_workers
     info["time_base"] = clock
+    info["event_loop"] = "virtual" if virtual else running_loop_name()
     info["rules"] = run_rules(scenario)
     if virtual:
         info["clock"] = {"kind": "virtual: simulated ns from the run start (one discrete-event "

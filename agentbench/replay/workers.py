@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from agentbench import records
 from agentbench.errors import InputError
+from agentbench.replay.clock import WALL, run_on
 from agentbench.replay.stages import (
     STATE_SLOTS,
     Health,
@@ -146,7 +147,7 @@ def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; see the module doc
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # a forked child must not wake the parent's loop
-    asyncio.run(_worker(spec, conn, shared))
+    run_on(WALL, _worker(spec, conn, shared))  # the parent's kind of loop (workers: wall)
 
 
 async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:

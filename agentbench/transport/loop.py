@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 
 def loop_name() -> str:
@@ -31,3 +32,21 @@ def use_fast_loop() -> str:
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return name
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """What ``asyncio.Runner(loop_factory=...)`` should make a wall-clock run's loop with:
+    uvloop's when ``loop_name()`` says so, else None (asyncio's own). Unlike
+    :func:`use_fast_loop` it sets no global policy (a notebook's or a test's loop stays
+    as it is)."""
+    if loop_name() != "uvloop":
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
+
+
+def running_loop_name() -> str:
+    """``uvloop`` or ``asyncio``: the loop this code runs on (for run.json)."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") \
+        else "asyncio"

@@ -66,5 +66,7 @@ def test_floor_client_reads_every_event(tmp_path: Path) -> None:
 
     got = json.loads(out.stdout)
     assert got["requests"] == 20
-    # 16 token events + role, usage and [DONE]: 19 events, plus the last chunk "0"
-    assert 15 <= got["reads_per_request"] <= 20, got
+    # 16 token events + role, usage and [DONE]: 19 events, plus the last chunk "0"; the
+    # server writes one event per stream every 2 ms, so the reads are many (on a busy
+    # machine the client finds some events waiting together: fewer, never more)
+    assert 3 <= got["reads_per_request"] <= 20, got

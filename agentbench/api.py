@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from agentbench.metrics.records_io import RunRecords
-    from agentbench.metrics.timebase import TimeBase
+    from agentbench.results.reader import RunRecords
+    from agentbench.results.timebase import TimeBase
 
 # the raw stamps (integer ns since the run's start) of each table
 REQUEST_TIMES = ("scheduled_ns", "sent_ns", "first_token_ns", "last_token_ns", "end_ns")
@@ -62,7 +62,7 @@ class Run:
     def records(self) -> RunRecords:
         """The raw records as read by the metrics (token events kept in Arrow)."""
         if self._records is None:
-            from agentbench.metrics.records_io import read_records
+            from agentbench.results.reader import read_records
 
             self._records = read_records(self.path)
         return self._records
@@ -71,7 +71,7 @@ class Run:
     def time_base(self) -> TimeBase:
         """The base every time of this run is in (``kind``: "virtual", "simulated" or
         "wall"; ``factor``: reported = measured wall x factor), from the summary."""
-        from agentbench.metrics.timebase import TimeBase
+        from agentbench.results.timebase import TimeBase
 
         tb = self.summary.get("time_base") or {}
         return TimeBase(kind=str(tb.get("kind") or "wall"),
@@ -131,14 +131,14 @@ class Run:
 def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     """Open ``results/<run>/``. The summary is read from summary.json when it is newer
     than the records, else computed (and written) by ``agentbench.metrics.summarize``."""
-    from agentbench import records as R
     from agentbench.errors import InputError
     from agentbench.metrics import summarize
+    from agentbench.results import schema as R
 
     p = Path(run_dir)
     sp = p / R.SUMMARY_FILE
     rp = p / R.REQUESTS_FILE
-    from agentbench.spool import has_spools
+    from agentbench.results.spool import has_spools
 
     summary = None
     fresh = sp.exists() and rp.exists() and sp.stat().st_mtime >= rp.stat().st_mtime
@@ -192,8 +192,6 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     time base and endpoint kinds (run.json ``fingerprint``), except the fields named in
     ``allow`` (e.g. ``("endpoints", "load")``, or ``"all"``); otherwise ``InputError``
     names every field that differs."""
-    from agentbench.fingerprint import FIELDS, check_comparable
-    from agentbench.metrics.records_io import read_run_json
     from agentbench.report.compare import (
         comparison_ratios,
         comparison_values,
@@ -201,6 +199,8 @@ def compare(*runs: Run | str | Path, block: str = "overall",
         headline,
         run_labels,
     )
+    from agentbench.results.reader import read_run_json
+    from agentbench.scenario.fingerprint import FIELDS, check_comparable
 
     rs = [r if isinstance(r, Run) else load(r) for r in runs]
     if len(rs) < 2:

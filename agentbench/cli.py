@@ -81,7 +81,7 @@ def validate(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 ) -> None:
     """Check a scenario and print every problem with its key path."""
-    from agentbench.scenario_io import check_scenario, load_scenario
+    from agentbench.scenario.loading import check_scenario, load_scenario
 
     sc = load_scenario(scenario)
     _, warnings = check_scenario(sc, scenario.resolve().parent)
@@ -210,7 +210,7 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
     from agentbench.traces.readers import read_trace
 
     if source.startswith("synth:"):  # as `run --trace` takes it
-        from agentbench.scenario_flags import trace_spec
+        from agentbench.scenario.flags import trace_spec
         from agentbench.traces.synth import synthesize
 
         spec = trace_spec(source)
@@ -225,7 +225,7 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
 
 
 def _default_trace() -> str:
-    from agentbench.scenario_flags import DEFAULT_TRACE
+    from agentbench.scenario.flags import DEFAULT_TRACE
 
     return DEFAULT_TRACE
 
@@ -281,13 +281,13 @@ def run(
 
     A scenario with ``variants`` runs once per variant and compares the runs at the end."""
     from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import expand_variants, load_scenario, parse_set
+    from agentbench.scenario.loading import expand_variants, load_scenario, parse_set
 
     sets = [parse_set(item) for item in set_]
     flags: dict[str, Any] = {"api": api, "concurrency": concurrency, "rate": rate,
                              "trace": trace, "duration_s": duration, "max_requests": max_requests}
     if scenario is None:
-        from agentbench.scenario_flags import scenario_from_flags
+        from agentbench.scenario.flags import scenario_from_flags
 
         base = scenario_from_flags(url, model, sets=sets, seed=seed, rules=rules,
                                    unsafe_override=unsafe_override or None, **flags)
@@ -374,7 +374,7 @@ def recover(
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says ``killed``. ``load``, ``report`` and ``gate`` do this by themselves."""
-    from agentbench.metrics.records_io import recover_if_cut_short
+    from agentbench.results.reader import recover_if_cut_short
 
     for d in runs:
         if not d.is_dir():
@@ -413,7 +413,7 @@ def serve_sim(
 
     from pydantic import ValidationError
 
-    from agentbench.scenario import SimulatedEndpoint
+    from agentbench.scenario.model import SimulatedEndpoint
 
     if list_presets:
         from agentbench.sim.presets import PRESETS
@@ -481,8 +481,8 @@ def gate(
 ) -> None:
     """Fail (exit 1) when the candidate regresses past a rule with confidence; 2: bad input
     or runs that are not comparable (their fingerprints differ beyond --allow)."""
-    from agentbench.fingerprint import parse_allow
     from agentbench.report.gate import evaluate, format_markdown, format_table, load_rules
+    from agentbench.scenario.fingerprint import parse_allow
 
     allowed = parse_allow(allow)
     rule_list, opts = load_rules(rules)
@@ -518,10 +518,10 @@ def record(
 ) -> None:
     """Record a live agent through an OpenAI-compatible proxy into a native trace
     (docs/record.md)."""
-    from agentbench.record.proxy import RecordConfig, parse_listen, run_record, summary
+    from agentbench.proxy.proxy import RecordConfig, parse_listen, run_record, summary
 
     if rebuild:
-        from agentbench.record import rebuild as rebuild_trace
+        from agentbench.proxy import rebuild as rebuild_trace
 
         rebuild_trace(out)
         typer.echo(summary(out))

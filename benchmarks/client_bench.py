@@ -744,7 +744,7 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
               ) -> dict[str, Any]:
     """One agentbench run, all-in (the parent reads the results folder)."""
     from agentbench.replay import run_scenario
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     # up to 16 turns per tree (contexts grow by one block a turn), as many trees as needed;
     # one turn per tree: every request a new prompt (each tree its own cache-bust salt)
@@ -761,7 +761,7 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
         "output": {"dir": out_dir, "run_id": f"c{lanes}"},
         "server_metrics": {"enabled": False},
     })
-    from agentbench.replay.writer import ResultsWriter
+    from agentbench.results.writer import ResultsWriter
 
     loop = "asyncio"
     if os.environ.get("AB_BENCH_LOOP") == "uvloop":
@@ -789,7 +789,7 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
 def replay_stats(run_dir: str) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    from agentbench import records
+    from agentbench.results import schema as records
 
     t = pq.read_table(Path(run_dir) / records.REQUESTS_FILE,
                       columns=["lane", "status", "scheduled_ns", "sent_ns", "end_ns",
@@ -809,7 +809,7 @@ def replay_stats(run_dir: str) -> dict[str, Any]:
 
 
 def child_build(context: int) -> dict[str, Any]:
-    from agentbench.replay.prompts import (
+    from agentbench.prompts.layout import (
         BlockCache,
         SessionPrompt,
         body_template,

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from agentbench import records as R
 from agentbench.metrics import summarize
+from agentbench.results import schema as R
 from agentbench.testing.demo import write_demo_run
 
 

@@ -59,7 +59,7 @@ def hf_home_with_tokenizer(aiperf: Path) -> Path:
 
 def sim_server(port: int) -> Any:
     """``agentbench serve-sim`` as a scenario server, for ``managed_server``."""
-    from agentbench.scenario import Server
+    from agentbench.scenario.model import Server
 
     return Server(command=["{python}", "-m", "agentbench.cli", *SIM, "--port", str(port)],
                   health_url=f"http://127.0.0.1:{port}/v1/models", startup_timeout_s=60)
@@ -130,7 +130,7 @@ def run_agentbench(port: int, lanes: int, duration: float, seed: int, out: Path,
                    warmup_requests: int | None = None) -> dict[str, Any]:
     from agentbench.metrics import summarize
     from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import parse_scenario
+    from agentbench.scenario.loading import parse_scenario
 
     doc = agentbench_doc(port, lanes, duration, seed, out, warmup_requests)
     res = replay_run(parse_scenario(json.dumps(doc)), progress=False)

@@ -67,7 +67,7 @@ def write_slice(n: int, max_context: int, scale: float, time_scale: float,
 
 
 def server_cfg(engine: str, port: int) -> Any:
-    from agentbench.scenario import Server
+    from agentbench.scenario.model import Server
 
     if engine == "vllm":
         cmd = ("{python} -m agentbench.engines vllm --tiny 512x8 -- --host 127.0.0.1 "
@@ -134,7 +134,7 @@ def run_agentbench(slice_path: Path, block: int, n: int, port: int, out: Path,
                    engine: str) -> dict[str, float]:
     from agentbench.metrics import summarize
     from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import parse_scenario
+    from agentbench.scenario.loading import parse_scenario
 
     headers = {"Connection": "close"} if engine == "llama-cpp" else {}
     doc = {

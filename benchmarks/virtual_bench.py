@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentbench.replay import run  # noqa: E402
-from agentbench.scenario import Scenario  # noqa: E402
-from agentbench.scenario_io import expand_variants, load_scenario  # noqa: E402
+from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
+from agentbench.scenario.model import Scenario  # noqa: E402
 
 
 def timed_run(sc: Any, out: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentbench.metrics import summarize  # noqa: E402
 from agentbench.replay import run  # noqa: E402
-from agentbench.scenario_io import expand_variants, load_scenario  # noqa: E402
+from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
 
 
 def _row(name: str, sc: Any, s: dict[str, Any]) -> list[str]:

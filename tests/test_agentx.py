@@ -11,13 +11,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from agentbench import rules
 from agentbench.metrics import format_summary, summarize
 from agentbench.replay import run as replay_run
 from agentbench.replay.overflow import CONTEXT_OVERFLOW, DEFAULT_PHRASES, classifier, is_overflow
 from agentbench.replay.schedule import warmup_start_turn
-from agentbench.scenario_flags import scenario_from_flags
-from agentbench.scenario_io import ScenarioError, load_scenario, parse_scenario
+from agentbench.scenario import rules
+from agentbench.scenario.flags import scenario_from_flags
+from agentbench.scenario.loading import ScenarioError, load_scenario, parse_scenario
 
 AGENTX = Path(__file__).resolve().parent.parent / "scenarios" / "agentx.yaml"
 #: a short test version of the shipped scenario: one concurrency point, AgentX's minimum

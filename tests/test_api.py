@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import agentbench
-from agentbench import records as R
+from agentbench.results import schema as R
 from agentbench.testing.demo import write_demo_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def test_compare_refuses_runs_that_replayed_different_things(tmp_path: Path) -> 
     """Same trace, another load: compare names the field; allowed, it compares."""
     from agentbench.errors import InputError
     from agentbench.replay import run
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     def sc(lanes: int, rid: str) -> Scenario:
         return Scenario.model_validate({

@@ -110,7 +110,7 @@ def test_nothing_shipped_points_beside_the_repository() -> None:
 
 
 def test_scenario_sources_check(tmp_path: Path) -> None:
-    from agentbench.scenario_io import ScenarioError, load_scenario
+    from agentbench.scenario.loading import ScenarioError, load_scenario
 
     base = (ROOT / "scenarios" / "quickstart.yaml").read_text()
     for source, expect in (("builtin:nope", "no builtin trace 'nope'"),

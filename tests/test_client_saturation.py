@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agentbench import records as R
 from agentbench.metrics import format_summary, summarize
 from agentbench.metrics.saturation import IN_FLIGHT_RATIO, LAG_P50_MS, LAG_P99_MS
+from agentbench.results import schema as R
 
 MS = 1_000_000
 
@@ -134,7 +134,7 @@ async def test_starved_client_warns_end_to_end(tmp_path: Path, per_event_server:
     its last answer, is sent when the loop runs again, so most sends are late, by up to
     50 ms."""
     from agentbench.replay import run_scenario
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     sc = Scenario.model_validate({
         "name": "starved",

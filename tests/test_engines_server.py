@@ -19,7 +19,7 @@ import yaml
 
 from agentbench.engines.models import TinyLlama, write_tiny_hf_llama
 from agentbench.engines.server import EngineError, expand, resolve_command
-from agentbench.scenario import Server
+from agentbench.scenario.model import Server
 
 
 def free_port() -> int:
@@ -147,7 +147,7 @@ def test_expand_and_command_splitting(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_tiny_hf_model_tokenizer_counts_a_synthetic_word_as_one_token(tmp_path: Path) -> None:
     from tokenizers import Tokenizer
 
-    from agentbench.tokenize import block_text
+    from agentbench.prompts.words import block_text
 
     out = write_tiny_hf_llama(tmp_path / "m", TinyLlama(dim=64, layers=1, heads=1,
                                                          kv_heads=1, ff=128))

@@ -14,10 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from agentbench import records as R
 from agentbench.cli import app
 from agentbench.errors import InputError
-from agentbench.fingerprint import check_comparable, fingerprint, trace_hash
 from agentbench.metrics.bootstrap import (
     TreeData,
     _replicate_fn,
@@ -27,9 +25,11 @@ from agentbench.metrics.bootstrap import (
     replicates,
 )
 from agentbench.replay import run as run_replay
-from agentbench.replay.rundir import run_info
 from agentbench.report.gate import evaluate, format_markdown, load_rules, parse_rules, rows
-from agentbench.scenario import Scenario
+from agentbench.results import schema as R
+from agentbench.results.rundir import run_info
+from agentbench.scenario.fingerprint import check_comparable, fingerprint, trace_hash
+from agentbench.scenario.model import Scenario
 from agentbench.testing.demo import write_demo_run
 from agentbench.traces.synth.generator import synthesize
 

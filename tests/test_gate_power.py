@@ -17,7 +17,7 @@ import pytest
 
 from agentbench.replay import run_scenario
 from agentbench.report.gate import evaluate, parse_rules
-from agentbench.scenario import Scenario
+from agentbench.scenario.model import Scenario
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Session, Trace, Turn
 

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from agentbench import records as R
 from agentbench.errors import InputError
 from agentbench.metrics import format_summary, summarize
 from agentbench.metrics.cache import counter_increase, counter_series
+from agentbench.results import schema as R
 
 MS = 1_000_000  # ns
 

@@ -13,7 +13,7 @@ from test_metrics import MS, req, sess, write_run
 
 from agentbench.metrics import format_summary, summarize
 from agentbench.metrics.cost import api_cached_input_tokens, cost_block
-from agentbench.scenario import Prices
+from agentbench.scenario.model import Prices
 
 PRICES = {"input_per_mtok": 3.0, "cached_input_per_mtok": 0.3, "output_per_mtok": 15.0}
 

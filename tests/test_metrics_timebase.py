@@ -14,7 +14,7 @@ from agentbench import load
 from agentbench.metrics import format_summary, read_records, summarize
 from agentbench.metrics.bootstrap import tree_data
 from agentbench.metrics.derive import derive
-from agentbench.metrics.timebase import time_base
+from agentbench.results.timebase import time_base
 
 SIM = {"kind": "simulated", "speedup": 100.0}
 REAL = {"kind": "openai", "url": "http://x", "model": "m"}
@@ -174,7 +174,7 @@ def test_a_stage_far_past_its_duration_is_pointed_out(tmp_path) -> None:  # type
     cancel the stage ends at the deadline and nothing is said."""
     from agentbench.metrics import summarize
     from agentbench.replay import run
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     def sc(on_deadline: str) -> Scenario:
         return Scenario.model_validate({

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentbench.errors import InputError
-from agentbench.tokenize import chat_prompt_tokens, count_tokens
+from agentbench.prompts.words import chat_prompt_tokens, count_tokens
 from agentbench.traces.readers import detect_format, read_trace
 from agentbench.traces.stats import potential_cached_tokens
 

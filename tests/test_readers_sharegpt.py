@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agentbench.errors import InputError
-from agentbench.tokenize import chat_prompt_tokens, count_tokens
+from agentbench.prompts.words import chat_prompt_tokens, count_tokens
 from agentbench.traces.readers import detect_format, read_trace
 from agentbench.traces.readers._text import (
     PromptHasher,

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from agentbench.record import RecordConfig, rebuild, start_proxy
-from agentbench.record.store import journal_path, read_meta
-from agentbench.scenario import Scenario, SimulatedEndpoint
+from agentbench.prompts.words import chat_prompt_tokens
+from agentbench.proxy import RecordConfig, rebuild, start_proxy
+from agentbench.proxy.store import journal_path, read_meta
+from agentbench.scenario.model import Scenario, SimulatedEndpoint
 from agentbench.sim import start_simulator
-from agentbench.tokenize import chat_prompt_tokens
 from agentbench.traces.readers import native
 
 pytestmark = pytest.mark.timeout(120)
@@ -224,8 +224,8 @@ def test_stats_and_rebuild(recording: tuple[Path, list[Sent]], tmp_path: Path) -
 
 def test_replay_sends_the_same_prompt_sizes_in_order(recording: tuple[Path, list[Sent]],
                                                      tmp_path: Path) -> None:
-    from agentbench import records
     from agentbench.replay import run
+    from agentbench.results import schema as records
 
     out, log = recording
     trace = native.read(out)

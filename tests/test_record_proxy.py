@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from aiohttp import web
 
-from agentbench.record import RecordConfig, start_proxy
-from agentbench.record.proxy import parse_listen, upstream_root
-from agentbench.record.store import journal_path, read_meta
-from agentbench.tokenize import chat_prompt_tokens
+from agentbench.prompts.words import chat_prompt_tokens
+from agentbench.proxy import RecordConfig, start_proxy
+from agentbench.proxy.proxy import parse_listen, upstream_root
+from agentbench.proxy.store import journal_path, read_meta
 from agentbench.traces.readers import native
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,12 +1,12 @@
-"""Sessions and subagents from recorded calls (``agentbench.record.sessionize``), on
+"""Sessions and subagents from recorded calls (``agentbench.proxy.sessionize``), on
 hand-built calls: times in ms, prompts as message digest chains (small ints)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agentbench.record.calls import Call
-from agentbench.record.sessionize import sessionize
+from agentbench.proxy.calls import Call
+from agentbench.proxy.sessionize import sessionize
 
 MS = 1_000_000
 

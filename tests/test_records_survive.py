@@ -11,7 +11,7 @@ from test_metrics import MS, req, write_run
 from test_replay_cli import fast_server  # noqa: F401 - fixture
 
 from agentbench.metrics import summarize
-from agentbench.replay.writer import finish_record
+from agentbench.results.writer import finish_record
 from agentbench.transport.http import RequestRecord
 from agentbench.transport.sse import parse_stream
 
@@ -309,7 +309,7 @@ def test_env_markers_are_expanded_where_sent_and_named_when_unset(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from agentbench.errors import InputError
     from agentbench.replay.endpoints import expand_env, secrets_of
-    from agentbench.scenario import OpenAIEndpoint
+    from agentbench.scenario.model import OpenAIEndpoint
 
     monkeypatch.setenv("AB_K", "value-of-k-123")
     found: list[str] = []
@@ -328,8 +328,8 @@ def test_env_markers_are_expanded_where_sent_and_named_when_unset(
 def test_a_killed_runs_server_metrics_come_back_from_the_journal(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from agentbench import records
-    from agentbench.replay.writer import ResultsWriter, recover
+    from agentbench.results import schema as records
+    from agentbench.results.writer import ResultsWriter, recover
 
     w = ResultsWriter(tmp_path)
     w.add_server_samples([{"time_ns": i, "endpoint": "e", "name": "vllm:hits",

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from agentbench import records
 from agentbench.cli import app
+from agentbench.results import schema as records
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from agentbench import records
 from agentbench.replay import run_scenario
-from agentbench.scenario import Scenario
+from agentbench.results import schema as records
+from agentbench.scenario.model import Scenario
 from agentbench.traces.model import Session, Trace, Turn
 
 STRICT = os.environ.get("AB_FIDELITY_STRICT") == "1"

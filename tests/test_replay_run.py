@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from agentbench import records
 from agentbench.replay import run_scenario
-from agentbench.scenario import Scenario
+from agentbench.results import schema as records
+from agentbench.scenario.model import Scenario
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Trace, Turn
 

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentbench import tokenize
-from agentbench.replay import prompts, schedule
+from agentbench.prompts import layout as prompts
+from agentbench.prompts import words as tokenize
+from agentbench.replay import schedule
 from agentbench.replay.timers import Timers
 from agentbench.testing.fastserver import events
 from agentbench.traces.model import Turn
@@ -339,8 +340,8 @@ def test_weka_turns_memo_and_counts(weka_trace) -> None:  # type: ignore[no-unty
 def test_spool_left_by_a_killed_run_is_recovered(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pyarrow.parquet as pq
 
-    from agentbench import records
-    from agentbench.replay.writer import ResultsWriter, recover
+    from agentbench.results import schema as records
+    from agentbench.results.writer import ResultsWriter, recover
     from agentbench.transport.http import RequestRecord
 
     w = ResultsWriter(tmp_path, flush_rows=2)

@@ -20,11 +20,11 @@ import pytest
 from test_replay_cli import fast_server, write_scenario  # noqa: F401 - fixture
 from test_replay_run import WEKA_TREES, scenario, small_outputs
 
-from agentbench import records
 from agentbench.replay import run_scenario
 from agentbench.replay.stages import STATE_SLOTS, Shard, TreeSource
 from agentbench.replay.workers import WORKERS_DIR, merge_parts, resolve_workers
-from agentbench.replay.writer import ResultsWriter
+from agentbench.results import schema as records
+from agentbench.results.writer import ResultsWriter
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from agentbench import records as R
 from agentbench.cli import app
 from agentbench.metrics.catalog import METRICS, format_value
 from agentbench.report.compare import change, change_phrase, run_labels
+from agentbench.results import schema as R
 from agentbench.testing.demo import write_demo_run
 
 EVIL = "<script>alert('x')</script>"

@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from agentbench import records
 from agentbench.cli import app
 from agentbench.replay.progress import Counts, Plan, clock, describe, fraction, plan_of
-from agentbench.scenario_flags import DEFAULT_TRACE, scenario_from_flags, trace_spec
-from agentbench.scenario_io import ScenarioError, load_scenario, parse_scenario, parse_set
+from agentbench.results import schema as records
+from agentbench.scenario.flags import DEFAULT_TRACE, scenario_from_flags, trace_spec
+from agentbench.scenario.loading import ScenarioError, load_scenario, parse_scenario, parse_set
 
 NS = 1_000_000_000
 
@@ -158,7 +158,7 @@ def test_a_bad_set_names_its_key_and_no_line_of_the_file() -> None:
 
 def test_a_set_reaches_every_variant() -> None:
     text = VIRTUAL + "variants:\n  - {name: a}\n  - {name: b, set: {load.concurrency: 1}}\n"
-    from agentbench.scenario_io import expand_variants
+    from agentbench.scenario.loading import expand_variants
 
     a, b = expand_variants(parse_scenario(text, sets=[parse_set("limits.max_requests=7")]))
     assert a.limits.max_requests == b.limits.max_requests == 7

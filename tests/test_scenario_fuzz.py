@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from agentbench.errors import InputError
-from agentbench.scenario_io import (
+from agentbench.scenario.loading import (
     MAX_SCENARIO_CHARS,
     ScenarioError,
     check_scenario,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbench.scenario_io import ScenarioError, load_scenario, parse_scenario
+from agentbench.scenario.loading import ScenarioError, load_scenario, parse_scenario
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
 
@@ -121,7 +121,7 @@ VARIANTS = MINIMAL.replace(
 
 
 def test_variants_expand_to_one_scenario_each() -> None:
-    from agentbench.scenario_io import expand_variants
+    from agentbench.scenario.loading import expand_variants
 
     sc = parse_scenario(VARIANTS)
     rr, tier = expand_variants(sc)

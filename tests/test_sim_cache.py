@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentbench.scenario import SharedTier, SimulatedEndpoint
+from agentbench.prompts.words import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER, block_text
+from agentbench.scenario.model import SharedTier, SimulatedEndpoint
 from agentbench.sim.cluster import Cluster
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.virtual import run_virtual, virtual_end
-from agentbench.tokenize import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER, block_text
 from agentbench.traces.model import Session, Turn, iter_turns_in_send_order
 from agentbench.traces.stats import potential_cached_tokens
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_kvcache import PrefixCache as RefCache
 
-from agentbench.scenario import SharedTier, SimulatedEndpoint
+from agentbench.scenario.model import SharedTier, SimulatedEndpoint
 from agentbench.sim import cluster as cluster_mod
 from agentbench.sim import engine as engine_mod
 from agentbench.sim.cluster import Cluster

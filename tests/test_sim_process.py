@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentbench.scenario import SimulatedEndpoint
+from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim import SimProcess, SimulatorStartError, start_simulator
 
 pytestmark = pytest.mark.timeout(60)
@@ -115,7 +115,7 @@ async def test_the_simulator_dies_with_its_parent() -> None:
     """A parent killed with SIGKILL cannot clean up: the child sees its stdin close."""
     script = textwrap.dedent("""
         import asyncio, sys
-        from agentbench.scenario import SimulatedEndpoint
+        from agentbench.scenario.model import SimulatedEndpoint
         from agentbench.sim import start_simulator
 
         async def main():
@@ -165,7 +165,7 @@ async def test_replay_against_the_simulator_process(weka_trace, tmp_path):  # ty
     after the run; the summary is in simulated time and counts the agents the bound cut."""
     from agentbench.metrics import summarize
     from agentbench.replay import run_scenario
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     sc = Scenario.model_validate({
         "name": "sim-e2e", "seed": 0, "clock": "wall",

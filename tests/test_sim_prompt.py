@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentbench.prompts.words import block_text, chat_prompt_tokens, token_ids
 from agentbench.sim.prompt import PromptHasher, split_at_pieces, splitmix64
-from agentbench.tokenize import block_text, chat_prompt_tokens, token_ids
 
 _ALPHABET = st.sampled_from(list("ab Z9_.,;:'\"()[]{}=-\n\r\t  éß世") + [" the", "\n\n",
                                                                        "  ", "def ", "123"])

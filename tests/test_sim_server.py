@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentbench.scenario import SimulatedEndpoint
+from agentbench.prompts.words import block_text, chat_prompt_tokens, count_tokens
+from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim import SESSION_HEADER, SimHandle, start_simulator
-from agentbench.tokenize import block_text, chat_prompt_tokens, count_tokens
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agentbench.scenario import SharedTier, SimulatedEndpoint
+from agentbench.scenario.model import SharedTier, SimulatedEndpoint
 from agentbench.sim import decoderuns
 from agentbench.sim.cluster import Cluster
 from agentbench.sim.engine import Instance, SimRequest

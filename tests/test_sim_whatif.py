@@ -19,9 +19,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentbench.scenario import SimulatedEndpoint
+from agentbench.prompts.words import block_text
+from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim import SESSION_HEADER, start_simulator
-from agentbench.tokenize import block_text
 from agentbench.traces.model import Session
 from agentbench.traces.stats import potential_cached_tokens
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentbench import tokenize as T
+from agentbench.prompts import words as T
 from agentbench.traces.tokenizers import ApproxTokenizer, get_tokenizer
 
 PROSE_MODULES = (
@@ -160,7 +160,7 @@ def test_bad_tokenizer_specs_are_input_errors(tmp_path: Path) -> None:
 def test_block_bytes_are_block_text_in_one_pass() -> None:
     import numpy as np
 
-    from agentbench.tokenize import block_bytes, block_text, block_texts
+    from agentbench.prompts.words import block_bytes, block_text, block_texts
 
     rng = np.random.default_rng(3)
     for salt in (0, -1, 2**63 - 1, int(rng.integers(0, 2**62))):

@@ -241,7 +241,7 @@ def test_stats_cli_names_every_bad_file_or_skips_them(tmp_path: Path) -> None:
 def test_scenario_skip_bad_reaches_the_trace(tmp_path: Path) -> None:
     import pydantic
 
-    from agentbench.scenario import TraceSource
+    from agentbench.scenario.model import TraceSource
     from agentbench.traces.load import load_scenario_trace
 
     d = _folder(tmp_path, {"a.json": "weka-negative-t.json", "b.json": "valid-weka.json"})

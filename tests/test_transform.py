@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agentbench.errors import InputError
-from agentbench.scenario import TraceFilters
+from agentbench.scenario.model import TraceFilters
 from agentbench.traces.load import apply_filters
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.stats import potential_cached_tokens, trace_stats

@@ -19,8 +19,8 @@ import pytest
 
 from agentbench.metrics import summarize
 from agentbench.replay import run
-from agentbench.scenario import Scenario
-from agentbench.scenario_io import load_scenario
+from agentbench.scenario.loading import load_scenario
+from agentbench.scenario.model import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -127,7 +127,7 @@ def test_virtual_prompt_tokens_are_the_trace_s(weka_dir: Path, tmp_path: Path,
 def test_clock_dependent_defaults_survive_variants() -> None:
     """No idle cap and a 10 s metrics interval in virtual time, unless set (by the base
     or a variant); 10 s / 1 s on the wall clock."""
-    from agentbench.scenario_io import expand_variants
+    from agentbench.scenario.loading import expand_variants
 
     base = Scenario.model_validate({
         "name": "v", "endpoints": [{"kind": "simulated"}],

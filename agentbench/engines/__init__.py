@@ -24,7 +24,7 @@ def serving(scenario: Any, scenario_path: Path | None = None
 
     base = scenario_path.resolve().parent if scenario_path else Path.cwd()
     print(f"server: starting {scenario.server.health_url}", file=sys.stderr)
-    from agentbench.replay.secrets import secrets_of
+    from agentbench.scenario.secrets import secrets_of
 
     secrets = tuple(v for e in scenario.endpoints for v in secrets_of(e))
     with managed_server(scenario.server, base, Path(scenario.output.dir),

@@ -9,9 +9,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from agentbench import records as R
 from agentbench.metrics.derive import Derived
 from agentbench.metrics.stats import group_quantiles
+from agentbench.results import schema as R
 
 NS_PER_S = 1e9
 

@@ -18,8 +18,8 @@ import numpy.typing as npt
 
 from agentbench.metrics.agents import build_trees, request_meets_slos
 from agentbench.metrics.derive import Derived, derive
-from agentbench.metrics.records_io import RunRecords
 from agentbench.metrics.summary import stage_windows
+from agentbench.results.reader import RunRecords
 
 FloatArray = npt.NDArray[np.float64]
 QUANT = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}

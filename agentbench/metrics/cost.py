@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from agentbench import records as R
 from agentbench.metrics.stats import ratio
+from agentbench.results import schema as R
 
 MTOK = 1e6
 FloatArray = npt.NDArray[np.float64]

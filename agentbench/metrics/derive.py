@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from agentbench import records as R
+from agentbench.results import schema as R
 
 FloatArray = npt.NDArray[np.float64]
 NS_PER_MS = 1e6

@@ -15,15 +15,15 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from agentbench import records as R
 from agentbench.errors import InputError
 from agentbench.metrics import cache, saturation
 from agentbench.metrics.agents import build_trees, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
-from agentbench.metrics.records_io import RunRecords, Settings, read_records
 from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
 from agentbench.metrics.validity import CONTEXT_OVERFLOW, agentx_headline, validity
+from agentbench.results import schema as R
+from agentbench.results.reader import RunRecords, Settings, read_records
 
 #: run.json statuses of a run whose process ended without writing its last rows
 DIED = ("killed", "crashed")

@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any
 
-from agentbench.replay.prompts import Segment
+from agentbench.prompts.layout import Segment
 
 #: streamed token events per second one client process sustains (see the module doc)
 EVENTS_PER_WORKER = 40_000

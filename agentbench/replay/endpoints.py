@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from agentbench.errors import InputError
-from agentbench.replay.prompts import (
+from agentbench.prompts.layout import (
     BlockCache,
     BodyTemplate,
     Segment,
@@ -22,7 +22,7 @@ from agentbench.replay.prompts import (
     chat_overhead,
 )
 from agentbench.replay.schedule import choice_rng
-from agentbench.replay.secrets import (  # noqa: F401 - re-exported
+from agentbench.scenario.secrets import (  # noqa: F401 - re-exported
     HARMLESS_HEADERS,
     MIN_SECRET,
     SECRET_KEY_PARTS,

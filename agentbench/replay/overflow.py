@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentbench import records
+from agentbench.results import schema as records
 
 #: the error type of a context overflow
 CONTEXT_OVERFLOW = "context_overflow"

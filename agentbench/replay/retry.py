@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentbench import records
+from agentbench.results import schema as records
 from agentbench.transport.http import RequestRecord
 
 NS = 1_000_000_000

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbench.errors import InputError, ResultsWriteError
+from agentbench.prompts.layout import BlockCache
 from agentbench.replay.clock import VIRTUAL, now_ns_of
 from agentbench.replay.endpoints import (
     LiveEndpoint,
@@ -24,14 +25,6 @@ from agentbench.replay.endpoints import (
 )
 from agentbench.replay.overflow import classifier
 from agentbench.replay.progress import Progress, plan_of
-from agentbench.replay.prompts import BlockCache
-from agentbench.replay.rundir import (
-    make_run_dir,
-    release_space,
-    reserve_space,
-    run_info,
-    write_run_json,
-)
 from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import http_collector, sample_collector, scrape_loop
 from agentbench.replay.stages import (
@@ -46,8 +39,15 @@ from agentbench.replay.stages import (
 )
 from agentbench.replay.timers import Timers
 from agentbench.replay.tree import RunContext, tree_specs
-from agentbench.replay.writer import ResultsWriter
-from agentbench.rules import run_rules
+from agentbench.results.rundir import (
+    make_run_dir,
+    release_space,
+    reserve_space,
+    run_info,
+    write_run_json,
+)
+from agentbench.results.writer import ResultsWriter
+from agentbench.scenario.rules import run_rules
 from agentbench.traces.model import Trace
 from agentbench.traces.stats import potential_cached_tokens
 from agentbench.transport.loop import running_loop_name
@@ -110,7 +110,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     specs = tree_specs(trace)
     potential = potential_cached_tokens(trace.sessions)
     run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
-    from agentbench.replay.secrets import secrets_of
+    from agentbench.scenario.secrets import secrets_of
 
     secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
     info = run_info(scenario, secrets, run_dir, trace=trace)
@@ -118,6 +118,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                      "requests": trace.n_requests()}
     if trace.skipped:
         info["trace"]["skipped_bad_files"] = list(trace.skipped)
+    # the word set's recorded name (stable across releases; the code is prompts/words.py)
     info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
     info["workers"] = n_workers
     info["time_base"] = clock
@@ -158,7 +159,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     try:
         vocab = None
         if scenario.prompt.tokenizer:
-            from agentbench.replay.vocab import vocab_from_tokenizer
+            from agentbench.prompts.vocab import vocab_from_tokenizer
 
             vocab = vocab_from_tokenizer(scenario.prompt.tokenizer)
         caches = {api: BlockCache(api, vocab) for api in {e.api for e in scenario.endpoints}}
@@ -296,8 +297,8 @@ def _remove_empty_run(run_dir: Path) -> None:
     at its preflight); one with anything else in it (an engine's log) stays."""
     import shutil
 
-    from agentbench import records
-    from agentbench.spool import JOURNAL_SUFFIX, RESERVE_FILE, SCHEMAS, SPOOL_SUFFIX
+    from agentbench.results import schema as records
+    from agentbench.results.spool import JOURNAL_SUFFIX, RESERVE_FILE, SCHEMAS, SPOOL_SUFFIX
 
     ours = {records.RUN_FILE, RESERVE_FILE, *SCHEMAS}
     names = [p.name for p in run_dir.iterdir()]
@@ -308,7 +309,7 @@ def _remove_empty_run(run_dir: Path) -> None:
 def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
     """The one line a run stopped by its disk ends with: what failed, what was kept, and
     how to finish the files once there is room."""
-    from agentbench.spool import has_spools
+    from agentbench.results.spool import has_spools
 
     if has_spools(run_dir):
         failure.hint = (f"free space, then `agentbench recover {run_dir}` writes the "

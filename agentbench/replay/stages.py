@@ -15,7 +15,7 @@ from typing import Any
 from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
 from agentbench.replay.tree import RunContext, StageOver, TreeRun, TreeSpec
 from agentbench.replay.warmup import LaneWarmup
-from agentbench.replay.writer import ResultsWriter
+from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Trace
 
 

@@ -16,15 +16,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentbench import records
+from agentbench.prompts.layout import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.overflow import CONTEXT_OVERFLOW
-from agentbench.replay.prompts import BlockCache, SessionPrompt, salt_for
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.warmup import LaneWarmup
-from agentbench.replay.writer import ResultsWriter
+from agentbench.results import schema as records
+from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Session, Trace
 from agentbench.transport.http import RequestRecord, make_body, send
 
@@ -285,7 +285,7 @@ class TreeRun:
                 builder = SessionPrompt(self.ctx.caches[api], salt, sess.session_id,
                                         overhead, self.ctx.shared_prefix_tokens)
             else:
-                from agentbench.transport.segments import SegmentPrompt
+                from agentbench.prompts.segments import SegmentPrompt
 
                 builder = SegmentPrompt(salt, sess.session_id, overhead,
                                         self.ctx.shared_prefix_tokens, api == "chat",

@@ -42,7 +42,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agentbench import records
 from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
 from agentbench.replay.stages import (
@@ -56,6 +55,7 @@ from agentbench.replay.stages import (
     restore_gc,
     run_stage,
 )
+from agentbench.results import schema as records
 
 WORKERS_DIR = "workers"
 _STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
@@ -151,11 +151,11 @@ def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
 
 
 async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
+    from agentbench.prompts.layout import BlockCache
     from agentbench.replay.endpoints import Router, close_endpoint, reconnect
-    from agentbench.replay.prompts import BlockCache
     from agentbench.replay.timers import Timers
     from agentbench.replay.tree import RunContext, tree_specs
-    from agentbench.replay.writer import ResultsWriter
+    from agentbench.results.writer import ResultsWriter
     from agentbench.traces.stats import potential_cached_tokens
 
     loop = asyncio.get_running_loop()
@@ -181,7 +181,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     try:
         vocab = None
         if sc.prompt.tokenizer:
-            from agentbench.replay.vocab import vocab_from_tokenizer
+            from agentbench.prompts.vocab import vocab_from_tokenizer
 
             vocab = vocab_from_tokenizer(sc.prompt.tokenizer)
         caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
@@ -402,7 +402,7 @@ def merge_parts(run_dir: Path, parts: list[Path]) -> int:
     """Append each part folder's parquet files (spools left by a killed worker recovered
     first) to ``run_dir``'s, rows ordered by end time; remove the parts; return the number
     of request rows."""
-    from agentbench.replay.writer import recover
+    from agentbench.results.writer import recover
 
     schemas = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
                records.SESSIONS_FILE: records.SESSIONS_SCHEMA,

@@ -157,12 +157,12 @@ def evaluate(base_dir: str | Path, cand_dir: str | Path, rules: list[Rule],
     """Apply every rule to two results folders (summaries computed when missing).
 
     Refuses (``InputError``) runs whose fingerprints differ in a field not in ``allow``
-    (``agentbench.fingerprint.check_comparable``)."""
+    (``agentbench.scenario.fingerprint.check_comparable``)."""
     from agentbench.api import load
-    from agentbench.fingerprint import check_comparable
     from agentbench.metrics.bootstrap import bootstrappable, paired_replicates, tree_data
     from agentbench.metrics.derive import derive
-    from agentbench.metrics.timebase import VIRTUAL
+    from agentbench.results.timebase import VIRTUAL
+    from agentbench.scenario.fingerprint import check_comparable
 
     runs = [load(base_dir), load(cand_dir)]
     out = GateResult(options=opts)

@@ -1,7 +1,7 @@
 """agentbench's embedded serving simulator: an OpenAI-compatible server in front of a
 simulated cluster of KV-cache-aware inference instances.
 
-    handle = await start_simulator(cfg)   # cfg: agentbench.scenario.SimulatedEndpoint
+    handle = await start_simulator(cfg)   # cfg: agentbench.scenario.model.SimulatedEndpoint
     handle.url                            # e.g. http://127.0.0.1:40123 (API under /v1)
     await handle.close()
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agentbench.scenario import SimulatedEndpoint
+from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim.engine import Instance, SimRequest, context_error, first_fit_error
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset

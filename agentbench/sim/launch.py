@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal, overload
 
-from agentbench.scenario import SimulatedEndpoint
+from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim.process import SimProcess, spawn_simulator
 from agentbench.sim.server import SimHandle, start_in_process
 

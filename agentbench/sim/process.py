@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from agentbench.errors import InputError
-from agentbench.scenario import SimulatedEndpoint
+from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim.errors import SimulatorStartError
 from agentbench.sim.server import start_in_process
 

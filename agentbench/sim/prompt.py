@@ -1,5 +1,5 @@
 """Prompt tokens and prefix-chained block hashes, computed the way agentbench's prompt builder
-counts tokens (``agentbench.tokenize``).
+counts tokens (``agentbench.prompts.words``).
 
 A chat prompt is, per message, ``<role> content <end>`` (``CHAT_TOKENS_PER_MESSAGE`` = 2
 template tokens) and then one ``<assistant>`` reply primer, so its length is exactly
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.tokenize import token_ids
+from agentbench.prompts.words import token_ids
 
 U64 = npt.NDArray[np.uint64]
 

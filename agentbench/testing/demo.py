@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from agentbench import records as R
+from agentbench.results import schema as R
 
 MS = 1_000_000
 
@@ -30,7 +30,7 @@ def _lists(values: np.ndarray, lengths: np.ndarray, typ: pa.DataType) -> pa.Arra
 
 
 def demo_scenario(name: str, gpus: float, concurrency: Sequence[int]) -> dict[str, Any]:
-    """The scenario recorded in run.json (valid for ``agentbench.scenario.Scenario``)."""
+    """The scenario recorded in run.json (valid for ``agentbench.scenario.model.Scenario``)."""
     return {
         "name": name, "description": "synthetic demo run <not a measurement>", "seed": 0,
         "endpoints": [{"kind": "simulated", "name": "sim"}],

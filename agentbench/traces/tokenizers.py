@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentbench import tokenize as approx
 from agentbench.errors import InputError
+from agentbench.prompts import words as approx
 
 
 class Tokenizer(Protocol):
@@ -25,7 +25,7 @@ class Tokenizer(Protocol):
 
 
 class ApproxTokenizer:
-    """The dependency-free approximate tokenizer of ``agentbench.tokenize``."""
+    """The dependency-free approximate tokenizer of ``agentbench.prompts.words``."""
 
     name = "approx"
 

@@ -8,7 +8,7 @@ request's record:
   raw stream; ``sse`` reads it afterwards);
 - ``simulated``: the embedded serving simulator in the same process, on the virtual clock
   (``agentbench.replay.clock``), with prompts as prefix-chained block hashes
-  (``segments``, which encodes the replay's prompt layout, ``agentbench.replay.prompts``)
+  (``segments``, which encodes the replay's prompt layout, ``agentbench.prompts.layout``)
   instead of text.
 
 The replay opens endpoints (``agentbench.replay.endpoints``) and hands each request to its

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import aiohttp.payload
 
-from agentbench import records
+from agentbench.results import schema as records
 from agentbench.transport import pool as connpool
 from agentbench.transport import stream
 
@@ -31,7 +31,7 @@ perf_ns = time.perf_counter_ns
 class RequestRecord:
     """One request as it happened; ``chunks``/``chunk_ns`` hold the response body as it
     arrived (pieces, each stamped with the arrival of the read that brought its last byte)
-    until the writer turns them into columns (``agentbench.replay.writer``)."""
+    until the writer turns them into columns (``agentbench.results.writer``)."""
 
     request_id: int
     stage: str

@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from agentbench import records
+from agentbench.prompts.segments import SegmentPrompt, SimPrompt
+from agentbench.results import schema as records
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.metrics import samples
 from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.http import RequestRecord
-from agentbench.transport.segments import SegmentPrompt, SimPrompt
 from agentbench.transport.sse import StreamResult
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from agentbench import tokenize
+from agentbench.prompts import words as tokenize
 
 # "content":"x (non-empty string), "tool_calls":[ {  — JSON allows whitespace around ':'.
 _TOKEN_RE = re.compile(

@@ -75,7 +75,7 @@ def run_scenario_on_port(path: Path, tmp: Path, port: int, default_port: int) ->
 
     from agentbench.engines import serving
     from agentbench.replay import run as replay_run
-    from agentbench.scenario_io import load_scenario
+    from agentbench.scenario.loading import load_scenario
 
     sc = load_scenario(path)
     old, new = str(default_port), str(port)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from agentbench.errors import InputError
-from agentbench.scenario_yaml import (  # noqa: F401 - re-exported
+from agentbench.scenario.yamlfile import (  # noqa: F401 - re-exported
     MAX_DEPTH,
     MAX_NODES,
     MAX_SCENARIO_CHARS,
@@ -54,7 +54,7 @@ def validate_data(data: dict[str, Any], source: str,
     with it, so it names the flag the user typed."""
     from pydantic import ValidationError
 
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     lines = lines or {}
     labels = dict(labels or {})
@@ -67,7 +67,7 @@ def validate_data(data: dict[str, Any], source: str,
         labels.setdefault(key, f"--set {key}")
     if problems:
         raise ScenarioError(source, problems)
-    from agentbench import rules
+    from agentbench.scenario import rules
 
     rules.fill_defaults(data)
     try:
@@ -170,7 +170,7 @@ def _numeric(value: Any) -> bool:
 
 def _union_kinds() -> dict[str, str]:
     """The values ``kind`` may take, by section (for 'missing kind' errors)."""
-    from agentbench.scenario import Endpoint, Load, TraceSpec
+    from agentbench.scenario.model import Endpoint, Load, TraceSpec
 
     out = {}
     for section, union in (("endpoints", Endpoint), ("trace", TraceSpec), ("load", Load)):
@@ -297,7 +297,7 @@ def _variant(sc: Any, v: Any) -> Any:
     """The scenario of one variant: the base with the variant's dotted keys set."""
     from pydantic import ValidationError
 
-    from agentbench.scenario import Scenario
+    from agentbench.scenario.model import Scenario
 
     data = sc.model_dump(mode="python", exclude={"variants"})
     for key, value in v.set.items():

@@ -89,7 +89,7 @@ def scenario_from_flags(url: str | None, model: str | None, *,
     """A validated, checked ``Scenario`` from the ``run`` flags (see :func:`scenario_data`)
     with ``--set`` overrides; a relative ``--trace`` path is relative to ``base_dir`` (the
     current folder)."""
-    from agentbench.scenario_io import (
+    from agentbench.scenario.loading import (
         ScenarioError,
         check_scenario,
         label_problems,

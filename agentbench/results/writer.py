@@ -3,7 +3,7 @@ journal (one JSON line, ~4 us), rows are written in batches to an Arrow IPC spoo
 journal is then emptied), and the spool is converted to parquet when the run ends
 (normally, on Ctrl-C or on a crash). The journal is what makes SIGKILL lose no finished
 row; a spool and journal left by a killed process are converted by
-``agentbench.spool.recover``, which every reader calls.
+``agentbench.results.spool.recover``, which every reader calls.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from agentbench import records
 from agentbench.errors import ResultsWriteError
-from agentbench.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
+from agentbench.results import schema as records
+from agentbench.results.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
 from agentbench.transport.http import RequestRecord
 from agentbench.transport.sse import parse_stream
 
@@ -77,7 +77,7 @@ class _Spool:
     """Rows appended to an Arrow IPC stream file (the schema once, then one message per
     batch), written with plain ``os.write`` so that a failed write can be cut back to the
     last whole batch: a full disk keeps every row that fits, and the file stays a valid
-    stream that :func:`agentbench.spool.spool_to_parquet` reads."""
+    stream that :func:`agentbench.results.spool.spool_to_parquet` reads."""
 
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.path = path

@@ -26,8 +26,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from agentbench.record import store
-from agentbench.record.calls import Analyzer, Call
+from agentbench.proxy import store
+from agentbench.proxy.calls import Analyzer, Call
 
 #: hop-by-hop headers (RFC 9110 §7.6.1) and the ones aiohttp sets itself
 _REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
@@ -78,7 +78,7 @@ class Recorder:
     that is longer, while calls come, and at close)."""
 
     def __init__(self, cfg: RecordConfig, t0_ns: int) -> None:
-        from agentbench.replay.secrets import url_userinfo
+        from agentbench.scenario.secrets import url_userinfo
 
         self.cfg = cfg
         self.t0_ns = t0_ns

@@ -3,7 +3,7 @@
 Over HTTP the simulator tokenizes the prompt text and hashes every ``block_size`` tokens
 with a prefix-chained hash (``agentbench.sim.prompt``). In virtual time the replay hands it
 the same hashes' *equalities* directly: a prompt is the sequence of segments the text
-would be made of (``agentbench.replay.prompts.layout``: template tokens, shared prefix,
+would be made of (``agentbench.prompts.layout.layout``: template tokens, shared prefix,
 trace blocks, cut blocks, unique tails), and the hash of the engine block ending at token
 ``p`` identifies the segments before ``p`` and the offset of ``p`` in its segment. Two
 prompts get equal block hashes exactly where their text would share a token prefix
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.replay.prompts import SHARED_PREFIX_SALT, Segment, tail_layout
+from agentbench.prompts.layout import SHARED_PREFIX_SALT, Segment, tail_layout
+from agentbench.prompts.words import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
 from agentbench.sim.prompt import splitmix64
-from agentbench.tokenize import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
 from agentbench.traces.model import Turn
 
 U64 = npt.NDArray[np.uint64]
@@ -70,7 +70,7 @@ class SimPrompt:
 
 class SegmentPrompt:
     """One session's prompts for the in-process simulator (see the module doc); the
-    counterpart of ``agentbench.replay.prompts.SessionPrompt``, with the same layout."""
+    counterpart of ``agentbench.prompts.layout.SessionPrompt``, with the same layout."""
 
     def __init__(self, salt: int, session_id: str, overhead: int, shared_prefix: int,
                  chat: bool, block_size: int) -> None:

@@ -1,5 +1,5 @@
 """Reading one results folder (CONTRACTS §6): the three parquet tables and run.json,
-checked against ``agentbench.records`` so a bad folder is one line naming file and field."""
+checked against ``agentbench.results.schema`` so a bad folder is one line naming file and field."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from agentbench import records as R
 from agentbench.errors import InputError
-from agentbench.metrics.timebase import TimeBase, time_base
+from agentbench.results import schema as R
+from agentbench.results.timebase import TimeBase, time_base
 
 LIST_COLUMNS = ("token_event_ns", "token_event_tokens")
 
@@ -104,7 +104,7 @@ def read_settings(run: dict[str, Any], source: str) -> Settings:
     models, so a typo is reported with its key path)."""
     from pydantic import ValidationError
 
-    from agentbench.scenario import Hardware, Prices, SLOs
+    from agentbench.scenario.model import Hardware, Prices, SLOs
 
     sc = run.get("scenario") or {}
     if not isinstance(sc, dict):
@@ -143,7 +143,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 def recover_if_cut_short(d: Path) -> list[str]:
     """A run whose process is gone (killed, crashed) left its rows in a spool: finish its
     parquet files and run.json first. A run still in progress is an error."""
-    from agentbench.spool import has_spools, recover, writer_alive
+    from agentbench.results.spool import has_spools, recover, writer_alive
 
     if not has_spools(d):
         return []

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agentbench.record.calls import Call
+from agentbench.proxy.calls import Call
 from agentbench.traces.model import Relation, Session, Trace, Turn
 
 NS = 1_000_000_000

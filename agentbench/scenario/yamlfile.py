@@ -1,6 +1,6 @@
 """Reading a scenario file's YAML, bounded: size, nesting and alias expansion are capped so
 that no file makes the reader recurse, hang or fill memory; duplicate keys are refused;
-every message is one printable line. ``agentbench.scenario_io`` validates what it reads."""
+every message is one printable line. ``agentbench.scenario.loading`` validates what it reads."""
 
 from __future__ import annotations
 

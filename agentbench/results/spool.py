@@ -1,7 +1,7 @@
 """Rows on their way to parquet: the Arrow IPC spool a run appends to as requests finish,
 and recovery of a run that was cut short (Ctrl-C, SIGTERM, SIGKILL, a crash, a full disk).
 
-Shared by the writer (``agentbench.replay.writer``) and the readers (``agentbench.load``,
+Shared by the writer (``agentbench.results.writer``) and the readers (``agentbench.load``,
 ``report``, ``gate``, ``agentbench recover``), so a run folder is always readable: a spool
 left behind is converted to parquet (every complete batch kept), and run.json's status
 ``running`` of a process that is gone becomes ``killed``.
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from agentbench import records
+from agentbench.results import schema as records
 
 SPOOL_SUFFIX = ".spool.arrows"
 JOURNAL_SUFFIX = ".journal.jsonl"

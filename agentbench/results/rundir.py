@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentbench import records
-from agentbench.replay.secrets import HARMLESS_HEADERS
-from agentbench.spool import RESERVE_FILE
+from agentbench.results import schema as records
+from agentbench.results.spool import RESERVE_FILE
+from agentbench.scenario.secrets import HARMLESS_HEADERS
 
 
 def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
@@ -66,7 +66,7 @@ def git_commit() -> str | None:
 def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     """The scenario as JSON data with header values (but harmless ones), ``extra_body``
     values under secret-looking keys, URL passwords and secret strings removed."""
-    from agentbench.replay.secrets import secret_key, url_userinfo
+    from agentbench.scenario.secrets import secret_key, url_userinfo
 
     data = scenario.model_dump(mode="json")
     clock = getattr(scenario, "clock_mode", None)
@@ -104,10 +104,10 @@ def _redact_keys(obj: Any, secret: Any) -> Any:
 def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path,
              trace: Any = None) -> dict[str, Any]:
     """run.json's first content; ``fingerprint`` says what makes another run comparable
-    (``agentbench.fingerprint``), with the trace's content hash when ``trace`` (the
+    (``agentbench.scenario.fingerprint``), with the trace's content hash when ``trace`` (the
     loaded Trace) is given."""
     from agentbench import __version__
-    from agentbench.fingerprint import fingerprint
+    from agentbench.scenario.fingerprint import fingerprint
 
     data = redacted_scenario(scenario, secrets)
     return {
@@ -125,7 +125,8 @@ def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path,
                   "anchor_wall_ns": time.time_ns(),
                   "anchor_note": "wall-clock time at perf_ns 0; for humans, not for latency"},
         "status": "running",
-        "pid": os.getpid(),  # a reader finishes a run whose process is gone (agentbench.spool)
+        # a reader finishes a run whose process is gone (agentbench.results.spool)
+        "pid": os.getpid(),
         "stages": [],
         "endpoints": [],
         "files": [records.REQUESTS_FILE, records.SESSIONS_FILE, records.SERVER_METRICS_FILE],

@@ -1,0 +1,15 @@
+"""``agentbench record``: a pass-through proxy that records a live agent's LLM traffic into a
+native trace (sessions, subagents, think times, hash ids; no text unless asked).
+
+- :mod:`agentbench.proxy.proxy`: the aiohttp proxy and the recorder behind it;
+- :mod:`agentbench.proxy.calls`: one call's counts, hash ids and digests;
+- :mod:`agentbench.proxy.sessionize`: calls into sessions and subagents (pure);
+- :mod:`agentbench.proxy.store`: the journal and the native file.
+"""
+
+from __future__ import annotations
+
+from agentbench.proxy.proxy import ProxyHandle, RecordConfig, serve, start_proxy
+from agentbench.proxy.store import rebuild
+
+__all__ = ["ProxyHandle", "RecordConfig", "rebuild", "serve", "start_proxy"]

@@ -1,0 +1,2 @@
+"""The scenario: its model, YAML loading, flags, rules, secrets and fingerprint
+(docs/architecture.md)."""

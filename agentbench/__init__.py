@@ -4,13 +4,13 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "compare", "load"]
+__all__ = ["__version__", "compare", "load", "run_experiment"]
 
 
 def __getattr__(name: str) -> Any:
-    """``agentbench.load`` / ``agentbench.compare`` import pandas only when first used, so
-    ``import agentbench`` (and the CLI's --help) stays light."""
-    if name in ("load", "compare", "Run"):
+    """``agentbench.load`` / ``compare`` / ``run_experiment`` import pandas only when first
+    used, so ``import agentbench`` (and the CLI's --help) stays light."""
+    if name in ("load", "compare", "Run", "run_experiment"):
         from agentbench import api
 
         return getattr(api, name)

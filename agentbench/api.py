@@ -1,4 +1,5 @@
-"""The Python API: ``agentbench.load(run_dir)`` and ``agentbench.compare(r1, r2, ...)``.
+"""The Python API: ``agentbench.load(run_dir)``, ``agentbench.compare(r1, r2, ...)`` and
+``agentbench.run_experiment(scenario)``.
 
     import agentbench
     r = agentbench.load("results/quickstart-…")
@@ -8,209 +9,58 @@
     c = agentbench.compare(r, agentbench.load("results/other"))
     c.values, c.ratios  # floats: one row per metric, one column per run name
     c.table             # the same, formatted, with changes against the first run
+    x = agentbench.run_experiment("scenarios/quickstart.yaml")   # as `agentbench run`
+    x.runs[0].summary, x.exit_code
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pandas as pd
+    from agentbench.metrics.run import Run
+    from agentbench.report.comparison import Comparison
 
-    from agentbench.results.reader import RunRecords
-    from agentbench.results.timebase import TimeBase
-
-# the raw stamps (integer ns since the run's start) of each table
-REQUEST_TIMES = ("scheduled_ns", "sent_ns", "first_token_ns", "last_token_ns", "end_ns")
-SESSION_TIMES = ("start_ns", "end_ns", "makespan_ns", "llm_wait_ns")
-
-
-def _in_base(df: pd.DataFrame, cols: tuple[str, ...], factor: float, kind: str
-             ) -> pd.DataFrame:
-    """``df`` with its ns columns multiplied by ``factor`` (simulated time at speedup S:
-    wall x S), kept integer where they were, and ``attrs["time_base"] = kind``."""
-    import numpy as np
-
-    df = df.copy()
-    if factor != 1.0:
-        for c in cols:
-            if c in df.columns:  # int64 when no value is null, else float64 (pandas' read)
-                v = df[c].to_numpy(dtype=np.float64, na_value=np.nan) * factor
-                df[c] = np.round(v).astype(np.int64) if df[c].dtype.kind in "iu" else v
-    df.attrs["time_base"] = kind
-    return df
-
-
-@dataclass
-class Run:
-    """One results folder: raw tables as DataFrames, and its summary (CONTRACTS §5)."""
-
-    path: Path
-    summary: dict[str, Any]
-    _records: RunRecords | None = field(default=None, repr=False)
-    _requests: pd.DataFrame | None = field(default=None, repr=False)
-
-    @property
-    def name(self) -> str:
-        return str(self.summary.get("run", {}).get("run_id") or self.path.name)
-
-    @property
-    def records(self) -> RunRecords:
-        """The raw records as read by the metrics (token events kept in Arrow)."""
-        if self._records is None:
-            from agentbench.results.reader import read_records
-
-            self._records = read_records(self.path)
-        return self._records
-
-    @property
-    def time_base(self) -> TimeBase:
-        """The base every time of this run is in (``kind``: "virtual", "simulated" or
-        "wall"; ``factor``: reported = measured wall x factor), from the summary."""
-        from agentbench.results.timebase import TimeBase
-
-        tb = self.summary.get("time_base") or {}
-        return TimeBase(kind=str(tb.get("kind") or "wall"),
-                        factor=float(tb.get("factor") or 1.0), speedup=tb.get("speedup"),
-                        note=str(tb.get("note") or "wall-clock time"),
-                        warnings=list(tb.get("warnings") or []))
-
-    @property
-    def requests(self) -> pd.DataFrame:
-        """Requests (warmup included, see ``phase``), plus per-request metrics: ttft_ms,
-        tpot_ms, e2e_ms, schedule_lag_ms, output_tokens, context_tokens.
-
-        Every time column is in one base, ``run.time_base`` (also
-        ``requests.attrs["time_base"]``): the ns stamps (scheduled_ns ... end_ns, since the
-        run's start) and the ms durations alike. In simulated time at speedup S that is
-        the wall stamps x S, so schedule_lag_ms here is the wall lag x S, where the summary
-        keeps schedule lag in wall time; ``run.records.requests`` has the raw stamps."""
-        if self._requests is None:
-            from agentbench.metrics.derive import derive
-
-            rec = self.records
-            tb = self.time_base
-            d = derive(rec.requests, rec.events, tb.factor)
-            self._requests = _in_base(rec.requests.assign(
-                ttft_ms=d.ttft_ms, tpot_ms=d.tpot_ms, e2e_ms=d.e2e_ms,
-                schedule_lag_ms=d.lag_ms * tb.factor, output_tokens=d.output_tokens,
-                context_tokens=d.expected_input), REQUEST_TIMES, tb.factor, tb.kind)
-        return self._requests
-
-    @property
-    def sessions(self) -> pd.DataFrame:
-        """Sessions, their ns columns in ``run.time_base`` like ``requests``."""
-        tb = self.time_base
-        return _in_base(self.records.sessions, SESSION_TIMES, tb.factor, tb.kind)
-
-    @property
-    def server_metrics(self) -> pd.DataFrame:
-        """Scraped Prometheus samples; ``labels`` as text ``k=v,k=v``."""
-        return self.records.server_metrics
-
-    @property
-    def scenario(self) -> dict[str, Any]:
-        return dict(self.records.run.get("scenario") or {})
-
-    def __repr__(self) -> str:
-        o = self.summary.get("overall", {})
-        ttft = o.get("latency", {}).get("ttft_ms", {}).get("p50")
-        n = o.get("requests", {}).get("total")
-        return f"Run({self.name!r}, requests={n}, ttft_p50_ms={ttft})"
-
-    def _repr_markdown_(self) -> str:
-        from agentbench.metrics import format_summary
-
-        return "```\n" + format_summary(self.summary) + "\n```"
+# the functions import their packages when called, so ``import agentbench`` (and the CLI's
+# --help) stays light: pandas and pyarrow load with the first ``load``
 
 
 def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
-    """Open ``results/<run>/``. The summary is read from summary.json when it is newer
-    than the records, else computed (and written) by ``agentbench.metrics.summarize``."""
-    from agentbench.errors import InputError
-    from agentbench.metrics import summarize
-    from agentbench.results import schema as R
+    """Open ``results/<run>/`` as a ``Run`` (``agentbench.metrics.run.load``)."""
+    from agentbench.metrics.run import load as _load
 
-    p = Path(run_dir)
-    sp = p / R.SUMMARY_FILE
-    rp = p / R.REQUESTS_FILE
-    from agentbench.results.spool import has_spools
-
-    summary = None
-    fresh = sp.exists() and rp.exists() and sp.stat().st_mtime >= rp.stat().st_mtime
-    if not refresh and not has_spools(p) and fresh:
-        try:
-            summary = json.loads(sp.read_text())
-        except ValueError as e:
-            raise InputError(f"not valid JSON ({e})", source=str(sp)) from None
-    from agentbench.metrics.summary import SCHEMA_VERSION
-
-    if summary is None or summary.get("schema_version") != SCHEMA_VERSION:
-        try:
-            summary = summarize(p)
-        except PermissionError:  # a read-only folder (a stored CI baseline): do not write
-            summary = summarize(p, write=False)
-    return Run(p, summary)
-
-
-@dataclass
-class Comparison:
-    """Runs side by side. ``values``: floats, one row per metric (index: the metric's
-    name, e.g. ``ttft_p50``; shares as fractions), one column per run name; ``ratios``:
-    each value ÷ the first run's; ``table``: the formatted view (rows by label, changes
-    against the first run in words); ``headlines``: one published-style sentence per
-    later run."""
-
-    runs: list[Run]
-    values: pd.DataFrame
-    ratios: pd.DataFrame
-    table: pd.DataFrame
-    headlines: list[str]
-    #: what could not be checked for comparability (runs without a fingerprint)
-    warnings: list[str] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return "\n".join([self.table.to_string(), "", *self.headlines,
-                          *(f"warning: {w}" for w in self.warnings)])
-
-    def _repr_html_(self) -> str:
-        from html import escape
-
-        heads = "".join(f"<li>{escape(h)}</li>" for h in self.headlines)
-        return self.table.to_html(escape=True) + f"<ul>{heads}</ul>"
+    return _load(run_dir, refresh=refresh)
 
 
 def compare(*runs: Run | str | Path, block: str = "overall",
             allow: Iterable[str] = ()) -> Comparison:
-    """Compare runs (``Run`` objects or results folders) against the first one.
+    """Runs side by side against the first (``agentbench.report.comparison.compare``)."""
+    from agentbench.report.comparison import compare as _compare
 
-    Runs must be comparable: the same trace content, filters, transforms, load, timing,
-    time base and endpoint kinds (run.json ``fingerprint``), except the fields named in
-    ``allow`` (e.g. ``("endpoints", "load")``, or ``"all"``); otherwise ``InputError``
-    names every field that differs."""
-    from agentbench.report.compare import (
-        comparison_ratios,
-        comparison_values,
-        format_table,
-        headline,
-        run_labels,
-    )
-    from agentbench.results.reader import read_run_json
-    from agentbench.scenario.fingerprint import FIELDS, check_comparable
+    return _compare(*runs, block=block, allow=allow)
 
-    rs = [r if isinstance(r, Run) else load(r) for r in runs]
-    if len(rs) < 2:
-        raise ValueError("compare needs at least two runs")
-    allowed = set(FIELDS) if set(allow) & {"all"} else set(allow)
-    warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
-    sums = [r.summary for r in rs]
-    labels = run_labels(sums)
-    heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
-             for lab, s in zip(labels[1:], sums[1:], strict=True)]
-    values = comparison_values(sums, block=block)
-    return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
-                      warnings)
+
+def run_experiment(scenario: Any, **kwargs: Any) -> Any:
+    """Run a scenario (a ``Scenario`` or a path to its YAML file) as ``agentbench run``
+    does: every variant, summarized, judged and compared (``agentbench.experiment``)."""
+    from agentbench.experiment import run_experiment as _run
+
+    return _run(scenario, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``Run`` and ``Comparison``, the classes ``load`` and ``compare`` return."""
+    if name == "Run":
+        from agentbench.metrics.run import Run
+
+        return Run
+    if name == "Comparison":
+        from agentbench.report.comparison import Comparison
+
+        return Comparison
+    raise AttributeError(f"module 'agentbench.api' has no attribute {name!r}")
+
+
+__all__ = ["Comparison", "Run", "compare", "load", "run_experiment"]

@@ -744,7 +744,7 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
               ) -> dict[str, Any]:
     """One agentbench run, all-in (the parent reads the results folder)."""
     from agentbench.replay import run_scenario
-    from agentbench.scenario.model import Scenario
+    from agentbench.scenario import Scenario  # a module in trees before the packages (--before)
 
     # up to 16 turns per tree (contexts grow by one block a turn), as many trees as needed;
     # one turn per tree: every request a new prompt (each tree its own cache-bust salt)
@@ -761,7 +761,10 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
         "output": {"dir": out_dir, "run_id": f"c{lanes}"},
         "server_metrics": {"enabled": False},
     })
-    from agentbench.results.writer import ResultsWriter
+    try:
+        from agentbench.results.writer import ResultsWriter
+    except ImportError:  # a tree (--before) from before the results package
+        from agentbench.replay.writer import ResultsWriter  # type: ignore[no-redef]
 
     loop = "asyncio"
     if os.environ.get("AB_BENCH_LOOP") == "uvloop":
@@ -769,15 +772,30 @@ def child_run(url: str, lanes: int, requests: int, context: int, think_mean_s: f
 
         loop = use_fast_loop()
     reads = [0, 0]  # socket reads of response bodies, requests (this process's)
-    add = ResultsWriter.add_request
 
-    def counted(self: Any, rec: Any, *args: Any, **kwargs: Any) -> Any:
+    def count(rec: Any) -> None:
         # a tree from before RequestRecord.reads (--before) kept one chunk per read
         reads[0] += getattr(rec, "reads", None) or len(rec.chunks)
         reads[1] += 1
-        return add(self, rec, *args, **kwargs)
 
-    ResultsWriter.add_request = counted  # type: ignore[method-assign]
+    try:  # the replay turns each record into its row with the transport's finish_record
+        from agentbench.replay import tree as replay_tree
+
+        finish = replay_tree.finish_record
+
+        def finish_counted(rec: Any) -> Any:
+            count(rec)
+            return finish(rec)
+
+        replay_tree.finish_record = finish_counted  # type: ignore[assignment]
+    except AttributeError:  # a tree (--before) whose writer took the record itself
+        add = ResultsWriter.add_request
+
+        def counted(self: Any, rec: Any, *args: Any, **kwargs: Any) -> Any:
+            count(rec)
+            return add(self, rec, *args, **kwargs)
+
+        ResultsWriter.add_request = counted  # type: ignore[method-assign]
     res = asyncio.run(run_scenario(sc, trace=trace, progress=False, workers=workers))
     return {"run_dir": str(res.run_dir),
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,

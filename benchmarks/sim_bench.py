@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentbench.prompts.words import block_text  # noqa: E402
+from agentbench.traces.words import block_text  # noqa: E402
 from agentbench.scenario.model import SharedTier, SimulatedEndpoint  # noqa: E402
 from agentbench.sim.cluster import Cluster  # noqa: E402
 from agentbench.sim.virtual import run_virtual  # noqa: E402

@@ -7,7 +7,7 @@ index of their facts that `agentbench traces list` prints.
 
 Sessions keep every field but ``source`` (and, for Mooncake, ``scope``), which name the
 file relative to the traces folder instead of this machine's path, so the bundle is the
-same wherever it is built. tests/test_builtin_traces.py checks the bundle against the
+same wherever it is built. tests/traces/test_builtin_traces.py checks the bundle against the
 originals.
 """
 

@@ -13,8 +13,7 @@ import pytest
 import agentbench
 from agentbench.results import schema as R
 from agentbench.testing.demo import write_demo_run
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 WORKFLOW = "examples/github-actions/agentbench.yml"
 STEPS = ("baseline", "candidate", "gate", "comment")
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from tests.helpers import ROOT, fastserver, port_of
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # a parent whose child burns CPU, is reaped, and then the parent idles: the child's CPU
 # moves into the parent's cutime while a stale reading of the child could still be summed
@@ -51,17 +53,9 @@ def test_floor_client_reads_every_event(tmp_path: Path) -> None:
         pytest.skip("no C compiler")
     exe = client_bench.floor_exe(tmp_path)
     assert exe is not None
-    srv = subprocess.Popen([sys.executable, "-m", "agentbench.testing.fastserver", "--port", "0",
-                            "--tokens", "16", "--per-event", "--step", "0.002"],
-                           stdout=subprocess.PIPE, text=True)
-    try:
-        assert srv.stdout is not None
-        port = srv.stdout.readline().split()[1]
-        out = subprocess.run([str(exe), port, "4", "20", "100"], capture_output=True,
-                             text=True, timeout=30, check=True)
-    finally:
-        srv.terminate()
-        srv.wait(10)
+    with fastserver("--tokens", "16", "--per-event", "--step", "0.002") as url:
+        out = subprocess.run([str(exe), str(port_of(url)), "4", "20", "100"],
+                             capture_output=True, text=True, timeout=30, check=True)
     import json
 
     got = json.loads(out.stdout)

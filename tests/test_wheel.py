@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -185,7 +185,7 @@ def _hf_tokenizer(out: Path) -> int:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
 
-    from agentbench.prompts.words import VOCAB
+    from agentbench.traces.words import VOCAB
 
     vocab: dict[str, int] = {}
     for s in _SPECIALS:

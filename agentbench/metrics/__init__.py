@@ -1,4 +1,4 @@
-"""Metrics: pure functions over the stored records of a run (CONTRACTS §5). Nothing here
+"""Metrics: pure functions over the stored records of a run (docs/metrics.md). Nothing here
 talks to the network; everything can be rebuilt from ``results/<run>/`` alone."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Per session tree (one agent with its subagents): makespan, LLM wait, completion, and
-goodput under the scenario's SLOs (CONTRACTS §5)."""
+goodput under the scenario's SLOs (docs/metrics.md)."""
 
 from __future__ import annotations
 

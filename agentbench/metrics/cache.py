@@ -1,4 +1,4 @@
-"""Prefix-cache hit rate three ways (CONTRACTS §5): from ``usage``, from the server's
+"""Prefix-cache hit rate three ways (docs/metrics.md): from ``usage``, from the server's
 Prometheus counters, and the trace's potential (infinite-cache ceiling)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cost (CONTRACTS §5): self-hosted GPU cost over the measured window, per agent and per
+"""Cost (docs/metrics.md): self-hosted GPU cost over the measured window, per agent and per
 million tokens, and what an API would charge for the same tokens with its own prompt cache.
 
 The API figure never uses the self-hosted server's cache hits: those depend on routing

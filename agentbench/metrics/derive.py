@@ -1,4 +1,4 @@
-"""Per-request latencies (CONTRACTS §5), vectorised over whole columns. Every function
+"""Per-request latencies (docs/metrics.md), vectorised over whole columns. Every function
 takes nanosecond columns and returns float64 arrays in the unit its name says, NaN where
 the value does not exist (no first token, ≤ 1 output token, request never sent)."""
 

@@ -1,4 +1,4 @@
-"""``summarize(run_dir)``: every metric of CONTRACTS §5 for one results folder, per run,
+"""``summarize(run_dir)``: every metric of docs/metrics.md for one results folder, per run,
 per sweep stage, per endpoint, per session tree, per turn index and per context-length
 bucket, written to ``summary.json``, in the run's time base (``time_base``: simulated time
 when every endpoint is the simulator at one speedup, else wall-clock). Warmup requests are
@@ -337,7 +337,7 @@ def _stage_lanes(run: dict[str, Any]) -> dict[str, int | None]:
 
 
 def summarize(run_dir: str | Path, *, write: bool = True) -> dict[str, Any]:
-    """Compute every metric of CONTRACTS §5 from ``results/<run>/`` alone and write
+    """Compute every metric of docs/metrics.md from ``results/<run>/`` alone and write
     ``summary.json`` there (unless ``write`` is False). Returns the summary dict."""
     rr = read_records(run_dir)
     summary = summarize_records(rr)

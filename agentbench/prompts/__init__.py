@@ -1,2 +1,3 @@
-"""Prompt content from hash ids: synthetic words, vocabularies, and the block layout
-shared by the text and block-hash builders (docs/architecture.md)."""
+"""Prompts from hash ids: the block layout shared by the text builder (HTTP) and the
+block-hash builder (the in-process simulator), body templates and vocabularies; the words
+they are made of are ``agentbench.traces.words`` (docs/architecture.md#replay)."""

@@ -1,8 +1,8 @@
-"""Prompts from hash ids (CONTRACTS §3): a block cache of pre-encoded, already JSON-safe
-fragments, and request bodies assembled by joining bytes.
+"""Prompts from hash ids (docs/architecture.md#replay): a block cache of pre-encoded,
+already JSON-safe fragments, and request bodies assembled by joining bytes.
 
 Each hash id maps to a fixed block of synthetic text (chat) or token ids (completions),
-fixed by ``(salt, hash id)`` through :func:`agentbench.prompts.words.block_text`. The salt
+fixed by ``(salt, hash id)`` through :func:`agentbench.traces.words.block_text`. The salt
 encodes the run seed, the trace copy and the hash scope, so copies never share cache by
 accident. Memory grows with unique blocks: fragments are cached per salt and dropped when
 the last tree using that salt ends.
@@ -11,7 +11,7 @@ Layout. A chat request is one user message whose content is the turn's blocks in
 then a unique tail for tokens past the last hash id; the chat template's
 ``chat_prompt_tokens`` overhead (2 per message + 1 reply primer) and the opt-in shared
 prefix are taken off the end of the content, so a server that counts like
-``agentbench.prompts.words`` reports exactly the trace's input tokens. Since every request is
+``agentbench.traces.words`` reports exactly the trace's input tokens. Since every request is
 one message of blocks, turn k+1's content starts with turn k's content for as long as
 their leading hash ids agree (block text of n tokens is a prefix of the same block with
 more tokens).
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from agentbench.prompts import words as tokenize
 from agentbench.prompts.vocab import WordVocab
+from agentbench.traces import words as tokenize
 from agentbench.traces.model import Turn
 
 #: Salt of the opt-in shared prefix (the same for every copy, so it is shared on purpose).

@@ -22,9 +22,12 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.prompts.layout import SHARED_PREFIX_SALT, Segment, tail_layout
-from agentbench.prompts.words import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
-from agentbench.sim.prompt import splitmix64
 from agentbench.traces.model import Turn
+from agentbench.traces.words import (
+    CHAT_TOKENS_PER_MESSAGE,
+    CHAT_TOKENS_REPLY_PRIMER,
+    splitmix64,
+)
 
 U64 = npt.NDArray[np.uint64]
 _GOLD = np.uint64(0x9E3779B97F4A7C15)

@@ -1,7 +1,7 @@
 """Words a real tokenizer counts as exactly one token each, for prompts a real server counts
 the way the trace does.
 
-``agentbench.prompts.words``'s synthetic words (" baco") are one token to the approximate
+``agentbench.traces.words``'s synthetic words (" baco") are one token to the approximate
 tokenizer (and so to the embedded simulator) but about two to a real BPE (measured 1.98
 with DeepSeek-V4's). With ``prompt.tokenizer`` naming the server's tokenizer, blocks are
 drawn from that tokenizer's own single-token words instead (the same seeded draw, so equal

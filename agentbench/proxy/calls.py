@@ -9,7 +9,7 @@ message digests sessionizing needs. No prompt or response text is kept unless
 Prompt layout (the ``openai-log`` reader's, so a recording and a request log of the same
 traffic hash alike): the tool schemas as one block of text, then each message as
 ``<role> content+tool_calls <end>``, then the reply primer ``<assistant>``, tokenized with
-``agentbench.prompts.words`` (or a named tokenizer) and cut into prefix-chained blocks of
+``agentbench.traces.words`` (or a named tokenizer) and cut into prefix-chained blocks of
 ``block_size`` (64) tokens. A completions prompt is its text (or its token ids).
 
 Message digests: ``d_0 = H(tools)``, ``d_i = H(d_{i-1}, role, content, tool call ids)``;

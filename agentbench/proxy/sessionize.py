@@ -1,5 +1,5 @@
-"""Recorded calls into sessions, subagents and think times (CONTRACTS §1): a pure function
-of the calls, so a recording can be rebuilt from its journal at any time.
+"""Recorded calls into sessions, subagents and think times (docs/architecture.md#traces): a
+pure function of the calls, so a recording can be rebuilt from its journal at any time.
 
 Sessions, in this order of evidence:
 

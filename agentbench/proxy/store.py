@@ -112,7 +112,7 @@ def describe(*, upstream: str, keep_text: bool, block_size: int, tokenizer: str 
         "upstream": upstream, "started_unix_s": started_unix_s,
         "started_note": "wall clock, for humans; times in the trace are monotonic",
         "keep_text": keep_text, "block_size": block_size,
-        "tokenizer": tokenizer or "agentbench.prompts.words (approximate)",
+        "tokenizer": tokenizer or "agentbench.traces.words (approximate)",
         "prompt_layout": "tools, then <role> content+tool_calls <end> per message, then "
                          "<assistant>; prefix-chained blake2b block hashes (openai-log "
                          "reader's layout)",

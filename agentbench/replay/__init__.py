@@ -1,5 +1,6 @@
-"""Replay (CONTRACTS §3, §4, §6): drive a trace's session trees against OpenAI-compatible
-endpoints and write raw records as they complete.
+"""Replay (docs/architecture.md#replay, docs/architecture.md#measurements,
+docs/architecture.md#results-on-disk): drive a trace's session trees against
+OpenAI-compatible endpoints and write raw records as they complete.
 
 Layering: replay never imports ``agentbench.metrics`` or ``agentbench.report``; every
 figure is derived later from the records it writes.

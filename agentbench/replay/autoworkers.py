@@ -8,9 +8,9 @@ under 5 ms up to: 54,000 streamed events/s (2026-12-01 05:58 UTC, load 0.1; 71,0
 13 ms) and 40,000 on a slower machine (07:56 UTC, load 0.9: 4.6 ms; 54,000 gave 6.2 ms).
 ``EVENTS_PER_WORKER`` keeps each process under the lower of those rates.
 
-Before the run, one short streamed request per endpoint measures how fast a stream
-delivers token events (after its first); the offered rate is at most lanes x that rate
-(each stream decodes no faster under load than alone), and ``auto`` takes
+Before the run, one short streamed request per endpoint (``Transport.stream_rate``)
+measures how fast a stream delivers token events (after its first); the offered rate is
+at most lanes x that rate (each stream decodes no faster under load than alone), and ``auto`` takes
 ``ceil(offered / EVENTS_PER_WORKER)`` processes, no more than the CPUs this process may use
 (one fewer when a simulated endpoint runs in this process) or the lanes. After the run,
 ``client_saturated`` in summary.json says whether that was enough.
@@ -18,53 +18,12 @@ delivers token events (after its first); the offered rate is at most lanes x tha
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
-import time
 from typing import Any
-
-from agentbench.prompts.layout import Segment
 
 #: streamed token events per second one client process sustains (see the module doc)
 EVENTS_PER_WORKER = 40_000
-#: tokens the probe asks for
-PROBE_TOKENS = 48
-#: the probe gives up after this long (a stalled or slow endpoint must not hold the run)
-PROBE_TIMEOUT_S = 10.0
-_PROBE_SALT = 0xA070
-
-
-async def stream_rate(ep: Any, cache: Any) -> float | None:
-    """Token events per second of one stream of ``ep`` after its first event (a short
-    request); None when the endpoint did not stream enough events to tell."""
-    from agentbench.transport.http import RequestRecord, make_body, send
-    from agentbench.transport.sse import parse_stream
-
-    if ep.http is None:  # in-process simulator: no sockets to read
-        return None
-    content = cache.content(_PROBE_SALT, [Segment(16, 16)], 0)
-    frags = [content + b","] if ep.api == "completions" else [content]
-    body = make_body(ep.template.parts(frags, PROBE_TOKENS))
-    rec = RequestRecord(
-        request_id=-1, stage="probe", phase="probe", endpoint=ep.label, lane=-1,
-        tree_id="workers-probe", session_id="workers-probe", relation="root", copy=0,
-        turn=0, scheduled_ns=0, expected_input_tokens=16,
-        expected_output_tokens=PROBE_TOKENS, potential_cached_tokens=0)
-    t0 = time.perf_counter_ns()
-    try:
-        await asyncio.wait_for(send(ep.http, ep.target, body, "workers-probe", rec, t0),
-                               PROBE_TIMEOUT_S)
-    except TimeoutError:  # a slow stream: the events that came still tell its rate
-        pass
-    except Exception:  # noqa: BLE001 - a failed probe only means no estimate
-        return None
-    if not rec.chunks or (rec.error_type is not None and rec.error_type != "cancelled"):
-        return None
-    ev = parse_stream(rec.chunks, rec.chunk_ns).token_event_ns
-    if len(ev) < 8 or ev[-1] <= ev[1]:
-        return None
-    return (len(ev) - 2) / ((ev[-1] - ev[1]) / 1e9)
 
 
 def choose(rates: list[float | None], lanes: int | None, sim_in_process: bool,

@@ -70,8 +70,8 @@ def plan_of(scenario: Any, specs: list[Any], n_stages: int) -> Plan:
     factor: float | None = 1.0
     simulated = virtual
     if not virtual:
-        sims = {e.speedup for e in scenario.endpoints if e.kind == "simulated"}
-        if len(sims) == 1 and all(e.kind == "simulated" for e in scenario.endpoints):
+        sims, all_simulated = scenario.simulator_speedups
+        if len(sims) == 1 and all_simulated:
             factor, simulated = sims.pop(), True  # the summary scales these by the speedup
         elif sims:
             factor = None  # mixed time bases: no single TTFT to show

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentbench.results import schema as records
-from agentbench.transport.http import RequestRecord
+from agentbench.results.schema import RequestRecord
 
 NS = 1_000_000_000
 CONNECT_BACKOFF_S = 0.05

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gc
 import time
 from collections.abc import Callable
@@ -23,10 +24,11 @@ from agentbench.replay.endpoints import (
     open_endpoint,
     opened,
 )
+from agentbench.replay.executor import Executor, InProcess, Processes
 from agentbench.replay.overflow import classifier
 from agentbench.replay.progress import Progress, plan_of
 from agentbench.replay.schedule import NS
-from agentbench.replay.scrape import http_collector, sample_collector, scrape_loop
+from agentbench.replay.scrape import scrape_loop
 from agentbench.replay.stages import (
     Health,
     TreeSource,
@@ -34,7 +36,6 @@ from agentbench.replay.stages import (
     max_lanes,
     quiet_gc,
     restore_gc,
-    run_stage,
     stages_of,
 )
 from agentbench.replay.timers import Timers
@@ -64,12 +65,11 @@ async def _auto_workers(scenario: Any, endpoints: list[LiveEndpoint],
                         one_process: bool) -> int:
     """``--workers auto`` (:mod:`agentbench.replay.autoworkers`): probe each endpoint's
     stream rate and pick the worker count; recorded in run.json."""
-    from agentbench.replay.autoworkers import choose, stream_rate
+    from agentbench.replay.autoworkers import choose
     from agentbench.replay.workers import resolve_workers
 
-    rates = [await stream_rate(e, caches[e.api]) for e in endpoints]
-    pick = choose(rates, max_lanes(scenario.load),
-                  any(e.kind == "simulated" for e in scenario.endpoints))
+    rates = [await e.transport.stream_rate(caches[e.api]) for e in endpoints]
+    pick = choose(rates, max_lanes(scenario.load), scenario.runs_simulator)
     n = 1 if one_process else resolve_workers(pick["workers"], scenario)
     if one_process:
         pick["why"] += "; one process: rows are reported to on_request"
@@ -84,174 +84,215 @@ def load_trace(scenario: Any) -> Trace:
     return load_scenario_trace(scenario.trace, scenario.seed)
 
 
+#: makes the executor of a run once its endpoints are open (``executor=`` of
+#: :func:`run_scenario`): (worker count, the run) -> Executor
+ExecutorFactory = Callable[[int, "_Run"], Executor]
+
+
+def default_executor(n_workers: int, run: _Run) -> Executor:
+    """Lanes in this process (one worker), else sharded over ``n_workers`` processes."""
+    if n_workers > 1:
+        return Processes(n_workers, run.scenario, run.trace,
+                         [opened(e) for e in run.endpoints], run.t0, run.run_dir)
+    return InProcess(run.ctx, run.scenario, run.trace,
+                     TreeSource(run.specs, run.scenario.limits.recycle))
+
+
 async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                        progress: bool | None = None,
                        on_request: Callable[[dict[str, Any]], None] | None = None,
                        on_start: Callable[[Path], None] | None = None,
-                       workers: int | str | None = 1) -> RunResult:
+                       workers: int | str | None = 1,
+                       executor: ExecutorFactory | None = None) -> RunResult:
     """Replay ``scenario`` and write ``results/<run-id>/``; return where it went.
 
     ``workers`` (a count or ``auto``) shards the lanes over that many worker processes
     (:mod:`agentbench.replay.workers`); 1 runs everything in this event loop. A
     virtual-clock run (``scenario.clock_mode``) must run on the ``VirtualEventLoop``
     (``agentbench.replay.run`` does that) and always uses one process: one discrete-event
-    clock, so any ``workers`` gives the same records."""
-    from agentbench.replay.workers import Fleet, resolve_workers
+    clock, so any ``workers`` gives the same records. ``executor`` makes the executor
+    that runs the lanes (:mod:`agentbench.replay.executor`; default: ``default_executor``)."""
+    from agentbench.replay.workers import resolve_workers
 
-    clock = scenario.clock_mode  # VIRTUAL or WALL
-    virtual = clock == VIRTUAL
-    asked_workers = workers
+    virtual = scenario.clock_mode == VIRTUAL
     auto = not virtual and workers == "auto"  # decided once the endpoints are open
     n_workers = 1 if virtual or auto else resolve_workers(workers, scenario)
     if n_workers > 1 and on_request is not None:
         raise ValueError("on_request needs workers=1 (rows are written by worker processes)")
     if trace is None:
         trace = load_trace(scenario)
-    specs = tree_specs(trace)
-    potential = potential_cached_tokens(trace.sessions)
-    run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
-    from agentbench.scenario.secrets import secrets_of
-
-    secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
-    info = run_info(scenario, secrets, run_dir, trace=trace)
-    info["trace"] = {"name": trace.name, "trees": len(specs), "sessions": len(trace.sessions),
-                     "requests": trace.n_requests()}
-    if trace.skipped:
-        info["trace"]["skipped_bad_files"] = list(trace.skipped)
-    # the word set's recorded name (stable across releases; the code is prompts/words.py)
-    info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
-    info["workers"] = n_workers
-    info["time_base"] = clock
-    info["event_loop"] = "virtual" if virtual else running_loop_name()
-    info["rules"] = run_rules(scenario)
-    if virtual:
-        info["clock"] = {"kind": "virtual: simulated ns from the run start (one discrete-event "
-                                 "clock for the replay and the simulator; no wall time)"}
-        if asked_workers not in (None, 1, "1"):
-            info["workers_note"] = (f"--workers {asked_workers} ignored: a virtual-clock run "
-                                    "is one process")
-    write_run_json(run_dir, info, secrets)
-    reserve_space(run_dir)
+    run = _Run(scenario, trace, n_workers, workers, on_request)
     if on_start is not None:
-        on_start(run_dir)
-    writer = ResultsWriter(run_dir)
-    main = asyncio.current_task()
-    if main is not None:  # a disk that refuses the results stops the run
-        writer.on_failure = lambda _e: main.cancel()
-    wall_t0 = time.perf_counter_ns()
-    t0 = 0 if virtual else wall_t0
-    if not virtual:
-        info["clock"]["t0_perf_ns"] = t0  # to line up with server-side logs on the same host
-    now_ns = now_ns_of(clock, t0)
-    cap = scenario.timing.idle_cap_for(clock)
-    timers = Timers(t0, None if cap is None else int(cap * NS), now_ns)
-    endpoints: list[LiveEndpoint] = []
-    stop_bg = asyncio.Event()
-    bg: list[asyncio.Task[Any]] = []
-    bar: Progress | None = None
-    status = "crashed"
-    refused = False
-    frozen = False
-    gc_old = (0, 0, 0)
-    health = Health()
-    fleet: Fleet | None = None
-    sigterm = _cancel_on_sigterm()
-    try:
+        on_start(run.run_dir)
+    await run.go(auto, progress, executor or default_executor)
+    return RunResult(run.run_dir, run.info)
+
+
+class _Run:
+    """One run while it goes: its folder, writer, clock, endpoints and background tasks,
+    and what ``finish`` must close and record whatever happens."""
+
+    def __init__(self, scenario: Any, trace: Trace, n_workers: int, asked: Any,
+                 on_request: Callable[[dict[str, Any]], None] | None) -> None:
+        from agentbench.scenario.secrets import secrets_of
+
+        self.scenario, self.trace, self.n_workers = scenario, trace, n_workers
+        self.on_request = on_request
+        self.clock = scenario.clock_mode  # VIRTUAL or WALL
+        self.virtual = self.clock == VIRTUAL
+        self.specs = tree_specs(trace)
+        self.potential = potential_cached_tokens(trace.sessions)
+        self.run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
+        self.secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
+        self.info = info = run_info(scenario, self.secrets, self.run_dir, trace=trace)
+        info["trace"] = {"name": trace.name, "trees": len(self.specs),
+                         "sessions": len(trace.sessions), "requests": trace.n_requests()}
+        if trace.skipped:
+            info["trace"]["skipped_bad_files"] = list(trace.skipped)
+        # the word set's recorded name (stable across releases; the code is traces/words.py)
+        info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
+        info["workers"] = n_workers
+        info["time_base"] = self.clock
+        info["event_loop"] = "virtual" if self.virtual else running_loop_name()
+        info["rules"] = run_rules(scenario)
+        if self.virtual:
+            info["clock"] = {"kind": "virtual: simulated ns from the run start (one "
+                                     "discrete-event clock for the replay and the simulator; "
+                                     "no wall time)"}
+            if asked not in (None, 1, "1"):
+                info["workers_note"] = (f"--workers {asked} ignored: a virtual-clock run "
+                                        "is one process")
+        write_run_json(self.run_dir, info, self.secrets)
+        reserve_space(self.run_dir)
+
+    async def go(self, auto: bool, progress: bool | None, make: ExecutorFactory) -> None:
+        """Open the endpoints, run every stage, and finish the run whatever happens."""
+        self.writer = writer = ResultsWriter(self.run_dir)
+        main = asyncio.current_task()
+        if main is not None:  # a disk that refuses the results stops the run
+            writer.on_failure = lambda _e: main.cancel()
+        self.wall_t0 = time.perf_counter_ns()
+        self.t0 = t0 = 0 if self.virtual else self.wall_t0
+        if not self.virtual:
+            # to line up with server-side logs on the same host
+            self.info["clock"]["t0_perf_ns"] = t0
+        self.now_ns = now_ns_of(self.clock, t0)
+        cap = self.scenario.timing.idle_cap_for(self.clock)
+        self.timers = Timers(t0, None if cap is None else int(cap * NS), self.now_ns)
+        self.endpoints: list[LiveEndpoint] = []
+        self.stop_bg = asyncio.Event()
+        self.bg: list[asyncio.Task[Any]] = []
+        self.bar: Progress | None = None
+        self.refused = False
+        self.frozen = False
+        self.gc_old = (0, 0, 0)
+        self.health = Health()
+        self.executor: Executor | None = None
+        status = "crashed"
+        sigterm = _cancel_on_sigterm()
+        try:
+            await self._open(auto)
+            await self._stages(progress, make)
+            status = "completed"
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "interrupted"
+            raise
+        finally:
+            if sigterm is not None:
+                sigterm()
+            await self._finish(status)
+
+    async def _open(self, auto: bool) -> None:
+        """Endpoints open, the run context ready, server-metrics collection started."""
+        sc, info = self.scenario, self.info
         vocab = None
-        if scenario.prompt.tokenizer:
+        if sc.prompt.tokenizer:
             from agentbench.prompts.vocab import vocab_from_tokenizer
 
-            vocab = vocab_from_tokenizer(scenario.prompt.tokenizer)
-        caches = {api: BlockCache(api, vocab) for api in {e.api for e in scenario.endpoints}}
+            vocab = vocab_from_tokenizer(sc.prompt.tokenizer)
+        caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
         try:
-            for i, cfg in enumerate(scenario.endpoints):
-                endpoints.append(await open_endpoint(cfg, i, caches,
-                                                     now_ns if virtual else None))
-                endpoints[-1].amend = classifier(cfg.context_overflow_phrases)
+            for i, cfg in enumerate(sc.endpoints):
+                self.endpoints.append(await open_endpoint(
+                    cfg, i, caches, self.now_ns if self.virtual else None))
+                self.endpoints[-1].amend = classifier(cfg.context_overflow_phrases)
         except InputError:
-            refused = True  # unreachable, or refused the key or model: nothing was run
+            self.refused = True  # unreachable, or refused the key or model: nothing was run
             raise
-        info["endpoints"] = [{"label": e.label, "api": e.api, "ignore_eos": e.ignore_eos,
-                              "prompt_overhead_tokens": e.overhead, "notes": e.notes}
-                             for e in endpoints]
+        endpoints = self.endpoints
+        info["endpoints"] = [{"label": e.label, "api": e.api,
+                              "ignore_eos": e.transport.ignore_eos,
+                              "prompt_overhead_tokens": e.transport.overhead,
+                              "notes": e.transport.notes} for e in endpoints]
         if auto:
-            n_workers = await _auto_workers(scenario, endpoints, caches, info,
-                                            on_request is not None)
-            write_run_json(run_dir, info, secrets)
-        flavors = {(e.api, e.overhead, e.sim_block) for e in endpoints}
-        ctx = RunContext(
-            t0_ns=t0, seed=scenario.seed, strategy=scenario.timing.strategy,
-            time_scale=scenario.timing.time_scale, api_scale=scenario.timing.api_scale,
-            shared_prefix_tokens=scenario.prompt.shared_prefix_tokens, timers=timers,
-            writer=writer, endpoints=endpoints,
-            router=Router(scenario.routing, endpoints, scenario.seed),
-            caches=caches, potential=potential, on_request=on_request,
-            flavor=next(iter(flavors)) if len(flavors) == 1 else None)
-        if scenario.server_metrics.enabled:
-            every = scenario.server_metrics.interval_for(clock)
+            self.n_workers = await _auto_workers(sc, endpoints, caches, info,
+                                                 self.on_request is not None)
+            write_run_json(self.run_dir, info, self.secrets)
+        flavors = {e.transport.flavor for e in endpoints}
+        self.ctx = RunContext(
+            t0_ns=self.t0, seed=sc.seed, strategy=sc.timing.strategy,
+            time_scale=sc.timing.time_scale, api_scale=sc.timing.api_scale,
+            shared_prefix_tokens=sc.prompt.shared_prefix_tokens, timers=self.timers,
+            writer=self.writer, endpoints=endpoints,
+            router=Router(sc.routing, endpoints, sc.seed),
+            caches=caches, potential=self.potential, on_request=self.on_request,
+            flavor=endpoints[0].transport if len(flavors) == 1 else None)
+        if sc.server_metrics.enabled:
+            every = sc.server_metrics.interval_for(self.clock)
             for e in endpoints:
-                collect = (sample_collector(e.transport.metrics_samples, e.label)
-                           if e.transport is not None else
-                           http_collector(e.http, e.metrics_url, e.label)
-                           if e.metrics_url and e.http is not None else None)
+                collect = e.transport.collector()
                 if collect is not None:
-                    bg.append(asyncio.ensure_future(scrape_loop(
-                        collect, every, timers.now_ns, writer.add_server_samples, stop_bg)))
-        if n_workers > 1:
-            fleet = Fleet(n_workers, scenario, trace,
-                          [opened(e) for e in endpoints], t0, run_dir)
-            await fleet.start()
-        counters = fleet.view() if fleet else ctx
-        bar = Progress(plan_of(scenario, specs, len(stages_of(scenario.load))), timers.now_ns,
-                       enabled=progress)
-        bg.append(asyncio.ensure_future(bar.loop(counters, stop_bg)))
-        bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg,
-                                                    10.0 if virtual else 1.0)))
-        source = TreeSource(specs, scenario.limits.recycle)
+                    self.bg.append(asyncio.ensure_future(scrape_loop(
+                        collect, every, self.timers.now_ns, self.writer.add_server_samples,
+                        self.stop_bg)))
+
+    async def _stages(self, progress: bool | None, make: ExecutorFactory) -> None:
+        """Every stage of the load, run by the executor; run.json after each."""
+        sc, info, timers = self.scenario, self.info, self.timers
+        executor = self.executor = make(self.n_workers, self)
+        await executor.start()
+        counters = executor.counters()
+        self.bar = bar = Progress(plan_of(sc, self.specs, len(stages_of(sc.load))),
+                                  timers.now_ns, enabled=progress)
+        self.bg.append(asyncio.ensure_future(bar.loop(counters, self.stop_bg)))
+        self.bg.append(asyncio.ensure_future(flush_loop(self.writer, self.stop_bg,
+                                                         10.0 if self.virtual else 1.0)))
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
         # out of the collector's full passes, which otherwise stall the loop for tens of ms
-        gc_old = quiet_gc()
-        frozen = True
-        gc.callbacks.append(health.gc_callback)
-        if not virtual:  # loop stalls are wall-clock events: none in virtual time
-            bg.append(asyncio.ensure_future(health.watch(stop_bg)))
-        for k, stage in enumerate(stages_of(scenario.load)):
+        self.gc_old = quiet_gc()
+        self.frozen = True
+        gc.callbacks.append(self.health.gc_callback)
+        if not self.virtual:  # loop stalls are wall-clock events: none in virtual time
+            self.bg.append(asyncio.ensure_future(self.health.watch(self.stop_bg)))
+        for k, stage in enumerate(stages_of(sc.load)):
             bar.begin_stage(counters, k, stage.label)
             t_start = timers.now_ns()
-            if fleet is not None:
-                await fleet.run_stage(k, stage, t_start)
-                profile = fleet.source.profile_start_ns()
-            else:
-                source.restart()
-                await run_stage(ctx, scenario, stage, k, source, trace)
-                profile = source.profile_start_ns()
+            profile = await executor.run_stage(k, stage, t_start)
             # the profiling phase (limits.duration_s) starts once every lane is warm
             info["stages"].append({"label": stage.label, "start_ns": t_start,
                                    "profile_start_ns": t_start if profile is None else profile,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
                                    "rate_per_s": stage.rate_per_s})
-            write_run_json(run_dir, info, secrets)
+            write_run_json(self.run_dir, info, self.secrets)
         bar.complete()
-        status = "completed"
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        status = "interrupted"
-        raise
-    finally:
-        if sigterm is not None:
-            sigterm()
-        if frozen:
-            restore_gc(gc_old)
-            gc.callbacks.remove(health.gc_callback)
-        if fleet is not None:
-            await fleet.close(interrupt=status != "completed")
-        stop_bg.set()
-        if bg:
+
+    async def _finish(self, status: str) -> None:
+        """Close everything, write run.json with the run's outcome; raise what stopped a
+        run whose results could not be written."""
+        info, writer, run_dir = self.info, self.writer, self.run_dir
+        if self.frozen:
+            restore_gc(self.gc_old)
+            gc.callbacks.remove(self.health.gc_callback)
+        if self.executor is not None:
+            await self.executor.close(interrupt=status != "completed")
+        self.stop_bg.set()
+        if self.bg:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.gather(*bg, return_exceptions=True), 15)
-        for live in endpoints:
+                await asyncio.wait_for(asyncio.gather(*self.bg, return_exceptions=True), 15)
+        for live in self.endpoints:
             await close_endpoint(live)
-        if bar is not None:
-            bar.close()
+        if self.bar is not None:
+            self.bar.close()
         writer.on_failure = None
         writer.close()
         release_space(run_dir)  # room for run.json, whatever the disk did
@@ -259,37 +300,24 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
             status = "results_write_failed"
             info["results_write_error"] = writer.failure.reason
         info["status"] = status
-        info["end_wall"] = __import__("datetime").datetime.now(
-            __import__("datetime").UTC).isoformat()
-        info["duration_ns"] = timers.now_ns()
-        info["wall_duration_ns"] = time.perf_counter_ns() - wall_t0
-        info["idle_pulled_in_ns"] = timers.pulled_in_ns
+        info["end_wall"] = datetime.datetime.now(datetime.UTC).isoformat()
+        info["duration_ns"] = self.timers.now_ns()
+        info["wall_duration_ns"] = time.perf_counter_ns() - self.wall_t0
+        info["idle_pulled_in_ns"] = self.timers.pulled_in_ns
         info["requests_written"] = writer.kept
-        info["client_health"] = health.summary()
-        if fleet is not None:
-            for c in fleet.closed:
-                if c.get("write_error") and writer.failure is None:
-                    writer.failure = ResultsWriteError(str(run_dir), c["write_error"])
-            try:
-                info["requests_written"] = fleet.merge(run_dir)
-            except OSError as err:
-                if writer.failure is None:
-                    writer.failure = ResultsWriteError(str(run_dir), err.strerror or str(err))
-            info["idle_pulled_in_ns"] = max(
-                [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
-            info["client_health"] = {"parent": info["client_health"],
-                                     "workers": [c["client_health"] for c in fleet.closed]}
+        info["client_health"] = self.health.summary()
+        if self.executor is not None:
+            self.executor.finish(run_dir, info, writer)
         try:
-            write_run_json(run_dir, info, secrets)
+            write_run_json(run_dir, info, self.secrets)
         except OSError as err:
             if writer.failure is None:
                 writer.failure = ResultsWriteError(str(run_dir / "run.json"),
                                                    err.strerror or str(err), writer.kept)
         if writer.failure is not None:
             raise _stopped_by(writer.failure, run_dir) from None
-        if refused and writer.n_requests == 0:
+        if self.refused and writer.n_requests == 0:
             _remove_empty_run(run_dir)
-    return RunResult(run_dir, info)
 
 
 def _remove_empty_run(run_dir: Path) -> None:

@@ -1,5 +1,5 @@
-"""Scraping an endpoint's Prometheus ``/metrics`` during the run into
-``server_metrics.parquet`` rows, parsed with ``prometheus_client``'s text parser."""
+"""Collecting an endpoint's server metrics during the run into ``server_metrics.parquet``
+rows, with the collector its transport gives (``agentbench.transport.scrape``)."""
 
 from __future__ import annotations
 
@@ -8,59 +8,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
-
-def parse_samples(text: str, time_ns: int, endpoint: str) -> list[dict[str, Any]]:
-    """One row per sample: (time_ns, endpoint, name, labels, value)."""
-    rows = []
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            rows.append({"time_ns": time_ns, "endpoint": endpoint, "name": s.name,
-                         "labels": list(s.labels.items()), "value": float(s.value)})
-    return rows
-
-
-async def scrape_once(http: aiohttp.ClientSession, url: str) -> str | None:
-    """The /metrics text, or None when there is none (error status, not reachable)."""
-    try:
-        async with http.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
-            if resp.status != 200:
-                return None
-            return await resp.text()
-    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-        return None
-
-
 Rows = list[dict[str, Any]]
-
-
-def http_collector(http: aiohttp.ClientSession, url: str, endpoint: str
-                   ) -> Callable[[int], Awaitable[Rows | None]]:
-    """Rows of one scrape of ``url``'s Prometheus text; None when there is none (an error
-    status, not reachable, not Prometheus text)."""
-    async def collect(t: int) -> Rows | None:
-        text = await scrape_once(http, url)
-        if text is None:
-            return None
-        try:
-            return parse_samples(text, t, endpoint)
-        except ValueError:
-            return None
-
-    return collect
-
-
-def sample_collector(sample: Callable[[], list[tuple[str, dict[str, str], float]]],
-                     endpoint: str) -> Callable[[int], Awaitable[Rows | None]]:
-    """Rows of an in-process server that hands its samples over directly (the simulator in
-    virtual time: no text to render or parse)."""
-    async def collect(t: int) -> Rows | None:
-        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": list(lab.items()),
-                 "value": v} for name, lab, v in sample()]
-
-    return collect
 
 
 async def scrape_loop(collect: Callable[[int], Awaitable[Rows | None]], interval_s: float,

@@ -1,6 +1,6 @@
-"""Replaying one session tree inside its lane (CONTRACTS §3): the root's turns in order,
-forks and spawns started when their parent reaches ``parent_turn``, a parent turn with
-``join_turn`` waiting for its children, background children running beside it.
+"""Replaying one session tree inside its lane (docs/architecture.md#replay): the root's
+turns in order, forks and spawns started when their parent reaches ``parent_turn``, a parent
+turn with ``join_turn`` waiting for its children, background children running beside it.
 
 A join turn is sent at ``max(children ended, its own timing target)``: in recorded traces
 the join turn's think time already covers the subagents' run, so it is not added again
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentbench.prompts.layout import BlockCache, SessionPrompt, salt_for
+from agentbench.prompts.layout import BlockCache, salt_for
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.overflow import CONTEXT_OVERFLOW
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
@@ -24,9 +24,11 @@ from agentbench.replay.schedule import turn_target_ns
 from agentbench.replay.timers import Timers
 from agentbench.replay.warmup import LaneWarmup
 from agentbench.results import schema as records
+from agentbench.results.schema import RequestRecord
 from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Session, Trace
-from agentbench.transport.http import RequestRecord, make_body, send
+from agentbench.transport.base import Transport
+from agentbench.transport.finish import finish_record
 
 
 @dataclass
@@ -74,8 +76,9 @@ class RunContext:
     router: Router
     caches: dict[str, BlockCache]
     potential: dict[tuple[str, int], int]
-    #: (api, template tokens, simulator block size or None) when all endpoints agree
-    flavor: tuple[str, int, int | None] | None = None
+    #: the transport whose prompts every endpoint takes, when all endpoints are of one
+    #: flavor (``Transport.flavor``: api, template tokens, block size), else None
+    flavor: Transport | None = None
     request_ids: itertools.count = field(default_factory=itertools.count)
     stage: str = ""
     stopping: bool = False
@@ -169,7 +172,7 @@ class TreeRun:
                 # its own loop iteration (a timer slot), so streams in flight stay stamped
                 with contextlib.suppress(StageOver):
                     await self.ctx.timers.wait_until(self.ctx.timers.now_ns(), pullable=False)
-                self._content(self.spec.root, first, *self.ctx.flavor)
+                self._content(self.spec.root, first, self.ctx.flavor)
             start = self.ctx.timers.now_ns() if start_ns is None else start_ns
             await self._session(self.spec.root, start, first)
         finally:
@@ -222,7 +225,7 @@ class TreeRun:
                     break
                 # build the prompt while waiting is still ahead (outside schedule lag when
                 # there is think time); mixed-API endpoint sets build it after routing
-                content = self._content(sess, k, *ctx.flavor) if ctx.flavor else None
+                content = self._content(sess, k, ctx.flavor) if ctx.flavor else None
                 try:
                     scheduled = await ctx.timers.wait_until(target)
                 except StageOver:
@@ -273,23 +276,14 @@ class TreeRun:
             started[child.session_id] = task
             self.tasks.append(task)
 
-    def _content(self, sess: Session, k: int, api: str, overhead: int,
-                 sim_block: int | None) -> Any:
-        """Turn ``k``'s prompt as its endpoint's transport takes it: body fragments (HTTP)
-        or block hashes (the in-process simulator, ``sim_block`` tokens a block)."""
-        key = (sess.session_id, api, overhead, sim_block)
+    def _content(self, sess: Session, k: int, transport: Transport) -> Any:
+        """Turn ``k``'s prompt as ``transport`` takes it (text fragments, block hashes:
+        its own prompt builder), built once per session and transport flavor."""
+        key = (sess.session_id, *transport.flavor)
         builder = self.prompts.get(key)
         if builder is None:
-            salt = self.salts[sess.scope]
-            if sim_block is None:
-                builder = SessionPrompt(self.ctx.caches[api], salt, sess.session_id,
-                                        overhead, self.ctx.shared_prefix_tokens)
-            else:
-                from agentbench.prompts.segments import SegmentPrompt
-
-                builder = SegmentPrompt(salt, sess.session_id, overhead,
-                                        self.ctx.shared_prefix_tokens, api == "chat",
-                                        sim_block)
+            builder = transport.prompt_builder(self.ctx.caches, self.salts[sess.scope],
+                                               sess.session_id, self.ctx.shared_prefix_tokens)
             self.prompts[key] = builder
         nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
         return builder.build(sess.turns[k], nxt)
@@ -301,7 +295,7 @@ class TreeRun:
         ctx = self.ctx
         ep = ctx.endpoints[ctx.router.pick(self.sticky)]
         if content is None:
-            content = self._content(sess, k, ep.api, ep.overhead, ep.sim_block)
+            content = self._content(sess, k, ep.transport)
         attempt = 1
         refused_since: int | None = None
         while True:
@@ -361,12 +355,8 @@ class TreeRun:
         ep.inflight += 1
         ctx.timers.request_started()
         try:
-            if ep.transport is not None:
-                await ep.transport.send(rec, content, max(1, turn.output_tokens), self.tree_id)
-            else:
-                assert ep.http is not None
-                body = make_body(ep.template.parts(content, max(1, turn.output_tokens)))
-                await send(ep.http, ep.target, body, self.tree_id, rec, ctx.t0_ns)
+            await ep.transport.send(rec, content, max(1, turn.output_tokens), self.tree_id,
+                                    ctx.t0_ns)
         except BaseException:  # cancelled at the deadline: recorded all the same
             ep.inflight -= 1
             ctx.timers.request_ended()
@@ -388,7 +378,7 @@ class TreeRun:
     def _record(self, rec: RequestRecord, st: SessionState, ep: LiveEndpoint,
                 phase: str) -> None:
         ctx = self.ctx
-        row = ctx.writer.add_request(rec, ep.amend)
+        row = ctx.writer.add_request(finish_record(rec), ep.amend)
         if row["error_type"] == CONTEXT_OVERFLOW:
             rec.error_type = CONTEXT_OVERFLOW
         st.phases.add(phase)

@@ -71,7 +71,7 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
         return 1
     if workers == "auto":
         n = len(os.sched_getaffinity(0))
-        if any(e.kind == "simulated" for e in scenario.endpoints):
+        if scenario.runs_simulator:
             n -= 1
     else:
         try:
@@ -151,12 +151,10 @@ def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
 
 
 async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
-    from agentbench.prompts.layout import BlockCache
-    from agentbench.replay.endpoints import Router, close_endpoint, reconnect
+    from agentbench.replay.endpoints import close_endpoint
     from agentbench.replay.timers import Timers
-    from agentbench.replay.tree import RunContext, tree_specs
+    from agentbench.replay.tree import tree_specs
     from agentbench.results.writer import ResultsWriter
-    from agentbench.traces.stats import potential_cached_tokens
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
@@ -170,7 +168,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     cap = sc.timing.idle_cap_s
     timers = Timers(spec.t0_ns, None if cap is None else int(cap * 1_000_000_000))
     timers.busy_elsewhere = lambda: shared.busy_elsewhere(spec.index)
-    endpoints = []
+    endpoints: list[Any] = []
     health = Health()
     stop_bg = asyncio.Event()
     bg: list[asyncio.Task[Any]] = []
@@ -179,27 +177,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     gc_old = (0, 0, 0)
     ctx: Any = None
     try:
-        vocab = None
-        if sc.prompt.tokenizer:
-            from agentbench.prompts.vocab import vocab_from_tokenizer
-
-            vocab = vocab_from_tokenizer(sc.prompt.tokenizer)
-        caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
-        from agentbench.replay.overflow import classifier
-
-        for i, cfg in enumerate(sc.endpoints):
-            endpoints.append(reconnect(cfg, i, spec.endpoints[i]))
-            endpoints[-1].amend = classifier(cfg.context_overflow_phrases)
-        flavors = {(e.api, e.overhead, e.sim_block) for e in endpoints}
-        ctx = RunContext(
-            t0_ns=spec.t0_ns, seed=sc.seed, strategy=sc.timing.strategy,
-            time_scale=sc.timing.time_scale, api_scale=sc.timing.api_scale,
-            shared_prefix_tokens=sc.prompt.shared_prefix_tokens, timers=timers,
-            writer=writer, endpoints=endpoints,
-            router=Router(sc.routing, endpoints, sc.seed + 7919 * spec.index),
-            caches=caches, potential=potential_cached_tokens(trace.sessions),
-            flavor=next(iter(flavors)) if len(flavors) == 1 else None,
-            request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take)
+        ctx = _worker_context(spec, shared, writer, timers, endpoints)
         source = TreeSource(tree_specs(trace), sc.limits.recycle, shared.src, shared.lock)
         bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg)))
         bg.append(asyncio.ensure_future(health.watch(stop_bg)))
@@ -239,6 +217,38 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
                                                   if writer.failure else None),
                                   "idle_pulled_in_ns": timers.pulled_in_ns,
                                   "client_health": health.summary()}))
+
+
+def _worker_context(spec: WorkerSpec, shared: Shared, writer: Any, timers: Any,
+                    endpoints: list[Any]) -> Any:
+    """The worker's run context: its own connections to the endpoints the parent opened
+    (appended to ``endpoints``, closed by the caller), prompt caches and router."""
+    from agentbench.prompts.layout import BlockCache
+    from agentbench.replay.endpoints import Router, reconnect
+    from agentbench.replay.overflow import classifier
+    from agentbench.replay.tree import RunContext
+    from agentbench.traces.stats import potential_cached_tokens
+
+    sc, trace = spec.scenario, spec.trace
+    vocab = None
+    if sc.prompt.tokenizer:
+        from agentbench.prompts.vocab import vocab_from_tokenizer
+
+        vocab = vocab_from_tokenizer(sc.prompt.tokenizer)
+    caches = {api: BlockCache(api, vocab) for api in {e.api for e in sc.endpoints}}
+    for i, cfg in enumerate(sc.endpoints):
+        endpoints.append(reconnect(cfg, i, spec.endpoints[i]))
+        endpoints[-1].amend = classifier(cfg.context_overflow_phrases)
+    flavors = {e.transport.flavor for e in endpoints}
+    return RunContext(
+        t0_ns=spec.t0_ns, seed=sc.seed, strategy=sc.timing.strategy,
+        time_scale=sc.timing.time_scale, api_scale=sc.timing.api_scale,
+        shared_prefix_tokens=sc.prompt.shared_prefix_tokens, timers=timers,
+        writer=writer, endpoints=endpoints,
+        router=Router(sc.routing, endpoints, sc.seed + 7919 * spec.index),
+        caches=caches, potential=potential_cached_tokens(trace.sessions),
+        flavor=endpoints[0].transport if len(flavors) == 1 else None,
+        request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take)
 
 
 def _listen(loop: asyncio.AbstractEventLoop, conn: Any,

@@ -158,9 +158,9 @@ def evaluate(base_dir: str | Path, cand_dir: str | Path, rules: list[Rule],
 
     Refuses (``InputError``) runs whose fingerprints differ in a field not in ``allow``
     (``agentbench.scenario.fingerprint.check_comparable``)."""
-    from agentbench.api import load
     from agentbench.metrics.bootstrap import bootstrappable, paired_replicates, tree_data
     from agentbench.metrics.derive import derive
+    from agentbench.metrics.run import load
     from agentbench.results.timebase import VIRTUAL
     from agentbench.scenario.fingerprint import check_comparable
 

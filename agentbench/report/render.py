@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from agentbench.api import Run, load
 from agentbench.metrics.catalog import HEADLINE, METRICS, format_value
 from agentbench.metrics.format import run_ended
+from agentbench.metrics.run import Run, load
 from agentbench.report import charts, plots
 from agentbench.report.compare import (
     KEY_ROWS,

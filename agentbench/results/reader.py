@@ -1,5 +1,6 @@
-"""Reading one results folder (CONTRACTS §6): the three parquet tables and run.json,
-checked against ``agentbench.results.schema`` so a bad folder is one line naming file and field."""
+"""Reading one results folder (docs/architecture.md#results-on-disk): the three parquet
+tables and run.json, checked against ``agentbench.results.schema`` so a bad folder is one
+line naming file and field."""
 
 from __future__ import annotations
 

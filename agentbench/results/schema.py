@@ -1,4 +1,5 @@
-"""The raw results schema (CONTRACTS §4, §6): what replay writes and metrics reads.
+"""The raw results schema (docs/architecture.md#measurements,
+docs/architecture.md#results-on-disk): what replay writes and metrics reads.
 
 Times are integer nanoseconds of ``time.perf_counter_ns()`` relative to the run's start
 (``run.json`` holds one wall-clock anchor, "not for latency"). Nullable columns are null
@@ -6,6 +7,9 @@ when the value was not observed (no first token, no ``usage``...).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -82,3 +86,42 @@ SERVER_METRICS_SCHEMA = pa.schema([
     pa.field("labels", pa.map_(pa.string(), pa.string())),
     pa.field("value", pa.float64(), nullable=False),
 ])
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request as it happened; ``chunks``/``chunk_ns`` hold the response body as it
+    arrived (pieces, each stamped with the arrival of the read that brought its last byte)
+    until the writer turns them into columns (``agentbench.transport.finish``)."""
+
+    request_id: int
+    stage: str
+    phase: str
+    endpoint: str
+    lane: int
+    tree_id: str
+    session_id: str
+    relation: str
+    copy: int
+    turn: int
+    scheduled_ns: int
+    expected_input_tokens: int
+    expected_output_tokens: int
+    potential_cached_tokens: int
+    sent_ns: int | None = None
+    end_ns: int | None = None
+    http_status: int | None = None
+    status: str = OK
+    error_type: str | None = None
+    error_message: str | None = None
+    chunks: list[bytes] = field(default_factory=list)
+    chunk_ns: list[int] = field(default_factory=list)
+    #: what the stream said, when a transport knows it without bytes (the in-process
+    #: simulator); HTTP leaves it None and the writer reads ``chunks``
+    result: Any = None
+    #: the server's Retry-After, seconds (429, 503), when it sent one; not written
+    retry_after_s: float | None = None
+    #: socket reads that brought the response after its head; instrumentation for
+    #: client benchmarks (events arrive one per read unless the client fell behind), not
+    #: written
+    reads: int = 0

@@ -1,10 +1,9 @@
-"""Results as the run goes (CONTRACTS §6): each finished row is appended at once to a
-journal (one JSON line, ~4 us), rows are written in batches to an Arrow IPC spool (the
-journal is then emptied), and the spool is converted to parquet when the run ends
-(normally, on Ctrl-C or on a crash). The journal is what makes SIGKILL lose no finished
-row; a spool and journal left by a killed process are converted by
-``agentbench.results.spool.recover``, which every reader calls.
-"""
+"""Results as the run goes (docs/architecture.md#results-on-disk): each finished row is
+appended at once to a journal (one JSON line, ~4 us), rows are written in batches to an
+Arrow IPC spool (the journal is then emptied), and the spool is converted to parquet when
+the run ends (normally, on Ctrl-C or on a crash). The journal is what makes SIGKILL lose no
+finished row; a spool and journal left by a killed process are converted by
+``agentbench.results.spool.recover``, which every reader calls."""
 
 from __future__ import annotations
 
@@ -22,50 +21,8 @@ import pyarrow as pa
 from agentbench.errors import ResultsWriteError
 from agentbench.results import schema as records
 from agentbench.results.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
-from agentbench.transport.http import RequestRecord
-from agentbench.transport.sse import parse_stream
 
-__all__ = ["SPOOL_SUFFIX", "ResultsWriter", "finish_record", "recover", "spool_to_parquet"]
-
-
-def finish_record(rec: RequestRecord) -> dict[str, Any]:
-    """The requests.parquet row of a finished request: the raw stream read into events,
-    tokens and usage (CONTRACTS §4). Frees the raw chunks."""
-    row: dict[str, Any] = {
-        "request_id": rec.request_id, "stage": rec.stage, "phase": rec.phase,
-        "endpoint": rec.endpoint, "lane": rec.lane, "tree_id": rec.tree_id,
-        "session_id": rec.session_id, "relation": rec.relation, "copy": rec.copy,
-        "turn": rec.turn, "scheduled_ns": rec.scheduled_ns, "sent_ns": rec.sent_ns,
-        "first_token_ns": None, "last_token_ns": None, "end_ns": rec.end_ns,
-        "token_events": None, "token_event_ns": None, "token_event_tokens": None,
-        "prompt_tokens": None, "completion_tokens": None, "cached_tokens": None,
-        "expected_input_tokens": rec.expected_input_tokens,
-        "expected_output_tokens": rec.expected_output_tokens,
-        "potential_cached_tokens": rec.potential_cached_tokens,
-        "status": rec.status, "http_status": rec.http_status,
-        "error_type": rec.error_type, "error_message": rec.error_message,
-    }
-    if rec.http_status == 200 and (rec.chunks or rec.result is not None
-                                   or rec.status == records.OK):
-        st = rec.result if rec.result is not None else parse_stream(rec.chunks, rec.chunk_ns)
-        ev = st.token_event_ns
-        row["token_events"] = len(ev)
-        row["token_event_ns"] = ev
-        row["token_event_tokens"] = st.token_event_tokens
-        if ev:
-            row["first_token_ns"] = ev[0]
-            row["last_token_ns"] = ev[-1]
-        row["prompt_tokens"] = st.prompt_tokens
-        row["completion_tokens"] = st.completion_tokens
-        row["cached_tokens"] = st.cached_tokens
-        if rec.status == records.OK and st.error_type is not None:
-            row["status"] = records.ERROR
-            row["error_type"] = st.error_type
-            row["error_message"] = st.error_message
-    rec.chunks = []
-    rec.chunk_ns = []
-    rec.result = None
-    return row
+__all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
 
 
 #: errors of a disk that is full (or a quota, or a file size limit): the rows that still fit
@@ -204,11 +161,10 @@ class ResultsWriter:
         self.on_failure: Callable[[ResultsWriteError], object] | None = None
         self.lost = 0  # rows dropped after a failure
 
-    def add_request(self, rec: RequestRecord,
+    def add_request(self, row: dict[str, Any],
                     amend: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-        """Write ``rec``'s row (``amend`` may reclassify it first, e.g. a context
-        overflow); return the row."""
-        row = finish_record(rec)
+        """Write a request's row (``agentbench.transport.finish.finish_record``; ``amend``
+        may reclassify it first, e.g. a context overflow); return the row."""
         if amend is not None:
             amend(row)
         self.n_requests += 1

@@ -335,6 +335,7 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
     """Problems beyond the schema (files that do not exist, duplicate names) and warnings
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
+    from agentbench.scenario.model import is_preset_path
     from agentbench.traces.readers import looks_like_hub_id
     from agentbench.traces.sources import is_named
     from agentbench.traces.sources import problem as named_problem
@@ -369,6 +370,21 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
         env = getattr(e, "api_key_env", None)
         if env and not os.environ.get(env):
             warnings.append(f"endpoints.{i}.api_key_env: environment variable {env} is not set")
+        if e.kind == "simulated" and is_preset_path(e.preset):
+            # a preset file (``sim/preset_files``' format): relative to the scenario's folder
+            try:
+                ref = Path(e.preset).expanduser()
+                cand = ref if ref.is_absolute() else base_dir / ref
+                found = cand.is_file()
+            except (OSError, ValueError, RuntimeError):  # ~nouser, a NUL byte, too long
+                found = False
+            if found:
+                e.preset = str(cand.resolve())
+            else:
+                problems.append((f"endpoints.{i}.preset",
+                                 lines.get(("endpoints", str(i), "preset")),
+                                 f"no such preset file: {e.preset} (relative paths are "
+                                 f"relative to the scenario's folder {base_dir})"))
         if e.kind == "simulated" and sc.clock_mode == "virtual" and e.speedup != 1:
             warnings.append(f"endpoints.{i}.speedup: no effect in virtual time (the "
                             "simulator runs on the replay's simulated clock); it applies to "

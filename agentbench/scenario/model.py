@@ -6,12 +6,9 @@ description; ``agentbench validate`` prints every problem at once.
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -19,209 +16,20 @@ from pydantic import (
     model_validator,
 )
 
-
-class Strict(BaseModel):
-    """No unknown keys, no coercion (``true`` is not a count, ``"5"`` is not a number), no
-    NaN or infinity."""
-
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True,
-                              strict=True, allow_inf_nan=False)
-
-    @field_validator("*")
-    @classmethod
-    def _int64(cls, v: Any) -> Any:
-        """Every integer fits in 64 bits: a longer one is a typo, and numpy, parquet and
-        the seed generators overflow on it."""
-        for x in v if isinstance(v, list) else [v]:
-            if isinstance(x, int) and not isinstance(x, bool) and not -INT64 <= x <= INT64:
-                raise ValueError(f"an integer of {len(str(abs(x)))} digits is out of range "
-                                 f"(at most {INT64:,})")
-        return v
-
-
-#: the largest integer a scenario may hold (2**63 - 1)
-INT64 = 2**63 - 1
-
-
-def json_only(value: dict[str, Any]) -> dict[str, Any]:
-    """Check that ``value`` is plain JSON (string keys, finite numbers): it is sent or stored
-    as JSON, and YAML can also make dates, sets, binary and NaN, which JSON cannot carry."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        where, x = stack.pop()
-        if isinstance(x, dict):
-            for k, item in x.items():
-                if not isinstance(k, str):
-                    raise ValueError(f"key {k!r}{where and f' in {where}'} is not a string")
-                stack.append((f"{where}.{k}" if where else k, item))
-        elif isinstance(x, list):
-            stack.extend((f"{where}.{i}", item) for i, item in enumerate(x))
-        elif isinstance(x, float) and not math.isfinite(x):
-            raise ValueError(f"{where}: {x} is not a finite number")
-        elif not (x is None or isinstance(x, str | int | float)):
-            raise ValueError(f"{where}: {type(x).__name__} is not a JSON value (quote it to "
-                             "give a string)")
-    return value
-
+from agentbench.scenario.endpoints import (  # noqa: F401 - the model's names, re-exported
+    Endpoint,
+    OpenAIEndpoint,
+    Retry,
+    Server,
+    SharedTier,
+    SimulatedEndpoint,
+    is_preset_path,
+)
+from agentbench.scenario.strict import INT64, Strict, json_only  # noqa: F401 - re-exported
 
 #: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
 #: tree's state in memory, and a typo (1e8) should be an error, not a MemoryError later
 MAX_LANES = 100_000
-
-
-# ---------------------------------------------------------------- endpoints
-
-
-#: what a retry policy retries on: an HTTP status, or 'connect' for connection errors
-RetryOn = Annotated[int, Field(ge=100, le=599)] | Literal["connect"]
-
-
-def _default_retry_on() -> list[RetryOn]:
-    return [429, 503, "connect"]
-
-
-class Retry(Strict):
-    """Sending a failed request again (off unless ``max_attempts`` > 1)."""
-
-    max_attempts: int = Field(1, ge=1, le=10, description="Attempts in all per request; 1: "
-                              "no retries.")
-    on: list[RetryOn] = Field(
-        default_factory=_default_retry_on,
-        description="HTTP statuses (and 'connect' for connection errors) that are retried.")
-    backoff_s: float = Field(0.5, gt=0, description="First wait; doubled each attempt "
-                             "(the server's Retry-After wins when it sends one).")
-    max_backoff_s: float = Field(30.0, gt=0, description="Longest wait between attempts.")
-
-
-class OpenAIEndpoint(Strict):
-    """A real server speaking the OpenAI API (vLLM, SGLang, llama.cpp, a router...)."""
-
-    kind: Literal["openai"] = Field("openai", description="A remote OpenAI-compatible server.")
-    name: str | None = Field(None, description="Label in results; defaults to the URL.")
-    url: str = Field(pattern=r"^https?://\S+$",
-                     description="Base URL, e.g. http://localhost:8000 (with or without /v1).")
-
-    @field_validator("url", "metrics_url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        from urllib.parse import urlsplit
-
-        if v is None:
-            return v
-        try:
-            u = urlsplit(v)
-            u.port  # noqa: B018 - raises on a port outside 0-65535
-        except ValueError as e:
-            raise ValueError(f"not a usable URL: {e}") from None
-        if not u.hostname:
-            raise ValueError("the URL names no host")
-        return v
-    api: Literal["chat", "completions"] = Field(
-        "chat", description="/v1/chat/completions (text blocks) or /v1/completions "
-        "(token-id blocks).")
-    model: str = Field(description="Model name sent in the request body.")
-    api_key_env: str | None = Field(
-        None, description="Name of the environment variable holding the API key; the key "
-        "itself never appears in a scenario or in results.")
-    headers: dict[str, str] = Field(default_factory=dict,
-                                    description="Extra HTTP headers sent with every request.")
-    extra_body: dict[str, Any] = Field(default_factory=dict,
-                                       description="Extra JSON fields merged into every body.")
-
-    @field_validator("extra_body")
-    @classmethod
-    def _body(cls, v: dict[str, Any]) -> dict[str, Any]:
-        reserved = sorted(set(v) & {"messages", "prompt", "stream"})
-        if reserved:
-            raise ValueError(f"may not set {', '.join(reserved)} (the replay writes them)")
-        return json_only(v)
-    ignore_eos: bool | None = Field(
-        None, description="Send ignore_eos/min_tokens so outputs follow the trace; None: "
-        "probe whether the server accepts them.")
-    metrics_url: str | None = Field(
-        None, description="Prometheus /metrics URL; None: <url>/metrics when it answers.")
-    preflight: bool = Field(
-        True, description="Send one request before the run; an endpoint that cannot be "
-        "reached or refuses the key or model (401/403/404) stops the run with a one-line "
-        "error instead of a run of failed requests.")
-    timeout_s: float = Field(600.0, gt=0, description="Per-request timeout (whole stream).")
-    retry: Retry = Field(default_factory=Retry, description="Retry policy (off by default); "
-                         "connection errors always back off (see agentbench/replay/retry.py).")
-    stall_timeout_s: float = Field(
-        120.0, gt=0, description="Fail a stream that sends nothing for this long.")
-    follow_redirects: bool = Field(
-        False, description="Follow a 307/308 redirect within the same origin (scheme, host, "
-        "port), re-sending the request; never to another origin (the credentials would "
-        "follow). Off: a redirect is an http_3xx error naming the Location.")
-    reconnect_s: float = Field(
-        60.0, ge=0, le=86400, description="How long a request whose connection is refused "
-        "keeps trying (backing off 0.05 s doubling to 5 s) before it counts as a failed "
-        "request; each try is its own row (connect_error) but none spends the request "
-        "budget, so a server that restarts does not use up max_requests. 0: one try.")
-    max_connections: int = Field(
-        0, ge=0, description="Connection pool size; 0 = no limit (one per request in flight).")
-    context_overflow_phrases: list[str] | None = Field(
-        None, description="Error-body phrases (case-insensitive substrings) that make a failed "
-        "request a context_overflow (its session ends there); None: the engines' own "
-        "(vLLM, SGLang, llama.cpp, TensorRT-LLM, OpenAI, Anthropic; "
-        "agentbench/replay/overflow.py); []: no detection.")
-
-
-class SharedTier(Strict):
-    """A distributed KV store shared by all simulated instances (e.g. Mooncake Store)."""
-
-    capacity_blocks: int = Field(gt=0, description="Blocks the shared tier holds (LRU); every "
-                                 "instance writes its prompts' full blocks through to it.")
-    load_s_per_token: float | None = Field(
-        None, ge=0, description="Simulated seconds to load one cached token from the tier into "
-        "an instance (instead of recomputing it); None: the preset's figure.")
-
-
-class SimulatedEndpoint(Strict):
-    """The embedded KV-cache-aware serving simulator, started in its own process for the run."""
-
-    kind: Literal["simulated"] = Field(description="Start agentbench's serving simulator.")
-    name: str | None = Field(None, description="Label in results; defaults to 'sim'.")
-    api: Literal["chat", "completions"] = Field("chat", description="API the replay uses.")
-    model: str = Field("sim", description="Model name the simulator serves.")
-    preset: str = Field("h200-llama3-70b",
-                        description="Named hardware/model timing preset (see `serve-sim --help`).")
-    instances: int = Field(1, gt=0, le=10_000,
-                           description="Inference instances behind the router.")
-    router: Literal["round_robin", "session_affinity", "least_loaded", "cache_aware",
-                    "random"] = Field(
-        "round_robin", description="Server-side routing policy; session_affinity keys on the "
-        "X-Session-ID request header, else the body's `user` field.")
-    block_size: int = Field(16, gt=0, le=1 << 20,
-                            description="KV cache block size in tokens.")
-    cache_blocks: int | None = Field(
-        None, gt=0, description="Per-instance GPU KV capacity in blocks; None: the preset's.")
-    cpu_offload_blocks: int = Field(
-        0, ge=0, description="Per-instance CPU offload tier capacity in blocks (write-through, "
-        "LRU); 0: none.")
-    shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
-    speedup: float = Field(1.0, gt=0,
-                           description="clock: wall only: divide every simulated duration by "
-                           "this (the HTTP simulator answers that much faster than real "
-                           "time); no effect in virtual time.")
-    max_num_batched_tokens: int | None = Field(
-        None, gt=0, description="Token budget of one engine step; None: the preset's.")
-    max_num_seqs: int | None = Field(
-        None, gt=0, description="Most requests running at once per instance; None: the preset's.")
-    cache_aware_max_imbalance: int = Field(
-        4, ge=0, description="cache_aware router: only instances with at most this many more "
-        "requests than the least loaded one compete on cached blocks.")
-    seed: int = Field(0, ge=0, description="Seed of the random router.")
-    max_context_tokens: int | None = Field(
-        None, gt=0, description="The model's context window: a request whose prompt plus "
-        "max_tokens exceeds it is refused with HTTP 400 and vLLM's 'maximum context length' "
-        "message; None: only the KV capacity limits a request.")
-    context_overflow_phrases: list[str] | None = Field(
-        None, description="As for an openai endpoint: error phrases that count as a context "
-        "overflow; None: the engines' own.")
-
-
-Endpoint = Annotated[OpenAIEndpoint | SimulatedEndpoint, Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- trace
@@ -497,31 +305,6 @@ class Output(Strict):
                                "_ . = + -; no path); None: name + timestamp.")
 
 
-class Server(Strict):
-    """An engine process agentbench starts before the run and stops after it (by the PID of
-    its own process group); its log and exit status are kept in the results folder."""
-
-    command: str | list[str] = Field(
-        description="Program and arguments (a string is split like a shell would). ${VAR} "
-        "and ${VAR:-default} take values from the environment; {python} is the Python "
-        "running agentbench (e.g. '{python} -m agentbench.engines llama-server ...').")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment variables (${VAR} expanded); "
-        "written to run.json as given, so refer to secrets as ${VAR}, never inline.")
-    cwd: str | None = Field(None, description="Working directory (relative to the scenario "
-                            "file); None: the current one.")
-    health_url: str = Field(
-        description="URL that answers HTTP 200 once the server is ready, e.g. "
-        "http://127.0.0.1:8080/health.")
-    startup_timeout_s: float = Field(
-        300.0, gt=0, description="Give up (and stop the process) when not healthy by then.")
-    stop_timeout_s: float = Field(
-        30.0, gt=0, description="After SIGTERM, wait this long before SIGKILL.")
-    log_file: str | None = Field(
-        None, description="Where the server's stdout+stderr go (relative to the scenario "
-        "file); None: server.log in the run folder. A copy lands in the run folder.")
-
-
 class Variant(Strict):
     """One arm of a what-if experiment: the base scenario with some keys changed."""
 
@@ -594,4 +377,17 @@ class Scenario(Strict):
         if self.clock is not None:
             return self.clock
         return "virtual" if all(e.kind == "simulated" for e in self.endpoints) else "wall"
+
+    @property
+    def runs_simulator(self) -> bool:
+        """Whether an endpoint is the embedded simulator (it runs in the replay's process,
+        which then has one CPU less for client work)."""
+        return any(e.kind == "simulated" for e in self.endpoints)
+
+    @property
+    def simulator_speedups(self) -> tuple[set[float], bool]:
+        """The ``speedup`` of each simulated endpoint, and whether every endpoint is
+        simulated (a wall-clock run in simulated time then has one time factor)."""
+        return ({e.speedup for e in self.endpoints if e.kind == "simulated"},
+                all(e.kind == "simulated" for e in self.endpoints))
 

@@ -13,13 +13,15 @@ In a virtual-time run (the default for simulated endpoints) none of that HTTP is
 replay drives the cluster in its own process on its own simulated clock
 (``agentbench.transport.simulated``, ``virtual.TimerDriver``).
 
-Modules: ``presets`` (timing parameters and their sources), ``prompt`` (token counts and
-prefix-chained block hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and
-``kvties`` (its closed-form eviction of equal-time chains), ``engine`` (one instance's
-scheduler), ``decoderuns`` (its decode-only steps computed ahead), ``cluster`` (router,
-shared tier, wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram``
-(latency histograms), ``metrics`` (Prometheus text), ``server`` (HTTP), ``process`` (the
-child process), ``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).
+Modules: ``presets`` (timing parameters and their sources, shipped as
+``preset_files/*.yaml``), ``presetfile`` (reading and writing preset files), ``cost`` (the
+step-time model: every step's duration), ``prompt`` (token counts and prefix-chained block
+hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and ``kvties`` (its
+closed-form eviction of equal-time chains), ``engine`` (one instance's scheduler),
+``decoderuns`` (its decode-only steps computed ahead), ``cluster`` (router, shared tier,
+wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram`` (latency histograms),
+``metrics`` (Prometheus text), ``server`` (HTTP), ``process`` (the child process),
+``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).
 """
 
 from agentbench.sim.errors import SimulatorStartError

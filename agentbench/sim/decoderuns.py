@@ -5,15 +5,15 @@ step at a time.
 When nothing prefills, every decode fits the token budget and nothing waiting can be
 admitted until a request gives its blocks or its slot back (``queue_stuck``), each step is
 a decode step of the same batch until one of its requests finishes: the steps' durations
-are ``Instance.plan``'s, bit for bit (its float operations, in Python or elementwise in
-numpy, or an integer form where that is exact; when memory time exceeds compute time far
-beyond rounding at both ends of a run, at every step), their ends and the instance's busy
-time are summed one step at a time as stepping does, and nothing outside the instance sees
-them (its load and its caches do not change, so routing does not either). Only an arrival
-routed to it, an abort or a read of its state can change its course; a driver then cuts
-the run there (``cut``): the steps ended are committed in bulk (``apply``) and the step in
-progress is planned as it was at its start. A run ends at the step that finishes a
-request, which is planned and committed as usual (``last_step``).
+are ``Instance.plan``'s, bit for bit (both ask the step-cost model, ``cost.StepCost``: its
+``decode_durations`` and ``fill_decode_durations`` compute a run's in Python or elementwise
+in numpy), their ends and the instance's busy time are summed one step at a time as
+stepping does, and nothing outside the instance sees them (its load and its caches do not
+change, so routing does not either). Only an arrival routed to it, an abort or a read of
+its state can change its course; a driver then cuts the run there (``cut``): the steps
+ended are committed in bulk (``apply``) and the step in progress is planned as it was at
+its start. A run ends at the step that finishes a request, which is planned and committed
+as usual (``last_step``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 #: runs at least this long compute their steps with numpy (the same IEEE operations,
 #: elementwise, and cumulative sums one addition at a time)
 NUMPY_STEPS = 40
-#: memory time above compute time by this factor at a run's ends: above it at every step
-MARGIN = 1.0 + 2.0 ** -30
 
 Floats = list[float] | npt.NDArray[np.float64]
 
@@ -82,88 +80,33 @@ def decode_run(inst: Instance, start: float, max_steps: int) -> DecodeRun | None
     n = left if left <= max_steps else max_steps
     if n < 2:
         return None
-    kvb = inst._kvb
-    if inst.waiting and isinstance(kvb, int) and (inst._decode_ctx + len(dec) * n) * kvb \
-            >= 1 << 53:  # plan() with a queue reads the KV bytes as a float: the same below
-        return None
+    if inst.waiting and not inst.cost.kv_exact(inst._decode_ctx + len(dec) * n):
+        return None  # plan() with a queue reads the KV tokens as a float: the same below
     busy = inst.stats.busy_s
     rows = _steps(inst, len(dec), inst._decode_ctx, n, start, busy)
     if rows is not None:
         return DecodeRun(rows[0], rows[1], n == left)
-    durs = durations(inst, len(dec), inst._decode_ctx, n)
+    durs = inst.cost.decode_durations(len(dec), inst._decode_ctx, n)
     return DecodeRun(list(accumulate(durs, initial=start)),
                      list(accumulate(durs, initial=busy)), n == left)
 
 
-def _memory_bound(inst: Instance, b: int, ctx: int, last: int) -> bool:
-    """Whether every step from context ``ctx`` to ``last`` (exclusive, by ``b``) is memory
-    bound by a margin far above rounding: both terms are linear in the context, so it is
-    when it is at the first and the last step (decode is, but for huge batches)."""
-    lin_b, attn, s_flop = b * inst._lin, inst._attn, inst._s_flop
-    wb, kvb, s_byte = inst._wb, inst._kvb, inst._s_byte
-    c1 = last - b
-    return (wb + ctx * kvb) * s_byte > (lin_b + ctx * attn) * s_flop * MARGIN \
-        and (wb + c1 * kvb) * s_byte > (lin_b + c1 * attn) * s_flop * MARGIN
-
-
 def _steps(inst: Instance, b: int, ctx: int, n: int, start: float,
            busy: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
-    """``durations``' running sums from ``start`` and from ``busy`` (``[start, end 1, ...,
-    end n]``, ``[busy, ...]``) with numpy; None for short runs, or where float64 products
-    would differ from Python's (an integer ``kvb`` times a context is an exact integer in
-    Python, and in float64 only below 2**53)."""
-    last = ctx + b * n
-    kvb, wb = inst._kvb, inst._wb
-    if n < NUMPY_STEPS or last >= 1 << 53 or isinstance(kvb, int) and last * kvb >= 1 << 53:
+    """The step durations' running sums from ``start`` and from ``busy`` (``[start, end 1,
+    ..., end n]``, ``[busy, ...]``) with numpy; None for short runs, or where float64
+    products would differ from Python's (``StepCost.fill_decode_durations``)."""
+    if n < NUMPY_STEPS:
         return None
     out = np.empty((3, n + 1))  # durations (after a free slot), ends, busy
-    d = out[0, 1:]  # elementwise as Python's floats (``x + y`` is ``y + x`` in IEEE)
-    if isinstance(kvb, int) and float(wb).is_integer() and wb + last * kvb < 1 << 53:
-        # wb + c * kvb is an integer below 2**53, exact in float64 however it is summed
-        np.multiply(_index(n), b * kvb, out=d)
-        d += wb + ctx * kvb
-    else:
-        np.multiply(np.arange(ctx, last, b, dtype=np.float64), kvb, out=d)
-        d += wb
-    d *= inst._s_byte
-    if not _memory_bound(inst, b, ctx, last):
-        c = np.arange(ctx, last, b, dtype=np.float64)
-        c *= inst._attn
-        c += b * inst._lin
-        c *= inst._s_flop
-        np.maximum(d, c, out=d)
-    d += inst._overhead
+    if not inst.cost.fill_decode_durations(out[0, 1:], b, ctx, n):
+        return None
     durs, ends, busy_row = out
     durs[0] = start
     np.add.accumulate(durs, out=ends)  # one addition at a time
     durs[0] = busy
     np.add.accumulate(durs, out=busy_row)
     return ends, busy_row
-
-
-_INDEX = np.arange(1 << 10, dtype=np.float64)
-
-
-def _index(n: int) -> npt.NDArray[np.float64]:
-    """``0.0, 1.0, ..., n - 1`` (a view of a table grown as needed)."""
-    global _INDEX
-    if len(_INDEX) < n:
-        _INDEX = np.arange(max(n, 2 * len(_INDEX)), dtype=np.float64)
-    return _INDEX[:n]
-
-
-def durations(inst: Instance, b: int, ctx: int, n: int) -> list[float]:
-    """Durations of ``n`` decode steps of ``b`` requests whose first has context ``ctx``
-    (step ``k``'s: ``ctx + k * b``): ``plan``'s decode-only ``max(compute, memory) +
-    overhead``, the same float operations on the same values."""
-    lin_b, attn, s_flop = b * inst._lin, inst._attn, inst._s_flop
-    wb, kvb, s_byte, over = inst._wb, inst._kvb, inst._s_byte, inst._overhead
-    last = ctx + b * n
-    if _memory_bound(inst, b, ctx, last):
-        return [(wb + c * kvb) * s_byte + over for c in range(ctx, last, b)]
-    # max(x, y) is y only when y > x
-    return [(y if (y := (wb + c * kvb) * s_byte) > (x := (lin_b + c * attn) * s_flop)
-             else x) + over for c in range(ctx, last, b)]
 
 
 def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentbench.sim.cost import StepCost
 from agentbench.sim.histogram import E2E_BUCKETS, TTFT_BUCKETS, Histogram
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
@@ -107,11 +108,8 @@ class Instance:
         self._dirty = False  # an aborted request still sits in decoding/prefilling
         #: blocks a session's last prompt cached: where its next prompt's lookup may start
         self._turn_ends: dict[str, int] = {}
-        self._attn = 4.0 * preset.layers * preset.hidden
-        self._lin = 2.0 * preset.params
-        self._s_flop, self._s_byte = preset.s_per_flop, preset.s_per_byte
-        self._kvb, self._wb = preset.kv_bytes_per_token, preset.weight_bytes
-        self._overhead = preset.step_overhead_s
+        #: the step-time model (``cost.py``): every step's duration comes from it
+        self.cost = StepCost(preset)
 
     # ------------------------------------------------------------ queue
 
@@ -227,7 +225,7 @@ class Instance:
             self._purge()
         p = self.preset
         budget = p.max_num_batched_tokens
-        attn, lin = self._attn, self._lin
+        cost = self.cost
         dec = self.decoding
         if len(dec) <= budget:
             batch = dec  # self.decoding is replaced, never mutated, so no copy is needed
@@ -235,17 +233,16 @@ class Instance:
         else:
             batch = dec[:budget]
             ctx = sum(r.prompt_tokens + r.generated for r in batch)
-        flops = len(batch) * lin + ctx * attn
         if not self.prefilling and not self.waiting:  # decode-only step (the common case)
             self._dec_batch = batch
             self._prefill_plan = _NOTHING
             if not batch:
                 return None
-            dur = max(flops * self._s_flop, (self._wb + ctx * self._kvb) * self._s_byte) \
-                + self._overhead
+            dur = cost.decode_step_s(len(batch), ctx)
             self.stats.steps += 1
             self.stats.busy_s += dur
             return dur
+        flops = cost.decode_flops(len(batch), ctx)
         budget -= len(batch)
         kv_read = float(ctx)
         load_s = 0.0
@@ -256,7 +253,7 @@ class Instance:
             n = min(r.prompt_tokens - r.computed, budget)
             plan.append((r, n))
             budget -= n
-            flops += n * lin + n * (r.computed + n / 2) * attn
+            flops += cost.prefill_flops(n, r.computed)
             kv_read += r.computed + n
         waiting = self.waiting
         while waiting and budget > 0 \
@@ -271,14 +268,13 @@ class Instance:
             n = min(r.prompt_tokens - r.computed, budget)
             plan.append((r, n))
             budget -= n
-            flops += n * lin + n * (r.computed + n / 2) * attn
+            flops += cost.prefill_flops(n, r.computed)
             kv_read += r.computed + n
         self._dec_batch = batch
         self._prefill_plan = plan
         if not batch and not plan:
             return None
-        mem = self._wb + kv_read * self._kvb
-        dur = max(flops * self._s_flop, mem * self._s_byte) + self._overhead + load_s
+        dur = cost.step_s(flops, kv_read) + load_s
         self.stats.steps += 1
         self.stats.busy_s += dur
         return dur

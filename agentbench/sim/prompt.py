@@ -1,5 +1,5 @@
 """Prompt tokens and prefix-chained block hashes, computed the way agentbench's prompt builder
-counts tokens (``agentbench.prompts.words``).
+counts tokens (``agentbench.traces.words``).
 
 A chat prompt is, per message, ``<role> content <end>`` (``CHAT_TOKENS_PER_MESSAGE`` = 2
 template tokens) and then one ``<assistant>`` reply primer, so its length is exactly
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.prompts.words import token_ids
+from agentbench.traces.words import splitmix64, token_ids
 
 U64 = npt.NDArray[np.uint64]
 
@@ -36,15 +36,6 @@ _OTHER_ROLE = -5
 _END = -6
 _PRIMER = -7
 CHUNK_CHARS = 8192
-
-
-def splitmix64(x: U64) -> U64:
-    """SplitMix64 finaliser, elementwise on uint64 (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def _mixed(ids: Sequence[int] | npt.NDArray[Any]) -> U64:

@@ -8,7 +8,7 @@ per event, or a single JSON body), ``GET /v1/models``, ``GET /health``, ``GET /m
 ``ignore_eos``/``min_tokens``/``max_tokens`` (or ``max_completion_tokens``) set the output
 length. The session key for ``session_affinity`` routing is the ``X-Session-ID`` header,
 else the body's ``user`` field. Only message contents are tokenized (roles, names and
-tool calls are not), which is how ``agentbench.prompts.words.chat_prompt_tokens`` counts.
+tool calls are not), which is how ``agentbench.traces.words.chat_prompt_tokens`` counts.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 
 from aiohttp import web
 
-from agentbench.prompts.words import VOCAB
 from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.errors import SimulatorStartError
 from agentbench.sim.metrics import render
 from agentbench.sim.prompt import U64
+from agentbench.traces.words import VOCAB
 
 SESSION_HEADER = "X-Session-ID"
 _CLUSTER = web.AppKey("cluster", Cluster)

@@ -1,6 +1,7 @@
-"""A synthetic results folder with the exact on-disk layout replay writes (CONTRACTS §6),
-drawn from a simple seeded latency model: for tests, docs, the notebook and the metrics
-benchmark. Its figures describe no engine; they only exercise the code that reads runs.
+"""A synthetic results folder with the exact on-disk layout replay writes
+(docs/architecture.md#results-on-disk), drawn from a simple seeded latency model: for tests,
+docs, the notebook and the metrics benchmark. Its figures describe no engine; they only
+exercise the code that reads runs.
 
 Model: lanes run session trees back to back; turn k's context grows by ``growth`` tokens;
 the prefix already sent is the potential cache, of which ``hit`` is reused; TTFT =

@@ -2,7 +2,7 @@
 
 For replay tests (fidelity: known TTFT/ITL; faults: 500, 429, reset mid-stream, stall,
 malformed SSE) and client benchmarks. Prompt tokens are counted with
-``agentbench.prompts.words`` (``chat_prompt_tokens`` for chat, the id count for completions),
+``agentbench.traces.words`` (``chat_prompt_tokens`` for chat, the id count for completions),
 so a replay that lays prompts out right sees exactly the trace's input tokens reported.
 Each output token is one synthetic word (one token), ``tokens_per_event`` per SSE event.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentbench.prompts import words as tokenize
+from agentbench.traces import words as tokenize
 
 #: where the "redirect" fault sends a client (nothing listens there)
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
@@ -45,7 +45,7 @@ class ServerConfig:
     stall_s: float = 3600.0
     retry_after_s: float = 1.0  # sent with every 429
     #: counts a chat request's prompt from its message contents (a real server's tokenizer
-    #: and template); None: ``agentbench.prompts.words.chat_prompt_tokens``
+    #: and template); None: ``agentbench.traces.words.chat_prompt_tokens``
     chat_counter: Callable[[list[str]], int] | None = None
 
 

@@ -1,4 +1,4 @@
-"""The trace model (CONTRACTS §1): a trace is a set of agent sessions, a session an
+"""The trace model (docs/architecture.md#traces): a trace is a set of agent sessions, a session an
 ordered list of turns, a turn one LLM request described by token counts and block
 hash ids.
 

@@ -1,5 +1,5 @@
 """Trace analysis: the figures ``agentbench traces stats`` prints, and the potential
-prefix hit rate (CONTRACTS §1) that replay records per request.
+prefix hit rate (docs/architecture.md#traces) that replay records per request.
 
 Potential cached tokens of a turn: the tokens of its longest leading run of blocks
 already sent by an earlier turn in the same hash scope, with an infinite cache. Turns

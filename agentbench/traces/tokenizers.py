@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentbench.errors import InputError
-from agentbench.prompts import words as approx
+from agentbench.traces import words as approx
 
 
 class Tokenizer(Protocol):
@@ -25,7 +25,7 @@ class Tokenizer(Protocol):
 
 
 class ApproxTokenizer:
-    """The dependency-free approximate tokenizer of ``agentbench.prompts.words``."""
+    """The dependency-free approximate tokenizer of ``agentbench.traces.words``."""
 
     name = "approx"
 

@@ -21,49 +21,11 @@ import aiohttp
 import aiohttp.payload
 
 from agentbench.results import schema as records
+from agentbench.results.schema import RequestRecord
 from agentbench.transport import pool as connpool
 from agentbench.transport import stream
 
 perf_ns = time.perf_counter_ns
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """One request as it happened; ``chunks``/``chunk_ns`` hold the response body as it
-    arrived (pieces, each stamped with the arrival of the read that brought its last byte)
-    until the writer turns them into columns (``agentbench.results.writer``)."""
-
-    request_id: int
-    stage: str
-    phase: str
-    endpoint: str
-    lane: int
-    tree_id: str
-    session_id: str
-    relation: str
-    copy: int
-    turn: int
-    scheduled_ns: int
-    expected_input_tokens: int
-    expected_output_tokens: int
-    potential_cached_tokens: int
-    sent_ns: int | None = None
-    end_ns: int | None = None
-    http_status: int | None = None
-    status: str = records.OK
-    error_type: str | None = None
-    error_message: str | None = None
-    chunks: list[bytes] = field(default_factory=list)
-    chunk_ns: list[int] = field(default_factory=list)
-    #: what the stream said, when a transport knows it without bytes (the in-process
-    #: simulator); HTTP leaves it None and the writer reads ``chunks``
-    result: Any = None
-    #: the server's Retry-After, seconds (429, 503), when it sent one; not written
-    retry_after_s: float | None = None
-    #: socket reads that brought the response after its head; instrumentation for
-    #: client benchmarks (events arrive one per read unless the client fell behind), not
-    #: written
-    reads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,14 +178,7 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             try:
                 head = pool.head(headers, size)
                 rec.sent_ns = perf_ns() - t0_ns
-                if size <= BODY_GROUP_BYTES:
-                    await conn.write(head + b"".join(parts))
-                else:
-                    await conn.write(head)
-                    per_group = max(1, BODY_GROUP_BYTES * len(parts) // size)
-                    for i in range(0, len(parts), per_group):
-                        await conn.write(b"".join(parts[i:i + per_group]))
-                        conn.last_ns = perf_ns()  # the stall timeout is about reading
+                await _write(conn, head, parts, size)
                 assert conn.done is not None
                 await conn.done
                 reuse = True
@@ -240,11 +195,7 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
                     url = nxt
                     continue
             if status != 200:
-                text = b"".join(resp.body()[0])[:2000].decode("utf-8", "replace")
-                rec.retry_after_s = _retry_after(resp.headers.get("retry-after"))
-                if 300 <= status < 400:
-                    text = _redirect_refused(resp.headers.get("location", "?"), target)
-                _fail(rec, f"http_{status}", text.strip() or resp.reason, target)
+                _refused(rec, resp, status, target)
                 return
             rec.chunks, rec.chunk_ns = resp.body()
             return
@@ -267,6 +218,28 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
         rec.end_ns = perf_ns() - t0_ns
         _partial(rec, resp)
         _fail(rec, type(e).__name__, str(e), target)
+
+
+async def _write(conn: Any, head: bytes, parts: list[bytes], size: int) -> None:
+    """The request head and body; a long body in groups of ``BODY_GROUP_BYTES``."""
+    if size <= BODY_GROUP_BYTES:
+        await conn.write(head + b"".join(parts))
+        return
+    await conn.write(head)
+    per_group = max(1, BODY_GROUP_BYTES * len(parts) // size)
+    for i in range(0, len(parts), per_group):
+        await conn.write(b"".join(parts[i:i + per_group]))
+        conn.last_ns = perf_ns()  # the stall timeout is about reading
+
+
+def _refused(rec: RequestRecord, resp: stream.Response, status: int, target: Target) -> None:
+    """A status other than 200 into the record: the body's start (or the redirect not
+    followed) as the message, and the server's Retry-After."""
+    text = b"".join(resp.body()[0])[:2000].decode("utf-8", "replace")
+    rec.retry_after_s = _retry_after(resp.headers.get("retry-after"))
+    if 300 <= status < 400:
+        text = _redirect_refused(resp.headers.get("location", "?"), target)
+    _fail(rec, f"http_{status}", text.strip() or resp.reason, target)
 
 
 def _partial(rec: RequestRecord, resp: stream.Response | None) -> None:

@@ -9,16 +9,19 @@ nanoseconds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentbench.prompts.layout import chat_overhead
 from agentbench.prompts.segments import SegmentPrompt, SimPrompt
 from agentbench.results import schema as records
+from agentbench.results.schema import RequestRecord
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.metrics import samples
 from agentbench.sim.virtual import TimerDriver
-from agentbench.transport.http import RequestRecord
+from agentbench.transport.base import Collector, Flavor
+from agentbench.transport.scrape import sample_collector
 from agentbench.transport.sse import StreamResult
 
 
@@ -37,6 +40,14 @@ class SimTransport:
         self.block_size = self.cfg.block_size
         self.chat = self.cfg.api == "chat"
         self.ignore_eos = True
+        self.label = cfg.name or "sim"
+        self.api = cfg.api
+        self.overhead = chat_overhead() if self.chat else 0
+        self.notes = ["in-process simulator on the virtual clock"]
+
+    @property
+    def flavor(self) -> Flavor:
+        return (self.api, self.overhead, int(self.block_size))
 
     async def start(self) -> None:
         self.driver.start()
@@ -45,10 +56,20 @@ class SimTransport:
         self.cluster.abort_all()
         self.driver.close()
 
-    def prompt_builder(self, salt: int, session_id: str, overhead: int,
+    def prompt_builder(self, caches: Mapping[str, Any], salt: int, session_id: str,
                        shared_prefix: int) -> SegmentPrompt:
-        return SegmentPrompt(salt, session_id, overhead, shared_prefix, self.chat,
-                             self.block_size)
+        """Prompts as prefix-chained block hashes (no text)."""
+        return SegmentPrompt(salt, session_id, self.overhead, shared_prefix, self.chat,
+                             int(self.block_size))
+
+    def collector(self) -> Collector:
+        return sample_collector(self.metrics_samples, self.label)
+
+    async def stream_rate(self, cache: Any) -> float | None:
+        return None  # no sockets to read
+
+    def opened(self) -> dict[str, Any]:
+        return {"label": self.label, "in_process": True}
 
     def metrics_samples(self) -> list[tuple[str, dict[str, str], float]]:
         """The gauges and counters the HTTP simulator serves on /metrics, as samples."""
@@ -56,7 +77,7 @@ class SimTransport:
         return samples(self.cfg.model, self.cluster.instances)
 
     async def send(self, rec: RequestRecord, prompt: SimPrompt, max_tokens: int,
-                   session: str) -> None:
+                   session: str, t0_ns: int = 0) -> None:
         """Run one request through the cluster and fill ``rec`` (failures are data; a
         cancellation is recorded, the request aborted in the engine, and re-raised)."""
         now = self.now_ns

@@ -4,7 +4,7 @@ The HTTP loop only stores ``(arrival_ns, bytes)`` per chunk; this pure function,
 the stream ended, finds the events, stamps each with the arrival of the chunk that
 completed it, and tells which carry tokens. A token-bearing event is one whose delta
 carries non-empty ``content``, ``reasoning_content`` / ``reasoning``, ``text``
-(completions) or ``tool_calls`` (CONTRACTS §5): found with a byte pattern (keys can only
+(completions) or ``tool_calls`` (docs/metrics.md): found with a byte pattern (keys can only
 appear unescaped as keys), so only the ``usage`` event is JSON-decoded in the common case.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from agentbench.prompts import words as tokenize
+from agentbench.traces import words as tokenize
 
 # "content":"x (non-empty string), "tool_calls":[ {  — JSON allows whitespace around ':'.
 _TOKEN_RE = re.compile(

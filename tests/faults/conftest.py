@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import FaultServer
+
+from tests.faults.harness import FaultServer
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import (
+
+from tests.faults.harness import (
     agentbench,
     one_line_error,
     report_reads,

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from harness import (
+
+from agentbench.testing.fakeserver import REDIRECT_TO
+from tests.faults.harness import (
     agentbench,
     report_reads,
     rows,
@@ -20,8 +22,6 @@ from harness import (
     scenario,
     wait_for,
 )
-
-from agentbench.testing.fakeserver import REDIRECT_TO
 
 #: the row each server fault becomes (status, error_type)
 EXPECTED = {
@@ -133,7 +133,7 @@ def test_a_server_killed_and_restarted_costs_no_budget_and_no_spinning(
 def test_a_server_that_never_answers_a_connection_ends_the_run(tmp_path: Path) -> None:
     """No server at all and no preflight: each request tries for reconnect_s, then fails;
     the run ends, exits 1 and names the error."""
-    from harness import free_port
+    from tests.helpers import free_port
 
     sc = scenario(tmp_path, f"http://127.0.0.1:{free_port()}", lanes=2,
                   limits="max_requests: 4",

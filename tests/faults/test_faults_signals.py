@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import agentbench, report_reads, rows, run_json, scenario, wait_for
+
+from tests.faults.harness import agentbench, report_reads, rows, run_json, scenario, wait_for
 
 
 def _start(tmp_path: Path, srv: Any) -> Any:

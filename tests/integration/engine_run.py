@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,16 +21,6 @@ from unittest import mock
 import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = ROOT / "scenarios"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -138,20 +127,16 @@ def _scrape_after_calibration(url: str) -> Iterator[Samples]:
     """Yield the samples scraped right before the replay's first request: after the
     replay's start-up calibration requests to a real server (which requests.parquet does
     not hold), or at once when the replay has no such step."""
-    from agentbench.replay import endpoints
+    from agentbench.transport import opener  # opening an endpoint calibrates it
 
     before: Samples = {}
-    orig = getattr(endpoints, "calibrate", None)
-    if orig is None:
-        before.update(scrape(url))
-        yield before
-        return
+    orig = opener.calibrate
 
     async def calibrate_then_scrape(*args: Any, **kwargs: Any) -> None:
         await orig(*args, **kwargs)
         before.update(scrape(url))  # blocking, but no request of the run is in flight yet
 
-    with mock.patch.object(endpoints, "calibrate", calibrate_then_scrape):
+    with mock.patch.object(opener, "calibrate", calibrate_then_scrape):
         yield before
     assert before, "the replay never calibrated: no scrape before the run"
 

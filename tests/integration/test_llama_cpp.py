@@ -7,17 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_run import (
-    SCENARIOS,
+
+from agentbench.engines.locate import find_llama_server, find_llama_vocab
+from tests.helpers import SCENARIOS, free_port
+from tests.integration.engine_run import (
     EngineRun,
     delta,
-    free_port,
     need,
     results_dir,
     run_scenario_on_port,
 )
-
-from agentbench.engines.locate import find_llama_server, find_llama_vocab
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 

@@ -7,17 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_run import (
-    SCENARIOS,
+
+from agentbench.engines.locate import find_vllm_python
+from tests.helpers import SCENARIOS, free_port
+from tests.integration.engine_run import (
     EngineRun,
     delta,
-    free_port,
     need,
     results_dir,
     run_scenario_on_port,
 )
-
-from agentbench.engines.locate import find_vllm_python
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 

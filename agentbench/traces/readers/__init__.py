@@ -1,4 +1,4 @@
-"""Readers: every source format into the one trace model (CONTRACTS §2).
+"""Readers: every source format into the one trace model (docs/traces.md).
 
 Each reader is a function ``read(path, **options) -> Trace`` in its own module, imported
 only when used. ``detect_format`` looks at content, not at file names alone.

@@ -6,7 +6,7 @@ block's own token ids, so two prompts get equal leading ids exactly as far as th
 sequences are equal (block-aligned), and a partial last block gets an id of its own. Ids
 are content hashes, so one hash scope can span every conversation of a source.
 
-A chat prompt is laid out as the chat template cost of ``agentbench.prompts.words``: each
+A chat prompt is laid out as the chat template cost of ``agentbench.traces.words``: each
 message is ``<role> content <end>`` (2 marker tokens) and the prompt ends with the reply
 primer ``<assistant>``, so a turn's prompt is a prefix of the next turn's (whose history
 holds the reply as ``<assistant> reply <end>``), and its length equals

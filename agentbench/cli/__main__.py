@@ -1,0 +1,5 @@
+"""``python -m agentbench.cli``."""
+
+from agentbench.cli import main
+
+main()

@@ -1,0 +1,88 @@
+"""The command line's application, its error guard (bad input is one line and exit code 2)
+and the small commands (``version``, ``validate``)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from agentbench.errors import InputError, ResultsWriteError
+
+app = typer.Typer(
+    name="agentbench",
+    help="Replay agentic coding workloads against OpenAI-compatible endpoints.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+traces_app = typer.Typer(help="Read, convert, synthesize and analyse traces.",
+                         no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+
+F = TypeVar("F", bound=Callable[..., Any])
+_STATE = {"debug": False}
+
+
+def guarded(fn: F) -> F:
+    """Bad input becomes one line on stderr and exit code 2 (a traceback with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            if _STATE["debug"]:
+                raise
+            lines = e.lines() if hasattr(e, "lines") else [e.one_line()]
+            for line in lines:
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(2) from None
+        except ResultsWriteError as e:
+            if _STATE["debug"]:
+                raise
+            typer.echo(f"error: {e.one_line()}", err=True)
+            raise typer.Exit(1) from None
+        except OSError as e:  # a disk that is full or read-only, a file that vanished
+            if _STATE["debug"]:
+                raise
+            where = f"{e.filename}: " if e.filename else ""
+            text = " ".join(str(e.strerror or e).split())
+            typer.echo(f"error: {where}{text} (--debug shows where)", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+) -> None:
+    _STATE["debug"] = debug
+
+
+@app.command()
+@guarded
+def version() -> None:
+    """Print the agentbench version."""
+    from agentbench import __version__
+
+    typer.echo(__version__)
+
+
+@app.command()
+@guarded
+def validate(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+) -> None:
+    """Check a scenario and print every problem with its key path."""
+    from agentbench.scenario.loading import check_scenario, load_scenario
+
+    sc = load_scenario(scenario)
+    _, warnings = check_scenario(sc, scenario.resolve().parent)
+    for w in warnings:
+        typer.echo(f"warning: {scenario}: {w}", err=True)
+    typer.echo(f"{scenario}: ok ({sc.name})")

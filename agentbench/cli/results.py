@@ -1,0 +1,57 @@
+"""``agentbench report`` and ``agentbench gate``: reports and the CI gate over run folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agentbench.cli.app import app, guarded
+from agentbench.errors import InputError
+
+
+@app.command()
+@guarded
+def report(
+    runs: list[Path] = typer.Argument(..., help="Results folder(s); several: a comparison."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output folder; default: "
+                                       "the run's folder (one run) or ./report (several)."),
+) -> None:
+    """Render report.html (self-contained) and report.md for one run or a comparison."""
+    from agentbench.report.render import render
+
+    html, md = render(runs, output)
+    typer.echo(f"wrote {html} and {md}")
+
+
+@app.command()
+@guarded
+def gate(
+    baseline: Path = typer.Argument(..., help="Baseline results folder."),
+    candidate: Path = typer.Argument(..., help="Candidate results folder."),
+    rules: Path | None = typer.Option(None, "--rules", help="Rules YAML; default: built-in."),
+    confidence: float | None = typer.Option(None, "--confidence",
+                                            help="Confidence level (default 0.95)."),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Markdown for a PR "
+                                         "comment; default: <candidate>/gate.md."),
+    allow: str | None = typer.Option(
+        None, "--allow", help="Fingerprint fields that may differ, comma-separated: trace, "
+        "filters, transform, load, timing, time_base, endpoint(s)."),
+) -> None:
+    """Fail (exit 1) when the candidate regresses past a rule with confidence; 2: bad input
+    or runs that are not comparable (their fingerprints differ beyond --allow)."""
+    from agentbench.report.gate import evaluate, format_markdown, format_table, load_rules
+    from agentbench.scenario.fingerprint import parse_allow
+
+    allowed = parse_allow(allow)
+    rule_list, opts = load_rules(rules)
+    if confidence is not None:
+        if not 0.5 <= confidence < 1:
+            raise InputError("must be in [0.5, 1)", source="--confidence")
+        opts.confidence = confidence
+    result = evaluate(baseline, candidate, rule_list, opts, allowed)
+    typer.echo(format_table(result))
+    md_path = markdown or candidate / "gate.md"
+    md_path.write_text(format_markdown(result, str(baseline), str(candidate)))
+    typer.echo(f"markdown: {md_path}")
+    raise typer.Exit(0 if result.passed else 1)

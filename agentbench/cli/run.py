@@ -1,0 +1,154 @@
+"""``agentbench run`` (a thin wrapper over ``agentbench.experiment.run_experiment``) and
+``agentbench recover``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentbench.cli.app import app, guarded
+from agentbench.errors import InputError
+
+
+def _default_trace() -> str:
+    from agentbench.scenario.flags import DEFAULT_TRACE
+
+    return DEFAULT_TRACE
+
+
+@app.command()
+@guarded
+def run(
+    scenario: Path | None = typer.Argument(
+        None, help="Scenario YAML file; none: a scenario built from --url, --model and the "
+        "other flags."),
+    url: str | None = typer.Option(None, "--url", help="Without a scenario file: the "
+                                   "OpenAI-compatible server's base URL (with or without /v1)."),
+    model: str | None = typer.Option(None, "--model", help="Without a file: model name sent."),
+    api: str | None = typer.Option(None, "--api", help="Without a file: chat (default) or "
+                                   "completions."),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="Without a file: closed loop of N agent lanes (default 4)."),
+    rate: float | None = typer.Option(
+        None, "--rate", help="Without a file: open loop, agent sessions arriving per second "
+        "(Poisson)."),
+    trace: str | None = typer.Option(
+        None, "--trace", help="Without a file: a trace file, folder, dataset id, builtin:NAME "
+        "or synth:PROFILE[:SESSIONS]; default: " + _default_trace() + "."),
+    duration: float | None = typer.Option(
+        None, "--duration", help="Without a file: seconds per stage (default 60 unless "
+        "--max-requests is given)."),
+    max_requests: int | None = typer.Option(None, "--max-requests",
+                                            help="Without a file: requests per stage."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of every random choice "
+                                    "(scenario key seed; 0 is a seed)."),
+    rules: str | None = typer.Option(
+        None, "--rules", help="Benchmark rules (scenario key rules): agentx locks AgentX's "
+        "settings and gives the run a validity verdict (docs/agentx.md)."),
+    unsafe_override: bool = typer.Option(
+        False, "--unsafe-override", help="With --rules: run despite conflicting settings "
+        "(the run is then invalid: unsafe_override)."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="KEY.PATH=VALUE: override a scenario key (value read as YAML, "
+        "validated like the file), e.g. --set limits.duration_s=30 (repeatable)."),
+    output: Path | None = typer.Option(None, "--output", "-o",
+                                       help="Parent folder of run folders (output.dir)."),
+    run_id: str | None = typer.Option(None, "--run-id", help="Run folder name (output.run_id)."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress",
+                                         help="Progress bar; default: when stderr is a TTY."),
+    workers: str = typer.Option("1", "--workers",
+                                help="Client processes the lanes are sharded over: a count "
+                                     "or 'auto' (from each endpoint's measured stream rate "
+                                     "and the lanes, up to one per CPU)."),
+) -> None:
+    """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
+
+    Without a scenario file, --url and --model build one (written to run.json).
+
+    A scenario with ``variants`` runs once per variant and compares the runs at the end."""
+    from agentbench.scenario.loading import load_scenario, parse_set
+
+    sets = [parse_set(item) for item in set_]
+    flags: dict[str, Any] = {"api": api, "concurrency": concurrency, "rate": rate,
+                             "trace": trace, "duration_s": duration, "max_requests": max_requests}
+    if scenario is None:
+        from agentbench.scenario.flags import scenario_from_flags
+
+        base = scenario_from_flags(url, model, sets=sets, seed=seed, rules=rules,
+                                   unsafe_override=unsafe_override or None, **flags)
+    else:
+        given = [f"--{k.removesuffix('_s').replace('_', '-')}"
+                 for k, v in {"url": url, "model": model, **flags}.items() if v is not None]
+        if given:
+            raise InputError(f"{', '.join(given)}: only for a run without a scenario file; "
+                             f"with {scenario}, use --set KEY.PATH=VALUE (e.g. --set "
+                             "endpoints.0.url=http://host:8000)", source="agentbench run")
+        extra = [(k, v) for k, v in (("seed", seed), ("rules", rules),
+                                     ("unsafe_override", unsafe_override or None))
+                 if v is not None]
+        base = load_scenario(scenario, labels={"seed": "--seed", "rules": "--rules",
+                                               "unsafe_override": "--unsafe-override"},
+                             sets=[*sets, *extra])
+    if output is not None:
+        base.output.dir = str(output)
+    if run_id is not None:
+        base.output.run_id = run_id
+    from agentbench.experiment import run_experiment
+
+    result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
+                            progress=progress, workers=workers)
+    for line in result.failed:
+        typer.echo(f"failed: {line}", err=True)
+    for line in result.invalid:
+        typer.echo(f"invalid: {line}", err=True)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+class _RunPrinter:
+    """``agentbench run``'s account of an experiment (``agentbench.experiment.Listener``):
+    progress lines on stderr, each run's summary and the comparison on stdout."""
+
+    def variant_started(self, scenario: Any, of: int) -> None:
+        if of > 1:
+            typer.echo(f"== {scenario.name}", err=True)
+
+    def run_started(self, run_dir: Path) -> None:
+        typer.echo(f"results: {run_dir}", err=True)
+
+    def trace_warning(self, line: str) -> None:
+        typer.echo(f"warning: skipped bad trace file {line}", err=True)
+
+    def variant_done(self, run: Any) -> None:
+        from agentbench.metrics import format_summary
+
+        typer.echo(format_summary(run.summary))
+        if (auto := run.info.get("workers_auto")) is not None:
+            typer.echo(f"workers       {run.info['workers']} (--workers auto: {auto['why']})")
+        typer.echo(f"results: {run.run_dir}")
+        if run.warning is not None:
+            typer.echo(f"warning: {run.run_dir.name}: {run.warning}", err=True)
+
+    def compared(self, result: Any) -> None:
+        typer.echo("\n".join(["", "comparison (against the first variant):",
+                              *result.comparison.headlines]))
+        typer.echo("report: agentbench report " + " ".join(str(r.run_dir)
+                                                           for r in result.runs))
+
+
+@app.command()
+@guarded
+def recover(
+    runs: list[Path] = typer.Argument(..., help="Results folder(s) of runs cut short."),
+) -> None:
+    """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
+    and run.json says ``killed``. ``load``, ``report`` and ``gate`` do this by themselves."""
+    from agentbench.results.reader import recover_if_cut_short
+
+    for d in runs:
+        if not d.is_dir():
+            raise InputError("results folder not found", source=str(d))
+        made = recover_if_cut_short(d)
+        typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

@@ -1,0 +1,146 @@
+"""``agentbench traces ...``: read, convert, synthesize and analyse traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentbench.cli.app import guarded, traces_app
+from agentbench.errors import InputError
+
+
+@traces_app.command("stats")
+@guarded
+def traces_stats(
+    source: str = typer.Argument(..., help="Trace file, folder, dataset id, builtin:NAME or "
+                                 "cache:NAME."),
+    format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
+    scale: float | None = typer.Option(
+        None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
+    max_context: int | None = typer.Option(
+        None, "--max-context", help="Cap every prompt at its first N tokens."),
+    option: list[str] = typer.Option(
+        [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
+        "(repeatable)."),
+    skip_bad: bool = typer.Option(
+        False, "--skip-bad", help="In a folder, skip bad trace files (each named on stderr) "
+        "instead of stopping at them."),
+) -> None:
+    """Sessions, requests, token and time distributions, subagents, potential hit rate."""
+    from agentbench.traces.stats import format_stats, trace_stats
+
+    # read_trace takes skip_bad beside the reader options
+    trace = _read_transformed(source, format, scale, max_context,
+                              [*option, "skip_bad=true"] if skip_bad else option)
+    if trace.skipped:
+        typer.echo(f"warning: skipped {len(trace.skipped)} bad trace file(s):", err=True)
+        for line in trace.skipped:
+            typer.echo(f"warning: {line}", err=True)
+    st = trace_stats(trace)
+    if as_json:
+        typer.echo(json.dumps(st.to_dict(), indent=2))
+    else:
+        typer.echo(format_stats(st))
+
+
+@traces_app.command("convert")
+@guarded
+def traces_convert(
+    source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
+    output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
+    format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
+    scale: float | None = typer.Option(
+        None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
+    max_context: int | None = typer.Option(
+        None, "--max-context", help="Cap every prompt at its first N tokens."),
+    option: list[str] = typer.Option(
+        [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
+        "(repeatable)."),
+) -> None:
+    """Write any readable trace in agentbench's native parquet format."""
+    from agentbench.traces.readers import native
+
+    trace = _read_transformed(source, format, scale, max_context, option)
+    out = native.write(trace, output)
+    typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+
+
+@traces_app.command("synth")
+@guarded
+def traces_synth(
+    profile: str = typer.Option(..., "--profile", "-p",
+                                help="Profile: agentx, codex, or a profile YAML file."),
+    sessions: int = typer.Option(..., "--sessions", "-n", help="Root sessions to generate."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Random seed (0 is a seed)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
+) -> None:
+    """Synthesize a trace calibrated to a published agentic workload (native parquet)."""
+    from agentbench.traces.readers import native
+    from agentbench.traces.synth import synthesize
+
+    trace = synthesize(profile, sessions, seed)
+    out = native.write(trace, output)
+    typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+
+
+@traces_app.command("list")
+@guarded
+def traces_list(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
+) -> None:
+    """Bundled traces (builtin:NAME) with their facts, and the corpora `traces fetch` gets."""
+    from agentbench.traces.sources import format_listing, listing
+
+    data = listing()
+    typer.echo(json.dumps(data, indent=2) if as_json else format_listing(data))
+
+
+@traces_app.command("fetch")
+@guarded
+def traces_fetch(
+    name: str = typer.Argument(..., help="Corpus name (see `agentbench traces list`)."),
+    mirror: str | None = typer.Option(
+        None, "--mirror", help="URL or folder serving MIRROR/NAME/<file> instead of upstream."),
+) -> None:
+    """Download a public corpus into the cache (checked by SHA-256); read it as cache:NAME."""
+    from agentbench.traces.fetch import fetch
+
+    out = fetch(name, mirror=mirror, log=lambda m: typer.echo(m, err=True))
+    typer.echo(f"fetched {name} into {out}; read it as cache:{name}")
+
+
+def _reader_options(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; values read as YAML scalars (numbers, booleans, strings)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"expected KEY=VALUE, got {item!r}", field="--option")
+        out[key.strip()] = yaml.safe_load(value) if value else ""
+    return out
+
+
+def _read_transformed(source: str, format: str | None, scale: float | None,
+                      max_context: int | None, options: list[str] | None = None) -> Any:
+    from agentbench.traces import transform
+    from agentbench.traces.readers import read_trace
+
+    if source.startswith("synth:"):  # as `run --trace` takes it
+        from agentbench.scenario.flags import trace_spec
+        from agentbench.traces.synth import synthesize
+
+        spec = trace_spec(source)
+        trace = synthesize(spec["profile"], sessions=spec["sessions"], seed=0)
+    else:
+        trace = read_trace(source, format=format, **_reader_options(options or []))
+    if max_context is not None:
+        trace = transform.truncate(trace, max_context)
+    if scale is not None:
+        trace = transform.scale(trace, scale)
+    return trace

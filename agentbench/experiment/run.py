@@ -1,0 +1,181 @@
+"""``run_experiment``: every variant of a scenario replayed, summarized and judged.
+
+For each variant (``variants:``; one run without them): read its trace (variants that
+replay the same trace and seed share one read), start the scenario's engine when it has
+a ``server:``, replay it (``agentbench.replay``: virtual time for simulated endpoints),
+summarize the run folder (``agentbench.metrics``) and judge it: failed (no measured
+request succeeded, or the error rate passed ``fail_on.error_rate``), a warning (many
+errors without a bound), invalid under ``rules``. Runs of several variants are compared
+at the end. What happens is told to a :class:`Listener` (the CLI prints it); the result
+says everything the CLI's exit code needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from agentbench.errors import InputError
+from agentbench.traces.model import Trace
+
+
+@dataclass
+class VariantRun:
+    """One variant's run: where it went, what run.json and summary.json say, and its
+    verdicts (None: none to give)."""
+
+    scenario: Any
+    run_dir: Path
+    info: dict[str, Any]
+    summary: dict[str, Any]
+    failure: str | None = None
+    warning: str | None = None
+    invalid: str | None = None
+
+
+@dataclass
+class ExperimentResult:
+    """Every variant's run, and their comparison (several variants)."""
+
+    runs: list[VariantRun] = field(default_factory=list)
+    comparison: Any = None  # agentbench.api.Comparison
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"{r.run_dir.name}: {r.failure}" for r in self.runs if r.failure]
+
+    @property
+    def invalid(self) -> list[str]:
+        return [f"{r.run_dir.name}: {r.invalid}" for r in self.runs if r.invalid]
+
+    @property
+    def exit_code(self) -> int:
+        """``agentbench run``'s: 1 when a run failed, 3 when one is not valid, else 0."""
+        return 1 if self.failed else 3 if self.invalid else 0
+
+
+class Listener(Protocol):
+    """What an experiment tells as it goes (the CLI prints it: ``agentbench.cli.run``)."""
+
+    def variant_started(self, scenario: Any, of: int) -> None:
+        """A variant starts (``of``: how many the experiment has)."""
+
+    def run_started(self, run_dir: Path) -> None:
+        """The variant's run folder exists."""
+
+    def trace_warning(self, line: str) -> None:
+        """A trace file was skipped."""
+
+    def variant_done(self, run: VariantRun) -> None:
+        """The variant's run is summarized and judged."""
+
+    def compared(self, result: ExperimentResult) -> None:
+        """Several variants ran and were compared."""
+
+
+class Quiet:
+    """A listener that tells nothing (the library's default)."""
+
+    def variant_started(self, scenario: Any, of: int) -> None:
+        return None
+
+    def run_started(self, run_dir: Path) -> None:
+        return None
+
+    def trace_warning(self, line: str) -> None:
+        return None
+
+    def variant_done(self, run: VariantRun) -> None:
+        return None
+
+    def compared(self, result: ExperimentResult) -> None:
+        return None
+
+
+def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
+                   listener: Listener | None = None, progress: bool | None = False,
+                   workers: int | str | None = 1, executor: Any = None,
+                   traces: dict[str, Trace] | None = None) -> ExperimentResult:
+    """Run every variant of ``scenario`` (a validated ``Scenario``, or a path to its YAML
+    file) one after another and compare them; return their runs and verdicts.
+
+    ``workers`` and ``executor`` choose what runs the lanes of each run
+    (``agentbench.replay.run_scenario``); ``traces`` (optional) caches traces across
+    calls by trace spec and seed."""
+    from agentbench.scenario.loading import expand_variants, load_scenario
+
+    if not hasattr(scenario, "variants"):
+        scenario_path = Path(scenario)
+        scenario = load_scenario(scenario_path)
+    tell = listener or Quiet()
+    traces = {} if traces is None else traces
+    result = ExperimentResult()
+    variants = expand_variants(scenario)
+    for sc in variants:
+        tell.variant_started(sc, len(scenario.variants))
+        result.runs.append(run_variant(sc, scenario_path=scenario_path, listener=tell,
+                                       progress=progress, workers=workers,
+                                       executor=executor, traces=traces))
+    if len(result.runs) > 1:
+        from agentbench.report.comparison import compare
+
+        # variants differ on purpose
+        result.comparison = compare(*[r.run_dir for r in result.runs], allow=["all"])
+        tell.compared(result)
+    return result
+
+
+def run_variant(sc: Any, *, scenario_path: Path | None = None,
+                listener: Listener | None = None, progress: bool | None = False,
+                workers: int | str | None = 1, executor: Any = None,
+                traces: dict[str, Trace] | None = None) -> VariantRun:
+    """One variant (a scenario without ``variants``): trace, engine, replay, summary,
+    verdicts. A function of its arguments alone, so another process or host can run it."""
+    from agentbench.engines import serving
+    from agentbench.metrics import summarize
+    from agentbench.metrics.format import run_failure, run_invalid, run_warning
+    from agentbench.replay import run as replay_run
+
+    tell = listener or Quiet()
+    traces = {} if traces is None else traces
+    with serving(sc, scenario_path) as adopt_run_dir:  # starts/stops the scenario's server
+
+        def started(d: Path, adopt: Callable[[Path], None] = adopt_run_dir) -> None:
+            adopt(d)
+            tell.run_started(d)
+
+        trace = _trace_of(sc, scenario_path, traces, tell)
+        res = replay_run(sc, progress=progress, on_start=started, workers=workers,
+                         trace=trace, executor=executor)
+    summary = summarize(res.run_dir)
+    return _judged(VariantRun(sc, Path(res.run_dir), res.info, summary),
+                   run_failure, run_warning, run_invalid, tell)
+
+
+def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
+              tell: Listener) -> Trace:
+    """The variant's trace, read once per trace spec and seed."""
+    from agentbench.replay.runner import load_trace
+
+    key = json.dumps([sc.trace.model_dump(mode="json"), sc.seed])
+    if key not in traces:
+        try:
+            traces[key] = load_trace(sc)
+        except InputError as e:
+            raise e.located(source=str(scenario_path or "--trace")) from None
+        for line in traces[key].skipped:
+            tell.trace_warning(line)
+    return traces[key]
+
+
+def _judged(run: VariantRun, failure: Any, warning: Any, invalid: Any,
+            tell: Listener) -> VariantRun:
+    bound = run.scenario.fail_on.error_rate
+    run.failure = failure(run.summary, bound)
+    run.warning = warning(run.summary, bound)
+    run.invalid = invalid(run.summary)
+    tell.variant_done(run)
+    return run

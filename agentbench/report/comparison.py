@@ -1,0 +1,73 @@
+"""``compare(r1, r2, ...)`` (``agentbench.compare``): runs side by side against the first,
+after checking that they are comparable (their fingerprints)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentbench.metrics.run import Run, load
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass
+class Comparison:
+    """Runs side by side. ``values``: floats, one row per metric (index: the metric's
+    name, e.g. ``ttft_p50``; shares as fractions), one column per run name; ``ratios``:
+    each value ÷ the first run's; ``table``: the formatted view (rows by label, changes
+    against the first run in words); ``headlines``: one published-style sentence per
+    later run."""
+
+    runs: list[Run]
+    values: pd.DataFrame
+    ratios: pd.DataFrame
+    table: pd.DataFrame
+    headlines: list[str]
+    #: what could not be checked for comparability (runs without a fingerprint)
+    warnings: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "\n".join([self.table.to_string(), "", *self.headlines,
+                          *(f"warning: {w}" for w in self.warnings)])
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        heads = "".join(f"<li>{escape(h)}</li>" for h in self.headlines)
+        return self.table.to_html(escape=True) + f"<ul>{heads}</ul>"
+
+
+def compare(*runs: Run | str | Path, block: str = "overall",
+            allow: Iterable[str] = ()) -> Comparison:
+    """Compare runs (``Run`` objects or results folders) against the first one.
+
+    Runs must be comparable: the same trace content, filters, transforms, load, timing,
+    time base and endpoint kinds (run.json ``fingerprint``), except the fields named in
+    ``allow`` (e.g. ``("endpoints", "load")``, or ``"all"``); otherwise ``InputError``
+    names every field that differs."""
+    from agentbench.report.compare import (
+        comparison_ratios,
+        comparison_values,
+        format_table,
+        headline,
+        run_labels,
+    )
+    from agentbench.results.reader import read_run_json
+    from agentbench.scenario.fingerprint import FIELDS, check_comparable
+
+    rs = [r if isinstance(r, Run) else load(r) for r in runs]
+    if len(rs) < 2:
+        raise ValueError("compare needs at least two runs")
+    allowed = set(FIELDS) if set(allow) & {"all"} else set(allow)
+    warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
+    sums = [r.summary for r in rs]
+    labels = run_labels(sums)
+    heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
+             for lab, s in zip(labels[1:], sums[1:], strict=True)]
+    values = comparison_values(sums, block=block)
+    return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
+                      warnings)

@@ -1,0 +1,57 @@
+"""The base of every scenario model: strict validation (no unknown keys, no coercion, no
+NaN, integers within 64 bits) and the check that a free-form mapping is plain JSON."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    field_validator,
+)
+
+
+class Strict(BaseModel):
+    """No unknown keys, no coercion (``true`` is not a count, ``"5"`` is not a number), no
+    NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=True,
+                              strict=True, allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _int64(cls, v: Any) -> Any:
+        """Every integer fits in 64 bits: a longer one is a typo, and numpy, parquet and
+        the seed generators overflow on it."""
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, int) and not isinstance(x, bool) and not -INT64 <= x <= INT64:
+                raise ValueError(f"an integer of {len(str(abs(x)))} digits is out of range "
+                                 f"(at most {INT64:,})")
+        return v
+
+
+#: the largest integer a scenario may hold (2**63 - 1)
+INT64 = 2**63 - 1
+
+
+def json_only(value: dict[str, Any]) -> dict[str, Any]:
+    """Check that ``value`` is plain JSON (string keys, finite numbers): it is sent or stored
+    as JSON, and YAML can also make dates, sets, binary and NaN, which JSON cannot carry."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, x = stack.pop()
+        if isinstance(x, dict):
+            for k, item in x.items():
+                if not isinstance(k, str):
+                    raise ValueError(f"key {k!r}{where and f' in {where}'} is not a string")
+                stack.append((f"{where}.{k}" if where else k, item))
+        elif isinstance(x, list):
+            stack.extend((f"{where}.{i}", item) for i, item in enumerate(x))
+        elif isinstance(x, float) and not math.isfinite(x):
+            raise ValueError(f"{where}: {x} is not a finite number")
+        elif not (x is None or isinstance(x, str | int | float)):
+            raise ValueError(f"{where}: {type(x).__name__} is not a JSON value (quote it to "
+                             "give a string)")
+    return value

@@ -1,0 +1,218 @@
+"""Preset files: a simulator preset as YAML, every figure with its source, validated.
+
+The shipped presets are such files (``preset_files/``); a scenario's simulated endpoint may
+name one of its own (``preset: my-gpu.yaml``), and a preset fitted to a real engine's runs
+is written as one (``preset_yaml``). The format is described in docs/engines.md,
+"Simulator presets". Whatever the file holds, a problem is one ``InputError`` line naming
+the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentbench.errors import InputError
+from agentbench.scenario.yamlfile import MAX_SHOWN, key_lines, one_line, read_yaml
+from agentbench.sim.presets import FIGURES, Preset, Provenance
+
+#: bytes at most in a preset file (a real one is a few KB)
+MAX_PRESET_BYTES = 1 << 20
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class _Figure(_Model):
+    source: str = Field(min_length=1, description="Where the value comes from: a spec "
+                        "sheet or document (title or URL), 'assumption: why', or 'fitted "
+                        "from RUNS'.")
+
+
+class _Positive(_Figure):
+    value: float = Field(gt=0, description="A finite number above 0.")
+
+
+class _Rate(_Figure):
+    value: float = Field(gt=0, allow_inf_nan=True, description="A number above 0; .inf: "
+                         "unlimited (the steps take no time on this account).")
+
+
+class _Bytes(_Figure):
+    value: int | float = Field(gt=0, description="Bytes above 0 (an integer stays one: "
+                               "the step times keep exact integer arithmetic).")
+
+
+class _NonNegative(_Figure):
+    value: float = Field(ge=0, description="A finite number, 0 or above.")
+
+
+class _Fraction(_Figure):
+    value: float = Field(gt=0, le=1, description="A fraction in (0, 1].")
+
+
+class _Count(_Figure):
+    value: int = Field(ge=1, le=1 << 40, description="A whole number, 1 or above.")
+
+
+class _Figures(_Model):
+    """The preset's figures (``Preset``'s fields; step times from them: cost.py)."""
+
+    params: _Positive = Field(description="Model parameters (2 FLOPs each per token).")
+    layers: _Count = Field(description="Transformer layers.")
+    hidden: _Count = Field(description="Attention heads x head dim (attention FLOPs per "
+                           "token pair = 4 x layers x hidden).")
+    kv_bytes_per_token: _Bytes = Field(description="KV cache bytes per token, all layers.")
+    weight_bytes: _NonNegative = Field(description="Weight bytes read once per step.")
+    peak_flops: _Rate = Field(description="Dense FLOP/s of the instance at the serving "
+                              "precision.")
+    mfu: _Fraction = Field(description="Achieved fraction of peak_flops.")
+    hbm_bytes_per_s: _Rate = Field(description="HBM bandwidth, bytes/s.")
+    mbu: _Fraction = Field(description="Achieved fraction of the HBM bandwidth.")
+    hbm_bytes: _Positive = Field(description="HBM capacity, bytes.")
+    gpu_memory_utilization: _Fraction = Field(description="Share of HBM the engine uses "
+                                              "(vLLM's gpu_memory_utilization).")
+    activation_reserve_bytes: _NonNegative = Field(description="HBM kept for activations "
+                                                   "and CUDA graphs, not for KV.")
+    step_overhead_s: _NonNegative = Field(description="Seconds added to every step "
+                                          "(scheduling, launches).")
+    max_num_batched_tokens: _Count = Field(description="Token budget of one step.")
+    max_num_seqs: _Count = Field(description="Most requests running at once.")
+    cpu_load_s_per_token: _NonNegative = Field(description="Seconds to load one cached "
+                                               "token from the CPU offload tier.")
+    shared_load_s_per_token: _NonNegative = Field(description="Seconds to load one cached "
+                                                  "token from the shared tier.")
+    natural_output_tokens: _Count = Field(description="Mean output length when the client "
+                                          "does not force one.")
+
+
+class _Provenance(_Model):
+    """What the figures describe and where they come from."""
+
+    engine: str = Field(min_length=1, description="Serving engine the figures describe or "
+                        "were fitted to.")
+    engine_version: str | None = Field(None, description="Its version; null: none (an "
+                                       "analytic preset).")
+    model: str = Field(min_length=1, description="Model, with its precision.")
+    hardware: str = Field(min_length=1, description="GPU(s) of one instance.")
+    date: dt.date = Field(strict=False, description="When the figures were set or fitted "
+                          "(YYYY-MM-DD).")
+    sources: list[str] = Field(min_length=1, description="Spec sheets, documents (title or "
+                               "URL) and run folders the figures come from.")
+    notes: list[str] = Field([], description="Calibration, assumptions and limits, one line "
+                             "each (printed by `serve-sim --list-presets`).")
+
+
+class PresetFile(_Model):
+    """One simulator preset file."""
+
+    format: Literal[1] = Field(1, description="Version of this file format.")
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$",
+                      description="Preset name (shown in /v1/models and results).")
+    summary: str = Field(min_length=1, description="One line: hardware, model, engine.")
+    provenance: _Provenance = Field(description="Where the figures come from.")
+    figures: _Figures = Field(description="The figures, each a value and its source.")
+
+    def preset(self) -> Preset:
+        figs = {k: getattr(self.figures, k) for k in FIGURES}
+        p = self.provenance
+        prov = Provenance(engine=p.engine, engine_version=p.engine_version, model=p.model,
+                          hardware=p.hardware, date=p.date.isoformat(),
+                          sources=tuple(p.sources), notes=tuple(p.notes),
+                          figures=tuple((k, f.source) for k, f in figs.items()))
+        return Preset(name=self.name, summary=self.summary, provenance=prov,
+                      **{k: f.value for k, f in figs.items()})
+
+
+def load_preset_file(path: str | Path) -> Preset:
+    """The preset in the YAML file at ``path``; an ``InputError`` (one line naming the file,
+    line and key) for a file that cannot be read or does not hold a valid preset."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:  # at most one byte over the bound
+            raw = f.read(MAX_PRESET_BYTES + 1)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        why = getattr(e, "strerror", None) or one_line(str(e), 80)
+        raise InputError(f"cannot read preset file ({why})", source=one_line(str(p))) from None
+    if len(raw) > MAX_PRESET_BYTES:
+        raise InputError(f"larger than {MAX_PRESET_BYTES:,} bytes; a preset is a short YAML "
+                         "file", source=str(p))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not a text (UTF-8) file: byte {e.start} cannot be decoded",
+                         source=str(p)) from None
+    if "\x00" in text:
+        raise InputError("not a text file (it holds NUL bytes)", source=str(p))
+    return parse_preset(text, str(p))
+
+
+def parse_preset(text: str, source: str = "<preset>") -> Preset:
+    """The preset in YAML ``text``; ``source`` names it in errors."""
+    data, root = read_yaml(text, source)  # a ScenarioError (an InputError) for bad YAML
+    if not isinstance(data, dict):
+        raise InputError("a preset file is a YAML mapping (name, summary, provenance, "
+                         "figures)", source=source)
+    try:
+        return PresetFile.model_validate(data).preset()
+    except ValidationError as e:
+        errs = e.errors()
+        key, msg = _problem(errs[0], data)
+        lines, parts = key_lines(root), key.split(".")
+        line = next((ln for n in range(len(parts), 0, -1)  # a missing key: its parent's
+                     if (ln := lines.get(tuple(parts[:n])))), None)
+        more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
+        raise InputError(one_line(msg) + more, source=source,
+                         where=f"line {line}" if line else None,
+                         field=one_line(key)) from None
+
+
+def _problem(err: Any, data: Any) -> tuple[str, str]:
+    """(key path as the file spells it, message) of one pydantic error."""
+    path: list[str] = []
+    node = data
+    loc = tuple(err["loc"])
+    for i, part in enumerate(loc):  # union members' names ('int', 'float') are not keys
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif not (err["type"] == "missing" and i == len(loc) - 1):
+            continue
+        path.append(str(part))
+    got = err.get("input")
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        msg = "unknown key (typo?)"
+    elif kind == "missing":
+        msg = "missing"
+    elif isinstance(got, float) and math.isnan(got):
+        msg = "must be a number, not NaN"
+    elif kind in ("float_type", "int_type") and isinstance(got, str):
+        msg = (f"must be a number, not the string {got!r} (YAML reads 1e3 as a string, "
+               "1.0e+3 as a number)")
+    elif kind in ("model_type", "model_attributes_type"):
+        msg = f"must be a mapping (value:, source:), not {type(got).__name__}"
+    else:
+        msg = f"{err['msg'].removeprefix('Value error, ')} (got {one_line(repr(got), 60)})"
+    return ".".join(path) or "(root)", msg[:MAX_SHOWN]
+
+
+def preset_yaml(preset: Preset) -> str:
+    """``preset`` as a preset file's YAML (``load_preset_file`` reads it back equal)."""
+    import yaml
+
+    prov = preset.provenance
+    data = {
+        "format": 1, "name": preset.name, "summary": preset.summary,
+        "provenance": {"engine": prov.engine, "engine_version": prov.engine_version,
+                       "model": prov.model, "hardware": prov.hardware, "date": prov.date,
+                       "sources": list(prov.sources), "notes": list(prov.notes)},
+        "figures": {k: {"value": getattr(preset, k), "source": prov.source_of(k)}
+                    for k in FIGURES},
+    }
+    head = "# agentbench simulator preset (format: docs/engines.md, \"Simulator presets\")\n"
+    return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)

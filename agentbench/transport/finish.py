@@ -1,0 +1,52 @@
+"""A finished request's record into its requests.parquet row: the raw stream read into
+token events, tokens and ``usage`` (docs/architecture.md#measurements). The transport
+that stamped the record knows how to read it: HTTP leaves the body's chunks, the
+in-process simulator what the stream said (``RequestRecord.result``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentbench.results import schema as records
+from agentbench.results.schema import RequestRecord
+from agentbench.transport.sse import parse_stream
+
+
+def finish_record(rec: RequestRecord) -> dict[str, Any]:
+    """The requests.parquet row of a finished request: the raw stream read into events,
+    tokens and usage (docs/architecture.md#measurements). Frees the raw chunks."""
+    row: dict[str, Any] = {
+        "request_id": rec.request_id, "stage": rec.stage, "phase": rec.phase,
+        "endpoint": rec.endpoint, "lane": rec.lane, "tree_id": rec.tree_id,
+        "session_id": rec.session_id, "relation": rec.relation, "copy": rec.copy,
+        "turn": rec.turn, "scheduled_ns": rec.scheduled_ns, "sent_ns": rec.sent_ns,
+        "first_token_ns": None, "last_token_ns": None, "end_ns": rec.end_ns,
+        "token_events": None, "token_event_ns": None, "token_event_tokens": None,
+        "prompt_tokens": None, "completion_tokens": None, "cached_tokens": None,
+        "expected_input_tokens": rec.expected_input_tokens,
+        "expected_output_tokens": rec.expected_output_tokens,
+        "potential_cached_tokens": rec.potential_cached_tokens,
+        "status": rec.status, "http_status": rec.http_status,
+        "error_type": rec.error_type, "error_message": rec.error_message,
+    }
+    if rec.http_status == 200 and (rec.chunks or rec.result is not None
+                                   or rec.status == records.OK):
+        st = rec.result if rec.result is not None else parse_stream(rec.chunks, rec.chunk_ns)
+        ev = st.token_event_ns
+        row["token_events"] = len(ev)
+        row["token_event_ns"] = ev
+        row["token_event_tokens"] = st.token_event_tokens
+        if ev:
+            row["first_token_ns"] = ev[0]
+            row["last_token_ns"] = ev[-1]
+        row["prompt_tokens"] = st.prompt_tokens
+        row["completion_tokens"] = st.completion_tokens
+        row["cached_tokens"] = st.cached_tokens
+        if rec.status == records.OK and st.error_type is not None:
+            row["status"] = records.ERROR
+            row["error_type"] = st.error_type
+            row["error_message"] = st.error_message
+    rec.chunks = []
+    rec.chunk_ns = []
+    rec.result = None
+    return row

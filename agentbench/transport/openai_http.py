@@ -1,0 +1,229 @@
+"""An OpenAI-compatible server over HTTP+SSE (a remote engine, or the simulator started as
+an HTTP server): one connection pool, a pre-encoded body template, prompts as text or
+token-id fragments, and the handshakes an open does before the run (preflight,
+``ignore_eos`` probe, prompt-count calibration)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from agentbench.errors import InputError
+from agentbench.prompts.layout import BlockCache, BodyTemplate, Segment, SessionPrompt
+from agentbench.results.schema import RequestRecord
+from agentbench.transport.base import Collector, Flavor
+from agentbench.transport.http import Target, make_body, redact, send
+from agentbench.transport.scrape import http_collector
+
+CALIBRATION_SALT = 0xCA11B
+#: tokens the ``--workers auto`` probe asks for
+PROBE_TOKENS = 48
+#: the probe gives up after this long (a stalled or slow endpoint must not hold the run)
+PROBE_TIMEOUT_S = 10.0
+_PROBE_SALT = 0xA070
+
+
+def split_base(url: str) -> str:
+    u = url.rstrip("/")
+    return u[:-3] if u.endswith("/v1") else u
+
+
+def api_path(api: str) -> str:
+    return "/v1/chat/completions" if api == "chat" else "/v1/completions"
+
+
+@dataclass
+class HttpTransport:
+    """One OpenAI-compatible endpoint over HTTP (see :class:`~.base.Transport`)."""
+
+    label: str
+    api: str
+    base_url: str  # without /v1
+    target: Target
+    template: BodyTemplate
+    http: aiohttp.ClientSession
+    metrics_url: str | None
+    ignore_eos: bool
+    overhead: int = 0
+    notes: list[str] = field(default_factory=list)
+    #: the HTTP simulator this transport started (closed with it), or None
+    sim_handle: Any = None
+
+    @property
+    def flavor(self) -> Flavor:
+        return (self.api, self.overhead, None)
+
+    def prompt_builder(self, caches: Mapping[str, Any], salt: int, session_id: str,
+                       shared_prefix: int) -> SessionPrompt:
+        return SessionPrompt(caches[self.api], salt, session_id, self.overhead, shared_prefix)
+
+    async def send(self, rec: RequestRecord, prompt: Any, max_tokens: int, session: str,
+                   t0_ns: int) -> None:
+        body = make_body(self.template.parts(prompt, max_tokens))
+        await send(self.http, self.target, body, session, rec, t0_ns)
+
+    def collector(self) -> Collector | None:
+        return None if not self.metrics_url else http_collector(self.http, self.metrics_url,
+                                                                 self.label)
+
+    async def stream_rate(self, cache: Any) -> float | None:
+        """Token events per second of one stream after its first event (a short request);
+        None when the endpoint did not stream enough events to tell."""
+        from agentbench.transport.sse import parse_stream
+
+        content = cache.content(_PROBE_SALT, [Segment(16, 16)], 0)
+        frags = [content + b","] if self.api == "completions" else [content]
+        body = make_body(self.template.parts(frags, PROBE_TOKENS))
+        rec = RequestRecord(
+            request_id=-1, stage="probe", phase="probe", endpoint=self.label, lane=-1,
+            tree_id="workers-probe", session_id="workers-probe", relation="root", copy=0,
+            turn=0, scheduled_ns=0, expected_input_tokens=16,
+            expected_output_tokens=PROBE_TOKENS, potential_cached_tokens=0)
+        t0 = time.perf_counter_ns()
+        try:
+            await asyncio.wait_for(send(self.http, self.target, body, "workers-probe", rec, t0),
+                                   PROBE_TIMEOUT_S)
+        except TimeoutError:  # a slow stream: the events that came still tell its rate
+            pass
+        except Exception:  # noqa: BLE001 - a failed probe only means no estimate
+            return None
+        if not rec.chunks or (rec.error_type is not None and rec.error_type != "cancelled"):
+            return None
+        ev = parse_stream(rec.chunks, rec.chunk_ns).token_event_ns
+        if len(ev) < 8 or ev[-1] <= ev[1]:
+            return None
+        return (len(ev) - 2) / ((ev[-1] - ev[1]) / 1e9)
+
+    def opened(self) -> dict[str, Any]:
+        return {"label": self.label, "base_url": self.base_url, "ignore_eos": self.ignore_eos,
+                "overhead": self.overhead, "notes": list(self.notes)}
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.http.close()
+        with contextlib.suppress(Exception):
+            self.target.close()  # the streaming reader's idle keep-alive connections
+        if self.sim_handle is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.sim_handle.close(), 30)
+
+    # -- the handshakes of an open (``agentbench.transport.opener``) ----------------------
+
+    async def _post(self, body: dict[str, Any], timeout_s: float
+                    ) -> tuple[int, bytes]:
+        async with self.http.post(self.target.url, data=json.dumps(body).encode(),
+                                  headers=dict(self.target.headers),
+                                  timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                  allow_redirects=False) as resp:
+            return resp.status, await resp.read()
+
+
+def connect(label: str, api: str, model: str, base: str, query: str, headers: dict[str, str],
+            timeout: aiohttp.ClientTimeout, metrics_url: str | None, max_conn: int,
+            secrets: tuple[str, ...], follow_redirects: bool) -> HttpTransport:
+    """A transport to ``base``: headers, timeouts and a connection pool (no request sent)."""
+    headers.setdefault("Content-Type", "application/json")
+    headers.setdefault("Accept", "text/event-stream")
+    connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
+                                     ttl_dns_cache=None, enable_cleanup_closed=False)
+    http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
+    target = Target(label, base + api_path(api) + query, headers, timeout, secrets,
+                    follow_redirects)
+    from agentbench.prompts.layout import body_template
+
+    return HttpTransport(label=label, api=api, base_url=base, target=target,
+                         template=body_template(api, model, {}, False), http=http,
+                         metrics_url=metrics_url, ignore_eos=False)
+
+
+def _small_body(api: str, model: str, extra: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, **fields, **extra}
+    if api == "chat":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    return body
+
+
+async def calibrate(tr: HttpTransport, model: str, extra: dict[str, Any],
+                    cache: BlockCache) -> None:
+    """Two small prompts (16 and 48 tokens of block content) tell how the server counts:
+    ``prompt_tokens = a x content + b``. With ``a`` = 1 the server counts like the
+    prompts are built and ``b`` (template, BOS) is taken off every prompt, so reported
+    prompt tokens equal the trace's exactly; otherwise a note says by how much counts will
+    differ (set ``prompt.tokenizer`` to the server's tokenizer)."""
+    counts = []
+    for k in (16, 48):
+        content = cache.content(CALIBRATION_SALT, [Segment(k, k)], 0)
+        body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, **extra}
+        if tr.api == "chat":
+            body["messages"] = [{"role": "user", "content": content.decode()}]
+        else:
+            body["prompt"] = [int(x) for x in content.split(b",")]
+        try:
+            status, raw = await tr._post(body, 60)
+            data = json.loads(raw) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            data = None
+        usage = data.get("usage") if isinstance(data, dict) else None
+        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        if not isinstance(n, int):
+            tr.notes.append(f"prompt-count calibration: no usage.prompt_tokens; template cost "
+                            f"assumed {tr.overhead} tokens")
+            return
+        counts.append(n)
+    a = (counts[1] - counts[0]) / 32
+    b = counts[0] - 16 * a
+    if abs(a - 1) <= 0.01 and b >= 0:
+        tr.overhead = round(b)
+        tr.notes.append(f"prompt-count calibration: exact, {tr.overhead} template tokens")
+    else:
+        tr.notes.append(f"prompt-count calibration: the server counts {a:.2f} tokens per "
+                        f"prompt token (+{b:.0f}); reported prompt_tokens will differ from "
+                        "the trace's; set prompt.tokenizer to the server's tokenizer")
+
+
+async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
+    """One plain 1-token request before the run: an endpoint nobody answers at, or that
+    refuses the key or the model (401, 403, 404), is a one-line error naming the endpoint,
+    not a run of failed requests. Other statuses (a 5xx, a 429) do not stop the run: they
+    are recorded per request."""
+    body = _small_body(tr.api, model, {}, max_tokens=1, stream=False)
+    where = f"endpoints[{index}]"
+    try:
+        async with tr.http.post(tr.target.url, data=json.dumps(body).encode(),
+                                headers=dict(tr.target.headers),
+                                timeout=aiohttp.ClientTimeout(total=60),
+                                allow_redirects=False) as resp:
+            text = (await resp.read())[:300].decode("utf-8", "replace")
+            status = resp.status
+    except (aiohttp.ClientConnectionError, TimeoutError) as e:
+        msg = redact(str(e) or type(e).__name__, tr.target.secrets)
+        raise InputError(f"cannot reach {tr.target.url}: {msg}", where=where,
+                         field="url") from None
+    if status in (401, 403):
+        raise InputError(f"{tr.target.url} answered HTTP {status} (check api_key_env and "
+                         f"headers): {redact(text, tr.target.secrets).strip()}", where=where,
+                         field="api_key_env") from None
+    if status == 404:
+        raise InputError(f"{tr.target.url} answered HTTP 404 (wrong URL or model?): "
+                         f"{redact(text, tr.target.secrets).strip()}", where=where,
+                         field="model") from None
+
+
+async def probe_ignore_eos(tr: HttpTransport, model: str, extra: dict[str, Any]) -> bool:
+    """Whether the server accepts ``ignore_eos``/``min_tokens`` (a 2xx to a 1-token request)."""
+    body = _small_body(tr.api, model, extra, max_tokens=1, min_tokens=1, ignore_eos=True,
+                       stream=False)
+    try:
+        status, _ = await tr._post(body, 30)
+        return 200 <= status < 300
+    except (aiohttp.ClientError, TimeoutError):
+        return False

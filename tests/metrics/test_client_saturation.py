@@ -1,0 +1,151 @@
+"""The saturation verdict (``summary.json: client_saturated``): the client says when it did
+not deliver the offered load, from the stored stamps alone.
+
+Hand-built runs give the arithmetic; an end-to-end run with the client's event loop
+starved on purpose (a task that blocks it 50 ms in every 55 ms, as a client without CPU
+would be) shows the warning in summary.json, the terminal summary and the time-base
+warnings the report prints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench.metrics import format_summary, summarize
+from agentbench.metrics.saturation import IN_FLIGHT_RATIO, LAG_P50_MS, LAG_P99_MS
+from agentbench.results import schema as R
+from tests.helpers import MS, fastserver
+from tests.helpers import req as hand_req
+
+
+def req(**kw: Any) -> dict[str, Any]:
+    """A measured one-token request of 10 prompt tokens at stage c=4, ``kw`` over it."""
+    return hand_req(**{"stage": "c=4", "token_events": 1, "token_event_tokens": [1],
+                       "prompt_tokens": 10, "completion_tokens": 1, "cached_tokens": 0,
+                       "expected_input_tokens": 10, "expected_output_tokens": 1, **kw})
+
+
+def lanes_run(d: Path, lag_ms: float, lanes: int = 4, turns: int = 5) -> Path:
+    """``lanes`` lanes, each ``turns`` requests of 100 ms back to back, every send
+    ``lag_ms`` after its scheduled time."""
+    rows = []
+    for lane in range(lanes):
+        t = 0
+        for k in range(turns):
+            sent = t + int(lag_ms * MS)
+            end = sent + 100 * MS
+            rows.append(req(request_id=len(rows), lane=lane, tree_id=f"t{lane}#0",
+                            session_id=f"t{lane}", turn=k, scheduled_ns=t, sent_ns=sent,
+                            first_token_ns=sent + 50 * MS, last_token_ns=sent + 50 * MS,
+                            end_ns=end, token_event_ns=[sent + 50 * MS]))
+            t = end
+    d.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=R.REQUESTS_SCHEMA), d / R.REQUESTS_FILE)
+    pq.write_table(pa.Table.from_pylist([], schema=R.SESSIONS_SCHEMA), d / R.SESSIONS_FILE)
+    (d / R.RUN_FILE).write_text(json.dumps({
+        "scenario": {"name": "hand"},
+        "stages": [{"label": "c=4", "lanes": lanes}]}))
+    return d
+
+
+def test_light_run_is_not_saturated(tmp_path: Path) -> None:
+    # lag 0.2 ms; in flight / wanted = 100 / (100 + 0.2) = 0.998 per request
+    s = summarize(lanes_run(tmp_path / "run", lag_ms=0.2))
+    v = s["client_saturated"]
+    assert v["saturated"] is False and v["reasons"] == [] and v["advice"] is None
+    f = v["figures"]["c=4"]
+    assert f["schedule_lag_p99_ms"] == pytest.approx(0.2)
+    assert f["in_flight_ratio"] == pytest.approx(100 / 100.2, abs=1e-4)
+    assert f["lanes"] == 4
+    assert not any("saturated" in w for w in s["time_base"]["warnings"])
+    assert "client saturated" not in format_summary(s)
+
+
+def test_starved_run_is_saturated(tmp_path: Path) -> None:
+    # lag p50 30 ms > 10 ms; in flight / wanted = 100 / 130 = 0.769 < 0.95; window =
+    # 5 x 130 = 650 ms: mean in flight 4 x 5 x 100 / 650 = 3.08 of 4 x 5 x 130 / 650 = 4
+    s = summarize(lanes_run(tmp_path / "run", lag_ms=30))
+    v = s["client_saturated"]
+    assert v["saturated"] is True
+    f = v["figures"]["c=4"]
+    assert f["schedule_lag_p99_ms"] == pytest.approx(30)
+    assert f["in_flight_ratio"] == pytest.approx(100 / 130, abs=1e-4)
+    assert f["in_flight_mean"] == pytest.approx(2000 / 650, abs=0.01)
+    assert f["in_flight_wanted_mean"] == pytest.approx(4.0, abs=0.01)
+    assert v["thresholds"] == {"schedule_lag_p50_ms": LAG_P50_MS,
+                               "schedule_lag_p99_ms": LAG_P99_MS,
+                               "in_flight_ratio": IN_FLIGHT_RATIO}
+    assert len(v["reasons"]) == 2 and "--workers" in v["advice"]
+    text = format_summary(s)
+    assert "client saturated: schedule lag p50 30.0 ms > 10 ms" in text
+    assert "mean in flight 3.1 of 4.0 wanted of 4 lanes (77% < 95%)" in text
+    assert any(w.startswith("client saturated") for w in s["time_base"]["warnings"])
+
+
+def trace(roots: int, turns: int, think_s: float) -> Any:
+    from agentbench.traces.model import Session, Trace, Turn
+
+    sessions = []
+    for r in range(roots):
+        ts = [Turn(turn=k, t=float(k), think_s=think_s, api_s=None, input_tokens=64 * (k + 2),
+                   output_tokens=16,
+                   hash_ids=np.arange(1, k + 3, dtype=np.int64) + 100 * r, block_size=64)
+              for k in range(turns)]
+        sessions.append(Session(f"s{r}", None, "root", None, None, None, "t", "x", 0.0, ts))
+    return Trace(sessions)
+
+
+@pytest.fixture
+def per_event_server() -> Iterator[str]:
+    with fastserver("--per-event") as url:
+        yield url
+
+
+@pytest.mark.timeout(120)
+async def test_starved_client_warns_end_to_end(tmp_path: Path, per_event_server: str) -> None:
+    """The client's loop blocked 50 ms in every 55 ms: a lane's next turn, due 20 ms after
+    its last answer, is sent when the loop runs again, so most sends are late, by up to
+    50 ms."""
+    from agentbench.replay import run_scenario
+    from agentbench.scenario.model import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "starved",
+        "endpoints": [{"kind": "openai", "url": per_event_server, "model": "m",
+                       "ignore_eos": True}],
+        "trace": {"kind": "file", "source": "synthetic"},
+        "load": {"kind": "lanes", "concurrency": 8},
+        "timing": {"time_scale": 1.0, "idle_cap_s": None},
+        "limits": {"recycle": False},
+        "output": {"dir": str(tmp_path), "run_id": "starved"},
+        "server_metrics": {"enabled": False},
+    })
+    stop = asyncio.Event()
+
+    async def starve() -> None:
+        while not stop.is_set():
+            time.sleep(0.05)  # the loop gets no CPU
+            await asyncio.sleep(0.005)
+
+    burner = asyncio.ensure_future(starve())
+    try:
+        res = await run_scenario(sc, trace=trace(8, 6, 0.02), progress=False)
+    finally:
+        stop.set()
+        await burner
+    s = summarize(res.run_dir)
+    v = s["client_saturated"]
+    assert v["saturated"] is True, v
+    assert any(r.startswith(("schedule lag", "mean in flight")) for r in v["reasons"])
+    assert "client saturated" in format_summary(s)
+    on_disk = json.loads((res.run_dir / R.SUMMARY_FILE).read_text())
+    assert on_disk["client_saturated"]["saturated"] is True

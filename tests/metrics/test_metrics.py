@@ -1,0 +1,300 @@
+"""Metrics on hand-built records: integer nanoseconds, the arithmetic written out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.metrics import format_summary, summarize
+from agentbench.metrics.cache import counter_increase, counter_series
+from agentbench.results import schema as R
+from tests.helpers import MS, hand_scenario, req, sess, write_run
+
+SCENARIO = hand_scenario("hand-built", slos={"ttft_ms": 80, "tpot_ms": 20})
+
+
+def prom(t_ms: int, name: str, value: float) -> dict[str, Any]:
+    return {"time_ns": t_ms * MS, "endpoint": "ep", "name": name,
+            "labels": [("model_name", "m")], "value": value}
+
+
+@pytest.fixture()
+def hand_run(tmp_path: Path) -> Path:
+    reqs = [
+        # A: TTFT = 100 − 0 = 100 ms; TPOT = (190 − 100) / (10 − 1) = 10 ms; E2E = 200 ms;
+        # events carry 1,2,2,2,3 tokens: ITL = 20/2, 20/2, 20/2, 30/3 = 10 ms each
+        req(turn=0, scheduled_ns=0, sent_ns=0, first_token_ns=100 * MS,
+            last_token_ns=190 * MS, end_ns=200 * MS, token_events=5,
+            token_event_ns=[100 * MS, 120 * MS, 140 * MS, 160 * MS, 190 * MS],
+            token_event_tokens=[1, 2, 2, 2, 3], prompt_tokens=1000, completion_tokens=10,
+            cached_tokens=0, expected_input_tokens=1000, potential_cached_tokens=0),
+        # B: TTFT = 350 − 300 = 50 ms; one token: no TPOT, no ITL; E2E = 60 ms
+        req(turn=1, scheduled_ns=300 * MS, sent_ns=300 * MS, first_token_ns=350 * MS,
+            last_token_ns=350 * MS, end_ns=360 * MS, token_events=1,
+            token_event_ns=[350 * MS], token_event_tokens=[1], prompt_tokens=2000,
+            completion_tokens=1, cached_tokens=900, expected_input_tokens=2000,
+            potential_cached_tokens=1000),
+        # C (spawned subagent, no usage): lag = 402 − 400 = 2 ms; TTFT = 432 − 402 = 30 ms;
+        # output from the stream = 1 + 2 + 3 = 6, TPOT = (482 − 432) / (6 − 1) = 10 ms;
+        # ITL = 25/2 = 12.5, 25/3 = 8.333 ms; E2E = 500 − 402 = 98 ms
+        req(session_id="t/sub", relation="spawn", turn=0, scheduled_ns=400 * MS,
+            sent_ns=402 * MS, first_token_ns=432 * MS, last_token_ns=482 * MS,
+            end_ns=500 * MS, token_events=3, token_event_ns=[432 * MS, 457 * MS, 482 * MS],
+            token_event_tokens=[1, 2, 3], expected_input_tokens=500),
+        # D: failed with HTTP 500
+        req(tree_id="u#0", session_id="u", lane=1, scheduled_ns=100 * MS, sent_ns=100 * MS,
+            end_ns=110 * MS, status="error", http_status=500, error_type="http",
+            error_message="boom", expected_input_tokens=800),
+        # W: warmup, slow; excluded from every measured figure
+        req(phase="warmup", tree_id="w#0", session_id="w", scheduled_ns=-9000 * MS,
+            sent_ns=-9000 * MS, first_token_ns=-4000 * MS, last_token_ns=-3990 * MS,
+            end_ns=-3980 * MS, prompt_tokens=50000, completion_tokens=2, cached_tokens=0,
+            expected_input_tokens=50000, potential_cached_tokens=49000),
+    ]
+    sessions = [
+        sess(makespan_ns=500 * MS, llm_wait_ns=358 * MS, turns_planned=2, turns_done=2),
+        sess(session_id="t/sub", parent_id="t", relation="spawn"),
+        sess(tree_id="u#0", session_id="u", lane=1, makespan_ns=110 * MS, status="error"),
+        sess(phase="warmup", tree_id="w#0", session_id="w"),
+    ]
+    server = [  # Δ queries = 8000 − 5000 = 3000, Δ hits = 1000 − 100 = 900 over [-100, 600]
+        prom(-100, "vllm:prefix_cache_queries_total", 5000),
+        prom(250, "vllm:prefix_cache_queries_total", 6000),
+        prom(600, "vllm:prefix_cache_queries_total", 8000),
+        prom(-100, "vllm:prefix_cache_hits_total", 100),
+        prom(250, "vllm:prefix_cache_hits_total", 400),
+        prom(600, "vllm:prefix_cache_hits_total", 1000),
+        prom(600, "vllm:num_requests_running", 3),
+    ]
+    return write_run(tmp_path / "run", reqs, sessions, server, SCENARIO)
+
+
+def test_latencies(hand_run: Path) -> None:
+    s = summarize(hand_run)["overall"]
+    lat = s["latency"]
+    # TTFT over the ok requests [100, 50, 30]: p50 = 50, mean = 180 / 3 = 60
+    assert lat["ttft_ms"]["count"] == 3
+    assert lat["ttft_ms"]["p50"] == pytest.approx(50)
+    assert lat["ttft_ms"]["mean"] == pytest.approx(60)
+    # TPOT: A = 10, C = 10 (from streamed tokens), B has none
+    assert lat["tpot_ms"]["count"] == 2 and lat["tpot_ms"]["p50"] == pytest.approx(10)
+    assert s["output_tokens_from_stream"] == 1
+    # ITL: [10, 10, 10, 10, 12.5, 8.333]: mean = 60.833 / 6
+    assert lat["itl_ms"]["count"] == 6
+    assert lat["itl_ms"]["mean"] == pytest.approx((40 + 12.5 + 25 / 3) / 6)
+    # E2E [200, 60, 98]: p50 = 98
+    assert lat["e2e_ms"]["p50"] == pytest.approx(98)
+    # schedule lag over the 4 measured requests [0, 0, 2, 0]: mean = 0.5
+    assert lat["schedule_lag_ms"]["mean"] == pytest.approx(0.5)
+    assert s["interactivity_tok_s"]["p50"] == pytest.approx(100)  # 1 / 10 ms
+
+
+def test_counts_failed_and_warmup(hand_run: Path) -> None:
+    summary = summarize(hand_run)
+    r = summary["overall"]["requests"]
+    assert (r["total"], r["ok"], r["failed"], r["cancelled"]) == (4, 3, 1, 0)
+    assert r["error_rate"] == pytest.approx(1 / 4)
+    assert r["errors"] == [{"error_type": "http", "http_status": 500, "count": 1}]
+    assert summary["warmup_requests_excluded"] == 1
+
+
+def test_throughput_and_hit_rates(hand_run: Path) -> None:
+    s = summarize(hand_run)["overall"]
+    # window: first measured send 0 → last end 500 ms = 0.5 s
+    assert s["window_s"] == pytest.approx(0.5)
+    t = s["throughput"]
+    # input = 1000 + 2000 + 500 (C: no usage, trace's expected input) = 3500; output = 17
+    assert t["total_tok_s"] == pytest.approx(3517 / 0.5)
+    assert t["output_tok_s"] == pytest.approx(17 / 0.5)
+    assert t["input_cached_tok_s"] == pytest.approx(900 / 0.5)
+    assert t["input_uncached_tok_s"] == pytest.approx((1000 + 1100) / 0.5)
+    assert t["input_cache_unknown_tok_s"] == pytest.approx(500 / 0.5)
+    assert t["per_gpu_total_tok_s"] == pytest.approx(3517 / 0.5 / 2)
+    h = s["hit_rate"]
+    # usage: (0 + 900) / (1000 + 2000) over the 2 requests that reported it
+    assert h["usage"]["value"] == pytest.approx(0.3)
+    assert (h["usage"]["requests"], h["usage"]["requests_without_usage"]) == (2, 2)
+    # Prometheus: 900 / 3000; potential: 1000 / (1000 + 2000 + 500 + 800)
+    assert h["prometheus"]["value"] == pytest.approx(0.3)
+    assert h["prometheus"]["counters"][0] == "vllm:prefix_cache_hits_total"
+    assert h["potential"]["value"] == pytest.approx(1000 / 4300)
+    # achieved / potential over requests with cached_tokens: 900 / 1000
+    assert h["achieved_over_potential"] == pytest.approx(0.9)
+
+
+def test_agents_goodput_cost(hand_run: Path) -> None:
+    s = summarize(hand_run)
+    o = s["overall"]
+    a = o["agents"]
+    assert (a["trees"], a["completed"]) == (2, 1)
+    assert sorted(s["trees"]["makespan_s"]) == pytest.approx([0.11, 0.5])
+    assert a["llm_wait_s"]["count"] == 1 and a["llm_wait_s"]["p50"] == pytest.approx(0.358)
+    g = o["goodput"]
+    # SLOs TTFT ≤ 80, TPOT ≤ 20: A misses TTFT (100), D failed → 2 good of 4
+    assert g["requests"] == pytest.approx(0.5) and g["good_requests"] == 2
+    assert g["agents"] == pytest.approx(0.0)  # t#0 holds A, u#0 failed
+    c = o["cost"]
+    # $3.6/GPU-h × 2 GPUs × 0.5 s / 3600 = $0.001
+    assert c["self_hosted_usd"] == pytest.approx(0.001)
+    assert c["per_agent_usd"] == pytest.approx(0.001)
+    assert c["per_mtok_total_usd"] == pytest.approx(0.001 * 1e6 / 3517)
+    assert "per_mtok_output_usd" not in c  # it charged all GPU cost to output tokens
+    # API with its own cache (the trace's potential: 1000 of B's 2000), never the server's:
+    # (3500 − 1000) × 3 + 1000 × 0.3 + 17 × 15 = 8055 $/Mtok·tok → $0.008055
+    assert c["api_equivalent_usd"] == pytest.approx(0.008055)
+    assert c["api_over_self_hosted"] == pytest.approx(8.055)
+
+
+def test_by_turn_and_context(hand_run: Path) -> None:
+    s = summarize(hand_run)
+    turns = {r["turn"]: r for r in s["by_turn"]}
+    assert turns[0]["requests"] == 3 and turns[0]["failed"] == 1  # A, C, D
+    assert turns[0]["ttft_ms_p50"] == pytest.approx(65)  # median of [100, 30]
+    assert turns[1]["hit_rate"] == pytest.approx(900 / 2000)
+    ctx = {r["context_lo"]: r for r in s["by_context"]}
+    assert ctx[0]["requests"] == 3  # A (1000), C (500), D (800)
+    assert ctx[1024]["requests"] == 1 and ctx[1024]["context_hi"] == 2048  # B (2000)
+    assert ctx[0]["ttft_ms_p50"] == pytest.approx(65)  # median of [100, 30]; D failed
+
+
+def test_summary_json_written_and_formatted(hand_run: Path) -> None:
+    s = summarize(hand_run)
+    on_disk = json.loads((hand_run / R.SUMMARY_FILE).read_text())
+    assert on_disk["overall"]["requests"]["total"] == 4
+    text = format_summary(s)
+    assert "1 failed" in text and "TTFT" in text and "30.0%" in text
+    assert len(text.splitlines()) <= 25
+
+
+def test_stages_and_endpoints(tmp_path: Path) -> None:
+    reqs = [
+        # stage c=1: window 0 → 100 ms
+        req(sent_ns=0, first_token_ns=10 * MS, last_token_ns=10 * MS, end_ns=100 * MS,
+            completion_tokens=1, prompt_tokens=100, expected_input_tokens=100),
+        # stage c=2: window 1000 → 1400 ms, two endpoints
+        req(stage="c=2", tree_id="x#0", scheduled_ns=1000 * MS, sent_ns=1000 * MS,
+            first_token_ns=1020 * MS, last_token_ns=1020 * MS, end_ns=1400 * MS,
+            completion_tokens=1, prompt_tokens=300, expected_input_tokens=300),
+        req(stage="c=2", tree_id="y#0", endpoint="ep2", scheduled_ns=1100 * MS,
+            sent_ns=1100 * MS, first_token_ns=1140 * MS, last_token_ns=1140 * MS,
+            end_ns=1200 * MS, completion_tokens=1, prompt_tokens=100,
+            expected_input_tokens=100),
+    ]
+    s = summarize(write_run(tmp_path / "r", reqs, scenario=SCENARIO))
+    assert list(s["stages"]) == ["c=1", "c=2"]
+    assert s["stages"]["c=1"]["window_s"] == pytest.approx(0.1)
+    assert s["stages"]["c=2"]["window_s"] == pytest.approx(0.4)
+    # overall window = 0.1 + 0.4 s; tokens (100 + 1) + (300 + 1) + (100 + 1) = 503
+    assert s["overall"]["window_s"] == pytest.approx(0.5)
+    assert s["overall"]["throughput"]["total_tok_s"] == pytest.approx(503 / 0.5)
+    assert s["stages"]["c=2"]["throughput"]["total_tok_s"] == pytest.approx(402 / 0.4)
+    assert s["endpoints"]["ep2"]["latency"]["ttft_ms"]["p50"] == pytest.approx(40)
+    assert s["endpoints"]["ep"]["requests"]["total"] == 2
+    assert s["endpoints"]["ep"]["cost"]["self_hosted_usd"] is None  # GPUs are per run
+
+
+def test_counter_reset_and_labels() -> None:
+    sm = pd.DataFrame({
+        "time_ns": [0, 1, 2, 3, 0, 3], "endpoint": ["e"] * 6,
+        "name": ["vllm:prefix_cache_hits_total"] * 4 + ["vllm:prefix_cache_hits_total"] * 2,
+        "labels": ["engine=0"] * 4 + ["engine=1"] * 2,
+        "value": [10.0, 20.0, 5.0, 15.0, 0.0, 7.0],
+    })
+    series = counter_series(sm)
+    # engine 0: +10, reset (counts 5 from zero), +10 = 25; engine 1: +7
+    assert counter_increase(series, [(0, 3)]) == pytest.approx(32)
+    assert counter_increase(series, [(5, 9)]) is None  # no scrape after the window start
+
+
+def test_no_usage_anywhere(tmp_path: Path) -> None:
+    reqs = [req(sent_ns=0, first_token_ns=5 * MS, last_token_ns=5 * MS, end_ns=6 * MS,
+                expected_input_tokens=10, potential_cached_tokens=5)]
+    s = summarize(write_run(tmp_path / "r", reqs))["overall"]
+    assert s["hit_rate"]["usage"]["value"] is None
+    assert s["hit_rate"]["usage"]["requests_without_usage"] == 1
+    assert s["hit_rate"]["potential"]["value"] == pytest.approx(0.5)
+    assert s["hit_rate"]["prometheus"]["value"] is None
+    assert s["cost"]["self_hosted_usd"] is None  # no price configured
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="results folder not found"):
+        summarize(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="requests.parquet"):
+        summarize(tmp_path / "empty")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    pq.write_table(pa.table({"request_id": np.arange(3)}), bad / R.REQUESTS_FILE)
+    with pytest.raises(InputError, match="field 'stage'"):
+        summarize(bad)
+    mismatch = write_run(tmp_path / "events", [
+        req(sent_ns=0, end_ns=1),
+        req(sent_ns=0, end_ns=1, token_event_ns=[1, 2], token_event_tokens=[1])])
+    # tolerated (an older writer left such rows): one token per event there
+    assert summarize(mismatch, write=False)["overall"]["latency"]["itl_ms"]["count"] == 1
+    d = write_run(tmp_path / "typo", [req(sent_ns=0, end_ns=1)],
+                  scenario={"hardware": {"gpu": 2}})
+    with pytest.raises(InputError, match=r"scenario\.hardware\.gpu"):
+        summarize(d)
+
+
+def test_only_warmup_and_empty(tmp_path: Path) -> None:
+    reqs = [req(phase="warmup", sent_ns=0, first_token_ns=MS, last_token_ns=MS, end_ns=2 * MS)]
+    s = summarize(write_run(tmp_path / "w", reqs))
+    assert s["overall"]["requests"]["total"] == 0 and s["warmup_requests_excluded"] == 1
+    assert s["overall"]["latency"]["ttft_ms"]["p50"] is None
+    assert s["stages"] == {} and s["by_turn"] == [] and s["trees"]["tree_id"] == []
+    assert "0 measured" in format_summary(s)
+    s = summarize(write_run(tmp_path / "e", []))
+    assert s["overall"]["requests"]["total"] == 0
+
+
+def test_cancelled_and_unsent(tmp_path: Path) -> None:
+    reqs = [
+        req(sent_ns=0, first_token_ns=10 * MS, last_token_ns=20 * MS, end_ns=30 * MS,
+            completion_tokens=3, prompt_tokens=10, cached_tokens=0, expected_input_tokens=10),
+        # cancelled at the deadline after its first token: counted, not in latencies
+        req(tree_id="v#0", scheduled_ns=5 * MS, sent_ns=5 * MS, first_token_ns=8 * MS,
+            end_ns=40 * MS, status="cancelled", expected_input_tokens=10),
+        # never sent (connection refused before sending): counted at its scheduled time
+        req(tree_id="x#0", scheduled_ns=50 * MS, status="error", error_type="connect",
+            http_status=None, expected_input_tokens=10),
+    ]
+    s = summarize(write_run(tmp_path / "c", reqs))["overall"]
+    r = s["requests"]
+    assert (r["total"], r["ok"], r["failed"], r["cancelled"]) == (3, 1, 1, 1)
+    assert r["error_rate"] == pytest.approx(2 / 3)
+    assert {e["error_type"] for e in r["errors"]} == {"connect", "unknown"}
+    assert s["latency"]["ttft_ms"]["count"] == 1
+    assert s["window_s"] == pytest.approx(0.05)  # first send 0 → the unsent one at 50 ms
+    assert s["goodput"]["requests"] == pytest.approx(1 / 3)
+
+
+def test_agent_goodput_and_makespan_without_sessions(tmp_path: Path) -> None:
+    def turn(tree: str, k: int, sent_ms: int, ttft_ms: int, end_ms: int) -> dict[str, Any]:
+        return req(tree_id=tree, session_id=tree, turn=k, scheduled_ns=sent_ms * MS,
+                   sent_ns=sent_ms * MS, first_token_ns=(sent_ms + ttft_ms) * MS,
+                   last_token_ns=(sent_ms + ttft_ms) * MS, end_ns=end_ms * MS,
+                   completion_tokens=1, expected_input_tokens=10)
+    reqs = [turn("a#0", 0, 0, 10, 100), turn("a#0", 1, 400, 10, 1000),   # 1.0 s tree
+            turn("b#0", 0, 0, 10, 100), turn("b#0", 1, 200, 10, 3000),   # 3.0 s tree
+            turn("c#0", 0, 0, 900, 1000)]                                # TTFT 900 > 500
+    scenario = {"slos": {"ttft_ms": 500, "agent_makespan_s": 2.0}}
+    s = summarize(write_run(tmp_path / "g", reqs, scenario=scenario))
+    # no sessions.parquet rows: makespan = last end − first send of each tree's requests
+    mk = dict(zip(s["trees"]["tree_id"], s["trees"]["makespan_s"], strict=True))
+    assert mk == pytest.approx({"a#0": 1.0, "b#0": 3.0, "c#0": 1.0})
+    assert s["overall"]["agents"]["llm_wait_s"]["count"] == 0  # unknown without sessions
+    # agents: a meets both; b misses the 2 s makespan; c has a request over the TTFT SLO
+    g = s["overall"]["goodput"]
+    assert (g["good_agents"], g["agents"]) == (1, pytest.approx(1 / 3))
+    assert g["requests"] == pytest.approx(4 / 5)

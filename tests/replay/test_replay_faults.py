@@ -1,0 +1,218 @@
+"""Failures are data: HTTP 500 and 429, a refused connection, a reset mid-stream, a stall
+past the timeout, malformed SSE, an error event and a stream without [DONE] each become a
+request record with the error, and the run goes on to the end."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.replay import run_scenario
+from agentbench.results import schema as records
+from agentbench.scenario.model import Scenario
+from agentbench.testing.fakeserver import FakeServer, ServerConfig
+from agentbench.traces.model import Session, Trace, Turn
+from tests.helpers import openai_scenario
+
+FAULT_TYPES = {
+    "http500": "http_500",
+    "http429": "http_429",
+    "reset": "disconnected",
+    "stall": "stall_timeout",
+    "malformed": "malformed_sse",
+    "error_event": "stream_error",
+    "no_done": "incomplete_stream",
+}
+
+
+def trace(turns: int) -> Trace:
+    ts = [Turn(turn=k, t=float(k), think_s=0.0, api_s=None, input_tokens=40 + 16 * k,
+               output_tokens=10, hash_ids=np.arange(1, k + 3, dtype=np.int64), block_size=16)
+          for k in range(turns)]
+    return Trace([Session("s", None, "root", None, None, None, "test", "x", 0.0, ts)])
+
+
+def scenario(url: str, out: Any, stall_s: float = 0.3, preflight: bool = True,
+             reconnect_s: float = 0.0) -> Scenario:
+    """One lane against ``url``: a stall after ``stall_s``, a 10 s timeout."""
+    return openai_scenario(url, out, name="faults", named=False, endpoint={
+        "stall_timeout_s": stall_s, "timeout_s": 10, "preflight": preflight,
+        "reconnect_s": reconnect_s})
+
+
+@pytest.mark.timeout(60)
+async def test_each_fault_is_a_record_and_the_run_goes_on(tmp_path):  # type: ignore[no-untyped-def]
+    faults = list(FAULT_TYPES)
+    streamed = iter(range(1000))
+
+    def fault(n: int, body: dict[str, Any]) -> str | None:
+        # streamed request k gets fault k (k < 7), then three clean ones; the start-up
+        # probes (not streamed) are answered normally
+        if not body.get("stream"):
+            return None
+        k = next(streamed)
+        return faults[k] if k < len(faults) else None
+
+    cfg = ServerConfig(ttft_s=0.0, itl_s=0.001, stall_s=2.0, fault=fault)
+    srv = FakeServer(cfg)
+    await srv.start()
+    try:
+        res = await asyncio.wait_for(
+            run_scenario(scenario(srv.url, tmp_path), trace=trace(10), progress=False), 50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    req = req.sort_values("turn")
+    assert len(req) == 10
+    got = dict(zip(req.turn[:7], req.error_type[:7], strict=True))
+    assert got == dict(enumerate(FAULT_TYPES.values()))
+    assert (req.status[:7] == records.ERROR).all()
+    assert (req.status[7:] == records.OK).all()
+    assert req.error_message[:7].str.len().gt(0).all()
+    assert (req.end_ns >= req.sent_ns).all()
+    # the reset and the stall happened after some tokens arrived: those are kept
+    by = req.set_index("error_type")
+    assert by.loc["disconnected", "token_events"] >= 4
+    assert by.loc["stall_timeout", "token_events"] >= 4
+    stall = by.loc["stall_timeout"]
+    assert 0.3e9 <= stall.end_ns - stall.last_token_ns < 2e9
+    assert by.loc["http_429", "http_status"] == 429
+    run = (res.run_dir / records.RUN_FILE).read_text()
+    assert '"status": "completed"' in run
+
+
+@pytest.mark.timeout(60)
+async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # without the preflight check (and with one try per request, reconnect_s: 0) every
+    # request becomes a record with the error
+    res = await asyncio.wait_for(run_scenario(
+        scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False), trace=trace(3),
+        progress=False), 50)
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    assert len(req) == 3
+    assert (req.error_type == "connect_error").all()
+    assert req.http_status.isna().all()
+    ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert list(ses.status) == [records.ERROR]
+    # with it (the default), the run stops at once with a one-line error naming the endpoint
+    with pytest.raises(InputError, match=r"endpoints\[0\].*cannot reach"):
+        await asyncio.wait_for(run_scenario(
+            scenario(f"http://127.0.0.1:{port}", tmp_path / "b"), trace=trace(3),
+            progress=False), 50)
+    assert not (tmp_path / "b" / "run").exists()  # nothing ran: no empty run folder left
+
+
+@pytest.mark.timeout(60)
+async def test_retry_honours_retry_after_and_records_each_attempt(tmp_path):  # type: ignore[no-untyped-def]
+    """Two 429s (Retry-After 0.2 s), then success: three rows for the turn, the retry sent
+    no earlier than the server asked."""
+    streamed = iter(range(1000))
+
+    def fault(n: int, body: dict[str, Any]) -> str | None:
+        return "http429" if body.get("stream") and next(streamed) < 2 else None
+
+    srv = FakeServer(ServerConfig(fault=fault, retry_after_s=0.2))
+    await srv.start()
+    try:
+        sc = scenario(srv.url, tmp_path)
+        sc.endpoints[0].retry.max_attempts = 3
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(2), progress=False), 50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas().sort_values("sent_ns")
+    assert list(req.turn) == [0, 0, 0, 1]
+    assert list(req.status) == [records.ERROR, records.ERROR, records.OK, records.OK]
+    gaps = np.diff(req.sent_ns.to_numpy()[:3]) / 1e9
+    assert (gaps >= 0.2).all() and (gaps < 1.0).all()
+    # the session counts the retried turn once, by its last attempt
+    ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert list(ses.status) == [records.OK] and list(ses.turns_done) == [2]
+
+
+@pytest.mark.timeout(60)
+async def test_connection_errors_back_off_instead_of_spinning(tmp_path):  # type: ignore[no-untyped-def]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sc = scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False)
+    res = await asyncio.wait_for(run_scenario(sc, trace=trace(6), progress=False), 50)
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas().sort_values("sent_ns")
+    assert (req.error_type == "connect_error").all()
+    gaps = np.diff(req.sent_ns.to_numpy()) / 1e9
+    # 0.05, 0.1, 0.2, 0.4, 0.8 s: each wait at least doubles
+    assert (gaps[1:] >= 1.8 * gaps[:-1]).all() and gaps[0] >= 0.05
+
+
+@pytest.mark.timeout(60)
+async def test_a_server_that_comes_back_does_not_use_up_the_request_budget(tmp_path):  # type: ignore[no-untyped-def]
+    """Down for the first ~0.8 s, then up: the refused tries are rows (connect_error), and
+    the budget of 4 requests still buys 4 requests that reached the server."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sc = scenario(f"http://127.0.0.1:{port}", tmp_path, preflight=False, reconnect_s=30)
+    sc.limits.max_requests = 4
+    srv = FakeServer(ServerConfig())
+
+    async def come_back() -> None:
+        await asyncio.sleep(0.8)
+        await srv.start(port=port)
+
+    up = asyncio.ensure_future(come_back())
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(6), progress=False), 50)
+    finally:
+        await up
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    refused = req[req.error_type == "connect_error"]
+    assert 2 <= len(refused) <= 8  # 0.05, 0.1, 0.2, 0.4 s backoff: a handful, no spinning
+    assert (req.status == records.OK).sum() == 4 == len(srv.received)
+    assert len(req) == len(refused) + len(srv.received)
+    # each refused try is a row, but the session counts each turn once and ends ok
+    ses = pq.read_table(res.run_dir / records.SESSIONS_FILE).to_pandas()
+    assert list(ses.status) == ["incomplete"] and list(ses.turns_done) == [4]
+
+
+@pytest.mark.timeout(60)
+async def test_follow_redirects_stays_within_the_origin(tmp_path):  # type: ignore[no-untyped-def]
+    """Off (the default): a 307 is an error naming the Location. On: a 307 within the
+    server is followed (one row, the request sent again there); one to another origin is
+    still an error, and nothing is sent there."""
+    from agentbench.testing.fakeserver import REDIRECT_TO
+
+    plan = {0: "redirect_here", 2: "redirect"}
+    streamed = iter(range(1000))
+
+    def fault(n: int, body: dict[str, Any]) -> str | None:
+        return plan.get(next(streamed)) if body.get("stream") else None
+
+    srv = FakeServer(ServerConfig(fault=fault))
+    await srv.start()
+    try:
+        sc = scenario(srv.url, tmp_path)
+        sc.endpoints[0].follow_redirects = True
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(2), progress=False), 50)
+        streamed = iter(range(1000))
+        off = scenario(srv.url, tmp_path / "off")
+        res_off = await asyncio.wait_for(run_scenario(off, trace=trace(1), progress=False),
+                                         50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas().sort_values("turn")
+    # turn 0: redirected within the server and followed; turn 1: sent to another origin
+    assert list(req.status) == [records.OK, records.ERROR]
+    assert req.error_message.iloc[1].startswith(f"redirect to {REDIRECT_TO} not followed")
+    assert [r.path for r in srv.received[:2]] == ["/v1/chat/completions"] * 2
+    assert len(srv.received) == 3 + 1  # 3 with follow_redirects, 1 without
+    row = pq.read_table(res_off.run_dir / records.REQUESTS_FILE).to_pandas().iloc[0]
+    assert row.error_type == "http_307" and "follow_redirects" in row.error_message

@@ -1,0 +1,143 @@
+"""Virtual time: the replay and the embedded simulator on one simulated clock.
+
+- One implementation of the replay semantics: a scenario replayed over HTTP on the wall
+  clock and in virtual time sends the same requests, in the same order per session, with
+  the same prompt, output and cached-token figures.
+- Determinism: the same scenario and seed give identical records and summary metrics, run
+  after run, under a CPU burner, and with any ``--workers``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench.metrics import summarize
+from agentbench.replay import run
+from agentbench.scenario.loading import load_scenario
+from agentbench.scenario.model import Scenario
+from tests.helpers import SCENARIOS
+
+QUICKSTART = SCENARIOS / "quickstart.yaml"
+# a tree with two subagents, each joined before the next (no two requests of one tree
+# race for the same cached prefix, so cached tokens do not depend on the wall clock's
+# timing), and two plain ones
+TREES = ["trace_0279", "trace_0138", "trace_0693"]
+
+
+def _scenario(weka_dir: Path, out: Path, clock: str, run_id: str) -> Scenario:
+    return Scenario.model_validate({
+        "name": "both-ways", "seed": 3, "clock": clock,
+        "endpoints": [{"kind": "simulated", "preset": "instant", "instances": 2,
+                       "router": "session_affinity"}],
+        "trace": {"kind": "file", "source": str(weka_dir), "format": "weka",
+                  "filters": {"sessions": TREES},
+                  "transform": {"scale": 0.05}},
+        "load": {"kind": "lanes", "concurrency": 3},
+        "timing": {"strategy": "think-only", "time_scale": 0.001},
+        "limits": {"max_sessions": 3, "recycle": False},
+        "output": {"dir": str(out), "run_id": run_id}})
+
+
+def _per_session(run_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
+    df = pq.read_table(run_dir / "requests.parquet").to_pandas().sort_values("sent_ns",
+                                                                             kind="stable")
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for r in df.itertuples():
+        out.setdefault(f"{r.tree_id}/{r.session_id}", []).append(
+            (r.turn, r.status, r.prompt_tokens, r.completion_tokens, r.cached_tokens,
+             r.expected_input_tokens))
+    return out
+
+
+def test_wall_and_virtual_send_the_same_requests(weka_dir: Path, tmp_path: Path) -> None:
+    wall = run(_scenario(weka_dir, tmp_path, "wall", "wall"), progress=False).run_dir
+    virt = run(_scenario(weka_dir, tmp_path, "virtual", "virtual"), progress=False).run_dir
+    a, b = _per_session(wall), _per_session(virt)
+    n = sum(map(len, a.values()))
+    assert n > 50 and len(a) > len(TREES)  # subagents ran as their own sessions
+    assert all(row[1] == "ok" for rows in a.values() for row in rows)
+    assert sum(row[4] for rows in a.values() for row in rows) > 0  # the cache was hit
+    assert a == b
+    assert json.loads((virt / "run.json").read_text())["time_base"] == "virtual"
+    assert summarize(virt)["time_base"]["kind"] == "virtual"
+    assert summarize(wall)["time_base"]["kind"] == "simulated"
+
+
+def _same_run(a: Path, b: Path) -> None:
+    for f in ("requests.parquet", "sessions.parquet", "server_metrics.parquet"):
+        ta, tb = pq.read_table(a / f), pq.read_table(b / f)
+        assert ta.num_rows > 0 and ta.equals(tb), f
+    sa, sb = summarize(a), summarize(b)
+    sa.pop("run"), sb.pop("run")
+    assert sa == sb
+
+
+def _burn(stop: Any) -> None:
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+def test_quickstart_is_deterministic(weka_dir: Path, tmp_path: Path) -> None:
+    """Twice in a row, once with every core busy with a CPU burner, once with 2 workers:
+    the same records (timestamps included) and the same summary metrics."""
+    sc = load_scenario(QUICKSTART)
+    runs = []
+    for rid, workers, burn in (("a", 1, False), ("b", 1, False), ("c", 1, True),
+                               ("d", 2, False)):
+        sc.output.dir, sc.output.run_id = str(tmp_path / "out"), rid
+        stop = multiprocessing.Event()
+        burners = [multiprocessing.Process(target=_burn, args=(stop,))
+                   for _ in range(2 if burn else 0)]
+        for p in burners:
+            p.start()
+        try:
+            runs.append(run(sc, progress=False, workers=workers).run_dir)
+        finally:
+            stop.set()
+            for p in burners:
+                p.join(10)
+    for other in runs[1:]:
+        _same_run(runs[0], other)
+    s = summarize(runs[0])
+    assert s["overall"]["requests"]["ok"] == 274
+    # ITL and TPOT are the simulator's per-token step times, not 0
+    assert s["overall"]["latency"]["itl_ms"]["p50"] > 1.0
+    info = json.loads((runs[3] / "run.json").read_text())
+    assert info["workers"] == 1 and "ignored" in info["workers_note"]
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_virtual_prompt_tokens_are_the_trace_s(weka_dir: Path, tmp_path: Path,
+                                               api: str) -> None:
+    sc = _scenario(weka_dir, tmp_path, "virtual", api)
+    sc.endpoints[0].api = api
+    d = run(sc, progress=False).run_dir
+    df = pq.read_table(d / "requests.parquet").to_pandas()
+    assert (df["prompt_tokens"] == df["expected_input_tokens"]).all()
+    assert (df["completion_tokens"] == df["expected_output_tokens"].clip(lower=1)).all()
+
+
+def test_clock_dependent_defaults_survive_variants() -> None:
+    """No idle cap and a 10 s metrics interval in virtual time, unless set (by the base
+    or a variant); 10 s / 1 s on the wall clock."""
+    from agentbench.scenario.loading import expand_variants
+
+    base = Scenario.model_validate({
+        "name": "v", "endpoints": [{"kind": "simulated"}],
+        "trace": {"kind": "synth", "profile": "codex", "sessions": 2},
+        "load": {"kind": "lanes", "concurrency": 1}, "limits": {"max_requests": 5},
+        "variants": [{"name": "a"}, {"name": "b", "set": {"timing.idle_cap_s": 5}},
+                     {"name": "c", "set": {"server_metrics": {"interval_s": 2}}}]})
+    a, b, c = expand_variants(base)
+    assert a.timing.idle_cap_for("virtual") is None and a.timing.idle_cap_for("wall") == 10
+    assert b.timing.idle_cap_for("virtual") == 5
+    assert a.server_metrics.interval_for("virtual") == 10
+    assert a.server_metrics.interval_for("wall") == 1
+    assert c.server_metrics.interval_for("virtual") == 2

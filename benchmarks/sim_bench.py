@@ -38,10 +38,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentbench.traces.words import block_text  # noqa: E402
 from agentbench.scenario.model import SharedTier, SimulatedEndpoint  # noqa: E402
 from agentbench.sim.cluster import Cluster  # noqa: E402
 from agentbench.sim.virtual import run_virtual  # noqa: E402
+from agentbench.traces.words import block_text  # noqa: E402
 
 
 def bench_scheduling(sessions: int = 16, turns: int = 40, out_tokens: int = 250,

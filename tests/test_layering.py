@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "engines": {"scenario", "traces", "prompts"},
     "proxy": {"scenario", "traces", "results"},
     "report": {"metrics", "results", "scenario", "traces"},
-    "experiment": {"engines", "metrics", "replay", "report", "results", "scenario",
+    "experiment": {"engines", "metrics", "replay", "report", "results", "scenario", "sim",
                    "traces"},
     "api": {"experiment", "metrics", "report"},
     "cli": {"api", "engines", "experiment", "metrics", "prompts", "proxy", "replay",

@@ -41,7 +41,7 @@ class ExperimentResult:
     """Every variant's run, and their comparison (several variants)."""
 
     runs: list[VariantRun] = field(default_factory=list)
-    comparison: Any = None  # agentbench.api.Comparison
+    comparison: Any = None  # agentbench.report.comparison.Comparison
 
     @property
     def failed(self) -> list[str]:
@@ -114,6 +114,13 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     traces = {} if traces is None else traces
     result = ExperimentResult()
     variants = expand_variants(scenario)
+    from agentbench.sim.presetfile import check_presets
+
+    for sc in variants:  # a bad preset file is one line before any run folder is made
+        try:
+            check_presets(sc)
+        except InputError as e:
+            raise e.located(source=str(scenario_path or "the scenario")) from None
     for sc in variants:
         tell.variant_started(sc, len(scenario.variants))
         result.runs.append(run_variant(sc, scenario_path=scenario_path, listener=tell,

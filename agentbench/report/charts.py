@@ -2,7 +2,7 @@
 interactivity across sweep stages and runs, Pareto front marked) and the swim-lane timeline
 (one lane per agent slot over time, subagents as branches, requests in flight beneath).
 Points come from summaries; the timeline reads sessions and requests rows, already in the
-run's time base (``agentbench.api.Run``)."""
+run's time base (``agentbench.metrics.run.Run``)."""
 
 from __future__ import annotations
 

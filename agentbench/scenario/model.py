@@ -378,6 +378,11 @@ class Scenario(Strict):
             return self.clock
         return "virtual" if all(e.kind == "simulated" for e in self.endpoints) else "wall"
 
+    def preset_files(self) -> list[tuple[int, str]]:
+        """(endpoint index, path) of each simulated endpoint whose preset is a file."""
+        return [(i, e.preset) for i, e in enumerate(self.endpoints)
+                if e.kind == "simulated" and is_preset_path(e.preset)]
+
     @property
     def runs_simulator(self) -> bool:
         """Whether an endpoint is the embedded simulator (it runs in the replay's process,

@@ -216,3 +216,13 @@ def preset_yaml(preset: Preset) -> str:
     }
     head = "# agentbench simulator preset (format: docs/engines.md, \"Simulator presets\")\n"
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)
+
+
+def check_presets(scenario: Any) -> None:
+    """Read every preset file the scenario's simulated endpoints name, so a bad one is one
+    ``InputError`` line before any run folder is made."""
+    for i, path in scenario.preset_files():
+        try:
+            load_preset_file(path)
+        except InputError as err:
+            raise InputError(err.one_line(), where=f"endpoints[{i}]", field="preset") from None

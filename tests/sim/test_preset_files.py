@@ -217,3 +217,23 @@ def _ttft_sum(t: pa.Table) -> int:
     """Time to first token summed over a run's requests (simulated ns)."""
     first, sent = t.column("first_token_ns").to_pylist(), t.column("sent_ns").to_pylist()
     return sum(f - s for f, s in zip(first, sent, strict=True))
+
+
+def test_a_bad_preset_file_stops_validate_and_run_before_any_run_folder(
+        tmp_path: Path) -> None:
+    """A preset file that exists but cannot be read as one: ``validate`` and ``run`` each
+    say so in one line (exit 2), and no run folder is made."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "mine.yaml").write_bytes(b"\x00\x01 not yaml")
+    f = _scenario_file(tmp_path, "presets/mine.yaml")
+    out = tmp_path / "out"
+    for args in (["validate", str(f)], ["run", str(f), "-o", str(out)]):
+        res = CliRunner().invoke(app, args)
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert "endpoints[0]" in lines[0] and "NUL bytes" in lines[0], lines[0]
+    assert not out.exists()

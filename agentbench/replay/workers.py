@@ -32,15 +32,11 @@ import gc
 import itertools
 import multiprocessing
 import os
-import shutil
 import signal
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
@@ -55,9 +51,8 @@ from agentbench.replay.stages import (
     restore_gc,
     run_stage,
 )
-from agentbench.results import schema as records
+from agentbench.results.spool import PART_FILE, WORKERS_DIR, merge_parts
 
-WORKERS_DIR = "workers"
 _STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
 _POLL_S = 0.01
 
@@ -161,6 +156,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     _listen(loop, conn, inbox)
     sc, trace = spec.scenario, spec.trace
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    _write_part_file(Path(spec.out_dir))
     writer = ResultsWriter(Path(spec.out_dir))
     main = asyncio.current_task()
     if main is not None:  # a disk that refuses the results stops this worker
@@ -217,6 +213,18 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
                                                   if writer.failure else None),
                                   "idle_pulled_in_ns": timers.pulled_in_ns,
                                   "client_health": health.summary()}))
+
+
+def _write_part_file(out_dir: Path) -> None:
+    """Who writes this part folder: a recovery merges it only once this process is gone
+    (``agentbench.results.spool.live_part``)."""
+    import json
+    import socket
+
+    part = {"pid": os.getpid(), "status": "running", "host": {"hostname": socket.gethostname()}}
+    tmp = out_dir / (PART_FILE + ".tmp")
+    tmp.write_text(json.dumps(part))
+    os.replace(tmp, out_dir / PART_FILE)
 
 
 def _worker_context(spec: WorkerSpec, shared: Shared, writer: Any, timers: Any,
@@ -406,37 +414,6 @@ class Fleet:
     def merge(self, run_dir: Path) -> int:
         """Worker files merged into the run folder's (parent rows first); return requests."""
         return merge_parts(run_dir, [Path(s.out_dir) for s in self.specs])
-
-
-def merge_parts(run_dir: Path, parts: list[Path]) -> int:
-    """Append each part folder's parquet files (spools left by a killed worker recovered
-    first) to ``run_dir``'s, rows ordered by end time; remove the parts; return the number
-    of request rows."""
-    from agentbench.results.writer import recover
-
-    schemas = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
-               records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
-               records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
-    for d in parts:
-        if d.exists():
-            recover(d)
-    n_requests = 0
-    for name, schema in schemas.items():
-        files = [p for p in [run_dir / name, *(d / name for d in parts)] if p.exists()]
-        tables = [pq.read_table(p, schema=schema) for p in files]
-        table = pa.concat_tables(tables) if tables else schema.empty_table()
-        if "end_ns" in schema.names and table.num_rows:
-            table = table.sort_by([("end_ns", "ascending")])
-        tmp = run_dir / (name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, run_dir / name)
-        if name == records.REQUESTS_FILE:
-            n_requests = table.num_rows
-    for d in parts:
-        shutil.rmtree(d, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        (run_dir / WORKERS_DIR).rmdir()
-    return n_requests
 
 
 class _WriterView:

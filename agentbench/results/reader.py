@@ -144,7 +144,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 def recover_if_cut_short(d: Path) -> list[str]:
     """A run whose process is gone (killed, crashed) left its rows in a spool: finish its
     parquet files and run.json first. A run still in progress is an error."""
-    from agentbench.results.spool import has_spools, recover, writer_alive
+    from agentbench.results.spool import has_spools, live_part, recover, writer_alive
 
     if not has_spools(d):
         return []
@@ -152,6 +152,9 @@ def recover_if_cut_short(d: Path) -> list[str]:
     if writer_alive(run):
         raise InputError(f"the run is still in progress (pid {run.get('pid')}); read it when "
                          "it ends", source=str(d))
+    if (part := live_part(d)) is not None:
+        raise InputError(f"a worker of the run still writes its rows (pid {part.get('pid')}); "
+                         "read it when it ends", source=str(d))
     try:
         return recover(d)
     except OSError as e:

@@ -5,6 +5,15 @@ Shared by the writer (``agentbench.results.writer``) and the readers (``agentben
 ``report``, ``gate``, ``agentbench recover``), so a run folder is always readable: a spool
 left behind is converted to parquet (every complete batch kept), and run.json's status
 ``running`` of a process that is gone becomes ``killed``.
+
+Every step that turns rows into a parquet file is a commit a kill cannot split
+(:func:`commit_table`): the new file is written beside the old one, a marker naming what it
+consumes is put down, then the file replaces the old one and what it consumed is removed.
+A kill at any point leaves either the old state or a marker that the next recovery
+finishes (:func:`finish_commits`), so recovering twice, or after a killed recovery, never
+loses or doubles a row. A run with ``--workers`` keeps each worker's rows in
+``workers/w<i>/`` until the parent merges them (:func:`merge_parts`); a run whose parent
+was killed has its parts merged by the next recovery, once no worker still writes.
 """
 
 from __future__ import annotations
@@ -12,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
@@ -27,6 +38,12 @@ JOURNAL_SUFFIX = ".journal.jsonl"
 #: space a run sets aside in its folder while it writes (``replay.rundir.reserve_space``),
 #: given back when the disk fills so that run.json can still say how the run ended
 RESERVE_FILE = ".reserve"
+#: a commit in progress: the parquet file's new version is ``<name>.tmp``; the marker
+#: ``<name>.commit`` lists what it consumed (paths relative to the folder)
+COMMIT_SUFFIX = ".commit"
+#: worker processes' folders inside a run folder (``--workers``), and each one's pid file
+WORKERS_DIR = "workers"
+PART_FILE = "part.json"
 SCHEMAS = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
            records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
            records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
@@ -90,23 +107,111 @@ def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
         in_spool = sum(b.num_rows for b in batches[before:])
         batches.extend(journal_rows(journal, in_spool, schema))
     table = pa.Table.from_batches(batches, schema=schema)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()  # a half-written file would only take space: the spool stays
-        raise
-    for f in (spool, journal):
-        if f.exists():
-            f.unlink()
+    commit_table(out, table, [spool, journal])
     return table.num_rows
 
 
+def _checkpoint(step: str) -> None:
+    """A point between the steps of a commit (tests stop a recovery here, as a kill
+    would)."""
+
+
+def commit_table(out: Path, table: pa.Table, consumed: Iterable[Path]) -> None:
+    """Replace ``out`` with ``table`` and remove ``consumed`` (the files whose rows
+    ``table`` took in) as one step: a kill anywhere leaves the old state or a commit that
+    :func:`finish_commits` completes."""
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        pq.write_table(table, tmp)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # a half-written file would only take space: the sources stay
+        raise
+    _checkpoint("written")
+    names = [os.path.relpath(p, out.parent) for p in consumed]
+    marker = out.with_name(out.name + COMMIT_SUFFIX)
+    marker_tmp = marker.with_name(marker.name + ".tmp")
+    marker_tmp.write_text(json.dumps(names))
+    os.replace(marker_tmp, marker)  # the commit point
+    _checkpoint("marked")
+    _finish_commit(marker)
+
+
+def _finish_commit(marker: Path) -> None:
+    folder = marker.parent
+    out = folder / marker.name.removesuffix(COMMIT_SUFFIX)
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        os.replace(tmp, out)
+    _checkpoint("replaced")
+    try:
+        names = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        names = []
+    for name in names if isinstance(names, list) else []:
+        p = folder / str(name)
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+        _checkpoint("consumed")
+    marker.unlink()
+
+
+def finish_commits(folder: Path) -> None:
+    """Complete the commits a kill interrupted in ``folder`` (see :func:`commit_table`)."""
+    for marker in sorted(folder.glob("*" + COMMIT_SUFFIX)):
+        _finish_commit(marker)
+
+
+def parts_of(run_dir: Path) -> list[Path]:
+    """The worker folders of a run with ``--workers`` not merged yet."""
+    d = run_dir / WORKERS_DIR
+    return sorted(p for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+
+def merge_parts(run_dir: Path, parts: list[Path]) -> int:
+    """Append each part folder's rows (spools left by a killed worker recovered first) to
+    ``run_dir``'s parquet files, rows ordered by end time; remove the parts; return the
+    number of request rows. Each file is one commit, so a kill mid-merge loses and doubles
+    nothing: the next recovery merges what is left."""
+    for d in parts:
+        if d.exists():
+            recover(d)
+    n_requests = 0
+    for name, schema in SCHEMAS.items():
+        own = [p for p in (d / name for d in parts) if p.exists()]
+        files = [p for p in [run_dir / name, *own] if p.exists()]
+        tables = [pq.read_table(p, schema=schema) for p in files]
+        table = pa.concat_tables(tables) if tables else schema.empty_table()
+        if "end_ns" in schema.names and table.num_rows:
+            table = table.sort_by([("end_ns", "ascending")])
+        commit_table(run_dir / name, table, own)
+        if name == records.REQUESTS_FILE:
+            n_requests = table.num_rows
+    for d in parts:
+        shutil.rmtree(d, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        (run_dir / WORKERS_DIR).rmdir()
+    return n_requests
+
+
+def live_part(run_dir: Path) -> dict[str, object] | None:
+    """The pid file of a worker of this run that still writes, or None."""
+    for d in parts_of(run_dir):
+        try:
+            part = json.loads((d / PART_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(part, dict) and writer_alive(part):
+            return part
+    return None
+
+
 def has_spools(run_dir: Path) -> bool:
+    """Whether the run's rows are not all in its parquet files yet: spools or journals, an
+    interrupted commit, or worker folders not merged."""
     return any((run_dir / (name + sfx)).exists()
-               for name in SCHEMAS for sfx in (SPOOL_SUFFIX, JOURNAL_SUFFIX))
+               for name in SCHEMAS for sfx in (SPOOL_SUFFIX, JOURNAL_SUFFIX, COMMIT_SUFFIX)) \
+        or (run_dir / WORKERS_DIR).is_dir()
 
 
 def writer_alive(run: dict[str, object]) -> bool:
@@ -131,6 +236,7 @@ def recover(run_dir: Path) -> list[str]:
     parquet already there); mark run.json ``killed`` when it still says ``running`` and its
     process is gone. Return the files made."""
     made = []
+    finish_commits(run_dir)
     for name, schema in SCHEMAS.items():
         spool = run_dir / (name + SPOOL_SUFFIX)
         if spool.exists() or journal_of(spool).exists():
@@ -143,6 +249,11 @@ def recover(run_dir: Path) -> list[str]:
         run = json.loads(path.read_text())
     except (OSError, ValueError):
         return made
+    parts = parts_of(run_dir)
+    if parts and isinstance(run, dict) and not writer_alive(run) and live_part(run_dir) is None:
+        # the parent was killed: its workers' rows are still in their folders
+        merge_parts(run_dir, parts)
+        made += [f"{len(parts)} worker folder{'s' if len(parts) > 1 else ''}"]
     if isinstance(run, dict) and run.get("status") == "running" and not writer_alive(run):
         run["status"] = "killed"
         run["recovered"] = made

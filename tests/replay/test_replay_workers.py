@@ -21,8 +21,9 @@ import pytest
 
 from agentbench.replay import run_scenario
 from agentbench.replay.stages import STATE_SLOTS, Shard, TreeSource
-from agentbench.replay.workers import WORKERS_DIR, merge_parts, resolve_workers
+from agentbench.replay.workers import resolve_workers
 from agentbench.results import schema as records
+from agentbench.results.spool import WORKERS_DIR, merge_parts
 from agentbench.results.writer import ResultsWriter
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from tests.helpers import (

@@ -1,0 +1,169 @@
+"""Recovery survives any single kill: of the parent of ``--workers`` processes alone, of
+the whole process group, and of ``recover`` itself at every step of its commits. Every
+finished row stays readable exactly once (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from agentbench.results import schema as records
+from agentbench.results import spool
+from agentbench.results.schema import RequestRecord
+from agentbench.results.writer import ResultsWriter
+from agentbench.testing.fastserver import events
+from agentbench.transport.finish import finish_record
+from tests.helpers import ROOT, write_scenario
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing catches it, no cleanup runs."""
+
+
+def _rows(folder: Path, ids: range, flush_rows: int = 2) -> None:
+    """A writer killed after spooling some rows (the rest only in the journal)."""
+    w = ResultsWriter(folder, flush_rows=flush_rows)
+    for i in ids:
+        rec = RequestRecord(i, "c=1", "measure", "ep", 0, "t#0", "t", "root", 0, i, 10, 5, 1, 0,
+                            sent_ns=20, end_ns=30 + i, http_status=200)
+        rec.chunks = events(True, 1)
+        rec.chunk_ns = [25] * len(rec.chunks)
+        w.add_request(finish_record(rec))
+    # no close(): the spool holds the flushed batches, the journal every row
+
+
+def _killed_run(run: Path, workers: int) -> None:
+    """A run folder as a SIGKILL leaves it: run.json ``running`` with a dead pid, rows of
+    the parent (ids 0-4) and of each worker folder (ids 100w-100w+4) in spools."""
+    run.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    info = {"run_id": run.name, "status": "running", "pid": int(dead.stdout)}
+    (run / records.RUN_FILE).write_text(json.dumps(info))
+    _rows(run, range(5))
+    for w in range(1, workers + 1):
+        part = run / spool.WORKERS_DIR / f"w{w}"
+        part.mkdir(parents=True)
+        (part / spool.PART_FILE).write_text(json.dumps({**info, "run_id": None}))
+        _rows(part, range(100 * w, 100 * w + 5))
+
+
+def _ids(run: Path) -> list[int]:
+    return sorted(pq.read_table(run / records.REQUESTS_FILE).column("request_id").to_pylist())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_recover_killed_at_every_step_loses_and_doubles_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """Stop ``recover`` at its k-th checkpoint (as a kill would), then recover again: the
+    rows are those of one uninterrupted recovery, for every k."""
+    want = sorted([*range(5), *(i for w in range(1, workers + 1)
+                                for i in range(100 * w, 100 * w + 5))])
+    steps = 0
+    k = 0
+    while True:
+        run = tmp_path / f"k{k}"
+        _killed_run(run, workers)
+        seen = 0
+
+        def stop(step: str, at: int = k) -> None:
+            nonlocal seen
+            seen += 1
+            if seen == at:
+                raise _Killed(step)
+
+        monkeypatch.setattr(spool, "_checkpoint", stop)
+        try:
+            spool.recover(run)
+            interrupted = False
+        except _Killed:
+            interrupted = True
+        monkeypatch.setattr(spool, "_checkpoint", lambda step: None)
+        spool.recover(run)
+        spool.recover(run)  # a third time changes nothing either
+        assert _ids(run) == want, f"killed at checkpoint {k}"
+        assert not spool.has_spools(run)
+        assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
+        if k and not interrupted:
+            break
+        steps = k
+        k += 1
+    assert steps >= (6 if workers else 3)  # every step of every commit was a kill point
+
+
+def test_recover_waits_for_a_worker_that_still_writes(tmp_path: Path) -> None:
+    from agentbench.errors import InputError
+    from agentbench.results.reader import recover_if_cut_short
+
+    run = tmp_path / "r"
+    _killed_run(run, 1)
+    part = run / spool.WORKERS_DIR / "w1" / spool.PART_FILE
+    part.write_text(json.dumps({"status": "running", "pid": os.getpid()}))  # alive
+    with pytest.raises(InputError, match="worker of the run still writes"):
+        recover_if_cut_short(run)
+    assert spool.parts_of(run)  # untouched
+
+
+def _start(sc: Path, new_session: bool) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "agentbench.cli", "run", str(sc),
+                             "--no-progress", "--workers", "2"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=new_session)
+
+
+def _wait_for_worker_rows(run: Path, proc: subprocess.Popen[str]) -> None:
+    parts = [run / spool.WORKERS_DIR / f"w{w}" / (records.REQUESTS_FILE + spool.JOURNAL_SUFFIX)
+             for w in (0, 1)]
+    deadline = time.monotonic() + 90
+    while not all(p.exists() and p.stat().st_size > 0 for p in parts):
+        assert time.monotonic() < deadline and proc.poll() is None, "run never wrote rows"
+        time.sleep(0.05)
+    time.sleep(0.3)  # a few more rows each
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("whole_group", [False, True])
+def test_sigkill_of_a_workers_run_keeps_every_finished_row(
+        fast_server: str, weka_dir: Path, tmp_path: Path, whole_group: bool) -> None:
+    """SIGKILL of the parent alone (as the OOM killer does; its workers notice and finish
+    their files), or of the parent and its workers at once: ``recover`` merges the workers'
+    rows, each request once, and ``load`` reads them."""
+    import agentbench
+
+    out = tmp_path / "res"
+    sc = write_scenario(tmp_path / "s.yaml", fast_server, out, weka_dir,
+                        "limits: {duration_s: 600}")
+    proc = _start(sc, new_session=whole_group)
+    run = out / "r"
+    _wait_for_worker_rows(run, proc)
+    if whole_group:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while spool.live_part(run) is not None:  # orphaned workers finish their files
+        assert time.monotonic() < deadline, "a worker outlived its parent by a minute"
+        time.sleep(0.05)
+    journaled = 0
+    for d in spool.parts_of(run):
+        j = d / (records.REQUESTS_FILE + spool.JOURNAL_SUFFIX)
+        journaled += len(j.read_bytes().splitlines()) if j.exists() else 0
+        p = d / records.REQUESTS_FILE
+        journaled += pq.read_metadata(p).num_rows if p.exists() else 0
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "recover", str(run)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "2 worker folders" in res.stdout, res.stdout + res.stderr
+    r = agentbench.load(run)
+    assert r.requests.request_id.is_unique and len(r.requests) >= journaled > 0
+    assert set(r.requests.lane) == {0, 1}
+    assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
+    assert not (run / spool.WORKERS_DIR).exists()

@@ -142,6 +142,9 @@ class _RunPrinter:
 @guarded
 def recover(
     runs: list[Path] = typer.Argument(..., help="Results folder(s) of runs cut short."),
+    force: bool = typer.Option(False, "--force", help="Finish the run even if run.json's "
+                               "pid still runs or is on another host (a copied run, a "
+                               "reused pid)."),
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says ``killed``. ``load``, ``report`` and ``gate`` do this by themselves."""
@@ -150,5 +153,5 @@ def recover(
     for d in runs:
         if not d.is_dir():
             raise InputError("results folder not found", source=str(d))
-        made = recover_if_cut_short(d)
+        made = recover_if_cut_short(d, force=force)
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

@@ -141,25 +141,38 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return data
 
 
-def recover_if_cut_short(d: Path) -> list[str]:
+def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
     """A run whose process is gone (killed, crashed) left its rows in a spool: finish its
-    parquet files and run.json first. A run still in progress is an error."""
+    parquet files and run.json first. A run still in progress is an error, unless
+    ``force`` says its writer is gone whatever its pid says (``agentbench recover
+    --force``: a run copied from another host, or whose pid was reused)."""
     from agentbench.results.spool import has_spools, live_part, recover, writer_alive
 
-    if not has_spools(d):
-        return []
-    run = read_run_json(d)
-    if writer_alive(run):
-        raise InputError(f"the run is still in progress (pid {run.get('pid')}); read it when "
-                         "it ends", source=str(d))
-    if (part := live_part(d)) is not None:
-        raise InputError(f"a worker of the run still writes its rows (pid {part.get('pid')}); "
-                         "read it when it ends", source=str(d))
+    run = read_run_json(d) if (d / R.RUN_FILE).exists() else {}
+    if not force:
+        if not has_spools(d) and not (run.get("status") == "running"
+                                      and not writer_alive(run)):
+            return []
+        hint = "read it when it ends, or `agentbench recover --force` if its writer is gone"
+        if writer_alive(run):
+            raise InputError(f"the run is still in progress (pid {run.get('pid')}"
+                             f"{_host_of(run)}); {hint}", source=str(d))
+        if (part := live_part(d)) is not None:
+            raise InputError(f"a worker of the run still writes its rows (pid "
+                             f"{part.get('pid')}); {hint}", source=str(d))
     try:
-        return recover(d)
+        return recover(d, force=force)
     except OSError as e:
         raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
                          source=str(d)) from None
+
+
+def _host_of(run: dict[str, Any]) -> str:
+    host = run.get("host")
+    name = host.get("hostname") if isinstance(host, dict) else None
+    import socket
+
+    return f" on {name}" if name and name != socket.gethostname() else ""
 
 
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:

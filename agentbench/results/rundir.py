@@ -152,9 +152,19 @@ RESERVE_BYTES = 256 * 1024
 
 
 def reserve_space(run_dir: Path) -> None:
-    """Allocate ``RESERVE_FILE`` (real blocks, not a sparse file); best effort."""
-    with contextlib.suppress(OSError), open(run_dir / RESERVE_FILE, "wb") as f:
-        f.write(b"\0" * RESERVE_BYTES)
+    """Allocate ``RESERVE_FILE`` (real blocks, not a sparse file); best effort. Only where
+    the disk has room for it twice over: a reserve that took the last free bytes
+    would leave no room for a single row, so on a nearly full disk there is none."""
+    path = run_dir / RESERVE_FILE
+    try:
+        st = os.statvfs(run_dir)
+        if st.f_bavail * st.f_frsize < 2 * RESERVE_BYTES:
+            return
+        with open(path, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()  # a partial reserve only takes the space the rows need
 
 
 def release_space(run_dir: Path) -> None:

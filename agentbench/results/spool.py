@@ -74,13 +74,25 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
                                      for kv in row[name]]
                 rows.append(row)
     try:
-        return [pa.RecordBatch.from_pylist(rows, schema=schema)] if rows else []
-    except (pa.ArrowException, TypeError, ValueError):  # one bad row: keep the others
-        out = []
-        for row in rows:
-            with contextlib.suppress(pa.ArrowException, TypeError, ValueError):
-                out.append(pa.RecordBatch.from_pylist([row], schema=schema))
-        return out
+        batch = pa.RecordBatch.from_pylist(rows, schema=schema) if rows else None
+        if batch is None or _complete(batch):
+            return [batch] if batch is not None else []
+    except (pa.ArrowException, TypeError, ValueError):
+        pass
+    out = []  # one bad row (a type Arrow refuses, a required column missing): keep the others
+    for row in rows:
+        with contextlib.suppress(pa.ArrowException, TypeError, ValueError):
+            one = pa.RecordBatch.from_pylist([row], schema=schema)
+            if _complete(one):
+                out.append(one)
+    return out
+
+
+def _complete(batch: pa.RecordBatch) -> bool:
+    """Whether no column the schema declares non-nullable holds a null (Arrow fills a
+    missing key with null without complaint; writing the file would then fail)."""
+    return all(batch.column(i).null_count == 0
+               for i, f in enumerate(batch.schema) if not f.nullable)
 
 
 def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
@@ -231,10 +243,12 @@ def writer_alive(run: dict[str, object]) -> bool:
     return True
 
 
-def recover(run_dir: Path) -> list[str]:
+def recover(run_dir: Path, force: bool = False) -> list[str]:
     """Convert spools a cut-short run left behind into parquet files (appending to any
     parquet already there); mark run.json ``killed`` when it still says ``running`` and its
-    process is gone. Return the files made."""
+    process is gone (``force``: whatever its pid says: a run copied from another host, or
+    whose pid was reused), with empty tables when it was killed before any row. Return the
+    files made."""
     made = []
     finish_commits(run_dir)
     for name, schema in SCHEMAS.items():
@@ -249,12 +263,19 @@ def recover(run_dir: Path) -> list[str]:
         run = json.loads(path.read_text())
     except (OSError, ValueError):
         return made
+    if not isinstance(run, dict):
+        return made
+    gone = force or not writer_alive(run)
     parts = parts_of(run_dir)
-    if parts and isinstance(run, dict) and not writer_alive(run) and live_part(run_dir) is None:
+    if parts and gone and (force or live_part(run_dir) is None):
         # the parent was killed: its workers' rows are still in their folders
         merge_parts(run_dir, parts)
         made += [f"{len(parts)} worker folder{'s' if len(parts) > 1 else ''}"]
-    if isinstance(run, dict) and run.get("status") == "running" and not writer_alive(run):
+    if run.get("status") == "running" and gone:
+        for name in (records.REQUESTS_FILE, records.SESSIONS_FILE):
+            if not (run_dir / name).exists():  # killed before its first row
+                commit_table(run_dir / name, SCHEMAS[name].empty_table(), [])
+                made.append(name)
         run["status"] = "killed"
         run["recovered"] = made
         tmp = path.with_suffix(".json.tmp")

@@ -129,3 +129,25 @@ def test_a_read_only_results_folder_is_refused_before_the_run(tmp_path: Path,
         assert r.returncode == 2
         assert "cannot write results there" in one_line_error(r.stderr)
         assert srv.seen() == []
+
+
+@pytest.mark.timeout(180)
+def test_a_disk_with_less_room_than_the_reserve_still_keeps_rows(
+        tmp_path: Path, fault_server: Any) -> None:
+    """200 KiB free, less than the 256 KiB reserve a run sets aside for its last run.json:
+    the run takes no reserve (one would hold every free byte) and keeps the rows that fit."""
+    import os
+
+    srv = fault_server()
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        st = os.statvfs(disk)
+        filler = st.f_bavail * st.f_frsize - 200 * 1024
+        (disk / "filler").write_bytes(b"\0" * filler)
+        r = run_cli("run", str(_long_run(tmp_path, srv.url)), "-o", str(disk), "--run-id",
+                    "r", timeout=150)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        where = tmp_path / "copy"
+        shutil.copytree(disk / "r", where)
+    req = rows(where)  # on a disk with room, the first reader finishes the run
+    assert 0 < len(req) <= len(srv.seen())
+    report_reads(where, tmp_path)

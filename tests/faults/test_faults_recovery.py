@@ -167,3 +167,53 @@ def test_sigkill_of_a_workers_run_keeps_every_finished_row(
     assert set(r.requests.lane) == {0, 1}
     assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
     assert not (run / spool.WORKERS_DIR).exists()
+
+
+def test_a_journal_line_that_parses_but_does_not_fit_is_left_out(tmp_path: Path) -> None:
+    """Junk that is valid JSON (a missing required column, the wrong type, not a mapping)
+    costs its own line only: the run reads with every real row."""
+    import agentbench
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    journal = run / (records.REQUESTS_FILE + spool.JOURNAL_SUFFIX)
+    with open(journal, "ab") as f:
+        f.write(b'999 {"request_id": 7}\n1000 {"foo": 1}\n1001 [1, 2]\n'
+                b'1002 {"request_id": "x", "stage": 5}\n')
+    assert sorted(agentbench.load(run).requests.request_id) == list(range(5))
+
+
+def test_a_run_killed_before_its_first_row_reads_as_killed_and_empty(tmp_path: Path) -> None:
+    import agentbench
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    for f in run.iterdir():
+        if f.name != records.RUN_FILE:
+            f.unlink()  # no row had finished: nothing but run.json
+    r = agentbench.load(run)
+    assert len(r.requests) == 0 and r.summary["overall"]["requests"]["total"] == 0
+    assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
+
+
+@pytest.mark.parametrize("whose", ["another host", "a live pid"])
+def test_recover_force_finishes_a_run_whose_pid_cannot_tell(tmp_path: Path,
+                                                            whose: str) -> None:
+    """A run copied from another host, or whose pid now belongs to another process, reads
+    as still in progress (one line naming the way out); ``recover --force`` finishes it."""
+    run = tmp_path / "r"
+    _killed_run(run, 1)
+    info = json.loads((run / records.RUN_FILE).read_text())
+    info.update({"host": {"hostname": "elsewhere"}} if whose == "another host"
+                else {"pid": os.getpid()})
+    (run / records.RUN_FILE).write_text(json.dumps(info))
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "report", str(run)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and "still in progress" in lines[0]
+    assert "recover --force" in lines[0] and ("elsewhere" in lines[0]) == (whose != "a live pid")
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "recover", "--force",
+                          str(run)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "1 worker folder" in res.stdout, res.stdout + res.stderr
+    assert _ids(run) == [*range(5), *range(100, 105)]
+    assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"

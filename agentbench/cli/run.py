@@ -73,10 +73,15 @@ def run(
     sets = [parse_set(item) for item in set_]
     flags: dict[str, Any] = {"api": api, "concurrency": concurrency, "rate": rate,
                              "trace": trace, "duration_s": duration, "max_requests": max_requests}
+    # --output and --run-id win over the file and --set; validated like them, named as typed
+    outputs = [(k, v) for k, v in (("output.dir", None if output is None else str(output)),
+                                   ("output.run_id", run_id)) if v is not None]
+    out_labels = {"output.dir": "--output", "output.run_id": "--run-id"}
     if scenario is None:
         from agentbench.scenario.flags import scenario_from_flags
 
-        base = scenario_from_flags(url, model, sets=sets, seed=seed, rules=rules,
+        base = scenario_from_flags(url, model, sets=[*sets, *outputs], set_labels=out_labels,
+                                   seed=seed, rules=rules,
                                    unsafe_override=unsafe_override or None, **flags)
     else:
         given = [f"--{k.removesuffix('_s').replace('_', '-')}"
@@ -89,12 +94,9 @@ def run(
                                      ("unsafe_override", unsafe_override or None))
                  if v is not None]
         base = load_scenario(scenario, labels={"seed": "--seed", "rules": "--rules",
-                                               "unsafe_override": "--unsafe-override"},
-                             sets=[*sets, *extra])
-    if output is not None:
-        base.output.dir = str(output)
-    if run_id is not None:
-        base.output.run_id = run_id
+                                               "unsafe_override": "--unsafe-override",
+                                               **out_labels},
+                             sets=[*sets, *extra, *outputs])
     from agentbench.experiment import run_experiment
 
     result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),

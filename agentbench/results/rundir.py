@@ -37,10 +37,14 @@ def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
     rid = run_id or f"{_safe(name)}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     path = base / rid
     n = 1
-    while path.exists() and any(path.iterdir()):
-        path = base / f"{rid}-{n}"
-        n += 1
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        while path.exists() and any(path.iterdir()):
+            path = base / f"{rid}-{n}"
+            n += 1
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a folder that says it is writable and is not (/proc, /sys)
+        raise InputError(f"cannot write results there ({e.strerror})", source=str(base),
+                         field="output.dir") from None
     return path
 
 

@@ -85,6 +85,7 @@ def scenario_data(url: str, model: str, *, api: str | None = None,
 
 def scenario_from_flags(url: str | None, model: str | None, *,
                         sets: list[tuple[str, Any]] | None = None,
+                        set_labels: dict[str, str] | None = None,
                         base_dir: Path | None = None, **flags: Any) -> Any:
     """A validated, checked ``Scenario`` from the ``run`` flags (see :func:`scenario_data`)
     with ``--set`` overrides; a relative ``--trace`` path is relative to ``base_dir`` (the
@@ -108,6 +109,7 @@ def scenario_from_flags(url: str | None, model: str | None, *,
     labels = {key: flag for name, (flag, key) in FLAG_KEYS.items()
               if given.get(name) is not None}
     labels.update({key: f"--set {key}" for key, _ in sets or []})
+    labels.update(set_labels or {})  # sets that other flags made (--output, --run-id)
     sc = validate_data(data, SOURCE, sets=sets, labels=labels)
     problems, _ = check_scenario(sc, base_dir or Path.cwd())
     if problems:

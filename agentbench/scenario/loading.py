@@ -336,7 +336,7 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
     from agentbench.scenario.model import is_preset_path
-    from agentbench.traces.readers import looks_like_hub_id
+    from agentbench.traces.readers import check_trace_path, looks_like_hub_id
     from agentbench.traces.sources import is_named
     from agentbench.traces.sources import problem as named_problem
 
@@ -353,10 +353,14 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
         cand = src if src.is_absolute() else base_dir / src
         try:
             found = cand.exists()
+            check_trace_path(cand)  # a device, a FIFO, a loop of links
         except (OSError, ValueError):  # a name too long for the file system, a NUL byte
             found = False
+        except InputError as e:
+            problems.append(("trace.source", lines.get(("trace", "source")), e.message))
+            found = True
         if found:
-            trace.source = str(cand.resolve())
+            trace.source = str(cand.resolve()) if cand.exists() else str(cand)
         elif not looks_like_hub_id(trace.source):
             problems.append(("trace.source", lines.get(("trace", "source")),
                              f"no such file or folder: {trace.source} (relative paths are "

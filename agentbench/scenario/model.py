@@ -152,8 +152,10 @@ class Timing(Strict):
     strategy: Literal["think-only", "original", "api-scaled"] = Field(
         "think-only", description="think-only: think time after the previous response; "
         "original: recorded start-to-start; api-scaled: recorded api time x api_scale + think.")
-    time_scale: float = Field(1.0, ge=0, description="Multiply every waiting time by this.")
-    api_scale: float = Field(1.0, ge=0, description="Factor on recorded api time (api-scaled).")
+    time_scale: float = Field(1.0, ge=0, le=1e6,
+                              description="Multiply every waiting time by this (at most 1e6).")
+    api_scale: float = Field(1.0, ge=0, le=1e6, description="Factor on recorded api time "
+                             "(api-scaled; at most 1e6).")
     idle_cap_s: float | None = Field(
         10.0, ge=0, description="When nothing is in flight, pull pending timers in to at most "
         "this far away; None: no cap. Default: 10 s on the wall clock, no cap in virtual time "

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import (
     BaseModel,
     ConfigDict,
+    ValidationInfo,
     field_validator,
 )
 
@@ -22,18 +23,26 @@ class Strict(BaseModel):
 
     @field_validator("*")
     @classmethod
-    def _int64(cls, v: Any) -> Any:
+    def _int64(cls, v: Any, info: ValidationInfo) -> Any:
         """Every integer fits in 64 bits: a longer one is a typo, and numpy, parquet and
-        the seed generators overflow on it."""
+        the seed generators overflow on it. Every duration (a field named ``*_s``) is at
+        most ``MAX_SECONDS``: run times are integer nanoseconds, and 1e300 s is a typo."""
+        seconds = (info.field_name or "").endswith("_s")
         for x in v if isinstance(v, list) else [v]:
             if isinstance(x, int) and not isinstance(x, bool) and not -INT64 <= x <= INT64:
                 raise ValueError(f"an integer of {len(str(abs(x)))} digits is out of range "
                                  f"(at most {INT64:,})")
+            if seconds and isinstance(x, int | float) and not isinstance(x, bool) \
+                    and x > MAX_SECONDS:
+                raise ValueError(f"{x:g} s is out of range (at most {MAX_SECONDS:g} s, "
+                                 "about 31 years)")
         return v
 
 
 #: the largest integer a scenario may hold (2**63 - 1)
 INT64 = 2**63 - 1
+#: the longest duration a scenario may give: nanoseconds of it still fit in 64 bits
+MAX_SECONDS = 1e9
 
 
 def json_only(value: dict[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,10 @@ EXPECT: dict[str, tuple[str | None, str]] = {
     "huge-int-max-requests.yaml": ("limits.max_requests", "out of range"),
     "huge-int-5000-digits-seed.yaml": ("(yaml)", "integer far too long"),
     "huge-concurrency.yaml": ("load.concurrency", "at most 100,000"),
+    # a duration or a scale whose nanoseconds overflow 64 bits: refused, not a traceback
+    "duration-1e300-seconds.yaml": ("limits.duration_s", "at most 1e+09 s"),
+    "timeout-1e20-seconds.yaml": ("endpoints.0.timeout_s", "at most 1e+09 s"),
+    "time-scale-1e300.yaml": ("timing.time_scale", "less than or equal to 1000000"),
     "negative-duration.yaml": ("limits.duration_s", "greater than 0"),
     "negative-seed.yaml": ("seed", "greater than or equal to 0"),
     "zero-sessions.yaml": ("trace.sessions", "greater than 0"),

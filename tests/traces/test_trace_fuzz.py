@@ -62,6 +62,11 @@ CASES: dict[str, tuple[str | None, tuple[str, ...] | None]] = {
     "weka-block-size-zero.json": ("weka", ("'block_size'",)),
     "weka-models-not-a-list.json": ("weka", ("'models'",)),
     "weka-hash-ids-floats.json": ("weka", ("requests[0]", "'hash_ids'")),
+    # numpy would read "2" as 2 and 2.7 as 2: every element is checked, not the first
+    "weka-hash-ids-a-string-after-an-int.json": ("weka", ("requests[0]", "'hash_ids'",
+                                                          "found '2'")),
+    "weka-hash-ids-a-float-after-an-int.json": ("weka", ("requests[0]", "'hash_ids'",
+                                                         "found 2.7")),
     "valid-bailian.jsonl": ("bailian", VALID),
     "bailian-negative-timestamp.jsonl": ("bailian", ("line 2", "'timestamp'", "negative")),
     "bailian-child-before-its-parent.jsonl": ("bailian", ("line 2", "'timestamp'", "before")),

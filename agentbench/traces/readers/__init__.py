@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -88,6 +89,7 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
         from agentbench.traces.sources import resolve
 
         source, format = resolve(source, format)
+    check_trace_path(source)
     try:
         fmt = format or detect_format(source)
         if fmt not in READERS:
@@ -103,6 +105,25 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
     except (UnicodeError, ValueError, OverflowError, RecursionError) as e:
         raise as_input_error(e, str(source)) from e
     return trace
+
+
+def check_trace_path(source: str | Path) -> None:
+    """A trace path must be a regular file or a folder: a device (``/dev/zero``), a FIFO
+    or a socket could be endless or block forever, and a loop of links leads nowhere. A
+    path that does not exist is left to the format detection (a dataset id, or the
+    "no such file" error)."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(source).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError("a loop of symbolic links", source=str(source)) from None
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError("not a regular file or folder (a device, FIFO or socket, which "
+                         "could be endless)", source=str(source))
 
 
 def as_input_error(e: BaseException, source: str) -> InputError:

@@ -88,12 +88,16 @@ def req_hash_ids(rec: dict[str, Any], key: str = "hash_ids", *,
     if len(val) > allowed:
         raise InputError(f"{len(val)} hash ids but {tokens} input tokens allow at most "
                          f"{allowed} blocks of {block_size}", field=key)
+    # every element an int (numpy would take "2" as 2 and 2.7 as 2); bool is not a count
+    bad = next((v for v in val if type(v) is not int), None)
+    if bad is not None:
+        what = "a list" if isinstance(bad, list) else repr(bad)[:40]
+        raise InputError(f"expected a flat list of integers, found {what}", field=key)
     try:
         arr = np.array(val, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
-        raise InputError("expected a list of integers", field=key) from None
-    if arr.ndim != 1 or (len(val) and not all(isinstance(v, int) for v in val[:1])):
-        raise InputError("expected a flat list of integers", field=key)
+        raise InputError("expected a list of integers (each within 64 bits)",
+                         field=key) from None
     return arr
 
 

@@ -356,8 +356,8 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
             check_trace_path(cand)  # a device, a FIFO, a loop of links
         except (OSError, ValueError):  # a name too long for the file system, a NUL byte
             found = False
-        except InputError as e:
-            problems.append(("trace.source", lines.get(("trace", "source")), e.message))
+        except InputError as bad:
+            problems.append(("trace.source", lines.get(("trace", "source")), bad.message))
             found = True
         if found:
             trace.source = str(cand.resolve()) if cand.exists() else str(cand)

@@ -14,6 +14,7 @@ the hash the first download got, and a later fetch must match it. A file already
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,6 +32,12 @@ from agentbench.errors import InputError
 
 REGISTRY = Path(__file__).with_name("corpora.yaml")
 _CHUNK = 1 << 20
+#: the most bytes one download may bring unless its registry entry says otherwise (an
+#: endless or runaway mirror stops here instead of filling the cache)
+MAX_DOWNLOAD_BYTES = 16 << 30
+#: what an archive may extract to: at most this many times its own size, and at most
+#: ``MAX_DOWNLOAD_BYTES`` (text traces compress 5-20x; a bomb compresses 1000x)
+MAX_EXTRACT_RATIO = 100
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class CorpusFile:
     url: str
     sha256: str | None = None
     extract: dict[str, str] | None = None
+    #: the most bytes this download may bring (None: ``MAX_DOWNLOAD_BYTES``)
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,11 @@ def resolve_cache(spec: str, corpora: dict[str, Corpus] | None = None) -> tuple[
                          f"{corpus_dir(name)})", source=f"cache:{spec}")
     base = corpus_dir(name) / "files" / corpus.path
     path = base / sub if sub else base
-    if ".." in PurePosixPath(sub).parts or not path.exists():
+    inside = False
+    with contextlib.suppress(OSError, RuntimeError, ValueError):  # a loop, a NUL byte
+        # an absolute SUBPATH, '..' or a link must not lead out of the corpus
+        inside = path.resolve().is_relative_to(base.resolve()) and path.exists()
+    if not inside or ".." in PurePosixPath(sub).parts:
         raise InputError(f"no {sub or corpus.path!r} in the fetched corpus {name}",
                          source=f"cache:{spec}")
     return path, corpus.format
@@ -133,16 +146,30 @@ def _source_url(corpus: Corpus, f: CorpusFile, mirror: str | None) -> str:
     return f"{mirror.rstrip('/')}/{corpus.name}/{f.name}"
 
 
-def _download(url: str, dest: Path, timeout: float) -> str:
-    """Stream ``url`` into ``dest`` (via ``dest.part``); its SHA-256."""
+class TooLarge(OSError):
+    """A download or an extraction past its bound."""
+
+
+def _download(url: str, dest: Path, timeout: float, max_bytes: int) -> str:
+    """Stream ``url`` into ``dest`` (via ``dest.part``, removed when the download fails);
+    its SHA-256. More than ``max_bytes`` is a ``TooLarge`` error."""
     req = urllib.request.Request(url, headers={"User-Agent": "agentbench"})
     part = dest.with_name(dest.name + ".part")
     h = hashlib.sha256()
-    with urllib.request.urlopen(req, timeout=timeout) as resp, part.open("wb") as out:
-        while chunk := resp.read(_CHUNK):
-            h.update(chunk)
-            out.write(chunk)
-    part.replace(dest)
+    n = 0
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp, part.open("wb") as out:
+            while chunk := resp.read(_CHUNK):
+                n += len(chunk)
+                if n > max_bytes:
+                    raise TooLarge(f"more than {max_bytes:,} bytes (the file's bound)")
+                h.update(chunk)
+                out.write(chunk)
+        part.replace(dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            part.unlink()  # a partial file is no use and takes space
+        raise
     return h.hexdigest()
 
 
@@ -155,6 +182,18 @@ def _extract(archive: Path, spec: dict[str, str], files: Path) -> int:
     if to.exists():
         shutil.rmtree(to)
     to.mkdir(parents=True)
+    try:
+        n = _extract_members(archive, member, suffix, to)
+    except BaseException:
+        shutil.rmtree(to, ignore_errors=True)  # half an extraction is not a corpus
+        raise
+    if not n:
+        raise InputError(f"archive holds no {member}*{suffix} files", source=str(archive))
+    return n
+
+
+def _extract_members(archive: Path, member: str, suffix: str, to: Path) -> int:
+    budget = min(MAX_DOWNLOAD_BYTES, MAX_EXTRACT_RATIO * max(archive.stat().st_size, 1 << 20))
     n = 0
     with tarfile.open(archive) as tar:
         for m in tar:
@@ -167,13 +206,15 @@ def _extract(archive: Path, spec: dict[str, str], files: Path) -> int:
             src = tar.extractfile(m)
             if src is None:
                 continue
+            budget -= m.size  # the header's size; the copy below is bounded by it too
+            if budget < 0:
+                raise InputError(f"extracts to more than {MAX_EXTRACT_RATIO} times its size "
+                                 "(an archive bomb?); nothing kept", source=str(archive))
             target = to.joinpath(*rel.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             with src, target.open("wb") as out:
                 shutil.copyfileobj(src, out)
             n += 1
-    if not n:
-        raise InputError(f"archive holds no {member}*{suffix} files", source=str(archive))
     return n
 
 
@@ -201,7 +242,9 @@ def fetch(name: str, *, mirror: str | None = None, corpora: dict[str, Corpus] | 
         else:
             say(f"downloading {url}")
             try:
-                digest = _download(url, dest, timeout)
+                digest = _download(url, dest, timeout, f.max_bytes or MAX_DOWNLOAD_BYTES)
+            except TooLarge as e:
+                raise InputError(f"{url}: {e}; nothing kept", source=f"cache:{name}") from None
             except (urllib.error.URLError, OSError, TimeoutError) as e:
                 reason = getattr(e, "reason", None) or e
                 failed.append((url, dest, str(reason).splitlines()[0][:120] if str(reason)

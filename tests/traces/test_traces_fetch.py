@@ -205,3 +205,43 @@ def test_cli_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert len(errors) == 1 and "download http://127.0.0.1:9/mooncake-fast25/" in errors[0]
     r = CliRunner().invoke(app, ["traces", "fetch", "nope"])
     assert r.exit_code == 2 and "unknown corpus 'nope'" in r.output
+
+
+def test_a_download_past_its_bound_stops_and_keeps_nothing(mirror: tuple[str, Path]) -> None:
+    """An endless or runaway mirror: the download stops at the file's bound, no partial
+    file stays and the corpus is not usable."""
+    base, root = mirror
+    (root / "up").mkdir()
+    (root / "up" / "a.jsonl").write_bytes(MOONCAKE_LINES * 50)
+    corpora = _corpora(base, pinned=None)
+    small = F.CorpusFile("a.jsonl", f"{base}/up/a.jsonl", None, max_bytes=1000)
+    corpora["tiny-mooncake"] = F.Corpus("tiny-mooncake", "", "", "", "mooncake", ".", [small])
+    with pytest.raises(InputError, match="more than 1,000 bytes"):
+        F.fetch("tiny-mooncake", corpora=corpora)
+    files = F.corpus_dir("tiny-mooncake") / "files"
+    assert list(files.iterdir()) == [] and F.manifest("tiny-mooncake") is None
+
+
+def test_an_archive_bomb_is_refused_and_nothing_extracted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(F, "MAX_EXTRACT_RATIO", 2)  # 2 MiB for a small archive
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(_tar({"repo-main/traces/ok.json": b"{}",
+                              "repo-main/traces/zeros.json": b"\0" * (3 << 20)}))
+    assert archive.stat().st_size < 100_000  # compresses about 1000x
+    with pytest.raises(InputError, match="extracts to more than 2 times its size"):
+        F._extract(archive, {"member": "repo-main/traces", "to": "traces", "suffix": ".json"},
+                   tmp_path / "files")
+    assert not (tmp_path / "files" / "traces").exists()
+
+
+@pytest.mark.parametrize("sub", ["../..", "/etc/passwd", "//etc", "link/passwd"])
+def test_cache_paths_stay_inside_the_corpus(mirror: tuple[str, Path], sub: str) -> None:
+    base, root = mirror
+    (root / "up").mkdir()
+    (root / "up" / "a.jsonl").write_bytes(MOONCAKE_LINES)
+    corpora = _corpora(base, pinned=_sha(MOONCAKE_LINES))
+    F.fetch("tiny-mooncake", corpora=corpora)
+    (F.corpus_dir("tiny-mooncake") / "files" / "link").symlink_to("/etc")
+    with pytest.raises(InputError, match="in the fetched corpus tiny-mooncake"):
+        F.resolve_cache(f"tiny-mooncake/{sub}", corpora)

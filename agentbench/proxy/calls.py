@@ -12,8 +12,10 @@ traffic hash alike): the tool schemas as one block of text, then each message as
 ``agentbench.traces.words`` (or a named tokenizer) and cut into prefix-chained blocks of
 ``block_size`` (64) tokens. A completions prompt is its text (or its token ids).
 
-Message digests: ``d_0 = H(tools)``, ``d_i = H(d_{i-1}, role, content, tool call ids)``;
-``reply`` is the same chain extended by the response as an assistant message. A later
+Message digests: ``d_0 = H(0, h(tools))``, ``d_i = H(d_{i-1}, h(role), h(content),
+h(tool call ids))`` with ``h`` the hash of one part (``reply.part_hash``, so a response's
+text is hashed as it arrives); ``reply`` is the same chain extended by the response as an
+assistant message. A later
 call whose digests contain a call's ``reply`` carries that call's prompt + response.
 Tool call *ids* go in, their argument JSON does not (agents re-serialize it).
 """
@@ -22,14 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from agentbench.errors import InputError
+from agentbench.proxy.reply import Reply, ResponseTap, parse_response, part_hash
+from agentbench.traces.model import MAX_TOKENS
 from agentbench.traces.readers._text import (
     OTHER_ROLE_ID,
     PromptHasher,
@@ -80,22 +83,16 @@ class Call:
         return cls(**d)
 
 
-@dataclass(slots=True)
-class Reply:
-    """What a response said: usage, the assistant text and tool call ids."""
-
-    usage: dict[str, Any] | None = None
-    text: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    model: str | None = None
+def _chain(prev: int, *parts: bytes) -> int:
+    h = hashlib.blake2b(prev.to_bytes(8, "little"), digest_size=8)
+    for p in parts:
+        h.update(p)
+    return int.from_bytes(h.digest(), "little") >> 1  # int63: fits parquet/JSON int64
 
 
 def _digest(prev: int, *parts: str) -> int:
-    h = hashlib.blake2b(prev.to_bytes(8, "little"), digest_size=8)
-    for p in parts:
-        h.update(p.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return int.from_bytes(h.digest(), "little") >> 1  # int63: fits parquet/JSON int64
+    """The next digest of a chain: ``prev`` and the hash of each part."""
+    return _chain(prev, *map(part_hash, parts))
 
 
 def _call_ids(tool_calls: Any) -> str:
@@ -104,89 +101,25 @@ def _call_ids(tool_calls: Any) -> str:
     return ",".join(str(tc.get("id", "")) for tc in tool_calls if isinstance(tc, dict))
 
 
-def parse_response(body: bytes, encoding: str | None, stream: bool) -> Reply:
-    """The usage, text and tool calls of a relayed response (SSE or one JSON body); a body
-    it cannot read gives an empty ``Reply`` (then counts fall back to the tokenizer)."""
-    if encoding in ("gzip", "deflate"):
-        try:
-            body = zlib.decompress(body, 47)  # 32 + 15: gzip or zlib header
-        except zlib.error:
-            return Reply()
-    elif encoding not in (None, "", "identity"):
-        return Reply()
-    out = Reply()
-    if not stream:
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            return out
-        if isinstance(doc, dict):
-            _take(out, doc, delta=False)
-        return out
-    calls: dict[int, dict[str, Any]] = {}
-    texts: list[str] = []
-    for line in body.split(b"\n"):
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            continue
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            continue
-        if not isinstance(doc, dict):
-            continue
-        if isinstance(doc.get("usage"), dict):
-            out.usage = doc["usage"]
-        out.model = out.model or (doc.get("model") if isinstance(doc.get("model"), str)
-                                  else None)
-        for ch in doc.get("choices") or ():
-            if not isinstance(ch, dict):
-                continue
-            d: dict[str, Any] = ch["delta"] if isinstance(ch.get("delta"), dict) else ch
-            for k in ("content", "reasoning_content", "reasoning", "text"):
-                if isinstance(d.get(k), str):
-                    texts.append(d[k])
-            for tc in d.get("tool_calls") or ():
-                if isinstance(tc, dict):
-                    slot = calls.setdefault(int(tc.get("index", 0) or 0), {"id": "", "args": ""})
-                    slot["id"] = slot["id"] or str(tc.get("id") or "")
-                    fn = tc.get("function")
-                    if isinstance(fn, dict):
-                        slot["args"] += str(fn.get("name") or "") + str(fn.get("arguments") or "")
-    out.text = "".join(texts)
-    out.tool_calls = [{"id": c["id"], "args": c["args"]} for _, c in sorted(calls.items())]
-    return out
-
-
-def _take(out: Reply, doc: dict[str, Any], *, delta: bool) -> None:
-    if isinstance(doc.get("usage"), dict):
-        out.usage = doc["usage"]
-    if isinstance(doc.get("model"), str):
-        out.model = doc["model"]
-    choices = doc.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return
-    ch = choices[0]
-    msg: dict[str, Any] = ch["message"] if isinstance(ch.get("message"), dict) else ch
-    parts = [msg.get(k) for k in ("reasoning_content", "reasoning", "content", "text")]
-    out.text = "".join(p for p in parts if isinstance(p, str))
-    for tc in msg.get("tool_calls") or ():
-        if isinstance(tc, dict):
-            fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"), dict) else {}
-            out.tool_calls.append({"id": str(tc.get("id") or ""),
-                                   "args": str(fn.get("name") or "")
-                                   + str(fn.get("arguments") or "")})
-
-
 def _int(d: Any, *keys: str) -> int | None:
     for k in keys:
         if not isinstance(d, dict):
             return None
         d = d.get(k)
     return d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None
+
+
+_USAGE = (("prompt_tokens",), ("completion_tokens",), ("prompt_tokens_details", "cached_tokens"),
+          ("cache_read_input_tokens",))
+
+
+def _usage_problem(usage: dict[str, Any]) -> str | None:
+    """Which usage count no request can have (over ``MAX_TOKENS``), if any."""
+    for keys in _USAGE:
+        n = _int(usage, *keys)
+        if n is not None and n > MAX_TOKENS:
+            return f"usage {'.'.join(keys)} = {n} is over {MAX_TOKENS:,} tokens"
+    return None
 
 
 class Analyzer:
@@ -212,6 +145,15 @@ class Analyzer:
         else:
             self._cache.move_to_end(key)
         return ids
+
+    def _count(self, reply: Reply) -> int:
+        """Output tokens of a reply without usage, by the tokenizer; past the text kept
+        (``reply.TEXT_CAP``), in proportion to the characters."""
+        text = reply.text + "".join(c["args"] for c in reply.tool_calls)
+        n = len(self._tok.encode(text)) if text else 0
+        if reply.all_chars > reply.kept_chars > 0:
+            n = round(n * reply.all_chars / reply.kept_chars)
+        return n
 
     def prompt(self, body: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
         """(prompt token ids, message digest chain) of a chat or completions body."""
@@ -247,10 +189,12 @@ class Analyzer:
         return np.asarray(self._tok.encode(text), dtype=np.int64), [_digest(0, "prompt", text)]
 
     def call(self, *, index: int, path: str, body_bytes: bytes, status: int,
-             arrival_ns: int, first_byte_ns: int | None, end_ns: int, response: bytes,
-             encoding: str | None, session_key: str | None, parent_key: str | None,
-             error: str | None = None) -> Call:
-        """The ``Call`` of one relayed request (an unreadable body counts as empty)."""
+             arrival_ns: int, first_byte_ns: int | None, end_ns: int,
+             response: bytes | ResponseTap, encoding: str | None, session_key: str | None,
+             parent_key: str | None, error: str | None = None) -> Call:
+        """The ``Call`` of one relayed request (an unreadable body counts as empty; usage
+        no request can have is not taken: the counts come from the tokenizer, and
+        ``error`` says so)."""
         try:
             body = json.loads(body_bytes)
         except ValueError:
@@ -259,17 +203,23 @@ class Analyzer:
             body = {}
         stream = bool(body.get("stream"))
         tokens, chain = self.prompt(body)
-        reply = parse_response(response, encoding, stream) if 200 <= status < 300 else Reply()
+        reply = Reply()
+        if 200 <= status < 300:
+            reply = (response.reply(stream) if isinstance(response, ResponseTap)
+                     else parse_response(response, encoding, stream))
         usage = reply.usage or {}
+        if (problem := _usage_problem(usage)) is not None:
+            usage = {}
+            error = "; ".join(e for e in (error, f"{problem}; counted with the tokenizer") if e)
         chat = isinstance(body.get("messages"), list)
-        reply_digest = _digest(chain[-1] if chain else 0, "assistant" if chat else "reply",
-                               reply.text, ",".join(c["id"] for c in reply.tool_calls))
+        reply_digest = _chain(chain[-1] if chain else 0,
+                              part_hash("assistant" if chat else "reply"), reply.text_hash,
+                              part_hash(",".join(c["id"] for c in reply.tool_calls)))
         prompt_tokens = _int(usage, "prompt_tokens")
         input_tokens = prompt_tokens if prompt_tokens is not None else len(tokens)
         out_tokens = _int(usage, "completion_tokens")
         if out_tokens is None:
-            text = reply.text + "".join(c["args"] for c in reply.tool_calls)
-            out_tokens = len(self._tok.encode(text)) if text else 0
+            out_tokens = self._count(reply)
         cached = _int(usage, "prompt_tokens_details", "cached_tokens")
         if cached is None:  # Anthropic-style gateways
             cached = _int(usage, "cache_read_input_tokens")

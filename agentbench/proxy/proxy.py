@@ -4,9 +4,11 @@ every response relayed back untouched, chunk by chunk as it arrives; LLM calls
 
 The request path only stamps times and keeps the bytes it relays; counting, hashing and
 writing happen after the response's last byte went out (:class:`Recorder`), so they add
-nothing to the call's TTFT. Headers are forwarded as sent (hop-by-hop ones aside) and
-never written anywhere; the response body is relayed with its own encoding (the client
-session does not decompress).
+nothing to the call's TTFT; a response past a few MB is read as it is relayed, keeping
+only what the analysis needs (:mod:`agentbench.proxy.reply`), so memory stays bounded.
+Headers are forwarded as sent (hop-by-hop ones aside; the upstream URL's
+``user:password@`` replaces the client's Authorization) and never written anywhere; the
+response body is relayed with its own encoding (the client session does not decompress).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +31,7 @@ from yarl import URL
 
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
+from agentbench.proxy.reply import ResponseTap
 
 #: hop-by-hop headers (RFC 9110 §7.6.1) and the ones aiohttp sets itself
 _REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
@@ -62,6 +66,27 @@ def upstream_root(url: str) -> str:
     mean the same server."""
     root = url.rstrip("/")
     return root[:-3] if root.endswith("/v1") else root
+
+
+def upstream_auth(url: str) -> tuple[str, str | None]:
+    """(the upstream base without its ``user:password@`` part, the ``Authorization:
+    Basic`` value it stands for, or None)."""
+    from urllib.parse import unquote
+
+    from agentbench.scenario.secrets import url_userinfo
+
+    bare, user, password = url_userinfo(url)
+    if user is None and password is None:
+        return upstream_root(bare), None
+    return upstream_root(bare), aiohttp.BasicAuth(unquote(user or ""),
+                                                  unquote(password or "")).encode()
+
+
+def shown(url: str) -> str:
+    """The upstream as printed and stored: no ``user:password@``, no query string."""
+    from agentbench.scenario.secrets import url_userinfo, without_query
+
+    return upstream_root(without_query(url_userinfo(url)[0]))
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -120,6 +145,9 @@ class Recorder:
             return
         if user and call.session_key is None:
             call.session_key = _user_of(raw["body_bytes"])
+        if (why := store.problem(call)) is not None:
+            print(f"agentbench record: call {call.index} left out of the trace (kept in the "
+                  f"journal): {why}", file=sys.stderr)
         self.calls.append(call)
         self.journal.append(call)
         self._changed()
@@ -185,7 +213,7 @@ class Proxy:
     """The aiohttp handler: forward, relay, stamp, hand the call to the recorder."""
 
     def __init__(self, cfg: RecordConfig, recorder: Recorder) -> None:
-        self.root = upstream_root(cfg.upstream)
+        self.root, self.auth = upstream_auth(cfg.upstream)
         self.cfg = cfg
         self.recorder = recorder
         self.client: aiohttp.ClientSession | None = None
@@ -205,21 +233,25 @@ class Proxy:
         rec = self.recorder
         arrival = rec.now_ns()
         body = await request.read()
+        drop = _REQUEST_DROP | ({"authorization"} if self.auth else set())
         headers = CIMultiDict((k, v) for k, v in request.headers.items()
-                              if k.lower() not in _REQUEST_DROP)
+                              if k.lower() not in drop)
+        if self.auth:  # the upstream URL's user:password, in place of the client's own
+            headers["Authorization"] = self.auth
         llm = request.method == "POST" and request.path.endswith(_LLM_PATHS)
         assert self.client is not None
         try:
             up = await self.client.request(
                 request.method, URL(self.root + request.raw_path, encoded=True),
                 headers=headers, data=body or None, allow_redirects=False)
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        except Exception as e:  # unreachable, or a request aiohttp refuses: one line
             return web.json_response({"error": {
                 "message": f"agentbench record: upstream {self.root} unreachable "
                            f"({type(e).__name__})", "type": "proxy_error"}}, status=502)
         resp = web.StreamResponse(status=up.status, reason=up.reason, headers=CIMultiDict(
             (k, v) for k, v in up.headers.items() if k.lower() not in _RESPONSE_DROP))
-        chunks: list[bytes] = []
+        encoding = up.headers.get("Content-Encoding")
+        tap = ResponseTap(encoding) if llm else None  # what the analysis needs, bounded
         first: int | None = None
         error: str | None = None
         try:
@@ -228,18 +260,17 @@ class Proxy:
                 if first is None:
                     first = rec.now_ns()
                 await resp.write(chunk)
-                if llm:
-                    chunks.append(chunk)
+                if tap is not None:
+                    tap.add(chunk)
             await resp.write_eof()
         except (TimeoutError, ConnectionError, aiohttp.ClientError) as e:
             error = f"relay stopped: {type(e).__name__}"  # client gone or upstream broke
         finally:
             up.release() if error is None else up.close()
-        if llm:
+        if tap is not None:
             rec.submit(index=next(rec.ids), path=request.path, body_bytes=body,
                        status=up.status, arrival_ns=arrival, first_byte_ns=first,
-                       end_ns=rec.now_ns(), response=b"".join(chunks),
-                       encoding=up.headers.get("Content-Encoding"),
+                       end_ns=rec.now_ns(), response=tap, encoding=encoding,
                        session_key=request.headers.get(self.cfg.session_header) or None,
                        parent_key=request.headers.get(self.cfg.parent_header) or None,
                        error=error)
@@ -310,13 +341,13 @@ def run_record(cfg: RecordConfig, echo: Callable[[str], None]) -> str:
     from agentbench.errors import InputError
 
     for p in (cfg.out, store.journal_path(cfg.out)):
-        if p.exists():
+        if os.path.lexists(p):  # a link too, even one that leads nowhere
             raise InputError("exists; pick another -o or remove it (--rebuild remakes the "
                              "trace from its journal)", source=str(p))
 
     def ready(h: ProxyHandle) -> None:
-        echo(f"recording: point the agent at {h.url}/v1 (upstream {upstream_root(cfg.upstream)}"
-             f"); writing {cfg.out}; Ctrl-C stops")
+        echo(f"recording: point the agent at {h.url}/v1 (upstream {shown(cfg.upstream)}); "
+             f"writing {cfg.out}; Ctrl-C stops")
 
     async def main() -> None:
         await serve(cfg, ready)

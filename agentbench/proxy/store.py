@@ -4,7 +4,8 @@
 SIGKILL keeps every finished call). ``<out>`` is the native trace
 (:mod:`agentbench.traces.readers.native`), rewritten from the journal's calls as the
 recording goes and at its end, each time whole and then renamed into place, so the file
-on disk is always a readable trace. ``rebuild`` makes it again from a journal.
+on disk is always a readable trace. ``rebuild`` makes it again from a journal. A call
+that cannot be a turn is left out and counted, never the whole file (``problem``).
 
 Beside the native columns the turns table carries per-call columns (``call_index``,
 ``path``, ``stream``, ``ttft_s`` = first response byte - arrival, ``usage_reported``,
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -28,7 +31,7 @@ from agentbench import __version__
 from agentbench.errors import InputError
 from agentbench.proxy.calls import Call
 from agentbench.proxy.sessionize import NS, sessionize
-from agentbench.traces.model import Trace
+from agentbench.traces.model import Trace, Turn, as_hash_ids
 from agentbench.traces.readers import native
 
 RECORDING_KEY = b"agentbench.recording"
@@ -74,26 +77,75 @@ class Journal:
 
 
 def read_journal(path: Path) -> tuple[dict[str, Any], list[Call]]:
-    """(metadata, calls) of a journal; a torn last line (killed mid-write) is left out."""
+    """(metadata, calls) of a journal. A torn last line (killed mid-write) is left out;
+    any other line that is not a call is skipped, named on stderr and counted in the
+    metadata (``unreadable_lines``)."""
     meta: dict[str, Any] = {}
     out = []
-    with path.open(encoding="utf-8") as f:
+    bad = 0
+    with path.open(encoding="utf-8", errors="replace") as f:
         lines = f.read().split("\n")
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             doc = json.loads(line)
-            if i == 0 and isinstance(doc, dict) and "recording" in doc:
+            if i == 0 and isinstance(doc, dict) and isinstance(doc.get("recording"), dict):
                 meta = doc["recording"]
                 continue
+            if not isinstance(doc, dict):
+                raise TypeError("not a JSON object")
             out.append(Call.from_json(doc))
         except (ValueError, TypeError) as e:
             if i >= len(lines) - 2:  # the last line, torn by a kill
                 break
-            raise InputError(f"unreadable call ({e})", source=str(path),
-                             where=f"line {i + 1}") from None
+            bad += 1
+            print(f"{path}: line {i + 1}: unreadable call skipped ({e})", file=sys.stderr)
+    if bad:
+        meta = {**meta, "unreadable_lines": bad}
     return meta, out
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int64(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and _INT64[0] <= v <= _INT64[1]
+
+
+def problem(call: Call) -> str | None:
+    """Why ``call`` cannot be a turn of a trace (a field of the wrong type, a number out of
+    range, a count no request can have), or None. Such a call is left out of the trace
+    and counted (``calls_left_out.invalid``); the others are written as usual."""
+    for name in ("index", "status", "arrival_ns", "end_ns", "counted_input_tokens",
+                 "block_size", "reply"):
+        if not _int64(getattr(call, name)):
+            return f"{name} is not a 64-bit integer"
+    if call.first_byte_ns is not None and not _int64(call.first_byte_ns):
+        return "first_byte_ns is not a 64-bit integer"
+    if not isinstance(call.path, str):
+        return "path is not a string"
+    for name in ("model", "session_key", "parent_key", "error", "request_text",
+                 "response_text"):
+        if getattr(call, name) is not None and not isinstance(getattr(call, name), str):
+            return f"{name} is not a string"
+    for name in ("hash_ids", "prefixes"):
+        v = getattr(call, name)
+        if not isinstance(v, list) or not all(map(_int64, v)):
+            return f"{name} is not a list of 64-bit integers"
+    if call.cached_tokens is not None and not _int64(call.cached_tokens):
+        return "cached_tokens is not a 64-bit integer"
+    for name in ("input_tokens", "output_tokens"):
+        if not _int64(getattr(call, name)):
+            return f"{name} is not a 64-bit integer"
+    turn = Turn(turn=0, t=0.0, think_s=0.0, api_s=0.0, input_tokens=call.input_tokens,
+                output_tokens=call.output_tokens, hash_ids=as_hash_ids(call.hash_ids),
+                block_size=call.block_size, cached_tokens=call.cached_tokens)
+    try:
+        turn.validate()
+    except InputError as e:
+        return str(e)
+    return None
 
 
 def describe(*, upstream: str, keep_text: bool, block_size: int, tokenizer: str | None,
@@ -124,8 +176,12 @@ def describe(*, upstream: str, keep_text: bool, block_size: int, tokenizer: str 
 
 
 def write(calls: Sequence[Call], out: Path, meta: dict[str, Any]) -> Trace:
-    """Sessionize ``calls`` and write the native trace at ``out`` (whole, then renamed)."""
-    trace, rows = sessionize(calls, subagents=str(meta.get("subagents", "infer")),
+    """Sessionize ``calls`` and write the native trace at ``out``: whole, in a folder of
+    its own beside ``out`` (made with a random name, readable by this user alone, so
+    nothing planted there is followed), then renamed into place. A call that cannot be a
+    turn (``problem``) is left out and counted."""
+    good = [c for c in calls if problem(c) is None]
+    trace, rows = sessionize(good, subagents=str(meta.get("subagents", "infer")),
                              name=out.stem, source=str(out))
     ttft = [None if c.first_byte_ns is None else (c.first_byte_ns - c.arrival_ns) / NS
             for c in rows]
@@ -143,20 +199,26 @@ def write(calls: Sequence[Call], out: Path, meta: dict[str, Any]) -> Trace:
     info = dict(meta)
     info["calls"] = len(calls)
     info["calls_in_trace"] = len(rows)
-    info["calls_left_out"] = {"http_error": sum(1 for c in calls if not c.ok)}
+    left_out = {"http_error": sum(1 for c in good if not c.ok)}
+    if len(good) < len(calls):
+        left_out["invalid"] = len(calls) - len(good)
+    if meta.get("unreadable_lines"):
+        left_out["unreadable"] = int(meta["unreadable_lines"])
+    info["calls_left_out"] = left_out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    # the native writer lays the turns out (its rows: sessions in order, then turns);
-    # the recording's columns and metadata are added beside them, which its reader ignores
-    native.write(trace, tmp)
-    turns = pq.read_table(tmp)
-    for name, col in extra.items():
-        turns = turns.append_column(name, col)
-    turns = turns.replace_schema_metadata({**(turns.schema.metadata or {}),
-                                           RECORDING_KEY: json.dumps(info).encode()})
-    pq.write_table(turns, tmp, compression="zstd",
-                   row_group_size=getattr(native, "BATCH_TURNS", None))
-    os.replace(tmp, out)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as folder:
+        tmp = Path(folder) / "trace.parquet"
+        # the native writer lays the turns out (its rows: sessions in order, then turns);
+        # the recording's columns and metadata go beside them, which its reader ignores
+        native.write(trace, tmp)
+        turns = pq.read_table(tmp)
+        for name, col in extra.items():
+            turns = turns.append_column(name, col)
+        turns = turns.replace_schema_metadata({**(turns.schema.metadata or {}),
+                                               RECORDING_KEY: json.dumps(info).encode()})
+        pq.write_table(turns, tmp, compression="zstd",
+                       row_group_size=getattr(native, "BATCH_TURNS", None))
+        os.replace(tmp, out)
     return trace
 
 

@@ -69,8 +69,9 @@ def git_commit() -> str | None:
 
 def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     """The scenario as JSON data with header values (but harmless ones), ``extra_body``
-    values under secret-looking keys, URL passwords and secret strings removed."""
-    from agentbench.scenario.secrets import secret_key, url_userinfo
+    values under secret-looking keys, URL passwords and secret strings removed; a
+    ``${NAME}`` marker in a redacted value stays (it names the variable, not the value)."""
+    from agentbench.scenario.secrets import keep_markers, secret_key, url_userinfo
 
     data = scenario.model_dump(mode="json")
     clock = getattr(scenario, "clock_mode", None)
@@ -83,12 +84,12 @@ def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
                 bare, user, password = url_userinfo(ep[key])
                 if user or password:
                     ep[key] = bare.replace("://", "://<redacted>@", 1)
-        for k in list(ep.get("headers") or {}):
-            if k.lower() not in HARMLESS_HEADERS:
-                ep["headers"][k] = "<redacted>"
+        for k, v in list((ep.get("headers") or {}).items()):
+            if k.lower() not in HARMLESS_HEADERS:  # ${NAME} markers stay: names, not values
+                ep["headers"][k] = keep_markers(v) if isinstance(v, str) else "<redacted>"
         body = ep.get("extra_body")
         if isinstance(body, dict):
-            ep["extra_body"] = _redact_keys(body, secret_key)
+            ep["extra_body"] = _redact_keys(body, secret_key, keep_markers)
     text = json.dumps(data)
     for s in secrets:
         if s:
@@ -96,12 +97,15 @@ def redacted_scenario(scenario: Any, secrets: tuple[str, ...]) -> Any:
     return json.loads(text)
 
 
-def _redact_keys(obj: Any, secret: Any) -> Any:
+def _redact_keys(obj: Any, secret: Any, keep: Any) -> Any:
+    """``obj`` with the values under secret-looking keys redacted (a string by ``keep``,
+    which keeps its ``${NAME}`` markers)."""
     if isinstance(obj, dict):
-        return {k: "<redacted>" if isinstance(k, str) and secret(k) else _redact_keys(v, secret)
+        return {k: (keep(v) if isinstance(v, str) else "<redacted>")
+                if isinstance(k, str) and secret(k) else _redact_keys(v, secret, keep)
                 for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_redact_keys(v, secret) for v in obj]
+        return [_redact_keys(v, secret, keep) for v in obj]
     return obj
 
 

@@ -29,13 +29,44 @@ def secret_key(key: str) -> bool:
 
 
 def _query_values(url: str) -> list[str]:
-    """Values of ``url``'s query string (``?api-key=...``): treated as secrets."""
-    from urllib.parse import parse_qsl, urlsplit
+    """Values of ``url``'s query string (``?api-key=...``), treated as secrets, in every
+    form they may show in: as written, decoded, and encoded again (``_encodings``)."""
+    from urllib.parse import urlsplit
 
     try:
-        return [v for _, v in parse_qsl(urlsplit(url).query) if v]
+        query = urlsplit(url).query
     except ValueError:
         return []
+    out: list[str] = []
+    for part in query.split("&"):
+        raw = part.partition("=")[2]
+        if raw:
+            out.extend(_encodings(raw))
+    return out
+
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _encodings(raw: str) -> set[str]:
+    """A query value as written (``sk%2Dab+c``) and in the forms a URL library, a server
+    or a message may turn it into: decoded (``+`` as itself and as a space), encoded again
+    (``%20`` or ``+`` for a space), hex digits in either case, and with only the
+    unreserved characters decoded (as yarl normalizes a URL)."""
+    from urllib.parse import quote, quote_plus, unquote, unquote_plus
+
+    decoded = {unquote(raw), unquote_plus(raw)}
+    forms = {raw, *decoded}
+    for v in decoded:
+        forms |= {quote(v, safe=""), quote_plus(v, safe=""), quote(v)}
+    for f in list(forms):
+        forms.add(_ESCAPE.sub(lambda m: m.group(0).upper(), f))
+        forms.add(_ESCAPE.sub(lambda m: m.group(0).lower(), f))
+        forms.add(_ESCAPE.sub(lambda m: chr(int(m.group(1), 16))
+                              if chr(int(m.group(1), 16)) in _UNRESERVED
+                              else m.group(0).upper(), f))
+    return forms
 
 
 def query_of(url: str) -> str:
@@ -102,6 +133,53 @@ def expand_env(obj: Any, where: str, found: list[str] | None = None) -> Any:
     return obj
 
 
+#: an auth scheme before a marker (``Bearer ``, ``Basic ``, ``Token ``): not a secret
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9._-]*[ \t]+")
+
+
+def _literals(value: str) -> list[str]:
+    """The text of ``value`` around its ``${NAME}`` markers; an auth scheme that starts it
+    (``Bearer ${TOKEN}``) is not part of them."""
+    parts = _ENV_MARKER.split(value)[0::2]
+    return parts[1:] if _SCHEME.fullmatch(parts[0]) else parts
+
+
+def keep_markers(value: str) -> str:
+    """A secret value as run.json shows it: ``<redacted>``, but for its ``${NAME}``
+    markers, which name the variable the value comes from and stay (``Bearer ${TOKEN}``
+    keeps its scheme too; the text around a marker is redacted)."""
+    if not _ENV_MARKER.search(value):
+        return "<redacted>"
+    scheme = _SCHEME.match(value)
+    head = scheme.group(0) if scheme and value.startswith("${", scheme.end()) else ""
+    out = [head]
+    for i, part in enumerate(_ENV_MARKER.split(value[len(head):])):
+        if i % 2:
+            out.append("${" + part + "}")
+        elif part:
+            out.append("<redacted>")
+    return "".join(out)
+
+
+def _value_secrets(value: str) -> list[str]:
+    """A secret value in the forms it may show in: whole and, after an auth scheme
+    (``Bearer xyz``), the token alone; ``${NAME}`` markers expanded. The markers
+    themselves are names, not secrets (run.json keeps them); the text around them is."""
+    whole = value
+    if _ENV_MARKER.search(value):
+        with contextlib.suppress(InputError):  # an unset variable is reported when used
+            whole = expand_env(value, "")
+        out = [s.strip() for s in _literals(value)]
+        if whole == value:
+            return out
+    else:
+        out = []
+    out.append(whole)
+    if " " in whole.strip():  # "Bearer xyz": the token alone too
+        out.append(whole.strip().split(None, 1)[1])
+    return out
+
+
 def _env_values(cfg: Any) -> list[str]:
     found: list[str] = []
     for key in ("headers", "extra_body"):
@@ -127,7 +205,7 @@ def _secret_values(obj: Any) -> list[str]:
 
 def _strings(v: Any) -> list[str]:
     if isinstance(v, str):
-        return [v] if v else []
+        return _value_secrets(v) if v else []
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return [str(v)] if len(str(v)) >= 6 else []
     if isinstance(v, dict):
@@ -139,10 +217,12 @@ def _strings(v: Any) -> list[str]:
 
 def secrets_of(cfg: Any) -> tuple[str, ...]:
     """Values that must never reach results: the API key, every header value not on the
-    harmless list, the URL's user and password, and ``extra_body`` values under
-    secret-looking keys. Longest first, so a secret inside another is redacted whole.
-    Values shorter than ``MIN_SECRET`` characters are left out: scrubbing them from free
-    text would mangle it (run.json redacts them where they stand, see ``rundir``)."""
+    harmless list, the URL's user and password and query values (``_encodings``), and
+    ``extra_body`` values under secret-looking keys, ``${NAME}`` markers expanded (the
+    markers themselves are not secrets: run.json keeps them). Longest first, so a secret
+    inside another is redacted whole. Values shorter than ``MIN_SECRET`` characters are
+    left out: scrubbing them from free text would mangle it (run.json redacts them where
+    they stand, see ``rundir``)."""
     import base64
 
     out: list[str] = []
@@ -151,9 +231,7 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
         out.append(os.environ[env])
     for k, v in (getattr(cfg, "headers", None) or {}).items():
         if k.lower() not in HARMLESS_HEADERS and v:
-            out.append(v)
-            if " " in v.strip():  # "Bearer xyz": the token alone too
-                out.append(v.strip().split(None, 1)[1])
+            out.extend(_value_secrets(v))
     for url in (getattr(cfg, "url", None), getattr(cfg, "metrics_url", None)):
         if url:
             _, user, password = url_userinfo(url)

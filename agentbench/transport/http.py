@@ -137,10 +137,17 @@ def _redirect_refused(location: str, target: Target) -> str:
             "lives, or follow_redirects: true for a redirect within the same origin)")
 
 
-def redact(text: str, secrets: tuple[str, ...]) -> str:
+def redact(text: str, secrets: tuple[str, ...], cut: bool = False) -> str:
+    """``text`` with every secret replaced by ``<redacted>``. ``cut``: the text is the
+    start of something longer, so a secret may be cut in two at its end: the longest
+    start of a secret that ends the text is dropped as well."""
     for s in secrets:
         if s:
             text = text.replace(s, "<redacted>")
+    if cut:
+        k = max((n for s in secrets for n in range(min(len(s) - 1, len(text)), 0, -1)
+                 if text.endswith(s[:n])), default=0)
+        text = text[:len(text) - k]
     return text
 
 
@@ -235,11 +242,15 @@ async def _write(conn: Any, head: bytes, parts: list[bytes], size: int) -> None:
 def _refused(rec: RequestRecord, resp: stream.Response, status: int, target: Target) -> None:
     """A status other than 200 into the record: the body's start (or the redirect not
     followed) as the message, and the server's Retry-After."""
-    text = b"".join(resp.body()[0])[:2000].decode("utf-8", "replace")
+    raw = b"".join(resp.body()[0])
+    cut = len(raw) > ERROR_BODY_BYTES
+    text = raw[:ERROR_BODY_BYTES].decode("utf-8", "replace")
+    if cut:  # a character cut in two is not kept (nor, in _fail, a secret cut in two)
+        text = text.rstrip("\ufffd")
     rec.retry_after_s = _retry_after(resp.headers.get("retry-after"))
     if 300 <= status < 400:
-        text = _redirect_refused(resp.headers.get("location", "?"), target)
-    _fail(rec, f"http_{status}", text.strip() or resp.reason, target)
+        text, cut = _redirect_refused(resp.headers.get("location", "?"), target), False
+    _fail(rec, f"http_{status}", text.strip() or resp.reason, target, cut)
 
 
 def _partial(rec: RequestRecord, resp: stream.Response | None) -> None:
@@ -263,7 +274,15 @@ def _retry_after(value: str | None) -> float | None:
     return s if 0 <= s < 86400 else None
 
 
-def _fail(rec: RequestRecord, kind: str, message: str, target: Target) -> None:
+#: the most of an error body read for its message, and the stored message's length
+ERROR_BODY_BYTES = 64 * 1024
+ERROR_MESSAGE_CHARS = 1000
+
+
+def _fail(rec: RequestRecord, kind: str, message: str, target: Target,
+          cut: bool = False) -> None:
+    """An error into the record: the message redacted whole, then cut to length (a
+    secret near the cut is gone before the cut is made)."""
     rec.status = records.ERROR
     rec.error_type = kind
-    rec.error_message = redact(message[:1000], target.secrets)
+    rec.error_message = redact(message, target.secrets, cut)[:ERROR_MESSAGE_CHARS]

@@ -1,0 +1,257 @@
+"""What a relayed response said (usage, model, text, tool calls), read with bounded memory.
+
+A response is kept whole up to ``SPILL_BYTES`` and read after it was relayed, off the
+call's path (:class:`ResponseTap`); past that it is read as it arrives, so a response of
+any length (an endless stream) holds at most: ``TEXT_CAP`` characters of text and
+tool-call arguments, one SSE line of ``LINE_CAP`` bytes, a non-streamed body of
+``BODY_CAP`` bytes, ``MAX_TOOL_CALLS`` tool calls. The text beyond ``TEXT_CAP`` still goes
+into its hash (:func:`part_hash`, for the reply digest) and its length (for counting).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+#: characters of response text and tool-call arguments kept per call
+TEXT_CAP = 1 << 22
+#: bytes of one SSE line; a longer line is dropped
+LINE_CAP = 1 << 23
+#: bytes of a non-streamed (JSON) body, decompressed; a longer body is not read
+BODY_CAP = 1 << 26
+#: a response up to this many bytes is kept whole and read after the relay
+SPILL_BYTES = 1 << 22
+MAX_TOOL_CALLS = 1024
+_ID_CAP = 4096
+_PIECE = 1 << 20  # decompressed bytes per step: a small gzip bomb stays small
+
+
+def part_hash(text: str) -> bytes:
+    """The hash of one digest part (``calls._digest``); the same whether the text is
+    hashed whole or piece by piece (``ReplyReader``)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+@dataclass(slots=True)
+class Reply:
+    """What a response said: usage, the assistant text (at most ``TEXT_CAP`` characters
+    of it; ``text_chars`` and ``text_hash`` are of all of it) and tool calls."""
+
+    usage: dict[str, Any] | None = None
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    model: str | None = None
+    text_chars: int = 0
+    text_hash: bytes = field(default_factory=lambda: part_hash(""))
+    #: characters of text and arguments kept, and in all
+    kept_chars: int = 0
+    all_chars: int = 0
+
+
+class ReplyReader:
+    """Reads a response fed piece by piece: ``feed(bytes)``, then ``finish()``.
+    ``stream``: SSE (True), one JSON body (False), or None to tell from the first byte."""
+
+    def __init__(self, encoding: str | None, stream: bool | None) -> None:
+        self.stream = stream
+        self.unreadable = encoding not in (None, "", "identity", "gzip", "deflate")
+        self._inflate = zlib.decompressobj(47) if encoding in ("gzip", "deflate") else None
+        self._line = bytearray()
+        self._skip = False  # inside a line longer than LINE_CAP
+        self._body = bytearray()
+        self._texts: list[str] = []
+        self._hash = hashlib.blake2b(digest_size=16)
+        self._calls: dict[int, dict[str, Any]] = {}
+        self.reply = Reply()
+
+    def feed(self, data: bytes) -> None:
+        if self.unreadable or not data:
+            return
+        if self._inflate is None:
+            self._take(data)
+            return
+        try:
+            while data:
+                self._take(self._inflate.decompress(data, _PIECE))
+                data = self._inflate.unconsumed_tail
+        except zlib.error:
+            self.unreadable = True
+
+    def _take(self, data: bytes) -> None:
+        if self.stream is None:
+            head = data.lstrip()
+            if not head:
+                return
+            self.stream = head[:1] not in (b"{", b"[")
+        if not self.stream:
+            if len(self._body) + len(data) <= BODY_CAP:
+                self._body += data
+            else:
+                self.unreadable = True
+            return
+        start = 0
+        while (nl := data.find(b"\n", start)) >= 0:
+            if self._skip:
+                self._skip = False
+            elif self._line:
+                self._line += data[start:nl]
+                self._event(bytes(self._line))
+                self._line.clear()
+            else:
+                self._event(data[start:nl])
+            start = nl + 1
+        if not self._skip and start < len(data):
+            if len(self._line) + len(data) - start > LINE_CAP:
+                self._line.clear()
+                self._skip = True
+            else:
+                self._line += data[start:]
+
+    def _text(self, s: str) -> None:
+        self._hash.update(s.encode("utf-8", "surrogatepass"))
+        self.reply.text_chars += len(s)
+        self._texts.append(self._keep(s))
+
+    def _keep(self, s: str) -> str:
+        r = self.reply
+        r.all_chars += len(s)
+        s = s[:max(0, TEXT_CAP - r.kept_chars)]
+        r.kept_chars += len(s)
+        return s
+
+    def _event(self, line: bytes) -> None:
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            return
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return
+        if not isinstance(doc, dict):
+            return
+        out = self.reply
+        if isinstance(doc.get("usage"), dict):
+            out.usage = doc["usage"]
+        if out.model is None and isinstance(doc.get("model"), str):
+            out.model = doc["model"]
+        for ch in doc.get("choices") or ():
+            if not isinstance(ch, dict):
+                continue
+            d: dict[str, Any] = ch["delta"] if isinstance(ch.get("delta"), dict) else ch
+            for k in ("content", "reasoning_content", "reasoning", "text"):
+                if isinstance(d.get(k), str):
+                    self._text(d[k])
+            for tc in d.get("tool_calls") or ():
+                if isinstance(tc, dict):
+                    self._tool_call(tc)
+
+    def _tool_call(self, tc: dict[str, Any]) -> None:
+        index = tc.get("index", 0)
+        index = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        slot = self._calls.get(index)
+        if slot is None:
+            if len(self._calls) >= MAX_TOOL_CALLS:
+                return
+            slot = self._calls[index] = {"id": "", "args": []}
+        slot["id"] = slot["id"] or str(tc.get("id") or "")[:_ID_CAP]
+        fn = tc.get("function")
+        if isinstance(fn, dict):
+            slot["args"].append(self._keep(str(fn.get("name") or "")
+                                           + str(fn.get("arguments") or "")))
+
+    def finish(self) -> Reply:
+        """The reply (an unreadable body gives an empty one: counts fall back to the
+        tokenizer)."""
+        if self.unreadable:
+            return Reply()
+        if not self.stream:
+            return _whole(bytes(self._body))
+        if self._line and not self._skip:
+            self._event(bytes(self._line))
+        out = self.reply
+        out.text = "".join(self._texts)
+        out.text_hash = self._hash.digest()
+        out.tool_calls = [{"id": c["id"], "args": "".join(c["args"])}
+                          for _, c in sorted(self._calls.items())]
+        return out
+
+
+def _whole(body: bytes) -> Reply:
+    """The reply of one JSON body (``choices[0].message``)."""
+    out = Reply()
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return out
+    if not isinstance(doc, dict):
+        return out
+    if isinstance(doc.get("usage"), dict):
+        out.usage = doc["usage"]
+    if isinstance(doc.get("model"), str):
+        out.model = doc["model"]
+    choices = doc.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        ch = choices[0]
+        msg: dict[str, Any] = ch["message"] if isinstance(ch.get("message"), dict) else ch
+        parts = [msg.get(k) for k in ("reasoning_content", "reasoning", "content", "text")]
+        text = "".join(p for p in parts if isinstance(p, str))
+        out.text, out.text_chars, out.text_hash = text, len(text), part_hash(text)
+        for tc in msg.get("tool_calls") or ():
+            if isinstance(tc, dict):
+                fn: dict[str, Any] = tc["function"] if isinstance(tc.get("function"),
+                                                                  dict) else {}
+                out.tool_calls.append({"id": str(tc.get("id") or ""),
+                                       "args": str(fn.get("name") or "")
+                                       + str(fn.get("arguments") or "")})
+    out.all_chars = out.kept_chars = out.text_chars + sum(len(c["args"])
+                                                         for c in out.tool_calls)
+    return out
+
+
+def parse_response(body: bytes, encoding: str | None, stream: bool) -> Reply:
+    """The reply of a whole response body (SSE or one JSON body)."""
+    reader = ReplyReader(encoding, stream)
+    reader.feed(body)
+    return reader.finish()
+
+
+class ResponseTap:
+    """The bytes of one relayed response, for the analysis after the relay: kept whole
+    up to ``SPILL_BYTES``, read as they come past that (memory stays bounded)."""
+
+    __slots__ = ("encoding", "chunks", "size", "reader")
+
+    def __init__(self, encoding: str | None) -> None:
+        self.encoding = encoding
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.reader: ReplyReader | None = None
+
+    def add(self, chunk: bytes) -> None:
+        if self.reader is not None:
+            self.reader.feed(chunk)
+            return
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        if self.size > SPILL_BYTES:
+            self.reader = ReplyReader(self.encoding, None)
+            for c in self.chunks:
+                self.reader.feed(c)
+            self.chunks = []
+
+    def reply(self, stream: bool) -> Reply:
+        """The reply; ``stream`` (the request's flag) says how to read a response that
+        was kept whole."""
+        reader = self.reader
+        if reader is None:
+            reader = ReplyReader(self.encoding, stream)
+            for c in self.chunks:
+                reader.feed(c)
+            self.chunks = []
+        return reader.finish()

@@ -1,0 +1,195 @@
+"""The recorder against faults: usage no request can have loses that call's usage (or, in
+a journal, that call), never the recording; a link planted where the trace is written is
+not followed; the upstream's ``user:password`` is neither printed nor a 500 for clients
+that send their own Authorization; a long response is relayed with bounded memory."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from agentbench.proxy import RecordConfig, rebuild, start_proxy
+from agentbench.proxy.store import journal_path, read_meta
+from agentbench.traces.readers import native
+
+pytestmark = pytest.mark.timeout(60)
+
+MESSAGES = [{"role": "user", "content": "Say four words."}]
+EVENT = ('data: {"choices":[{"delta":{"content":"' + "lorem ipsum " * 83 + '"}}]}\n\n'
+         ).encode()
+BLOCK = EVENT * (65536 // len(EVENT))
+BIG_MB = 100
+
+
+class Upstream:
+    """Answers chat calls: usage as the request's model asks (``huge``: 2**70 prompt
+    tokens), ``big``: a stream of BIG_MB MB of content events, then usage."""
+
+    def __init__(self) -> None:
+        self.auth: list[str | None] = []
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self.chat)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.auth.append(request.headers.get("Authorization"))
+        body = await request.json()
+        if body.get("model") == "big":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for _ in range(BIG_MB * (1 << 20) // len(BLOCK)):
+                await resp.write(BLOCK)
+            await resp.write(b'data: {"choices":[],"usage":{"prompt_tokens":7,'
+                             b'"completion_tokens":1234567}}\n\ndata: [DONE]\n\n')
+            return resp
+        prompt = 2 ** 70 if body.get("model") == "huge" else 7
+        return web.json_response({"choices": [{"message": {"content": "one two"}}],
+                                  "usage": {"prompt_tokens": prompt, "completion_tokens": 2}})
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
+    up = Upstream()
+    runner = web.AppRunner(up.app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield up, f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def _chat(url: str, model: str, headers: dict[str, str] | None = None) -> int:
+    async with aiohttp.ClientSession() as http, http.post(
+            url + "/v1/chat/completions", headers=headers,
+            json={"model": model, "messages": MESSAGES, "stream": model == "big"}) as r:
+        async for _ in r.content.iter_any():
+            pass
+        return r.status
+
+
+async def test_usage_no_request_can_have_loses_that_usage_not_the_recording(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:
+        for model in ("ok", "huge", "ok"):
+            assert await _chat(proxy.url, model) == 200
+    finally:
+        await proxy.close()
+    turns = [t for s in native.read(out).sessions for t in s.turns]
+    assert len(turns) == 3 and all(t.input_tokens < 100 for t in turns)
+    assert read_meta(out)["calls"] == 3
+    lines = journal_path(out).read_text().splitlines()
+    assert "over 10,000,000 tokens" in json.loads(lines[2])["error"]
+    # a journal an older recorder wrote, with that usage taken as it came, and a broken
+    # line: --rebuild leaves out that call and that line and writes the others
+    bad = json.loads(lines[2]) | {"input_tokens": 2 ** 70, "error": None}
+    lines[2] = json.dumps(bad)
+    lines.insert(3, '{"index": "not a call"}')
+    journal_path(out).write_text("\n".join(lines) + "\n")
+    rebuild(out)
+    assert sum(len(s.turns) for s in native.read(out).sessions) == 2
+    assert read_meta(out)["calls_left_out"] == {"http_error": 0, "invalid": 1,
+                                                "unreadable": 1}
+
+
+async def test_a_link_planted_at_the_temp_file_is_not_followed(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"keep me")
+    for name in (f".{out.name}.{os.getpid()}.tmp", f".{out.name}.tmp", f"{out.name}.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:
+        assert await _chat(proxy.url, "ok") == 200
+    finally:
+        await proxy.close()
+    assert victim.read_bytes() == b"keep me"
+    assert not out.is_symlink() and len(native.read(out).sessions) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(
+        [f".{out.name}.{os.getpid()}.tmp", f".{out.name}.tmp"])  # no temp folder left
+
+
+async def _record_process(upstream_url: str, out: Path
+                          ) -> tuple[asyncio.subprocess.Process, str, str]:
+    """``agentbench record`` in a process of its own: (process, proxy URL, banner)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentbench.cli", "record", "--upstream", upstream_url,
+        "--listen", "127.0.0.1:0", "-o", str(out), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    banner = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+    assert "point the agent at" in banner, banner
+    return proc, banner.split("point the agent at ")[1].split("/v1")[0], banner
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> tuple[str, str]:
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr
+    return stdout.decode(), stderr.decode()
+
+
+def _kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(field)
+
+
+async def test_upstream_user_info_is_not_printed_nor_a_500(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    up, url = upstream
+    out = tmp_path / "rec.parquet"
+    proc, proxy_url, banner = await _record_process(
+        url.replace("http://", "http://alice:pw-SECRET-77@"), out)
+    try:
+        # the client's own Authorization (every OpenAI SDK sends one) and none at all
+        assert await _chat(proxy_url, "ok", {"Authorization": "Bearer client-key"}) == 200
+        assert await _chat(proxy_url, "ok") == 200
+    finally:
+        stdout, stderr = await _stop(proc)
+    assert "pw-SECRET-77" not in banner and "alice" not in banner, banner
+    basic = "Basic " + base64.b64encode(b"alice:pw-SECRET-77").decode()
+    assert up.auth == [basic, basic]
+    assert "Traceback" not in stderr and "pw-SECRET-77" not in stdout + stderr
+    for f in (out, journal_path(out)):
+        assert b"pw-SECRET-77" not in f.read_bytes()
+    assert sum(len(s.turns) for s in native.read(out).sessions) == 2
+
+
+async def test_a_long_response_is_relayed_with_bounded_memory(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    proc, proxy_url, _ = await _record_process(url, out)
+    try:
+        assert await _chat(proxy_url, "ok") == 200  # warm: every import done, and
+        await asyncio.sleep(1.5)  # the trace written once
+        before = _kb(proc.pid, "VmRSS")
+        assert await _chat(proxy_url, "big") == 200
+        await asyncio.sleep(0.5)  # the call's analysis, after the relay
+        peak = _kb(proc.pid, "VmHWM")
+    finally:
+        await _stop(proc)
+    grew_mb = (peak - before) / 1024
+    print(f"proxy RSS {before / 1024:.0f} MB before, peak {peak / 1024:.0f} MB relaying "
+          f"{BIG_MB} MB: +{grew_mb:.0f} MB")
+    assert grew_mb < 50, grew_mb
+    turns = [t for s in native.read(out).sessions for t in s.turns]
+    assert sorted(t.output_tokens for t in turns) == [2, 1234567]

@@ -16,6 +16,9 @@ from agentbench.results import schema as R
 
 FloatArray = npt.NDArray[np.float64]
 NS_PER_MS = 1e6
+#: the largest usage count believed (``agentbench.transport.sse.USAGE_MAX``, which keeps a
+#: larger one as this + 1): 2**31 - 1, over 200x the longest context window served
+USAGE_MAX = 2**31 - 1
 
 
 def _f(col: pd.Series) -> FloatArray:
@@ -160,10 +163,11 @@ def derive(requests: pd.DataFrame, events: pa.Table, time_factor: float = 1.0) -
     completion = _f(df["completion_tokens"])
     prompt = _f(df["prompt_tokens"])
     cached = _f(df["cached_tokens"])
-    # impossible usage (negative counts, more cached than prompt tokens) is not believed:
-    # the row's usage is treated as missing, and counted in the summary
+    # impossible usage (negative counts, more cached than prompt tokens, a count above
+    # USAGE_MAX) is not believed: the row's usage is treated as missing, and counted
     with np.errstate(invalid="ignore"):
-        bad_usage = (prompt < 0) | (cached < 0) | (completion < 0) | (cached > prompt)
+        bad_usage = (prompt < 0) | (cached < 0) | (completion < 0) | (cached > prompt) \
+            | (prompt > USAGE_MAX) | (completion > USAGE_MAX)
     if bad_usage.any():  # (copies: the columns may be read-only views of the Arrow data)
         prompt, cached, completion = prompt.copy(), cached.copy(), completion.copy()
         prompt[bad_usage] = cached[bad_usage] = completion[bad_usage] = np.nan

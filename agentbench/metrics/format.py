@@ -28,9 +28,9 @@ def _error_lines(r: dict[str, Any]) -> list[str]:
     """The most common failures (type, HTTP status, count), so a failed run says why; and
     requests whose usage could not be true."""
     bad = r.get("usage_invalid") or 0
-    warn = [f"warning       {bad:,} requests reported impossible usage (negative counts or "
-            "more cached than prompt tokens): left out of hit rates and token splits"
-            ] if bad else []
+    warn = [f"warning       {bad:,} requests reported impossible usage (negative counts, "
+            "more cached than prompt tokens, or over 2**31): left out of hit rates and "
+            "token splits"] if bad else []
     rows = sorted(r.get("errors") or [], key=lambda e: -e["count"])
     if not rows:
         return warn

@@ -29,7 +29,10 @@ from agentbench.traces import words as tokenize
 #: where the "redirect" fault sends a client (nothing listens there)
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
 FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset", "stall",
-          "malformed", "error_event", "no_done", "no_usage", "bad_usage")
+          "malformed", "error_event", "no_done", "no_usage", "bad_usage", "huge_usage",
+          "absurd_usage", "endless_line", "endless_stream")
+#: usage counts of the "huge_usage" (beyond 64-bit integers) and "absurd_usage" faults
+HUGE_USAGE, ABSURD_USAGE = 2**70, 10**12
 
 
 @dataclass
@@ -158,12 +161,11 @@ class FakeServer:
         await resp.prepare(request)
         base = ('{"id":"x","object":"chat.completion.chunk","created":0,"model":"fake",'
                 if chat else '{"id":"x","object":"text_completion","created":0,"model":"fake",')
-        cached = prompt + 100 if fault == "bad_usage" else 0  # impossible: more than prompt
-        usage = (f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{out_n},'
-                 f'"total_tokens":{prompt + out_n},'
-                 f'"prompt_tokens_details":{{"cached_tokens":{cached}}}}}')
-        if fault == "no_usage":
-            usage = '"usage":null'
+        usage = _usage(fault, prompt, out_n)
+        if fault == "endless_line":  # one SSE line that never ends, as fast as it goes
+            await resp.write(b'data: {"id":"x","choices":[{"delta":{"content":"')
+            while True:
+                await resp.write(b"a" * 65536)
         if chat:
             await resp.write(("data: " + base + '"choices":[{"index":0,"delta":{"role":'
                               '"assistant","content":""},"finish_reason":null}]}\n\n').encode())
@@ -171,8 +173,10 @@ class FakeServer:
         k = 0
         loop = asyncio.get_running_loop()
         t_first = t_recv + self.cfg.ttft_s
-        while sent < out_n:
-            m = min(self.cfg.tokens_per_event, out_n - sent)
+        while sent < out_n or fault == "endless_stream":  # that one: token events forever
+            m = self.cfg.tokens_per_event
+            if fault != "endless_stream":
+                m = min(m, out_n - sent)
             target = t_first + k * self.cfg.itl_s
             delay = target - time.perf_counter()
             if delay > 0:
@@ -192,7 +196,7 @@ class FakeServer:
                 await resp.write_eof()
                 return resp
             words = "".join(tokenize.VOCAB[(n * 7 + sent + i) % 8100] for i in range(m))
-            last = sent + m >= out_n
+            last = sent + m >= out_n and fault != "endless_stream"
             if chat:
                 ev = (base + '"choices":[{"index":0,"delta":{"content":' + json.dumps(words)
                       + '},"finish_reason":' + ('"length"' if last else "null") + "}]}")
@@ -200,7 +204,9 @@ class FakeServer:
                 ev = (base + '"choices":[{"index":0,"text":' + json.dumps(words)
                       + ',"finish_reason":' + ('"length"' if last else "null") + "}]"
                       + ("," + usage if last else "") + "}")
-            await resp.write(("data: " + ev + "\n\n").encode())
+            # an endless stream goes as fast as it can: 256 events a write
+            await resp.write(("data: " + ev + "\n\n").encode()
+                             * (256 if fault == "endless_stream" else 1))
             sent += m
             k += 1
         del loop
@@ -210,6 +216,18 @@ class FakeServer:
             await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+
+def _usage(fault: str | None, prompt: int, out_n: int) -> str:
+    """The stream's ``"usage"`` member: the counts, or what a fault makes of them."""
+    if fault == "no_usage":
+        return '"usage":null'
+    cached = prompt + 100 if fault == "bad_usage" else 0  # impossible: more than prompt
+    if fault in ("huge_usage", "absurd_usage"):  # absurd: 10**12 for a small prompt
+        prompt = out_n = HUGE_USAGE if fault == "huge_usage" else ABSURD_USAGE
+    return (f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{out_n},'
+            f'"total_tokens":{prompt + out_n},'
+            f'"prompt_tokens_details":{{"cached_tokens":{cached}}}}}')
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,6 +26,13 @@ _TOKEN_RE = re.compile(
     rb'"(?:content|reasoning_content|reasoning|text)"\s*:\s*"(?!")|"tool_calls"\s*:\s*\[\s*\{')
 _USAGE_RE = re.compile(rb'"usage"\s*:\s*\{')
 _EVENT_SPLIT = re.compile(rb"\r?\n\r?\n")
+#: a blank line, however lines end (CRLF, LF, CR): an SSE event's end
+_SEPARATORS = (b"\n\n", b"\r\r", b"\n\r")
+#: the largest usage count believed: 2**31 - 1, the int32 range of the per-event token
+#: counts (``token_event_tokens``) split from ``completion_tokens``, and over 200x the
+#: longest context window served (10M tokens); a count above it is kept as USAGE_MAX + 1
+#: (so it fits every column), which the metrics treat as impossible usage
+USAGE_MAX = 2**31 - 1
 
 
 @dataclass(slots=True)
@@ -40,6 +47,26 @@ class StreamResult:
     done: bool = False
     error_type: str | None = None
     error_message: str | None = None
+
+
+def event_start(reads: Sequence[bytes], scanned: int, end: int, start: int) -> int:
+    """Where the SSE event in progress starts, as an offset into the reads joined (``end``
+    bytes): just past the last blank line (lines ended by CRLF, LF or CR) in the reads from
+    index ``scanned`` on, looked for from the newest back (one read before ``scanned`` too,
+    for a blank line split between two reads); ``start`` when there is none. Each read is
+    looked at once over a stream (chunk framing lies between an engine's events, never in
+    a blank line it writes; one it did split only makes an event look longer)."""
+    after = b""
+    for i in range(len(reads) - 1, max(scanned - 2, -1), -1):
+        r = reads[i]
+        if r[-1:] + after[:1] in _SEPARATORS:
+            return max(start, end + 1)
+        k = max(r.rfind(b"\n\n"), r.rfind(b"\r\r"), r.rfind(b"\n\r"))
+        if k >= 0:
+            return max(start, end - len(r) + k + 2)
+        end -= len(r)
+        after = r
+    return start
 
 
 def parse_stream(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
@@ -61,8 +88,10 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
         return None
     # one event per chunk (an engine's writes, read one by one): the chunks are the events
     # as they are ("\n\n" kept) and event k is stamped with chunk k; else split the body
-    n, last = len(chunks), chunks[-1] if chunks else b""
-    per_chunk = n > 1 and all(map(bytes.endswith, chunks[:-1], repeat(b"}\n\n"))) \
+    # (two newlines a chunk, each chunk's last two: reads of several events go the other way)
+    n, last, newlines = len(chunks), chunks[-1] if chunks else b"", body.count(b"\n")
+    per_chunk = n > 1 and newlines == 2 * n \
+        and all(map(bytes.endswith, chunks[:-1], repeat(b"}\n\n"))) \
         and (last == b"data: [DONE]\n\n" or last.endswith(b"}\n\n"))
     if per_chunk:
         evs, end = list(chunks), b"\n\n"
@@ -76,7 +105,7 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
     # Python loop per event): a newline inside an event shows in the count; token events
     # start with their shared prefix, so only the others are looked at for 'data: {"' (an
     # object that starts otherwise, '{ "error"' say, takes the event-by-event path)
-    if body.count(b"\n") != 2 * len(evs) \
+    if newlines != 2 * len(evs) \
             or not (per_chunk or all(map(bytes.endswith, objs, repeat(b"}")))):
         return None
     flags, others = _token_flags(evs, body)
@@ -104,7 +133,7 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
     if usage is not None:
         _read_usage(usage, out)
     k = len(out.token_event_ns)
-    if out.completion_tokens is None or out.completion_tokens <= k:
+    if out.completion_tokens is None or not k < out.completion_tokens <= USAGE_MAX:
         out.token_event_tokens = [1] * k  # as _tokens_per_event, without the events' bytes
     else:
         out.token_event_tokens = _tokens_per_event(list(itertools.compress(evs, flags)),
@@ -143,13 +172,23 @@ def _token_flags(evs: list[bytes], body: bytes | None = None
 
 def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
     out = StreamResult()
-    pending = b""
+    pending = tail = b""
+    more: list[bytes] = []  # chunks of an event in progress, joined once it ends
     token_texts: list[bytes] = []
     usage_event: bytes | None = None
     for chunk, t in zip(chunks, times, strict=True):
+        # an event that goes on (no blank line from the last 3 bytes on): its chunks are
+        # kept and joined once, not copied per chunk (a long event would cost its square)
+        if pending and _EVENT_SPLIT.search(tail + chunk) is None:
+            more.append(chunk)
+            tail = (tail + chunk)[-3:]
+            continue
+        if more:
+            pending, more = b"".join([pending, *more]), []
         data = pending + chunk if pending else chunk
         parts = _EVENT_SPLIT.split(data)
         pending = parts.pop()
+        tail = pending[-3:]
         for ev in parts:
             if not ev:
                 continue
@@ -162,6 +201,8 @@ def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult
             if out.error_type:  # the events before it are kept, with their token counts
                 out.token_event_tokens = _tokens_per_event(token_texts, None)
                 return out
+    if more:
+        pending = b"".join([pending, *more])
     if pending.strip():
         kind = _event(pending.strip(), out)
         if kind == 1 and times:
@@ -225,14 +266,15 @@ def _read_usage(ev: bytes, out: StreamResult) -> None:
 
 
 def _int(v: object) -> int | None:
-    """A count from ``usage``: an integer (or an integral float); None for anything else
-    (bool, NaN, infinity, 2.5, a string), which is then treated as missing."""
+    """A count from ``usage``: an integer (or an integral float) within +-USAGE_MAX, one
+    past it beyond (``2**70`` is kept as ``USAGE_MAX + 1``); None for anything else (bool,
+    NaN, infinity, 2.5, a string), which is then treated as missing."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
-        return v
     if isinstance(v, float) and v.is_integer():
-        return int(v)
+        v = int(v)
+    if isinstance(v, int):
+        return max(-USAGE_MAX - 1, min(v, USAGE_MAX + 1))
     return None
 
 
@@ -243,7 +285,7 @@ def _tokens_per_event(events: list[bytes], completion_tokens: int | None) -> lis
     n = len(events)
     if n == 0:
         return []
-    if completion_tokens is None or completion_tokens == n:
+    if completion_tokens is None or completion_tokens == n or completion_tokens > USAGE_MAX:
         return [1] * n
     est = [max(1, _event_text_tokens(ev)) for ev in events]
     total = sum(est)

@@ -11,19 +11,24 @@ the response ended; the HTTP chunk framing is removed once, after the last byte
 that re-arms itself from the last read's stamp instead of a timer per read. Connections
 come from :class:`agentbench.transport.pool.Pool`.
 
+A response holds at most ``MAX_RESPONSE_BYTES`` of body, and one SSE event at most
+``MAX_EVENT_BYTES``: a running byte count, compared on each read, calls a check once per
+``CHECK_EVERY`` bytes (which looks for a blank line only in the reads since the last one),
+and past either cap the request fails, its connection closed.
+
 Errors keep the words the replay records (``error_type``): ``connect_error``,
-``connect_timeout``, ``stall_timeout``, ``timeout``, ``disconnected``."""
+``connect_timeout``, ``stall_timeout``, ``timeout``, ``disconnected``,
+``response_too_large``."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_left
-from itertools import accumulate, repeat
-from operator import add
 from typing import TYPE_CHECKING
 
-from agentbench.transport.chunked import chunk_state, dechunk, decode_chunked
+from agentbench.transport.chunked import chunk_state, decode_chunked
+from agentbench.transport.response import Response
+from agentbench.transport.sse import event_start
 
 if TYPE_CHECKING:
     from agentbench.transport.pool import Pool
@@ -36,6 +41,18 @@ _CHUNKED, _LENGTH, _CLOSE, _NONE = 0, 1, 2, 3
 _TAIL = 1024
 #: error bodies are kept up to this size (the record keeps 2,000 characters)
 _MAX_ERROR_BODY = 64 * 1024
+_MIB = 1024 * 1024
+#: body bytes one response may bring: twice the largest answer a request can ask for (a
+#: 128K-token answer streamed one token per event is ~32 MiB at ~250 bytes an event); a
+#: response past it fails (``response_too_large``), so memory per request in flight is
+#: bounded whatever a server sends
+MAX_RESPONSE_BYTES = 64 * _MIB
+#: bytes one SSE event (or line) may run without a blank line: 8x a whole 128K-token answer
+#: sent as one event (~512 KiB of text); an event is cut somewhere between this and this
+#: plus ``CHECK_EVERY``
+MAX_EVENT_BYTES = 4 * _MIB
+#: body bytes between two checks of both caps
+CHECK_EVERY = _MIB
 
 
 class StreamError(Exception):
@@ -44,47 +61,6 @@ class StreamError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-class Response:
-    """What came back: status, headers (lower-case names), and the body as it arrived:
-    ``reads`` (raw socket reads after the head, chunk framing included) and their stamps."""
-
-    __slots__ = ("status", "reason", "headers", "reads", "times", "chunked", "decoded")
-
-    def __init__(self) -> None:
-        self.status = 0
-        self.reason = ""
-        self.headers: dict[str, str] = {}
-        self.reads: list[bytes] = []
-        self.times: list[int] = []
-        self.chunked = False
-        #: a complete chunked body: each chunk's data and where it ends in the raw bytes
-        self.decoded: tuple[list[bytes], list[int]] | None = None
-
-    def body(self, partial: bool = False) -> tuple[list[bytes], list[int]]:
-        """The body as pieces with arrival stamps, each stamp the read that brought the
-        piece's last byte, so that every byte is stamped with its own read's arrival:
-        the reads themselves, or for chunked encoding each chunk's data when every chunk
-        came in one read (an engine writes one event per chunk), else the data of each
-        read (``partial``: of a body cut short)."""
-        if not self.chunked:
-            return self.reads, self.times
-        if self.decoded is not None:
-            datas, ends = self.decoded
-            n = len(datas)
-            read_ends = list(accumulate(map(len, self.reads)))
-            # chunk k (k < n - 1) fills read k exactly; the last starts a read and ends in it
-            if n and len(read_ends) >= n and ends[-1] <= read_ends[n - 1] \
-                    and read_ends[:n - 1] == list(map(add, ends[:n - 1], repeat(2))):
-                return datas, self.times[:n]
-            # reads of whole chunks (a client that fell behind reads several at once):
-            # each chunk stamped with the read that brought it
-            if n and set(read_ends[:-1]).issubset(map(add, ends, repeat(2))):
-                at = map(bisect_left, repeat(read_ends), ends)
-                return datas, list(map(self.times.__getitem__, at))
-        out = dechunk(self.reads, self.times, partial)
-        return out if out is not None else ([], [])
 
 
 class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
@@ -107,6 +83,10 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.head = b""
         self.mode = _NONE
         self.left = 0  # Content-Length bytes still to come
+        self.got = 0  # body bytes of this response so far
+        self.check_at = CHECK_EVERY  # ``got`` past which the caps are checked (_too_large)
+        self.scanned = 0  # reads looked at for an event's end
+        self.event_at = 0  # body offset where the current SSE event started
         self.keep = True
         self.last_ns = 0
         self.t0 = 0
@@ -137,14 +117,16 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
             if self.transport is not None:
                 self.transport.close()
             return
-        if self.mode == _CHUNKED:  # the hot path: one stamp, one append, one tail check
+        if self.mode == _CHUNKED:  # the hot path: a stamp, an append, a count, a tail check
             resp.times.append(t)
             resp.reads.append(data)
+            self.got += len(data)
             # the end can only be here; an error body is also capped (_MAX_ERROR_BODY)
-            if data.endswith(b"\r\n\r\n") or len(data) < 4 or resp.status != 200:
+            if data.endswith(b"\r\n\r\n") or len(data) < 4 or resp.status != 200 \
+                    or self.got > self.check_at:
                 self._check_chunked_end()
             return
-        if self.done is None:
+        if self.done is None or self.done.done():  # bytes after the end or a failure
             return
         if not resp.status:
             self._head(data, t)
@@ -200,6 +182,8 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.mode = _NONE
         self.keep = True
         self.last_ns = perf_ns()
+        self.got = self.scanned = self.event_at = 0
+        self.check_at = CHECK_EVERY
         return self.resp
 
     def _head(self, data: bytes, t: int) -> None:
@@ -215,11 +199,12 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         assert resp is not None
         lines = buf[:end].decode("latin-1").split("\r\n")
         parts = lines[0].split(" ", 2)
-        try:
-            status = int(parts[1])
-        except (IndexError, ValueError):
-            self._fail("disconnected", f"ClientResponseError: bad status line {lines[0]!r}")
+        code = parts[1] if len(parts) > 1 else ""
+        if len(code) != 3 or not code.isascii() or not code.isdigit():  # RFC 9112: 3DIGIT
+            self._fail("disconnected",
+                       f"ClientResponseError: bad status line {lines[0][:200]!r}")
             return
+        status = int(code)
         rest = buf[end + 4:]
         if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
             if rest:
@@ -258,6 +243,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
             if self.mode == _CHUNKED:
                 resp.times.append(t)
                 resp.reads.append(rest)
+                self.got += len(rest)
                 self._check_chunked_end()
             else:
                 self._body(rest, t)
@@ -273,15 +259,20 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         if data:
             resp.times.append(t)
             resp.reads.append(data)
+            self.got += len(data)
+            if self.got > self.check_at and self._too_large():
+                return
         if self.mode == _LENGTH and self.left <= 0:
             self._finish()
-        elif resp.status != 200 and sum(map(len, resp.reads)) > _MAX_ERROR_BODY:
+        elif resp.status != 200 and self.got > _MAX_ERROR_BODY:
             self.keep = False
             self._finish()
 
     def _check_chunked_end(self) -> None:
         resp = self.resp
         assert resp is not None
+        if self.got > self.check_at and self._too_large():
+            return
         reads, i = resp.reads, len(resp.reads) - 1
         tail = reads[i]
         while len(tail) < _TAIL and i > 0:  # the last KiB, whatever the reads' sizes
@@ -300,9 +291,32 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         elif state == "bad":
             self._fail("disconnected", "ClientPayloadError: Response payload is not "
                        "completed: malformed chunked encoding")
-        elif resp.status != 200 and sum(map(len, resp.reads)) > _MAX_ERROR_BODY:
+        elif resp.status != 200 and self.got > _MAX_ERROR_BODY:
             self.keep = False
             self._finish()
+
+    def _too_large(self) -> bool:
+        """At a check point (every ``CHECK_EVERY`` body bytes): fail the request when the
+        body is past ``MAX_RESPONSE_BYTES`` or its current SSE event past
+        ``MAX_EVENT_BYTES`` (:func:`~agentbench.transport.sse.event_start` looks at each
+        read once)."""
+        resp = self.resp
+        assert resp is not None
+        got = self.got
+        self.check_at = min(got + CHECK_EVERY, max(got, MAX_RESPONSE_BYTES))
+        if got > MAX_RESPONSE_BYTES:
+            self._fail("response_too_large", f"the response passed {MAX_RESPONSE_BYTES // _MIB}"
+                       " MiB and was cut off (MAX_RESPONSE_BYTES)")
+            return True
+        if resp.status != 200:
+            return False
+        self.event_at = event_start(resp.reads, self.scanned, got, self.event_at)
+        self.scanned = len(resp.reads)
+        if got - self.event_at > MAX_EVENT_BYTES:
+            self._fail("response_too_large", f"an SSE event passed {MAX_EVENT_BYTES // _MIB} "
+                       "MiB without a blank line and was cut off (MAX_EVENT_BYTES)")
+            return True
+        return False
 
     def _finish(self) -> None:
         self.mode = _NONE

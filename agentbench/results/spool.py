@@ -77,11 +77,11 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
         batch = pa.RecordBatch.from_pylist(rows, schema=schema) if rows else None
         if batch is None or _complete(batch):
             return [batch] if batch is not None else []
-    except (pa.ArrowException, TypeError, ValueError):
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
     out = []  # one bad row (a type Arrow refuses, a required column missing): keep the others
     for row in rows:
-        with contextlib.suppress(pa.ArrowException, TypeError, ValueError):
+        with contextlib.suppress(pa.ArrowException, TypeError, ValueError, OverflowError):
             one = pa.RecordBatch.from_pylist([row], schema=schema)
             if _complete(one):
                 out.append(one)

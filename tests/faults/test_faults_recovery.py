@@ -179,7 +179,8 @@ def test_a_journal_line_that_parses_but_does_not_fit_is_left_out(tmp_path: Path)
     journal = run / (records.REQUESTS_FILE + spool.JOURNAL_SUFFIX)
     with open(journal, "ab") as f:
         f.write(b'999 {"request_id": 7}\n1000 {"foo": 1}\n1001 [1, 2]\n'
-                b'1002 {"request_id": "x", "stage": 5}\n')
+                b'1002 {"request_id": "x", "stage": 5}\n'
+                b'1003 {"request_id": 9223372036854775813}\n')  # past int64, within uint64
     assert sorted(agentbench.load(run).requests.request_id) == list(range(5))
 
 

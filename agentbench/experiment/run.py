@@ -4,7 +4,8 @@ For each variant (``variants:``; one run without them): read its trace (variants
 replay the same trace and seed share one read), start the scenario's engine when it has
 a ``server:``, replay it (``agentbench.replay``: virtual time for simulated endpoints),
 summarize the run folder (``agentbench.metrics``) and judge it: failed (no measured
-request succeeded, or the error rate passed ``fail_on.error_rate``), a warning (many
+request succeeded, the error rate passed ``fail_on.error_rate``, or every endpoint became
+unreachable and the run stopped early: run.json ``stopped_reason``), a warning (many
 errors without a bound), invalid under ``rules``. Runs of several variants are compared
 at the end. What happens is told to a :class:`Listener` (the CLI prints it); the result
 says everything the CLI's exit code needs.
@@ -183,6 +184,10 @@ def _judged(run: VariantRun, failure: Any, warning: Any, invalid: Any,
     bound = run.scenario.fail_on.error_rate
     run.failure = failure(run.summary, bound)
     run.warning = warning(run.summary, bound)
+    stopped = run.info.get("stopped_reason")  # every endpoint unreachable: cut short
+    if stopped:
+        run.failure = stopped + (f"; {run.failure}" if run.failure else "")
+        run.warning = None
     run.invalid = invalid(run.summary)
     tell.variant_done(run)
     return run

@@ -24,8 +24,17 @@ class LiveEndpoint:
     connect_failures: int = 0  # connection errors in a row (connection backoff)
     blocked_until_ns: int = 0  # no request is sent before this (run clock)
     reconnect_ns: int = 0  # how long a refused connection keeps trying (no budget spent)
+    #: circuit breaker (``agentbench.replay.retry``): the first connection error since the
+    #: last answer, and when the endpoint was given up (None: it was not)
+    down_since_ns: int | None = None
+    dead_ns: int | None = None
     #: reclassifies a row before it is written (context overflow, ``replay.overflow``)
     amend: Any = None
+
+    @property
+    def dead(self) -> bool:
+        """Given up as unreachable: no request is routed to it any more."""
+        return self.dead_ns is not None
 
     @property
     def label(self) -> str:
@@ -86,9 +95,18 @@ class Router:
         return i
 
     def pick(self, sticky: int) -> int:
+        """The endpoint of the next request; one given up as unreachable is passed over
+        (for the next one alive in order) while any other is alive."""
         n = len(self.endpoints)
         if n == 1:
             return 0
+        i = self._pick(sticky, n)
+        if not self.endpoints[i].dead:
+            return i
+        alive = [(i + k) % n for k in range(1, n) if not self.endpoints[(i + k) % n].dead]
+        return alive[0] if alive else i
+
+    def _pick(self, sticky: int, n: int) -> int:
         if self.policy == "session_affinity":
             return sticky
         if self.policy == "round_robin":
@@ -99,7 +117,8 @@ class Router:
             start = self._rr % n
             self._rr += 1
             order = [(start + k) % n for k in range(n)]
-            return min(order, key=lambda i: self.endpoints[i].inflight)
+            live = [i for i in order if not self.endpoints[i].dead] or order
+            return min(live, key=lambda i: self.endpoints[i].inflight)
         if self.policy == "random":
             return int(self._rng.integers(0, n))
         raise ValueError(f"unknown routing policy {self.policy!r}")

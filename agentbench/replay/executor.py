@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentbench.errors import ResultsWriteError
+from agentbench.replay.context import RunContext
 from agentbench.replay.stages import Stage, TreeSource, run_stage
-from agentbench.replay.tree import RunContext
 from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Trace
 
@@ -40,6 +40,12 @@ class Executor(Protocol):
     async def run_stage(self, k: int, stage: Stage, start_ns: int) -> int | None:
         """Run stage ``k`` to its end; return when its profiling phase started (every
         lane warm), or None when it had no warmup."""
+        ...
+
+    def unreachable(self) -> dict[str, Any]:
+        """After a stage: the endpoints its lanes gave up as unreachable and, when every
+        endpoint was, why the run stops (run.json ``endpoints_unreachable``,
+        ``stopped_reason``: ``RunContext.outcome``); empty when none was given up."""
         ...
 
     async def close(self, interrupt: bool) -> None:
@@ -72,6 +78,9 @@ class InProcess:
         await run_stage(self.ctx, self.scenario, stage, k, self.source, self.trace)
         return self.source.profile_start_ns()
 
+    def unreachable(self) -> dict[str, Any]:
+        return self.ctx.outcome()
+
     async def close(self, interrupt: bool) -> None:
         return None
 
@@ -98,6 +107,9 @@ class Processes:
     async def run_stage(self, k: int, stage: Stage, start_ns: int) -> int | None:
         await self.fleet.run_stage(k, stage, start_ns)
         return self.fleet.source.profile_start_ns()
+
+    def unreachable(self) -> dict[str, Any]:
+        return self.fleet.unreachable()
 
     async def close(self, interrupt: bool) -> None:
         await self.fleet.close(interrupt=interrupt)

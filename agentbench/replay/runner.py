@@ -17,6 +17,7 @@ from typing import Any
 from agentbench.errors import InputError, ResultsWriteError
 from agentbench.prompts.layout import BlockCache
 from agentbench.replay.clock import VIRTUAL, now_ns_of
+from agentbench.replay.context import RunContext
 from agentbench.replay.endpoints import (
     LiveEndpoint,
     Router,
@@ -39,7 +40,7 @@ from agentbench.replay.stages import (
     stages_of,
 )
 from agentbench.replay.timers import Timers
-from agentbench.replay.tree import RunContext, tree_specs
+from agentbench.replay.tree import tree_specs
 from agentbench.results.rundir import (
     make_run_dir,
     release_space,
@@ -273,7 +274,12 @@ class _Run:
                                    "profile_start_ns": t_start if profile is None else profile,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
                                    "rate_per_s": stage.rate_per_s})
+            # endpoints given up as unreachable; every one of them: the run stops here
+            gone = executor.unreachable()
+            info.update(gone)
             write_run_json(self.run_dir, info, self.secrets)
+            if "stopped_reason" in gone:
+                return
         bar.complete()
 
     async def _finish(self, status: str) -> None:

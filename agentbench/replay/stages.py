@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentbench.replay.context import RunContext, StageOver
 from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
-from agentbench.replay.tree import RunContext, StageOver, TreeRun, TreeSpec
+from agentbench.replay.tree import TreeRun, TreeSpec
 from agentbench.replay.warmup import LaneWarmup
 from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Trace

@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentbench.prompts.layout import BlockCache, salt_for
-from agentbench.replay.endpoints import LiveEndpoint, Router
+from agentbench.prompts.layout import salt_for
+from agentbench.replay.context import RunContext, StageOver
+from agentbench.replay.endpoints import LiveEndpoint
 from agentbench.replay.overflow import CONTEXT_OVERFLOW
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import turn_target_ns
-from agentbench.replay.timers import Timers
 from agentbench.replay.warmup import LaneWarmup
 from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
-from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Session, Trace
 from agentbench.transport.base import Transport
 from agentbench.transport.finish import finish_record
@@ -54,68 +51,6 @@ def tree_specs(trace: Trace) -> list[TreeSpec]:
                     s.session_id)
         out.append(TreeSpec(sessions[0], sessions, after, joins))
     return out
-
-
-class StageOver(Exception):
-    """Raised in a waiting turn when its stage ended (deadline or request budget)."""
-
-
-@dataclass
-class RunContext:
-    """What every tree of a run shares."""
-
-    t0_ns: int
-    seed: int
-    strategy: str
-    time_scale: float
-    api_scale: float
-    shared_prefix_tokens: int
-    timers: Timers
-    writer: ResultsWriter
-    endpoints: list[LiveEndpoint]
-    router: Router
-    caches: dict[str, BlockCache]
-    potential: dict[tuple[str, int], int]
-    #: the transport whose prompts every endpoint takes, when all endpoints are of one
-    #: flavor (``Transport.flavor``: api, template tokens, block size), else None
-    flavor: Transport | None = None
-    request_ids: itertools.count = field(default_factory=itertools.count)
-    stage: str = ""
-    stopping: bool = False
-    max_requests: int | None = None
-    requests_sent: int = 0
-    sessions_done: int = 0
-    trees_done: int = 0
-    on_request: Callable[[dict[str, Any]], None] | None = None
-    #: worker processes share the stage's request budget: ``take(limit)`` returns the count
-    #: after this request, or -1 when the budget was already spent
-    shared_budget: Callable[[int], int] | None = None
-
-    def take_request(self) -> bool:
-        """Count one request against the stage's budget; False once the stage is over."""
-        if self.stopping:
-            return False
-        if self.max_requests is not None and self.shared_budget is not None:
-            n = self.shared_budget(self.max_requests)
-            if n < 0:
-                self.stop()
-                return False
-            self.requests_sent += 1
-            if n >= self.max_requests:
-                self.stop()
-            return True
-        if self.max_requests is not None and self.requests_sent >= self.max_requests:
-            return False
-        self.requests_sent += 1
-        if self.max_requests is not None and self.requests_sent >= self.max_requests:
-            self.stop()  # the last one goes; everything still waiting ends
-        return True
-
-    def stop(self) -> None:
-        """End the stage: no new requests; waiting turns and arrivals end now."""
-        if not self.stopping:
-            self.stopping = True
-            self.timers.abort_all(StageOver)
 
 
 @dataclass
@@ -302,20 +237,21 @@ class TreeRun:
             rec = await self._attempt(sess, st, k, scheduled, phase, content, ep)
             if rec.error_type in CONNECT_ERRORS and not ctx.stopping:
                 # the request never reached the server: try again (after the endpoint's
-                # backoff) within reconnect_s, without spending the request budget
+                # backoff) within reconnect_s, without spending the request budget, unless
+                # the endpoint was given up meanwhile (``retry``: the circuit breaker)
                 now = ctx.timers.now_ns()
                 refused_since = now if refused_since is None else refused_since
-                if now - refused_since < ep.reconnect_ns:
+                if now - refused_since < ep.reconnect_ns and not ep.dead:
                     with contextlib.suppress(StageOver):
                         await ctx.timers.wait_until(ep.blocked_until_ns, pullable=False)
-                    if not ctx.stopping:
+                    if not ctx.stopping and not ep.dead:
                         self._again(st, rec)
                         continue
                     return rec
             refused_since = None
             policy = ep.retry
             if policy is None or attempt >= policy.max_attempts or ctx.stopping \
-                    or not retryable(rec, policy):
+                    or ep.dead or not retryable(rec, policy):
                 return rec
             wait = retry_delay_ns(attempt, policy, rec.retry_after_s)
             attempt += 1
@@ -364,7 +300,8 @@ class TreeRun:
             raise
         ep.inflight -= 1
         ctx.timers.request_ended()
-        note_outcome(ep, rec, ctx.timers.now_ns())
+        if note_outcome(ep, rec, ctx.timers.now_ns()):
+            ctx.endpoint_unreachable(ep)
         try:
             # reading the stored stream waits for its turn in the loop, so that streams
             # still in flight are stamped first when many end at once

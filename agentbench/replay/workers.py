@@ -40,6 +40,7 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
+from agentbench.replay.context import merged_outcomes
 from agentbench.replay.stages import (
     STATE_SLOTS,
     Health,
@@ -104,6 +105,11 @@ class Shared:
             if n >= limit:
                 self.flags[1] = 1
             return int(n)
+
+    def stop_all(self) -> None:
+        """Raise the stop flag: every worker ends the stage (every endpoint unreachable)."""
+        with self.lock:
+            self.flags[1] = 1
 
     def busy_elsewhere(self, me: int) -> bool:
         """Another worker has requests in flight (as last published, <= 10 ms old)."""
@@ -190,7 +196,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
                 break
             _, k, stage, start_ns = msg
             await run_stage(ctx, sc, stage, k, source, trace, shard, start_ns)
-            conn.send(("done", k, ctx.requests_sent))
+            conn.send(("done", k, ctx.requests_sent, ctx.outcome()))
         status = "completed"
     except asyncio.CancelledError:
         status = "interrupted"
@@ -232,9 +238,9 @@ def _worker_context(spec: WorkerSpec, shared: Shared, writer: Any, timers: Any,
     """The worker's run context: its own connections to the endpoints the parent opened
     (appended to ``endpoints``, closed by the caller), prompt caches and router."""
     from agentbench.prompts.layout import BlockCache
+    from agentbench.replay.context import RunContext
     from agentbench.replay.endpoints import Router, reconnect
     from agentbench.replay.overflow import classifier
-    from agentbench.replay.tree import RunContext
     from agentbench.traces.stats import potential_cached_tokens
 
     sc, trace = spec.scenario, spec.trace
@@ -256,7 +262,8 @@ def _worker_context(spec: WorkerSpec, shared: Shared, writer: Any, timers: Any,
         router=Router(sc.routing, endpoints, sc.seed + 7919 * spec.index),
         caches=caches, potential=potential_cached_tokens(trace.sessions),
         flavor=endpoints[0].transport if len(flavors) == 1 else None,
-        request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take)
+        request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take,
+        on_run_stopped=shared.stop_all)
 
 
 def _listen(loop: asyncio.AbstractEventLoop, conn: Any,
@@ -326,6 +333,7 @@ class Fleet:
         self.conns: list[Any] = []
         self.inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
         self.closed: list[dict[str, Any]] = []
+        self.outcomes: list[dict[str, Any]] = []  # each worker's ``RunContext.outcome``
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -376,7 +384,13 @@ class Fleet:
             self.shared.flags[1] = 0
         for c in self.conns:
             c.send(("stage", k, stage, start_ns))
-        return sum(int(m[2]) for m in await self._all("done"))
+        done = await self._all("done")
+        self.outcomes = [m[3] for m in done]
+        return sum(int(m[2]) for m in done)
+
+    def unreachable(self) -> dict[str, Any]:
+        """The endpoints the workers gave up, and why one stopped the run."""
+        return merged_outcomes(self.outcomes)
 
     def view(self) -> FleetView:
         return FleetView(self.shared)

@@ -127,14 +127,16 @@ _EVENT_KINDS = [
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("completion", [5, 7, 10**6, 10**30, int(1e30), 3 * 10**40 + 1])
+@pytest.mark.parametrize("completion", [5, 7, 10**6, sse.USAGE_MAX, sse.USAGE_MAX + 1, 10**30,
+                                        int(1e30), 3 * 10**40 + 1])
 def test_token_counts_follow_usage_whatever_its_size(completion: int) -> None:
-    """Counts per event sum to ``usage.completion_tokens`` (each at least 1), at once even
-    for an absurd count (it used to add one token per loop turn)."""
+    """Counts per event sum to ``usage.completion_tokens`` (each at least 1) up to
+    ``USAGE_MAX``, at once (it used to add one token per loop turn); past it the count is
+    impossible usage and each event counts 1 (docs/reliability.md)."""
     evs = [b'data: {"choices":[{"delta":{"content":"%s"}}]}' % (b"ab" * k) for k in (1, 5, 2)]
     counts = sse._tokens_per_event(evs, completion)
     assert len(counts) == 3 and min(counts) >= 1
-    assert sum(counts) == completion
+    assert sum(counts) == (completion if completion <= sse.USAGE_MAX else 3)
 
 
 @settings(max_examples=400, deadline=None)

@@ -32,6 +32,9 @@ def record(
     (docs/record.md)."""
     from agentbench.proxy.proxy import RecordConfig, parse_listen, run_record, summary
 
+    if not out.name or out.is_dir():  # '' is the current folder: a file name is needed
+        raise InputError("give a file name for the trace (e.g. -o agent.parquet)",
+                         source=str(out), field="output")
     if rebuild:
         from agentbench.proxy import rebuild as rebuild_trace
 

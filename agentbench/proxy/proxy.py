@@ -240,9 +240,12 @@ class Proxy:
             headers["Authorization"] = self.auth
         llm = request.method == "POST" and request.path.endswith(_LLM_PATHS)
         assert self.client is not None
+        # an absolute-form target (``GET http://host/v1/...``, as sent to a forward proxy)
+        # goes to the upstream like its path: this proxy forwards to one upstream only
+        target = request.raw_path if request.raw_path.startswith("/") else str(request.rel_url)
         try:
             up = await self.client.request(
-                request.method, URL(self.root + request.raw_path, encoded=True),
+                request.method, URL(self.root + target, encoded=True),
                 headers=headers, data=body or None, allow_redirects=False)
         except Exception as e:  # unreachable, or a request aiohttp refuses: one line
             return web.json_response({"error": {

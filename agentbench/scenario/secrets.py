@@ -89,9 +89,19 @@ def without_query(url: str) -> str:
     return urlunsplit((u.scheme, u.netloc, u.path, "", ""))
 
 
+def basic_credentials(user: str | None, password: str | None) -> str:
+    """The ``Authorization: Basic`` value of a URL's user-info: user and password
+    percent-decoded first (``p%40ss`` in a URL is the password ``p@ss``, RFC 3986)."""
+    import base64
+    from urllib.parse import unquote
+
+    pair = f"{unquote(user or '')}:{unquote(password or '')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
 def url_userinfo(url: str) -> tuple[str, str | None, str | None]:
     """``url`` without its ``user:password@`` part, and the user and password (None when
-    absent)."""
+    absent; as written in the URL, percent-encoded)."""
     from urllib.parse import urlsplit, urlunsplit
 
     try:
@@ -236,8 +246,11 @@ def secrets_of(cfg: Any) -> tuple[str, ...]:
         if url:
             _, user, password = url_userinfo(url)
             if password:
-                out.append(password)
+                from urllib.parse import unquote
+
+                out += [password, unquote(password)]
                 out.append(base64.b64encode(f"{user or ''}:{password}".encode()).decode())
+                out.append(basic_credentials(user, password).removeprefix("Basic "))
             if user and password:
                 out.append(f"{user}:{password}")
             out.extend(_query_values(url))

@@ -15,6 +15,7 @@ import aiohttp
 from agentbench.errors import InputError
 from agentbench.prompts.layout import BlockCache, body_template, chat_overhead
 from agentbench.scenario.secrets import (
+    basic_credentials,
     expand_env,
     query_of,
     secrets_of,
@@ -119,10 +120,8 @@ def _connect(cfg: Any, base: str, label: str) -> HttpTransport:
                 headers["Authorization"] = f"Bearer {key}"
         _, user, password = url_userinfo(cfg.url)
         if (user or password) and not any(k.lower() == "authorization" for k in headers):
-            import base64
-
-            cred = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode()
-            headers["Authorization"] = f"Basic {cred}"  # to the API only, never /metrics
+            # to the API only, never /metrics
+            headers["Authorization"] = basic_credentials(user, password)
         timeout = aiohttp.ClientTimeout(total=cfg.timeout_s, sock_read=cfg.stall_timeout_s)
         metrics_url = cfg.metrics_url or base + "/metrics"
         max_conn = cfg.max_connections

@@ -193,3 +193,43 @@ async def test_a_long_response_is_relayed_with_bounded_memory(
     assert grew_mb < 50, grew_mb
     turns = [t for s in native.read(out).sessions for t in s.turns]
     assert sorted(t.output_tokens for t in turns) == [2, 1234567]
+
+
+async def test_an_absolute_form_target_goes_to_the_upstream_like_its_path(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    """``POST http://elsewhere/v1/chat/completions`` (what a client configured to use a
+    forward proxy sends): relayed to the one upstream and recorded (it was a 500 with a
+    traceback, then a 502)."""
+    import json as _json
+
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        body = _json.dumps({"model": "ok", "messages": MESSAGES}).encode()
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST http://elsewhere.example/v1/chat/completions HTTP/1.1\r\n"
+                     b"Host: elsewhere.example\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        status = (await reader.readline()).split()[1]
+        await reader.read()
+        writer.close()
+    finally:
+        await proxy.close()
+    assert status == b"200"
+    assert sum(len(s.turns) for s in native.read(out).sessions) == 1
+
+
+@pytest.mark.parametrize("where", ["", ".", "folder"])
+def test_record_to_no_file_name_is_one_line(where: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    (tmp_path / "folder").mkdir()
+    target = str(tmp_path / where) if where == "folder" else where
+    res = CliRunner().invoke(app, ["record", "--upstream", "http://127.0.0.1:9", "-o", target])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and "give a file name" in lines[0], res.output

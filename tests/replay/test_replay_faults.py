@@ -216,3 +216,29 @@ async def test_follow_redirects_stays_within_the_origin(tmp_path):  # type: igno
     assert len(srv.received) == 3 + 1  # 3 with follow_redirects, 1 without
     row = pq.read_table(res_off.run_dir / records.REQUESTS_FILE).to_pandas().iloc[0]
     assert row.error_type == "http_307" and "follow_redirects" in row.error_message
+
+
+@pytest.mark.timeout(60)
+async def test_a_percent_encoded_url_password_is_sent_decoded_and_stored_nowhere(
+        tmp_path: Any) -> None:
+    """``http://us%40er:p%40ss...@host``: RFC 3986 user-info is percent-encoded, so the
+    server gets Basic ``us@er:p@ss...`` (it got the encoded form); neither form reaches a
+    file of the run."""
+    import base64
+
+    srv = FakeServer(ServerConfig())
+    await srv.start()
+    try:
+        host = srv.url.removeprefix("http://")
+        sc = scenario(f"http://us%40er:p%40ss-SECRET-4321@{host}", tmp_path)
+        sc.limits.max_requests = 2
+        res = await asyncio.wait_for(run_scenario(sc, trace=trace(3), progress=False), 50)
+    finally:
+        await srv.close()
+    want = "Basic " + base64.b64encode(b"us@er:p@ss-SECRET-4321").decode()
+    assert srv.received and {r.headers.get("Authorization") for r in srv.received} == {want}
+    for f in res.run_dir.rglob("*"):
+        if f.is_file():
+            data = f.read_bytes()
+            for form in (b"p@ss-SECRET-4321", b"p%40ss-SECRET-4321", want[6:].encode()):
+                assert form not in data, (f, form)

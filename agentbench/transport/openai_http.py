@@ -20,7 +20,7 @@ from agentbench.prompts.layout import BlockCache, BodyTemplate, Segment, Session
 from agentbench.results.schema import RequestRecord
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.http import Target, make_body, redact, send
-from agentbench.transport.scrape import http_collector
+from agentbench.transport.scrape import BodyTooLarge, http_collector, read_capped
 
 CALIBRATION_SALT = 0xCA11B
 #: tokens the ``--workers auto`` probe asks for
@@ -28,6 +28,8 @@ PROBE_TOKENS = 48
 #: the probe gives up after this long (a stalled or slow endpoint must not hold the run)
 PROBE_TIMEOUT_S = 10.0
 _PROBE_SALT = 0xA070
+#: the most bytes of a start-up probe's answer held (they are a few hundred bytes)
+PROBE_BODY_BYTES = 1 << 20
 
 
 def split_base(url: str) -> str:
@@ -122,7 +124,7 @@ class HttpTransport:
                                   headers=dict(self.target.headers),
                                   timeout=aiohttp.ClientTimeout(total=timeout_s),
                                   allow_redirects=False) as resp:
-            return resp.status, await resp.read()
+            return resp.status, await read_capped(resp, PROBE_BODY_BYTES)
 
 
 def connect(label: str, api: str, model: str, base: str, query: str, headers: dict[str, str],
@@ -202,7 +204,11 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
                                 headers=dict(tr.target.headers),
                                 timeout=aiohttp.ClientTimeout(total=60),
                                 allow_redirects=False) as resp:
-            text = (await resp.read())[:300].decode("utf-8", "replace")
+            try:
+                raw = await read_capped(resp, PROBE_BODY_BYTES)
+            except BodyTooLarge:
+                raw = b"(an answer of more than 1 MiB)"
+            text = raw[:300].decode("utf-8", "replace")
             status = resp.status
     except (aiohttp.ClientConnectionError, TimeoutError) as e:
         msg = redact(str(e) or type(e).__name__, tr.target.secrets)

@@ -22,13 +22,34 @@ def parse_samples(text: str, time_ns: int, endpoint: str) -> list[dict[str, Any]
     return rows
 
 
+#: the most bytes of one /metrics page held (a vLLM page is a few hundred KB)
+MAX_METRICS_BYTES = 16 << 20
+
+
+class BodyTooLarge(aiohttp.ClientPayloadError):
+    """An answer past the bytes its reader holds (a payload error: every handler of a bad
+    answer handles it)."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The body of ``resp``, or ``BodyTooLarge`` past ``cap`` bytes (an endless or runaway
+    answer is not held whole)."""
+    buf = bytearray()
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        buf += chunk
+        if len(buf) > cap:
+            raise BodyTooLarge(f"more than {cap:,} bytes")
+    return bytes(buf)
+
+
 async def scrape_once(http: aiohttp.ClientSession, url: str) -> str | None:
-    """The /metrics text, or None when there is none (error status, not reachable)."""
+    """The /metrics text, or None when there is none (error status, not reachable, more
+    than ``MAX_METRICS_BYTES``)."""
     try:
         async with http.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
             if resp.status != 200:
                 return None
-            return await resp.text()
+            return (await read_capped(resp, MAX_METRICS_BYTES)).decode("utf-8")
     except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
         return None
 

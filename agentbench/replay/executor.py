@@ -89,11 +89,11 @@ class InProcess:
 
 
 class Processes:
-    """Lanes sharded over worker processes (:class:`agentbench.replay.workers.Fleet`)."""
+    """Lanes sharded over worker processes (:class:`agentbench.replay.fleet.Fleet`)."""
 
     def __init__(self, n: int, scenario: Any, trace: Trace, found: list[dict[str, Any]],
                  t0_ns: int, run_dir: Path) -> None:
-        from agentbench.replay.workers import Fleet
+        from agentbench.replay.fleet import Fleet
 
         self.workers = n
         self.fleet = Fleet(n, scenario, trace, found, t0_ns, run_dir)

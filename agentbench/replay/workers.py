@@ -40,7 +40,6 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
-from agentbench.replay.context import merged_outcomes
 from agentbench.replay.stages import (
     STATE_SLOTS,
     Health,
@@ -52,7 +51,7 @@ from agentbench.replay.stages import (
     restore_gc,
     run_stage,
 )
-from agentbench.results.spool import PART_FILE, WORKERS_DIR, merge_parts
+from agentbench.results.spool import PART_FILE
 
 _STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
 _POLL_S = 0.01
@@ -312,163 +311,3 @@ def _publish(w: int, shared: Shared, ctx: Any, with_ttft: bool = True) -> None:
     s[i + 4] = ctx.timers.inflight
     if with_ttft and wr.recent_ttft_ms:
         s[i + 5] = int(statistics.median(wr.recent_ttft_ms) * 1000)
-
-
-# ---------------------------------------------------------------- parent side
-
-
-class Fleet:
-    """The parent's handle on its worker processes."""
-
-    def __init__(self, n: int, scenario: Any, trace: Any, found: list[dict[str, Any]],
-                 t0_ns: int, run_dir: Path) -> None:
-        self.n = n
-        self.mp: Any = multiprocessing.get_context(start_method())
-        self.shared = Shared(self.mp, n)
-        self.source = TreeSource([], scenario.limits.recycle, self.shared.src, self.shared.lock)
-        self.dir = run_dir / WORKERS_DIR
-        self.specs = [WorkerSpec(w, n, scenario, trace, found, t0_ns, str(self.dir / f"w{w}"),
-                                 os.getpid()) for w in range(n)]
-        self.procs: list[Any] = []
-        self.conns: list[Any] = []
-        self.inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
-        self.closed: list[dict[str, Any]] = []
-        self.outcomes: list[dict[str, Any]] = []  # each worker's ``RunContext.outcome``
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        for spec in self.specs:
-            mine, theirs = self.mp.Pipe()
-            p = self.mp.Process(target=worker_main, args=(spec, theirs, self.shared),
-                                name=f"agentbench-worker-{spec.index}", daemon=True)
-            p.start()
-            theirs.close()
-            inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-            _listen(loop, mine, inbox)
-            self.procs.append(p)
-            self.conns.append(mine)
-            self.inboxes.append(inbox)
-        await self._all("ready")
-
-    async def _get(self, w: int, timeout: float | None = None) -> tuple[Any, ...]:
-        """The next message of worker ``w``; ``("eof",)`` once it is gone (a pipe end
-        handed to a spawned child stays open in this process until the child took it, so
-        a worker that died early is noticed by its exit, not by end-of-file)."""
-        q = self.inboxes[w]
-        t_end = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        while True:
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(q.get(), 0.2)
-            if not self.procs[w].is_alive() and q.empty():
-                return ("eof",)
-            if t_end is not None and asyncio.get_running_loop().time() > t_end:
-                return ("timeout",)
-
-    async def _all(self, kind: str) -> list[tuple[Any, ...]]:
-        out = []
-        for w in range(self.n):
-            msg = await self._get(w)
-            if msg[0] == "closed":
-                self.closed.append(msg[1])
-            if msg[0] != kind:
-                raise RuntimeError(f"replay worker {w} stopped ({msg[0]}, exit code "
-                                   f"{self.procs[w].exitcode}) while waiting for {kind!r}")
-            out.append(msg)
-        return out
-
-    async def run_stage(self, k: int, stage: Any, start_ns: int) -> int:
-        """Run stage ``k`` in every worker from ``start_ns``; return requests sent."""
-        self.source.restart()
-        with self.shared.lock:
-            self.shared.flags[0] = 0
-            self.shared.flags[1] = 0
-        for c in self.conns:
-            c.send(("stage", k, stage, start_ns))
-        done = await self._all("done")
-        self.outcomes = [m[3] for m in done]
-        return sum(int(m[2]) for m in done)
-
-    def unreachable(self) -> dict[str, Any]:
-        """The endpoints the workers gave up, and why one stopped the run."""
-        return merged_outcomes(self.outcomes)
-
-    def view(self) -> FleetView:
-        return FleetView(self.shared)
-
-    async def close(self, interrupt: bool) -> None:
-        """Ask every worker to finish (``interrupt``: cancel what is in flight, as Ctrl-C
-        does) and wait until each wrote its files; a worker that hangs is killed."""
-        if interrupt:
-            self.shared.flags[2] = 1
-        for c in self.conns:
-            with contextlib.suppress(OSError, ValueError):
-                c.send(("close",))
-        for w in range(self.n):
-            if any(c.get("worker") == w for c in self.closed):
-                continue
-            while True:
-                msg = await self._get(w, 60)
-                if msg[0] == "closed":
-                    self.closed.append(msg[1])
-                if msg[0] in ("closed", "eof", "timeout"):
-                    break
-        loop = asyncio.get_running_loop()
-        for p, c in zip(self.procs, self.conns, strict=True):
-            with contextlib.suppress(Exception):
-                loop.remove_reader(c.fileno())
-            for _ in range(500):  # up to 5 s to exit after its files are written
-                if not p.is_alive():
-                    break
-                await asyncio.sleep(0.01)
-            if p.is_alive():
-                p.kill()
-                p.join(5)
-            c.close()
-
-    def merge(self, run_dir: Path) -> int:
-        """Worker files merged into the run folder's (parent rows first); return requests."""
-        return merge_parts(run_dir, [Path(s.out_dir) for s in self.specs])
-
-
-class _WriterView:
-    def __init__(self, shared: Shared) -> None:
-        self._s = shared
-
-    @property
-    def n_requests(self) -> int:
-        return self._s.total(0)
-
-    @property
-    def n_errors(self) -> int:
-        return self._s.total(1)
-
-    @property
-    def recent_ttft_ms(self) -> list[float]:
-        vals = [self._s.stats[w * _STATS + 5] / 1000 for w in range(self._s.n)]
-        return [v for v in vals if v > 0]
-
-
-class _TimersView:
-    def __init__(self, shared: Shared) -> None:
-        self._s = shared
-
-    @property
-    def inflight(self) -> int:
-        return self._s.total(4)
-
-
-class FleetView:
-    """The counters ``Progress`` reads, summed over the workers."""
-
-    def __init__(self, shared: Shared) -> None:
-        self._s = shared
-        self.writer = _WriterView(shared)
-        self.timers = _TimersView(shared)
-
-    @property
-    def trees_done(self) -> int:
-        return self._s.total(2)
-
-    @property
-    def sessions_done(self) -> int:
-        return self._s.total(3)

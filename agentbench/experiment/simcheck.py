@@ -1,0 +1,246 @@
+"""How far to trust a simulator preset on one's own workload (issue #23): replay a finished
+run's scenario on the embedded simulator with a preset, in virtual time, and set every
+predicted figure beside the measured one with its error (``agentbench sim check``).
+
+The simulated scenario is the run's own (run.json) with its endpoints replaced by one
+``kind: simulated`` endpoint (the preset; as many instances as the run had endpoints; the
+run's ``routing`` as the simulator's router; api and model kept; ``ignore_eos``), on
+``clock: virtual``, without ``server:``; trace, load, timing, limits, seed, warmup, SLOs and
+rules stay as run. A run that was itself simulated is allowed: the check then sets one
+preset against another."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentbench.errors import InputError
+from agentbench.metrics.catalog import METRICS
+
+#: the table's rows: catalog metric names, then the requests that succeeded
+ROWS = ("ttft_p50", "ttft_p90", "itl_p50", "e2e_p50", "tpot_p50", "throughput",
+        "output_throughput", "hit_rate")
+OK_ROW = "requests_ok"
+
+
+@dataclass
+class CheckRow:
+    """One figure: measured, predicted and the error (``predicted / measured - 1``; for a
+    share such as the hit rate, ``predicted - measured`` in points, ``error_unit`` "pt").
+    None where a side lacks the figure (or the measured value is 0)."""
+
+    metric: str
+    label: str
+    unit: str
+    measured: float | None
+    predicted: float | None
+    error: float | None
+    error_unit: str  # "%" (relative, x100 when shown) or "pt" (percentage points)
+
+
+@dataclass
+class SimCheck:
+    """The result of :func:`sim_check`: the table, both run folders and what was checked."""
+
+    run_dir: Path
+    sim_dir: Path
+    preset: str
+    provenance: dict[str, Any]
+    instances: int
+    measured_time_base: str
+    rows: list[CheckRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, metric: str) -> CheckRow:
+        return next(r for r in self.rows if r.metric == metric)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["run_dir"], d["sim_dir"] = str(self.run_dir), str(self.sim_dir)
+        return d
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def figures(summary: dict[str, Any]) -> dict[str, float | None]:
+    """The table's figures in one summary (its ``overall`` block): the catalog's, read as
+    ``report.compare.comparison_values`` reads them, and ``requests.ok``."""
+    out: dict[str, float | None] = {n: _num(METRICS[n].value(summary.get("overall") or {}))
+                                    for n in ROWS}
+    ok = ((summary.get("overall") or {}).get("requests") or {}).get("ok")
+    out[OK_ROW] = _num(ok)
+    return out
+
+
+def compare_figures(measured: dict[str, Any], predicted: dict[str, Any]) -> list[CheckRow]:
+    """The rows for two summaries (``measured``: the real run's; ``predicted``: the
+    simulated run's)."""
+    from agentbench.report.compare import comparison_values
+
+    vals = comparison_values([measured, predicted], metrics=list(ROWS))
+    rows = []
+    for name in ROWS:
+        m = METRICS[name]
+        meas, pred = (_num(vals.loc[name].iloc[0]), _num(vals.loc[name].iloc[1])) \
+            if name in vals.index else (None, None)
+        rows.append(_row(name, m.label, "%" if m.share else m.unit, meas, pred, m.share))
+    ok_m, ok_p = figures(measured)[OK_ROW], figures(predicted)[OK_ROW]
+    rows.append(_row(OK_ROW, "requests ok", "", ok_m, ok_p, False))
+    return rows
+
+
+def _row(name: str, label: str, unit: str, meas: float | None, pred: float | None,
+         share: bool) -> CheckRow:
+    if meas is None or pred is None:
+        err = None
+    elif share:
+        err = 100.0 * (pred - meas)
+    else:
+        err = pred / meas - 1.0 if meas != 0 else None
+    return CheckRow(name, label, unit, meas, pred, err, "pt" if share else "%")
+
+
+def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int | None = None,
+                       out: Path | None = None, default_dir: Path | None = None,
+                       source: str = "run.json") -> Any:
+    """The validated ``Scenario`` that replays ``scenario`` (a run's run.json ``scenario``)
+    on the simulator with ``preset`` in virtual time (see the module's docstring); results
+    in ``out`` (a run folder) or, by default, a new run folder under ``default_dir``."""
+    from agentbench.scenario.loading import validate_data
+
+    data = {k: v for k, v in scenario.items() if k not in ("server", "variants", "clock")}
+    eps = [e for e in scenario.get("endpoints") or [] if isinstance(e, dict)]
+    if not eps:
+        raise InputError("the run's scenario names no endpoints", source=source)
+    n = instances if instances is not None else sum(
+        int(e.get("instances") or 1) if e.get("kind") == "simulated" else 1 for e in eps)
+    first = eps[0]
+    data["name"] = f"{scenario.get('name') or 'run'}-simcheck"
+    data["endpoints"] = [{
+        "kind": "simulated", "name": "sim", "preset": preset, "instances": n,
+        "router": scenario.get("routing") or "round_robin",
+        "api": first.get("api") or "chat", "model": first.get("model") or "sim",
+        **({k: first[k] for k in ("block_size", "max_context_tokens")
+            if first.get("kind") == "simulated" and first.get(k) is not None}),
+    }]
+    data["clock"] = "virtual"
+    if out is not None:
+        data["output"] = {"dir": str(out.parent), "run_id": out.name}
+    else:
+        data["output"] = {"dir": str(default_dir or Path("results")), "run_id": None}
+    return validate_data(data, source)
+
+
+def _trace_readable(scenario: dict[str, Any], source: str) -> None:
+    tr = scenario.get("trace") or {}
+    src = str(tr.get("source") or "")
+    if tr.get("kind", "file") == "file" and src.startswith("/") and not Path(src).exists():
+        raise InputError(f"the run's trace {src} is not readable here (sim check replays "
+                         "the same trace)", source=source, field="trace.source")
+
+
+def _preset_info(preset: str) -> tuple[str, dict[str, Any]]:
+    """(the preset as the scenario names it, its provenance), or one InputError line."""
+    from agentbench.scenario.endpoints import is_preset_path
+    from agentbench.sim.presets import get_preset
+
+    ref = str(Path(preset).resolve()) if is_preset_path(preset) else preset
+    try:
+        p = get_preset(ref)
+    except KeyError as e:
+        raise InputError(str(e.args[0]), field="--preset") from None
+    prov = p.provenance
+    return ref, {"name": p.name, "summary": p.summary, "engine": prov.engine,
+                 "engine_version": prov.engine_version, "model": prov.model,
+                 "hardware": prov.hardware, "date": prov.date}
+
+
+def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
+              out: str | Path | None = None, workers: int | str | None = 1) -> SimCheck:
+    """Replay the finished run ``run_dir``'s scenario on the simulator with ``preset`` (a
+    shipped name or a preset YAML file) in virtual time, quietly, and compare: each row
+    holds the measured figure, the predicted one and the error. ``instances``: simulated
+    instances (default: the run's endpoint count); ``out``: the simulated run's folder
+    (default: a new run folder beside ``run_dir``). Bad input: one ``InputError``."""
+    from agentbench.experiment.run import run_experiment
+    from agentbench.metrics.run import load
+
+    rd = Path(run_dir)
+    run = load(rd)  # InputError when not a results folder
+    source = str(rd / "run.json")
+    scenario = run.scenario
+    if not scenario:
+        raise InputError("run.json holds no scenario (not a finished agentbench run)",
+                         source=source)
+    if instances is not None and instances < 1:
+        raise InputError("must be 1 or more", field="--instances")
+    ref, prov = _preset_info(preset)
+    _trace_readable(scenario, source)
+    sc = simulated_scenario(scenario, ref, instances=instances,
+                            out=Path(out) if out is not None else None,
+                            default_dir=rd.resolve().parent, source=source)
+    res = run_experiment(sc, progress=False, workers=workers)
+    sim = res.runs[0]
+    tb = str((run.summary.get("time_base") or {}).get("kind") or "wall")
+    notes = []
+    if any(isinstance(e, dict) and e.get("kind") == "simulated"
+           for e in scenario.get("endpoints") or []):
+        notes.append("the measured run was itself simulated: this sets one preset "
+                     "against another")
+    if tb == "wall" and scenario.get("clock") != "virtual":
+        notes.append("measured in wall-clock time: client overheads (HTTP, SSE, the event "
+                     "loop) are in the measured figures, not in the predicted ones; a "
+                     "server that ran faster than real time (serve-sim --speedup) is "
+                     "measured that much faster")
+    if sim.failure:
+        notes.append(f"the simulated run failed: {sim.failure}")
+    return SimCheck(run_dir=rd, sim_dir=sim.run_dir, preset=prov["name"], provenance=prov,
+                    instances=sc.endpoints[0].instances, measured_time_base=tb,
+                    rows=compare_figures(run.summary, sim.summary), notes=notes)
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "%":
+        return f"{100 * v:.1f}%"
+    if unit == "":
+        return f"{v:,.0f}"
+    return f"{v:,.1f} {unit}" if abs(v) < 1000 else f"{v:,.0f} {unit}"
+
+
+def _fmt_err(r: CheckRow) -> str:
+    if r.error is None:
+        return "-"
+    if r.error_unit == "pt":
+        return f"{r.error:+.1f} pt"
+    return f"{100 * r.error:+.1f}%"
+
+
+def format_check(check: SimCheck) -> str:
+    """The table and what was checked, as ``agentbench sim check`` prints them."""
+    p = check.provenance
+    head = ["metric", "measured", "predicted", "error"]
+    body = [[r.label, _fmt(r.measured, r.unit), _fmt(r.predicted, r.unit), _fmt_err(r)]
+            for r in check.rows]
+    w = [max(len(x[i]) for x in [head, *body]) for i in range(4)]
+    lines = [f"preset {check.preset} ({check.instances} instance"
+             f"{'s' if check.instances != 1 else ''}) checked against {check.run_dir}",
+             f"  what is checked: {p['engine'] or '?'}"
+             f"{' ' + p['engine_version'] if p.get('engine_version') else ''}, "
+             f"{p['model'] or '?'} on {p['hardware'] or '?'}"
+             f"{' (figures of ' + p['date'] + ')' if p.get('date') else ''}",
+             ""]
+    for row in [head, *body]:
+        lines.append("  ".join([row[0].ljust(w[0])] + [c.rjust(w[i + 1])
+                                                       for i, c in enumerate(row[1:])]))
+    lines.append("")
+    lines.append("error column: predicted / measured - 1 (hit rate: predicted - measured, in "
+                 "points)")
+    lines += [f"note: {n}" for n in check.notes]
+    lines.append(f"predicted run: {check.sim_dir}")
+    return "\n".join(lines)

@@ -79,15 +79,11 @@ def validate(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
 ) -> None:
     """Check a scenario and print every problem with its key path."""
-    from agentbench.scenario.loading import check_scenario, expand_variants, load_scenario
+    from agentbench.scenario.loading import check_scenario, load_scenario
     from agentbench.sim.presetfile import check_presets
 
     sc = load_scenario(scenario)
-    for variant in expand_variants(sc):
-        try:
-            check_presets(variant)
-        except InputError as e:
-            raise e.located(source=str(scenario)) from None
+    check_presets(sc, str(scenario))
     _, warnings = check_scenario(sc, scenario.resolve().parent)
     for w in warnings:
         typer.echo(f"warning: {scenario}: {w}", err=True)

@@ -114,15 +114,10 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     tell = listener or Quiet()
     traces = {} if traces is None else traces
     result = ExperimentResult()
-    variants = expand_variants(scenario)
     from agentbench.sim.presetfile import check_presets
 
-    for sc in variants:  # a bad preset file is one line before any run folder is made
-        try:
-            check_presets(sc)
-        except InputError as e:
-            raise e.located(source=str(scenario_path or "the scenario")) from None
-    for sc in variants:
+    check_presets(scenario, str(scenario_path or "the scenario"))
+    for sc in expand_variants(scenario):
         tell.variant_started(sc, len(scenario.variants))
         result.runs.append(run_variant(sc, scenario_path=scenario_path, listener=tell,
                                        progress=progress, workers=workers,
@@ -144,7 +139,6 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
     verdicts. A function of its arguments alone, so another process or host can run it."""
     from agentbench.engines import serving
     from agentbench.metrics import summarize
-    from agentbench.metrics.format import run_failure, run_invalid, run_warning
     from agentbench.replay import run as replay_run
 
     tell = listener or Quiet()
@@ -159,8 +153,7 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
         res = replay_run(sc, progress=progress, on_start=started, workers=workers,
                          trace=trace, executor=executor)
     summary = summarize(res.run_dir)
-    return _judged(VariantRun(sc, Path(res.run_dir), res.info, summary),
-                   run_failure, run_warning, run_invalid, tell)
+    return _judged(VariantRun(sc, Path(res.run_dir), res.info, summary), tell)
 
 
 def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
@@ -179,15 +172,17 @@ def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
     return traces[key]
 
 
-def _judged(run: VariantRun, failure: Any, warning: Any, invalid: Any,
-            tell: Listener) -> VariantRun:
+def _judged(run: VariantRun, tell: Listener) -> VariantRun:
+    """The run's verdicts (``agentbench.metrics.format``), told to the listener."""
+    from agentbench.metrics.format import run_failure, run_invalid, run_warning
+
     bound = run.scenario.fail_on.error_rate
-    run.failure = failure(run.summary, bound)
-    run.warning = warning(run.summary, bound)
+    run.failure = run_failure(run.summary, bound)
+    run.warning = run_warning(run.summary, bound)
     stopped = run.info.get("stopped_reason")  # every endpoint unreachable: cut short
     if stopped:
         run.failure = stopped + (f"; {run.failure}" if run.failure else "")
         run.warning = None
-    run.invalid = invalid(run.summary)
+    run.invalid = run_invalid(run.summary)
     tell.variant_done(run)
     return run

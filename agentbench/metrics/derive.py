@@ -13,12 +13,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentbench.results import schema as R
+from agentbench.results.schema import USAGE_MAX
 
 FloatArray = npt.NDArray[np.float64]
 NS_PER_MS = 1e6
-#: the largest usage count believed (``agentbench.transport.sse.USAGE_MAX``, which keeps a
-#: larger one as this + 1): 2**31 - 1, over 200x the longest context window served
-USAGE_MAX = 2**31 - 1
 
 
 def _f(col: pd.Series) -> FloatArray:

@@ -71,15 +71,12 @@ def upstream_root(url: str) -> str:
 def upstream_auth(url: str) -> tuple[str, str | None]:
     """(the upstream base without its ``user:password@`` part, the ``Authorization:
     Basic`` value it stands for, or None)."""
-    from urllib.parse import unquote
-
-    from agentbench.scenario.secrets import url_userinfo
+    from agentbench.scenario.secrets import basic_credentials, url_userinfo
 
     bare, user, password = url_userinfo(url)
     if user is None and password is None:
         return upstream_root(bare), None
-    return upstream_root(bare), aiohttp.BasicAuth(unquote(user or ""),
-                                                  unquote(password or "")).encode()
+    return upstream_root(bare), basic_credentials(user, password)
 
 
 def shown(url: str) -> str:

@@ -146,7 +146,13 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
     parquet files and run.json first. A run still in progress is an error, unless
     ``force`` says its writer is gone whatever its pid says (``agentbench recover
     --force``: a run copied from another host, or whose pid was reused)."""
-    from agentbench.results.spool import has_spools, live_part, recover, writer_alive
+    from agentbench.results.spool import (
+        has_spools,
+        live_part,
+        other_host,
+        recover,
+        writer_alive,
+    )
 
     run = read_run_json(d) if (d / R.RUN_FILE).exists() else {}
     if not force:
@@ -155,8 +161,9 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
             return []
         hint = "read it when it ends, or `agentbench recover --force` if its writer is gone"
         if writer_alive(run):
+            host = other_host(run)
             raise InputError(f"the run is still in progress (pid {run.get('pid')}"
-                             f"{_host_of(run)}); {hint}", source=str(d))
+                             f"{f' on {host}' if host else ''}); {hint}", source=str(d))
         if (part := live_part(d)) is not None:
             raise InputError(f"a worker of the run still writes its rows (pid "
                              f"{part.get('pid')}); {hint}", source=str(d))
@@ -165,14 +172,6 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
     except OSError as e:
         raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
                          source=str(d)) from None
-
-
-def _host_of(run: dict[str, Any]) -> str:
-    host = run.get("host")
-    name = host.get("hostname") if isinstance(host, dict) else None
-    import socket
-
-    return f" on {name}" if name and name != socket.gethostname() else ""
 
 
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:

@@ -27,6 +27,12 @@ CANCELLED = "cancelled"
 WARMUP = "warmup"
 MEASURE = "measure"
 
+#: the largest usage count believed: 2**31 - 1, the int32 range of the per-event token
+#: counts (``token_event_tokens``) split from ``completion_tokens``, and over 200x the
+#: longest context window served (10M tokens). The transport keeps a count above it as
+#: USAGE_MAX + 1 (so it fits every column); the metrics treat that as impossible usage
+USAGE_MAX = 2**31 - 1
+
 REQUESTS_SCHEMA = pa.schema([
     pa.field("request_id", pa.int64(), nullable=False),
     pa.field("stage", pa.string(), nullable=False),        # sweep stage label, e.g. "c=8"

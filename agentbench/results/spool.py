@@ -226,13 +226,19 @@ def has_spools(run_dir: Path) -> bool:
         or (run_dir / WORKERS_DIR).is_dir()
 
 
+def other_host(run: dict[str, object]) -> str | None:
+    """The host that wrote this run (run.json ``host.hostname``) when it is not this one."""
+    host = run.get("host")
+    name = host.get("hostname") if isinstance(host, dict) else None
+    return str(name) if name is not None and name != socket.gethostname() else None
+
+
 def writer_alive(run: dict[str, object]) -> bool:
     """Whether the process that writes this run (run.json ``pid`` on this host) still runs."""
     pid = run.get("pid")
     if run.get("status") != "running" or not isinstance(pid, int):
         return False
-    host = run.get("host")
-    if isinstance(host, dict) and host.get("hostname") not in (None, socket.gethostname()):
+    if other_host(run) is not None:
         return True  # another machine's run: not ours to finish
     try:
         os.kill(pid, 0)

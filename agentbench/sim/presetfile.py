@@ -218,11 +218,16 @@ def preset_yaml(preset: Preset) -> str:
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)
 
 
-def check_presets(scenario: Any) -> None:
-    """Read every preset file the scenario's simulated endpoints name, so a bad one is one
-    ``InputError`` line before any run folder is made."""
-    for i, path in scenario.preset_files():
-        try:
-            load_preset_file(path)
-        except InputError as err:
-            raise InputError(err.one_line(), where=f"endpoints[{i}]", field="preset") from None
+def check_presets(scenario: Any, source: str) -> None:
+    """Read every preset file the scenario's simulated endpoints name, variants included,
+    so a bad one is one ``InputError`` line (naming ``source``, the scenario) before any
+    run folder is made."""
+    from agentbench.scenario.loading import expand_variants
+
+    for sc in expand_variants(scenario):
+        for i, path in sc.preset_files():
+            try:
+                load_preset_file(path)
+            except InputError as err:
+                raise InputError(err.one_line(), source=source, where=f"endpoints[{i}]",
+                                 field="preset") from None

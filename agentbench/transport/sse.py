@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
+from agentbench.results.schema import USAGE_MAX
 from agentbench.traces import words as tokenize
 
 # "content":"x (non-empty string), "tool_calls":[ {  — JSON allows whitespace around ':'.
@@ -28,11 +29,6 @@ _USAGE_RE = re.compile(rb'"usage"\s*:\s*\{')
 _EVENT_SPLIT = re.compile(rb"\r?\n\r?\n")
 #: a blank line, however lines end (CRLF, LF, CR): an SSE event's end
 _SEPARATORS = (b"\n\n", b"\r\r", b"\n\r")
-#: the largest usage count believed: 2**31 - 1, the int32 range of the per-event token
-#: counts (``token_event_tokens``) split from ``completion_tokens``, and over 200x the
-#: longest context window served (10M tokens); a count above it is kept as USAGE_MAX + 1
-#: (so it fits every column), which the metrics treat as impossible usage
-USAGE_MAX = 2**31 - 1
 
 
 @dataclass(slots=True)

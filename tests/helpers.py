@@ -108,6 +108,22 @@ output: {{dir: {out}, run_id: r}}
     return path
 
 
+
+def run_and_report(sc: Path, run_dir: Path) -> tuple[list[Path], str]:
+    """``agentbench run`` a scenario file whose run lands in ``run_dir``, then ``agentbench
+    report`` it (both must exit 0): every file of the run folder, and the terminal output
+    of both."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", str(sc), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    rep = runner.invoke(app, ["report", str(run_dir)])
+    assert rep.exit_code == 0, rep.output
+    return [f for f in run_dir.rglob("*") if f.is_file()], res.output + rep.output
+
 # ---- hand-built run folders -------------------------------------------------------------
 
 MS = 1_000_000  # ns

@@ -12,7 +12,7 @@ from agentbench.metrics import summarize
 from agentbench.results.schema import RequestRecord
 from agentbench.transport.finish import finish_record
 from agentbench.transport.sse import parse_stream
-from tests.helpers import MS, req, write_run, write_scenario
+from tests.helpers import MS, req, run_and_report, write_run, write_scenario
 
 
 def _rec(chunks: list[bytes]) -> RequestRecord:
@@ -169,9 +169,7 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A URL password, custom credential headers, a secret body field and a ``${ENV}``
     value: sent to the API, found in no file of the run, its report, or the terminal."""
-    from typer.testing import CliRunner
 
-    from agentbench.cli import app
 
     secrets = ["pw-SECRET-1", "tok-SECRET-2", "SECRET-3-subscription", "SECRET-4-body",
                "SECRET-5-from-env", "SECRET-6-query"]
@@ -187,20 +185,15 @@ def test_planted_secrets_reach_no_file_and_no_output(fast_server: str, weka_dir:
                                   f"    extra_body: {{api_token: {secrets[3]}, top_p: 0.9, "
                                   "tenant: '${AB_TENANT}'}\n")
     sc.write_text(text)
-    runner = CliRunner()
-    res = runner.invoke(app, ["run", str(sc), "--no-progress"])
-    assert res.exit_code == 0, res.output
     run_dir = tmp_path / "res" / "r"
-    rep = runner.invoke(app, ["report", str(run_dir)])
-    assert rep.exit_code == 0, rep.output
-    files = [f for f in run_dir.rglob("*") if f.is_file()]
+    files, output = run_and_report(sc, run_dir)
     assert any(f.name == "report.html" for f in files)
     for f in files:
         data = f.read_bytes()
         for s in secrets:
             assert s.encode() not in data, (f.name, s)
     for s in secrets:
-        assert s not in res.output + rep.output
+        assert s not in output
     import json
 
     ep = json.loads((run_dir / "run.json").read_text())["scenario"]["endpoints"][0]

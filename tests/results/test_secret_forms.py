@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import write_scenario
+from tests.helpers import run_and_report, write_scenario
 
 ENV = {"AB_H7_KEY": "SECRET-env-header-5151", "AB_H7_TOKEN": "SECRET-env-bearer-6262"}
 #: written percent-encoded and with + for spaces; sent as written, decoded by the server
@@ -20,9 +20,7 @@ QUERY = "?api-key=sk%2DSECRET%2Dpct%2D7373&key=sk+SECRET+plus+8484"
 def test_encoded_query_values_and_env_markers(fast_server: str, weka_dir: Path,
                                               tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from typer.testing import CliRunner
 
-    from agentbench.cli import app
 
     for k, v in ENV.items():
         monkeypatch.setenv(k, v)
@@ -34,17 +32,12 @@ def test_encoded_query_values_and_env_markers(fast_server: str, weka_dir: Path,
         "    headers: {X-Api-Key: '${AB_H7_KEY}', Authorization: 'Bearer ${AB_H7_TOKEN}',"
         " X-Mixed: 'literal-SECRET-part-${AB_H7_KEY}'}\n"
         "    extra_body: {api_token: '${AB_H7_KEY}', top_p: 0.9}\n"))
-    runner = CliRunner()
-    res = runner.invoke(app, ["run", str(sc), "--no-progress"])
-    assert res.exit_code == 0, res.output
     run_dir = tmp_path / "res" / "r"
-    rep = runner.invoke(app, ["report", str(run_dir)])
-    assert rep.exit_code == 0, rep.output
-    files = [f for f in run_dir.rglob("*") if f.is_file()]
+    files, output = run_and_report(sc, run_dir)
     assert {"report.html", "report.md", "run.json"} <= {f.name for f in files}
     for f in files:
         assert b"SECRET" not in f.read_bytes(), f.name
-    assert "SECRET" not in res.output + rep.output
+    assert "SECRET" not in output
     ep = json.loads((run_dir / "run.json").read_text())["scenario"]["endpoints"][0]
     assert ep["url"].endswith("?api-key=<redacted>&key=<redacted>"), ep["url"]
     # the markers say which variable held the value; literal text beside one does not stay

@@ -84,8 +84,8 @@ def test_usage_past_any_sane_count_keeps_its_row_and_counts_as_impossible(
 
 
 def test_the_bounds_chosen() -> None:
-    """The metrics and the transport share the usage bound (metrics may not import
-    transport)."""
+    """The usage bound the transport and the metrics share (results.schema), and the
+    transport's byte bounds, are the figures chosen."""
     from agentbench.metrics import derive
 
     assert derive.USAGE_MAX == sse.USAGE_MAX == USAGE_MAX

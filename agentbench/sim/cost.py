@@ -25,12 +25,22 @@ chunk, in the scheduler's order, then ``step_s``. The decode helpers are those s
 out for a decode-only step (``decode_step_s``) and for a run of them (``decode_durations``
 in Python, ``fill_decode_durations`` elementwise in numpy), the same IEEE operations on the
 same values. The presets' figures and their sources: ``presets.py``, docs/engines.md.
+
+A preset fitted to a real engine (``agentbench sim fit``, docs/simulator.md) replaces the
+roofline by the same terms summed with fitted coefficients (``FittedCost``):
+
+    step_s = intercept_s + P * prefill_token_s + D * decode_token_s
+             + attention_pairs * attention_pair_s + kv_tokens_read * kv_token_s
+
+with the attention pairs and KV tokens read counted as above. ``step_cost`` picks the model
+a preset asks for.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -60,10 +70,10 @@ class StepCost:
     FLOP and per byte read, ``kvb`` KV bytes per token, ``wb`` weight bytes read per step,
     ``overhead`` seconds added to every step."""
 
-    __slots__ = ("lin", "attn", "s_flop", "s_byte", "kvb", "wb", "overhead")
+    __slots__ = ("lin", "dec", "attn", "s_flop", "s_byte", "kvb", "wb", "overhead")
 
     def __init__(self, preset: Preset) -> None:
-        self.lin = 2.0 * preset.params
+        self.lin = self.dec = 2.0 * preset.params
         self.attn = 4.0 * preset.layers * preset.hidden
         self.s_flop = seconds_per_flop(preset.peak_flops, preset.mfu)
         self.s_byte = seconds_per_byte(preset.hbm_bytes_per_s, preset.mbu)
@@ -159,6 +169,83 @@ class StepCost:
             np.maximum(out, c, out=out)
         out += self.overhead
         return True
+
+
+class FittedCost(StepCost):
+    """The step-time model of a fitted preset: the roofline's terms summed, each with its
+    coefficient in seconds (``Preset.step_fit``). The "FLOPs" the scheduler sums are the
+    seconds of the per-token and attention terms; ``step_s`` adds the KV read and the
+    intercept, in the order written (decode-only steps the same way, so ``decode_step_s``
+    is ``step_s(decode_flops(...))`` bit for bit)."""
+
+    __slots__ = ("kv_s",)
+
+    def __init__(self, fit: StepFit) -> None:  # noqa: D107 - the fields are StepCost's
+        self.lin = fit.prefill_token_s
+        self.dec = fit.decode_token_s
+        self.attn = fit.attention_pair_s
+        self.kv_s = fit.kv_token_s
+        self.overhead = fit.intercept_s
+        self.s_flop = self.s_byte = 1.0
+        self.kvb = self.wb = 0.0
+
+    def decode_flops(self, seqs: int, kv_tokens: int) -> float:
+        return seqs * self.dec + kv_tokens * self.attn
+
+    def step_s(self, flops: float, kv_tokens: float) -> float:
+        return flops + kv_tokens * self.kv_s + self.overhead
+
+    def decode_step_s(self, seqs: int, kv_tokens: int) -> float:
+        return (seqs * self.dec + kv_tokens * self.attn) + kv_tokens * self.kv_s \
+            + self.overhead
+
+    def kv_exact(self, kv_tokens: int) -> bool:
+        return kv_tokens < EXACT
+
+    def memory_bound(self, seqs: int, first: int, last: int) -> bool:
+        return False
+
+    def decode_durations(self, seqs: int, first: int, n: int) -> list[float]:
+        dec_b, attn, kv_s, over = seqs * self.dec, self.attn, self.kv_s, self.overhead
+        return [(dec_b + c * attn) + c * kv_s + over
+                for c in range(first, first + seqs * n, seqs)]
+
+    def fill_decode_durations(self, out: npt.NDArray[np.float64], seqs: int, first: int,
+                              n: int) -> bool:
+        last = first + seqs * n
+        if last >= EXACT:
+            return False
+        c = np.arange(first, last, seqs, dtype=np.float64)
+        np.multiply(c, self.attn, out=out)
+        out += seqs * self.dec  # x + y is y + x
+        c *= self.kv_s
+        out += c
+        out += self.overhead
+        return True
+
+
+@dataclass(frozen=True)
+class StepFit:
+    """Coefficients of a fitted step-time model, seconds per unit (``FittedCost``)."""
+
+    intercept_s: float
+    prefill_token_s: float
+    decode_token_s: float
+    attention_pair_s: float
+    kv_token_s: float
+
+    #: the coefficients, in the order of the model's terms (and of a preset file)
+    TERMS: ClassVar[tuple[str, ...]] = ("intercept_s", "prefill_token_s", "decode_token_s",
+                                        "attention_pair_s", "kv_token_s")
+
+    def values(self) -> tuple[float, ...]:
+        return tuple(getattr(self, k) for k in self.TERMS)
+
+
+def step_cost(preset: Preset) -> StepCost:
+    """The step-time model ``preset`` asks for: its fit when it has one, else the roofline."""
+    fit = preset.step_fit
+    return StepCost(preset) if fit is None else FittedCost(fit)
 
 
 _INDEX = np.arange(1 << 10, dtype=np.float64)

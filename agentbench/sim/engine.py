@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentbench.sim.cost import StepCost
+from agentbench.sim.cost import step_cost
 from agentbench.sim.histogram import E2E_BUCKETS, TTFT_BUCKETS, Histogram
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
@@ -109,7 +109,7 @@ class Instance:
         #: blocks a session's last prompt cached: where its next prompt's lookup may start
         self._turn_ends: dict[str, int] = {}
         #: the step-time model (``cost.py``): every step's duration comes from it
-        self.cost = StepCost(preset)
+        self.cost = step_cost(preset)
 
     # ------------------------------------------------------------ queue
 

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentbench.errors import InputError
 from agentbench.scenario.yamlfile import MAX_SHOWN, key_lines, one_line, read_yaml
-from agentbench.sim.presets import FIGURES, Preset, Provenance
+from agentbench.sim.cost import StepFit
+from agentbench.sim.presets import FIGURES, ROOFLINE_ONLY, Preset, Provenance
 
 #: bytes at most in a preset file (a real one is a few KB)
 MAX_PRESET_BYTES = 1 << 20
@@ -61,26 +62,32 @@ class _Count(_Figure):
 
 
 class _Figures(_Model):
-    """The preset's figures (``Preset``'s fields; step times from them: cost.py)."""
+    """The preset's figures (``Preset``'s fields; step times from them: cost.py). The model
+    shape and hardware figures are the roofline's: a fitted preset (``step_model``) has
+    none of them and says its KV capacity instead."""
 
-    params: _Positive = Field(description="Model parameters (2 FLOPs each per token).")
-    layers: _Count = Field(description="Transformer layers.")
-    hidden: _Count = Field(description="Attention heads x head dim (attention FLOPs per "
-                           "token pair = 4 x layers x hidden).")
-    kv_bytes_per_token: _Bytes = Field(description="KV cache bytes per token, all layers.")
-    weight_bytes: _NonNegative = Field(description="Weight bytes read once per step.")
-    peak_flops: _Rate = Field(description="Dense FLOP/s of the instance at the serving "
-                              "precision.")
-    mfu: _Fraction = Field(description="Achieved fraction of peak_flops.")
-    hbm_bytes_per_s: _Rate = Field(description="HBM bandwidth, bytes/s.")
-    mbu: _Fraction = Field(description="Achieved fraction of the HBM bandwidth.")
-    hbm_bytes: _Positive = Field(description="HBM capacity, bytes.")
-    gpu_memory_utilization: _Fraction = Field(description="Share of HBM the engine uses "
-                                              "(vLLM's gpu_memory_utilization).")
-    activation_reserve_bytes: _NonNegative = Field(description="HBM kept for activations "
-                                                   "and CUDA graphs, not for KV.")
-    step_overhead_s: _NonNegative = Field(description="Seconds added to every step "
-                                          "(scheduling, launches).")
+    params: _Positive | None = Field(None, description="Model parameters (2 FLOPs each "
+                                     "per token).")
+    layers: _Count | None = Field(None, description="Transformer layers.")
+    hidden: _Count | None = Field(None, description="Attention heads x head dim (attention "
+                                  "FLOPs per token pair = 4 x layers x hidden).")
+    kv_bytes_per_token: _Bytes | None = Field(None, description="KV cache bytes per token, "
+                                              "all layers.")
+    weight_bytes: _NonNegative | None = Field(None, description="Weight bytes read once per "
+                                              "step.")
+    peak_flops: _Rate | None = Field(None, description="Dense FLOP/s of the instance at the "
+                                     "serving precision.")
+    mfu: _Fraction | None = Field(None, description="Achieved fraction of peak_flops.")
+    hbm_bytes_per_s: _Rate | None = Field(None, description="HBM bandwidth, bytes/s.")
+    mbu: _Fraction | None = Field(None, description="Achieved fraction of the HBM "
+                                  "bandwidth.")
+    hbm_bytes: _Positive | None = Field(None, description="HBM capacity, bytes.")
+    gpu_memory_utilization: _Fraction | None = Field(
+        None, description="Share of HBM the engine uses (vLLM's gpu_memory_utilization).")
+    activation_reserve_bytes: _NonNegative | None = Field(
+        None, description="HBM kept for activations and CUDA graphs, not for KV.")
+    step_overhead_s: _NonNegative | None = Field(None, description="Seconds added to every "
+                                                 "step (scheduling, launches).")
     max_num_batched_tokens: _Count = Field(description="Token budget of one step.")
     max_num_seqs: _Count = Field(description="Most requests running at once.")
     cpu_load_s_per_token: _NonNegative = Field(description="Seconds to load one cached "
@@ -89,6 +96,37 @@ class _Figures(_Model):
                                                   "token from the shared tier.")
     natural_output_tokens: _Count = Field(description="Mean output length when the client "
                                           "does not force one.")
+    kv_capacity_tokens: _Count | None = Field(None, description="KV cache capacity in "
+                                              "tokens as the engine reports it (instead of "
+                                              "the memory figures).")
+
+
+class _Seconds(_Figure):
+    value: float = Field(ge=0, description="Seconds, finite, 0 or above.")
+
+
+class _FitSummary(_Model):
+    """How the step model was fitted and how well it explains what it was fitted on."""
+
+    method: str = Field(min_length=1, description="The fit: estimator and weighting.")
+    observations: int = Field(ge=1, description="Observations the fit used.")
+    inputs: list[str] = Field(min_length=1, description="Run folders or grids fitted on.")
+    residuals: dict[str, float] = Field(description="Relative errors of the fit on its own "
+                                        "observations, by kind (median and p90 of "
+                                        "|predicted - measured| / measured).")
+
+
+class _StepModel(_Model):
+    """A fitted step-time model (cost.py, ``FittedCost``): seconds per unit of each term."""
+
+    intercept_s: _Seconds = Field(description="Seconds every step costs.")
+    prefill_token_s: _Seconds = Field(description="Seconds per new prompt token.")
+    decode_token_s: _Seconds = Field(description="Seconds per decoded token (per sequence "
+                                     "in the batch).")
+    attention_pair_s: _Seconds = Field(description="Seconds per (query, context) token "
+                                       "pair of attention.")
+    kv_token_s: _Seconds = Field(description="Seconds per token of KV read in a step.")
+    fit: _FitSummary = Field(description="How it was fitted, and its residuals.")
 
 
 class _Provenance(_Model):
@@ -116,17 +154,46 @@ class PresetFile(_Model):
                       description="Preset name (shown in /v1/models and results).")
     summary: str = Field(min_length=1, description="One line: hardware, model, engine.")
     provenance: _Provenance = Field(description="Where the figures come from.")
+    scheduler: Literal["paged", "slots"] = Field("paged", description="How an instance "
+                                                 "schedules: paged (vLLM-style blocks, "
+                                                 "prefix cache, chunked prefill) or slots "
+                                                 "(llama.cpp-style, one prompt cache per "
+                                                 "slot).")
     figures: _Figures = Field(description="The figures, each a value and its source.")
+    step_model: _StepModel | None = Field(None, description="A fitted step-time model; "
+                                          "absent: the roofline of the figures.")
+
+    def problem(self) -> tuple[str, str] | None:
+        """(key, why) where the figures do not suit the step model, or None."""
+        fitted = self.step_model is not None
+        for k in ROOFLINE_ONLY:
+            given = getattr(self.figures, k) is not None
+            if fitted and given:
+                return f"figures.{k}", "not read by a fitted preset (step_model): remove it"
+            if not fitted and not given:
+                return f"figures.{k}", "missing (a preset without step_model needs it)"
+        if fitted and self.figures.kv_capacity_tokens is None:
+            return "figures.kv_capacity_tokens", "missing (a fitted preset says its KV " \
+                "capacity)"
+        return None
 
     def preset(self) -> Preset:
-        figs = {k: getattr(self.figures, k) for k in FIGURES}
+        figs = {k: f for k in FIGURES if (f := getattr(self.figures, k)) is not None}
+        sm = self.step_model
+        sources = [(k, f.source) for k, f in figs.items()]
+        if sm is not None:
+            sources += [(k, getattr(sm, k).source) for k in StepFit.TERMS]
         p = self.provenance
         prov = Provenance(engine=p.engine, engine_version=p.engine_version, model=p.model,
                           hardware=p.hardware, date=p.date.isoformat(),
                           sources=tuple(p.sources), notes=tuple(p.notes),
-                          figures=tuple((k, f.source) for k, f in figs.items()))
+                          figures=tuple(sources))
+        values: dict[str, Any] = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread
+        values.update((k, f.value) for k, f in figs.items())
+        fit = None if sm is None else StepFit(*(getattr(sm, k).value for k in StepFit.TERMS))
         return Preset(name=self.name, summary=self.summary, provenance=prov,
-                      **{k: f.value for k, f in figs.items()})
+                      scheduler=self.scheduler, step_fit=fit,
+                      fit_summary=None if sm is None else sm.fit.model_dump(), **values)
 
 
 def load_preset_file(path: str | Path) -> Preset:
@@ -159,17 +226,25 @@ def parse_preset(text: str, source: str = "<preset>") -> Preset:
         raise InputError("a preset file is a YAML mapping (name, summary, provenance, "
                          "figures)", source=source)
     try:
-        return PresetFile.model_validate(data).preset()
+        model = PresetFile.model_validate(data)
     except ValidationError as e:
         errs = e.errors()
         key, msg = _problem(errs[0], data)
-        lines, parts = key_lines(root), key.split(".")
-        line = next((ln for n in range(len(parts), 0, -1)  # a missing key: its parent's
-                     if (ln := lines.get(tuple(parts[:n])))), None)
         more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise InputError(one_line(msg) + more, source=source,
-                         where=f"line {line}" if line else None,
-                         field=one_line(key)) from None
+        raise _at(key, one_line(msg) + more, root, source) from None
+    bad = model.problem()
+    if bad is not None:
+        raise _at(bad[0], bad[1], root, source)
+    return model.preset()
+
+
+def _at(key: str, msg: str, root: Any, source: str) -> InputError:
+    """``msg`` about ``key`` (a dotted path) as one InputError naming its line."""
+    lines, parts = key_lines(root), key.split(".")
+    line = next((ln for n in range(len(parts), 0, -1)  # a missing key: its parent's
+                 if (ln := lines.get(tuple(parts[:n])))), None)
+    return InputError(msg, source=source, where=f"line {line}" if line else None,
+                      field=one_line(key))
 
 
 def _problem(err: Any, data: Any) -> tuple[str, str]:
@@ -206,14 +281,22 @@ def preset_yaml(preset: Preset) -> str:
     import yaml
 
     prov = preset.provenance
-    data = {
+    given = dict(prov.figures)
+    data: dict[str, Any] = {
         "format": 1, "name": preset.name, "summary": preset.summary,
         "provenance": {"engine": prov.engine, "engine_version": prov.engine_version,
                        "model": prov.model, "hardware": prov.hardware, "date": prov.date,
                        "sources": list(prov.sources), "notes": list(prov.notes)},
-        "figures": {k: {"value": getattr(preset, k), "source": prov.source_of(k)}
-                    for k in FIGURES},
     }
+    if preset.scheduler != "paged":
+        data["scheduler"] = preset.scheduler
+    data["figures"] = {k: {"value": getattr(preset, k), "source": given[k]}
+                       for k in FIGURES if k in given}
+    fit = preset.step_fit
+    if fit is not None:
+        data["step_model"] = {k: {"value": getattr(fit, k), "source": given.get(k, "fitted")}
+                              for k in StepFit.TERMS}
+        data["step_model"]["fit"] = dict(preset.fit_summary or {})
     head = "# agentbench simulator preset (format: docs/engines.md, \"Simulator presets\")\n"
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from agentbench.scenario.model import is_preset_path
-from agentbench.sim.cost import StepCost, seconds_per_byte, seconds_per_flop
+from agentbench.sim.cost import StepFit, seconds_per_byte, seconds_per_flop, step_cost
 
 #: folder of the shipped preset files
 PRESET_DIR = Path(__file__).resolve().parent / "preset_files"
@@ -25,7 +26,14 @@ FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "
            "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes", "gpu_memory_utilization",
            "activation_reserve_bytes", "step_overhead_s", "max_num_batched_tokens",
            "max_num_seqs", "cpu_load_s_per_token", "shared_load_s_per_token",
-           "natural_output_tokens")
+           "natural_output_tokens", "kv_capacity_tokens")
+#: the figures only the roofline reads: a fitted preset (``step_fit``) has none of them
+ROOFLINE_ONLY = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes",
+                 "peak_flops", "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes",
+                 "gpu_memory_utilization", "activation_reserve_bytes", "step_overhead_s")
+#: how an instance schedules: vLLM-style paged blocks with prefix caching and chunked
+#: prefill, or llama.cpp-style slots each keeping its own prompt's cache
+SCHEDULERS = ("paged", "slots")
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,13 @@ class Preset:
     shared_load_s_per_token: float  # shared tier (RDMA) -> GPU, per token
     natural_output_tokens: int  # mean output length when the client does not force one
     provenance: Provenance = field(default_factory=Provenance)
+    #: KV capacity in tokens as the engine reports it (None: from the memory figures)
+    kv_capacity_tokens: int | None = None
+    #: step times from this fit instead of the roofline (a preset fitted to an engine)
+    step_fit: StepFit | None = None
+    scheduler: str = "paged"  # one of SCHEDULERS
+    #: how the fit was made and its residuals (a preset file's step_model.fit)
+    fit_summary: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def s_per_flop(self) -> float:
@@ -94,7 +109,10 @@ class Preset:
         return seconds_per_byte(self.hbm_bytes_per_s, self.mbu)
 
     def cache_tokens(self) -> int:
-        """KV capacity in tokens: (HBM x utilization - weights - activations) / KV bytes."""
+        """KV capacity in tokens: as the engine reported it, else (HBM x utilization -
+        weights - activations) / KV bytes."""
+        if self.kv_capacity_tokens is not None:
+            return self.kv_capacity_tokens
         free = self.hbm_bytes * self.gpu_memory_utilization - self.weight_bytes \
             - self.activation_reserve_bytes
         return max(0, int(free // self.kv_bytes_per_token))
@@ -106,7 +124,13 @@ class Preset:
     def describe(self) -> str:
         """Name, summary, the speeds the figures imply and their provenance."""
         lines = [f"{self.name}: {self.summary}"]
-        if self.peak_flops != math.inf:
+        if self.step_fit is not None:
+            lines.append(f"  fitted step model, {self.scheduler} scheduler; KV capacity "
+                         f"{self.cache_tokens():,} tokens; prefill ~"
+                         f"{self.prefill_tokens_per_s(0, 512):,.0f} tok/s cold (512-token "
+                         f"chunks); single-stream decode ~"
+                         f"{1 / self.decode_step_s(1, 2_000):,.1f} tok/s at 2K context")
+        elif self.peak_flops != math.inf:
             lines.append(f"  KV capacity {self.cache_tokens():,} tokens; prefill ~"
                          f"{self.prefill_tokens_per_s(0):,.0f} tok/s cold; single-stream "
                          f"decode ~{1 / self.decode_step_s(1, 8_000):,.0f} tok/s at 8K context")
@@ -114,11 +138,11 @@ class Preset:
 
     def prefill_tokens_per_s(self, context: int, chunk: int = 8192) -> float:
         """Throughput of one prefill chunk at ``context`` tokens already present."""
-        return StepCost(self).prefill_tokens_per_s(context, chunk)
+        return step_cost(self).prefill_tokens_per_s(context, chunk)
 
     def decode_step_s(self, batch: int, context: int) -> float:
         """One decode step of ``batch`` sequences of ``context`` tokens each."""
-        return StepCost(self).decode_step_s(batch, batch * context)
+        return step_cost(self).decode_step_s(batch, batch * context)
 
 
 def _builtin() -> dict[str, Preset]:

@@ -53,8 +53,12 @@ def test_shipped_files_hold_the_presets_figures(name: str) -> None:
     for k, v in REFERENCE[name].items():
         got = getattr(p, k)
         assert got == v and type(got) is type(v), (k, got, v)
-    assert {f.name for f in fields(p)} == {"name", "summary", "provenance", *FIGURES}
-    assert [k for k, _ in p.provenance.figures] == list(FIGURES)
+    assert {f.name for f in fields(p)} == {"name", "summary", "provenance", *FIGURES,
+                                           "step_fit", "fit_summary", "scheduler"}
+    # a roofline preset: every figure but the engine-reported capacity, no fit
+    assert [k for k, _ in p.provenance.figures] == [f for f in FIGURES
+                                                    if f != "kv_capacity_tokens"]
+    assert p.step_fit is None and p.kv_capacity_tokens is None and p.scheduler == "paged"
     assert all(src for _, src in p.provenance.figures)
     prov = p.provenance
     assert prov.engine and prov.model and prov.hardware and prov.sources and prov.notes

@@ -26,14 +26,81 @@ def check(
                                          "the run had endpoints)."),
     out: Path | None = typer.Option(None, "-o", "--out", help="Folder for the simulated run "
                                     "(default: a new run folder beside RUN)."),
+    block_size: int | None = typer.Option(None, "--block-size", min=1,
+                                          help="Simulated KV block, tokens (default: the "
+                                          "engine's where the run says it, else 16)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON."),
 ) -> None:
     """Replay RUN's scenario on the simulator with --preset in virtual time and print
     predicted against measured, with each figure's error."""
     from agentbench.experiment.simcheck import format_check, sim_check
 
-    result = sim_check(run, preset, instances=instances, out=out)
+    result = sim_check(run, preset, instances=instances, out=out, block_size=block_size)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         typer.echo(format_check(result))
+
+
+@sim_app.command("fit")
+@guarded
+def fit(
+    runs: list[Path] = typer.Argument(..., help="Results folders of finished runs against "
+                                      "the engine to fit (wall-clock runs with usage)."),
+    out: Path = typer.Option(..., "-o", "--out", help="Preset YAML file to write."),
+    name: str | None = typer.Option(None, "--name", help="Preset name (default: the "
+                                    "file's stem)."),
+    engine: str | None = typer.Option(None, "--engine", help="Engine name for the "
+                                      "provenance (default: as the runs' server command "
+                                      "says: vllm, llama.cpp)."),
+    engine_version: str | None = typer.Option(None, "--engine-version"),
+    model: str = typer.Option("unknown model", "--model", help="Model, with precision."),
+    hardware: str = typer.Option("unknown hardware", "--hardware"),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="paged or slots "
+                                         "(default: slots for llama.cpp, else paged)."),
+    kv_capacity_tokens: int | None = typer.Option(None, "--kv-capacity-tokens", min=1),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
+                                                      min=1),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
+) -> None:
+    """Fit the simulator's step-time model to RUNS (non-negative least squares on each
+    request's first-token and decode windows) and write it as a preset file, with the
+    engine's capacity and limits and the fit's residuals (docs/simulator.md)."""
+    from agentbench.errors import InputError
+    from agentbench.experiment.simfit import fit_runs, fitted_preset, format_fit
+    from agentbench.sim.presetfile import parse_preset, preset_yaml
+
+    if scheduler not in (None, "paged", "slots"):
+        raise InputError("must be paged or slots", field="--scheduler")
+    if out.exists() and not force:
+        raise InputError("exists; pass --force to replace it", source=str(out))
+    result = fit_runs([str(r) for r in runs])
+    preset = fitted_preset(result, name=name or out.stem, engine=engine,
+                           engine_version=engine_version, model=model, hardware=hardware,
+                           scheduler=scheduler, kv_capacity_tokens=kv_capacity_tokens,
+                           max_num_seqs=max_num_seqs,
+                           max_num_batched_tokens=max_num_batched_tokens)
+    text = preset_yaml(preset)
+    parse_preset(text, str(out))  # what is written reads back
+    _write(out, text)
+    typer.echo(format_fit(result))
+    typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
+               f"--preset {out}")
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all; a failure is one InputError line."""
+    import contextlib
+    import os
+
+    from agentbench.errors import InputError
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise InputError(f"cannot write ({e.strerror or e})", source=str(path)) from None

@@ -50,6 +50,7 @@ class SimCheck:
     provenance: dict[str, Any]
     instances: int
     measured_time_base: str
+    block_size: int = 16
     rows: list[CheckRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -106,7 +107,7 @@ def _row(name: str, label: str, unit: str, meas: float | None, pred: float | Non
 
 def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int | None = None,
                        out: Path | None = None, default_dir: Path | None = None,
-                       source: str = "run.json") -> Any:
+                       source: str = "run.json", block_size: int | None = None) -> Any:
     """The validated ``Scenario`` that replays ``scenario`` (a run's run.json ``scenario``)
     on the simulator with ``preset`` in virtual time (see the module's docstring); results
     in ``out`` (a run folder) or, by default, a new run folder under ``default_dir``."""
@@ -127,6 +128,8 @@ def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int 
         **({k: first[k] for k in ("block_size", "max_context_tokens")
             if first.get("kind") == "simulated" and first.get(k) is not None}),
     }]
+    if block_size is not None:
+        data["endpoints"][0]["block_size"] = block_size
     data["clock"] = "virtual"
     if out is not None:
         data["output"] = {"dir": str(out.parent), "run_id": out.name}
@@ -160,12 +163,16 @@ def _preset_info(preset: str) -> tuple[str, dict[str, Any]]:
 
 
 def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
-              out: str | Path | None = None, workers: int | str | None = 1) -> SimCheck:
+              out: str | Path | None = None, workers: int | str | None = 1,
+              block_size: int | None = None) -> SimCheck:
     """Replay the finished run ``run_dir``'s scenario on the simulator with ``preset`` (a
     shipped name or a preset YAML file) in virtual time, quietly, and compare: each row
     holds the measured figure, the predicted one and the error. ``instances``: simulated
     instances (default: the run's endpoint count); ``out``: the simulated run's folder
-    (default: a new run folder beside ``run_dir``). Bad input: one ``InputError``."""
+    (default: a new run folder beside ``run_dir``); ``block_size``: the simulated KV block
+    (default: the engine's, where the run says it: vLLM's ``cache_config_info`` or
+    ``--block-size``, 1 for llama.cpp, which reuses token by token; else the simulator's
+    default). Bad input: one ``InputError``."""
     from agentbench.experiment.run import run_experiment
     from agentbench.metrics.run import load
 
@@ -178,11 +185,18 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
                          source=source)
     if instances is not None and instances < 1:
         raise InputError("must be 1 or more", field="--instances")
+    if block_size is not None and block_size < 1:
+        raise InputError("must be 1 or more", field="--block-size")
     ref, prov = _preset_info(preset)
     _trace_readable(scenario, source)
+    if block_size is None:
+        from agentbench.experiment.simfit import engine_facts
+
+        block_size = engine_facts(scenario, run.server_metrics).block_size
     sc = simulated_scenario(scenario, ref, instances=instances,
                             out=Path(out) if out is not None else None,
-                            default_dir=rd.resolve().parent, source=source)
+                            default_dir=rd.resolve().parent, source=source,
+                            block_size=block_size)
     res = run_experiment(sc, progress=False, workers=workers)
     sim = res.runs[0]
     tb = str((run.summary.get("time_base") or {}).get("kind") or "wall")
@@ -200,6 +214,7 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
         notes.append(f"the simulated run failed: {sim.failure}")
     return SimCheck(run_dir=rd, sim_dir=sim.run_dir, preset=prov["name"], provenance=prov,
                     instances=sc.endpoints[0].instances, measured_time_base=tb,
+                    block_size=sc.endpoints[0].block_size,
                     rows=compare_figures(run.summary, sim.summary), notes=notes)
 
 
@@ -229,7 +244,8 @@ def format_check(check: SimCheck) -> str:
             for r in check.rows]
     w = [max(len(x[i]) for x in [head, *body]) for i in range(4)]
     lines = [f"preset {check.preset} ({check.instances} instance"
-             f"{'s' if check.instances != 1 else ''}) checked against {check.run_dir}",
+             f"{'s' if check.instances != 1 else ''}, KV blocks of {check.block_size} "
+             f"token{'s' if check.block_size != 1 else ''}) checked against {check.run_dir}",
              f"  what is checked: {p['engine'] or '?'}"
              f"{' ' + p['engine_version'] if p.get('engine_version') else ''}, "
              f"{p['model'] or '?'} on {p['hardware'] or '?'}"

@@ -1,0 +1,127 @@
+"""``agentbench sim fit``: the step model fitted to runs. A simulator running a known fitted
+preset is the one engine whose truth is known here, so the fit is checked against it: fitted
+on one run, the preset predicts another (other agents, other concurrency) within the
+targets docs/simulator.md sets for real engines. Real engines: tests/integration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentbench.cli import app
+from agentbench.errors import InputError
+from agentbench.experiment.simcheck import sim_check
+from agentbench.experiment.simfit import engine_facts, fit_runs, fitted_preset
+from agentbench.replay import run
+from agentbench.scenario.model import Scenario
+from agentbench.sim.cost import StepFit
+from agentbench.sim.presetfile import load_preset_file, parse_preset, preset_yaml
+from tests.sim.test_fitted_preset import FIT, TEXT
+
+TRUE = TEXT.replace("value: 24576", "value: 4000000")
+
+
+def _run(out: Path, rid: str, preset: Path, sessions: int, lanes: int, seed: int) -> Path:
+    sc = Scenario.model_validate({
+        "name": rid, "seed": seed, "clock": "virtual",
+        "endpoints": [{"kind": "simulated", "name": "sim", "preset": str(preset)}],
+        "trace": {"kind": "synth", "profile": "agentx", "sessions": sessions,
+                  "transform": {"max_context_tokens": 20000}},
+        "load": {"kind": "lanes", "concurrency": lanes},
+        "timing": {"time_scale": 0.1},
+        "limits": {"max_sessions": sessions, "recycle": False},
+        "output": {"dir": str(out), "run_id": rid},
+        "server_metrics": {"enabled": False},
+    })
+    return run(sc, progress=False).run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("fit")
+    truth = tmp / "truth.yaml"
+    truth.write_text(TRUE)
+    return {"truth": truth,
+            "fit": _run(tmp / "r", "fit", truth, sessions=2, lanes=2, seed=0),
+            "held": _run(tmp / "r", "held", truth, sessions=4, lanes=4, seed=7)}
+
+
+def test_a_fit_predicts_held_out_work_of_the_engine_it_came_from(runs: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    fit = fit_runs([runs["fit"]])
+    assert fit.observations > 100 and set(fit.coef) >= {"intercept_s", "kv_token_s"}
+    assert fit.residuals["decode_median"] < 0.01 and fit.residuals["ttft_p90"] < 0.01
+    # the windows are exact on a simulator: the fit finds the coefficients it ran with
+    true = dict(zip(StepFit.TERMS, FIT.values(), strict=True))
+    for k, v in true.items():
+        assert fit.coef[k] == pytest.approx(v, rel=0.1), (k, fit.coef[k], v)
+    preset = fitted_preset(fit, name="fitted", kv_capacity_tokens=4_000_000,
+                           max_num_seqs=4, max_num_batched_tokens=2048)
+    path = tmp_path / "fitted.yaml"
+    path.write_text(preset_yaml(preset))
+    assert load_preset_file(path).step_fit == preset.step_fit
+    check = sim_check(runs["held"], str(path), out=tmp_path / "check")
+    errors = {r.metric: r.error for r in check.rows}
+    assert abs(errors["e2e_p50"]) < 0.15 and abs(errors["itl_p50"]) < 0.15, errors
+    assert abs(errors["throughput"]) < 0.15 and abs(errors["ttft_p50"]) < 0.20, errors
+    assert abs(errors["hit_rate"]) < 2.0, errors
+    # and a preset fitted to nothing like it does not: the check can fail
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(TRUE.replace("decode_token_s: {value: 3.0e-4",
+                                 "decode_token_s: {value: 3.0e-3"))
+    bad = sim_check(runs["held"], str(slow), out=tmp_path / "bad")
+    assert bad.row("itl_p50").error > 0.3
+
+
+def test_engine_facts_come_from_the_server_command_and_metrics() -> None:
+    llama = engine_facts({"server": {"command": "python -m agentbench.engines llama-server "
+                                     "--tiny 512x8 -- -c 24576 -np 4 -t 2"}}, None)
+    assert (llama.family, llama.kv_capacity_tokens, llama.max_num_seqs,
+            llama.max_num_batched_tokens, llama.block_size) == ("llama.cpp", 24576, 4, 2048, 1)
+    import pandas as pd
+
+    sm = pd.DataFrame({"name": ["vllm:cache_config_info"],
+                       "labels": ["block_size=32,num_gpu_blocks=4096,engine=0"]})
+    vllm = engine_facts({"server": {"command": ["vllm", "serve", "m", "--max-num-seqs",
+                                                "8", "--max-num-batched-tokens=512"]}}, sm)
+    assert (vllm.family, vllm.kv_capacity_tokens, vllm.block_size, vllm.max_num_seqs,
+            vllm.max_num_batched_tokens) == ("vllm", 131072, 32, 8, 512)
+    assert "cache_config_info" in vllm.sources["kv_capacity_tokens"]
+    none = engine_facts({"endpoints": [{"kind": "openai"}]}, None)
+    assert none.kv_capacity_tokens is None and none.family == "openai"
+
+
+def test_cli_writes_a_preset_and_keeps_an_existing_one(runs: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "engine.yaml"
+    args = ["sim", "fit", str(runs["fit"]), "-o", str(out), "--kv-capacity-tokens",
+            "100000", "--engine", "test-engine", "--model", "m", "--hardware", "h"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "intercept_s" in res.output and "residuals" in res.output
+    p = parse_preset(out.read_text())
+    assert p.name == "engine" and p.provenance.engine == "test-engine"
+    assert p.kv_capacity_tokens == 100000 and p.step_fit is not None
+    assert p.fit_summary and p.fit_summary["inputs"] == [str(runs["fit"])]
+    before = out.read_text()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "exists" in again.output and out.read_text() == before
+    assert CliRunner().invoke(app, [*args, "--force", "--name", "x"]).exit_code == 0
+    assert parse_preset(out.read_text()).name == "x"
+
+
+def test_without_a_capacity_the_fit_says_which_option_gives_it(runs: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["sim", "fit", str(runs["fit"]), "-o",
+                                   str(tmp_path / "p.yaml")])
+    assert res.exit_code == 2 and "--kv-capacity-tokens" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "p.yaml").exists()
+
+
+def test_bad_runs_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        fit_runs([])
+    res = CliRunner().invoke(app, ["sim", "fit", str(tmp_path), "-o", str(tmp_path / "p")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output

@@ -45,7 +45,7 @@ def check(
 @sim_app.command("fit")
 @guarded
 def fit(
-    runs: list[Path] = typer.Argument(..., help="Results folders of finished runs against "
+    runs: list[Path] = typer.Argument(None, help="Results folders of finished runs against "
                                       "the engine to fit (wall-clock runs with usage)."),
     out: Path = typer.Option(..., "-o", "--out", help="Preset YAML file to write."),
     name: str | None = typer.Option(None, "--name", help="Preset name (default: the "
@@ -63,10 +63,22 @@ def fit(
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
                                                       min=1),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
+    endpoint: str | None = typer.Option(None, "--endpoint", help="Profile this running "
+                                        "OpenAI-compatible endpoint first (a grid of "
+                                        "prefill and decode requests, a few minutes) and "
+                                        "fit on its runs too."),
+    served_model: str = typer.Option("default", "--served-model", help="Model name the "
+                                     "--endpoint serves."),
+    api: str = typer.Option("chat", "--api", help="chat or completions (--endpoint)."),
+    max_context: int = typer.Option(4096, "--max-context", min=256, help="The grid's "
+                                    "longest prompt plus output, tokens (--endpoint)."),
+    grid_out: Path | None = typer.Option(None, "--grid-out", help="Folder for the grid's "
+                                         "runs (default: beside --out)."),
 ) -> None:
-    """Fit the simulator's step-time model to RUNS (non-negative least squares on each
-    request's first-token and decode windows) and write it as a preset file, with the
-    engine's capacity and limits and the fit's residuals (docs/simulator.md)."""
+    """Fit the simulator's step-time model to RUNS and/or a profile of --endpoint
+    (non-negative least squares on each request's first-token and decode windows) and
+    write it as a preset file, with the engine's capacity and limits and the fit's
+    residuals (docs/simulator.md)."""
     from agentbench.errors import InputError
     from agentbench.experiment.simfit import fit_runs, fitted_preset, format_fit
     from agentbench.sim.presetfile import parse_preset, preset_yaml
@@ -75,7 +87,19 @@ def fit(
         raise InputError("must be paged or slots", field="--scheduler")
     if out.exists() and not force:
         raise InputError("exists; pass --force to replace it", source=str(out))
-    result = fit_runs([str(r) for r in runs])
+    dirs = [str(r) for r in runs or []]
+    if endpoint is None and not dirs:
+        raise InputError("name run folders to fit on, or --endpoint to profile")
+    if api not in ("chat", "completions"):
+        raise InputError("must be chat or completions", field="--api")
+    if endpoint is not None:
+        from agentbench.experiment.simgrid import run_grid
+
+        where = grid_out or out.with_name(out.stem + "-grid")
+        typer.echo(f"profiling {endpoint}: grid runs in {where}", err=True)
+        dirs += [str(d) for d in run_grid(endpoint, served_model, where, api=api,
+                                          max_context=max_context)]
+    result = fit_runs(dirs)
     preset = fitted_preset(result, name=name or out.stem, engine=engine,
                            engine_version=engine_version, model=model, hardware=hardware,
                            scheduler=scheduler, kv_capacity_tokens=kv_capacity_tokens,

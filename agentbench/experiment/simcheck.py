@@ -53,6 +53,10 @@ class SimCheck:
     block_size: int = 16
     rows: list[CheckRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: request by request (the same session, copy and turn in both runs): median and p90
+    #: of |predicted / measured - 1| of TTFT and E2E, of |predicted - measured| cached
+    #: share in points, and the requests matched
+    per_request: dict[str, float] = field(default_factory=dict)
 
     def row(self, metric: str) -> CheckRow:
         return next(r for r in self.rows if r.metric == metric)
@@ -212,10 +216,46 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
                      "measured that much faster")
     if sim.failure:
         notes.append(f"the simulated run failed: {sim.failure}")
+    per_request = request_errors(run.requests, load(sim.run_dir).requests)
     return SimCheck(run_dir=rd, sim_dir=sim.run_dir, preset=prov["name"], provenance=prov,
+                    per_request=per_request,
                     instances=sc.endpoints[0].instances, measured_time_base=tb,
                     block_size=sc.endpoints[0].block_size,
                     rows=compare_figures(run.summary, sim.summary), notes=notes)
+
+
+def request_errors(measured: Any, predicted: Any) -> dict[str, float]:
+    """Errors request by request: both runs' successful requests matched on session, copy
+    and turn (see ``SimCheck.per_request``)."""
+    import numpy as np
+
+    key = ["session_id", "copy", "turn"]
+    cols = [*key, "ttft_ms", "e2e_ms", "prompt_tokens", "cached_tokens"]
+
+    def ok(df: Any) -> Any:
+        d = df[df["status"] == "ok"][cols].copy()
+        d["session_id"] = d["session_id"].astype(str)
+        return d.drop_duplicates(key)
+
+    both = ok(measured).merge(ok(predicted), on=key, suffixes=("_m", "_p"))
+    out: dict[str, float] = {"matched": float(len(both))}
+    if not len(both):
+        return out
+    for name in ("ttft_ms", "e2e_ms"):
+        m, p = both[f"{name}_m"].to_numpy(float), both[f"{name}_p"].to_numpy(float)
+        good = np.isfinite(m) & np.isfinite(p) & (m > 0)
+        if good.any():
+            e = np.abs(p[good] / m[good] - 1)
+            out[f"{name[:-3]}_median"] = float(np.median(e))
+            out[f"{name[:-3]}_p90"] = float(np.quantile(e, 0.9))
+    share = [both[f"cached_tokens_{s}"].to_numpy(float)
+             / np.maximum(both[f"prompt_tokens_{s}"].to_numpy(float), 1) for s in "mp"]
+    d = np.abs(share[1] - share[0])
+    d = d[np.isfinite(d)]
+    if len(d):
+        out["cached_share_median_pt"] = float(100 * np.median(d))
+        out["cached_share_p90_pt"] = float(100 * np.quantile(d, 0.9))
+    return out
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -257,6 +297,17 @@ def format_check(check: SimCheck) -> str:
     lines.append("")
     lines.append("error column: predicted / measured - 1 (hit rate: predicted - measured, in "
                  "points)")
+    pr = check.per_request
+    if pr.get("matched"):
+        parts = [f"TTFT {pr['ttft_median']:.1%} (p90 {pr['ttft_p90']:.1%})"
+                 if "ttft_median" in pr else "",
+                 f"E2E {pr['e2e_median']:.1%} (p90 {pr['e2e_p90']:.1%})"
+                 if "e2e_median" in pr else "",
+                 f"cached share {pr['cached_share_median_pt']:.1f} pt (p90 "
+                 f"{pr['cached_share_p90_pt']:.1f} pt)" if "cached_share_median_pt" in pr
+                 else ""]
+        lines.append(f"request by request ({pr['matched']:.0f} matched), median |error|: "
+                     + ", ".join(p for p in parts if p))
     lines += [f"note: {n}" for n in check.notes]
     lines.append(f"predicted run: {check.sim_dir}")
     return "\n".join(lines)

@@ -39,10 +39,13 @@ import numpy.typing as npt
 
 from agentbench.errors import InputError
 
-#: the model's terms, in ``StepFit.TERMS`` order
+#: the model's terms, in ``StepFit.TERMS`` order: the step's five, then the time each request
+#: spends outside the engine's steps (HTTP, tokenizing, the API server: ``request_s``)
 TERMS = ("intercept_s", "prefill_token_s", "decode_token_s", "attention_pair_s",
-         "kv_token_s")
+         "kv_token_s", "request_s")
 Matrix = npt.NDArray[np.float64]
+#: token events this close together are taken as ends of one engine step
+SAME_STEP_S = 1e-3
 
 
 @dataclass
@@ -168,10 +171,12 @@ def _labels(v: Any) -> dict[str, str]:
     return out
 
 
-def run_windows(run_dir: str | Path, budget: int | None = None) -> tuple[Windows,
+def run_windows(run_dir: str | Path, budget: int | None = None,
+                lead: float = 0.0) -> tuple[Windows,
                                                                          EngineFacts]:
     """The windows of one finished run (see the module's docstring) and its engine facts;
-    ``budget``: tokens per step (a prefill longer than it takes several steps)."""
+    ``budget``: tokens per step (a prefill longer than it takes several steps); ``lead``:
+    seconds from sending a request to its reaching the engine (the fit's ``request_s``)."""
     from agentbench.metrics.run import load
 
     run = load(Path(run_dir))
@@ -183,9 +188,8 @@ def run_windows(run_dir: str | Path, budget: int | None = None) -> tuple[Windows
     ok = (req["status"] == "ok").to_numpy() & req["first_token_ns"].notna().to_numpy() \
         & req["prompt_tokens"].notna().to_numpy() & req["cached_tokens"].notna().to_numpy()
     idx = np.flatnonzero(ok)
-    if len(idx) < 3:
-        raise InputError(f"{len(idx)} successful requests with usage: a fit needs at least "
-                         "3", source=str(run_dir))
+    if len(idx) == 0:
+        raise InputError("no successful request with usage to fit on", source=str(run_dir))
     ev_ns = rec.events.column("token_event_ns").to_pylist()
     ev_tok = rec.events.column("token_event_tokens").to_pylist()
     sent = req["sent_ns"].to_numpy(dtype=np.float64)[idx] * sec
@@ -218,27 +222,31 @@ def run_windows(run_dir: str | Path, budget: int | None = None) -> tuple[Windows
     pre = np.stack([new, new * (cached + new / 2),
                     chunks * cached + new * (chunks + 1) / 2], axis=1)  # P, A, K
 
-    def totals(a: float, b: float, steps: float) -> list[float]:
+    def totals(a: float, b: float, steps: float, request: float = 0.0) -> list[float]:
         lo, hi = np.searchsorted(ev_t, a, "right"), np.searchsorted(ev_t, b, "right")
         d, dc = cum_n[hi] - cum_n[lo], cum_nc[hi] - cum_nc[lo]
         done = ((first > a) & (first <= b)).astype(np.float64)
         p, at, kv = done @ pre
-        return [steps, p, d, at + dc, kv + dc]
+        return [steps, p, d, at + dc, kv + dc, request]
 
     rows, ys, kinds = [], [], []
     # step ends the records show: every token event, first tokens included
     ends = np.sort(np.concatenate([ev_t, first]))
     for k in range(len(idx)):
-        # a request sent during a step waits for its end: its window starts at the next
-        # step end seen before its own first token (or when sent, if none is seen)
+        # a request reaching the engine during a step waits for its end: its window
+        # starts at the next step end seen before its own first token; if none is seen,
+        # when it was sent, and the window holds its time outside the steps
         b = first[k]
-        nxt = ends[min(np.searchsorted(ends, sent[k], "right"), len(ends) - 1)]
-        a = nxt if sent[k] < nxt < b else sent[k]
+        at = sent[k] + lead
+        nxt = ends[min(np.searchsorted(ends, at, "right"), len(ends) - 1)]
+        # (events of one step reach the client a little apart: a start within SAME_STEP_S
+        # of the first token is that step's own end)
+        a, outside = (nxt, 0.0) if at < nxt < b - SAME_STEP_S else (sent[k], 1.0)
         lo, hi = np.searchsorted(ev_t, a, "right"), np.searchsorted(ev_t, b, "right")
         # every step gives each decoding request a token: at least as many steps as the
         # most tokens one request decoded in the window
         beside = float(np.bincount(ev_r[lo:hi], ev_n[lo:hi]).max()) if hi > lo else 0.0
-        rows.append(totals(a, b, max(chunks[k], beside)))
+        rows.append(totals(a, b, max(chunks[k], beside), outside))
         ys.append(b - a)
         kinds.append("ttft")
         if last[k] > first[k]:
@@ -287,13 +295,19 @@ def fit_runs(run_dirs: list[str | Path], budget: int | None = None) -> FitResult
     """Fit the step model to one or more finished runs against the same engine."""
     if not run_dirs:
         raise InputError("name at least one run folder to fit on")
-    parts, facts = [], []
-    for rd in run_dirs:
-        w, f = run_windows(rd, budget)
-        parts.append(w)
-        facts.append(f)
-    w = Windows.join(parts)
-    coef, pred = nnls_fit(w)
+    lead = 0.0
+    for _ in range(2):  # the second pass starts the windows where requests reach the engine
+        parts, facts = [], []
+        for rd in run_dirs:
+            w, f = run_windows(rd, budget, lead)
+            parts.append(w)
+            facts.append(f)
+        w = Windows.join(parts)
+        if len(w.y) < 2 * len(TERMS):
+            raise InputError(f"{len(w.y)} windows in the runs: a fit of {len(TERMS)} terms "
+                             f"needs at least {2 * len(TERMS)}")
+        coef, pred = nnls_fit(w)
+        lead = float(coef[-1])
     if not np.all(np.isfinite(coef)) or not np.any(coef > 0):
         raise InputError("the fit found no positive step time: the runs hold too few "
                          "distinct windows")
@@ -367,7 +381,7 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                   kv_capacity_tokens=vals["kv_capacity_tokens"],
                   max_num_seqs=vals["max_num_seqs"],
                   max_num_batched_tokens=vals["max_num_batched_tokens"],
-                  step_fit=StepFit(*(c[k] for k in TERMS)), scheduler=sched,
+                  step_fit=StepFit(**c), scheduler=sched,
                   fit_summary={"method": "non-negative least squares on request windows, "
                                "rows weighted 1/measured (agentbench sim fit)",
                                "observations": fit.observations, "inputs": fit.inputs,
@@ -381,7 +395,8 @@ def format_fit(fit: FitResult) -> str:
              f"({fit.facts.family})"]
     unit = {"intercept_s": "s per step", "prefill_token_s": "s per new prompt token",
             "decode_token_s": "s per decoded token",
-            "attention_pair_s": "s per attention pair", "kv_token_s": "s per KV token read"}
+            "attention_pair_s": "s per attention pair", "kv_token_s": "s per KV token read",
+            "request_s": "s per request outside the steps (HTTP, tokenizing)"}
     for k in TERMS:
         lines.append(f"  {k:<17} {fit.coef[k]:.4g} {unit[k]}")
     lines.append("  residuals (|predicted / measured - 1| on the fitted windows): "

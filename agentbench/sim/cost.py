@@ -233,10 +233,13 @@ class StepFit:
     decode_token_s: float
     attention_pair_s: float
     kv_token_s: float
+    #: seconds a request spends outside the steps before the engine schedules it (HTTP,
+    #: tokenizing, an API server): its arrival at the instance is that much later
+    request_s: float = 0.0
 
     #: the coefficients, in the order of the model's terms (and of a preset file)
     TERMS: ClassVar[tuple[str, ...]] = ("intercept_s", "prefill_token_s", "decode_token_s",
-                                        "attention_pair_s", "kv_token_s")
+                                        "attention_pair_s", "kv_token_s", "request_s")
 
     def values(self) -> tuple[float, ...]:
         return tuple(getattr(self, k) for k in self.TERMS)

@@ -126,6 +126,9 @@ class _StepModel(_Model):
     attention_pair_s: _Seconds = Field(description="Seconds per (query, context) token "
                                        "pair of attention.")
     kv_token_s: _Seconds = Field(description="Seconds per token of KV read in a step.")
+    request_s: _Seconds | None = Field(None, description="Seconds a request spends before "
+                                       "the engine schedules it (HTTP, tokenizing, an API "
+                                       "server); absent: none.")
     fit: _FitSummary = Field(description="How it was fitted, and its residuals.")
 
 
@@ -182,7 +185,8 @@ class PresetFile(_Model):
         sm = self.step_model
         sources = [(k, f.source) for k, f in figs.items()]
         if sm is not None:
-            sources += [(k, getattr(sm, k).source) for k in StepFit.TERMS]
+            sources += [(k, f.source) for k in StepFit.TERMS
+                        if (f := getattr(sm, k)) is not None]
         p = self.provenance
         prov = Provenance(engine=p.engine, engine_version=p.engine_version, model=p.model,
                           hardware=p.hardware, date=p.date.isoformat(),
@@ -190,7 +194,8 @@ class PresetFile(_Model):
                           figures=tuple(sources))
         values: dict[str, Any] = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread
         values.update((k, f.value) for k, f in figs.items())
-        fit = None if sm is None else StepFit(*(getattr(sm, k).value for k in StepFit.TERMS))
+        fit = None if sm is None else StepFit(**{k: f.value for k in StepFit.TERMS
+                                                 if (f := getattr(sm, k)) is not None})
         return Preset(name=self.name, summary=self.summary, provenance=prov,
                       scheduler=self.scheduler, step_fit=fit,
                       fit_summary=None if sm is None else sm.fit.model_dump(), **values)
@@ -295,7 +300,7 @@ def preset_yaml(preset: Preset) -> str:
     fit = preset.step_fit
     if fit is not None:
         data["step_model"] = {k: {"value": getattr(fit, k), "source": given.get(k, "fitted")}
-                              for k in StepFit.TERMS}
+                              for k in StepFit.TERMS if k != "request_s" or k in given}
         data["step_model"]["fit"] = dict(preset.fit_summary or {})
     head = "# agentbench simulator preset (format: docs/engines.md, \"Simulator presets\")\n"
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)

@@ -1,0 +1,104 @@
+"""The active side of ``agentbench sim fit`` (issue #23): a small grid of requests sent to a
+running OpenAI-compatible endpoint, whose runs the passive fit (``simfit``) then reads
+(docs/simulator.md, "Fitting a preset").
+
+The grid is made of traces, replayed by agentbench's own replay, so what it measures is
+what a run measures:
+
+* **prefill** (one lane): pairs of turns, a cold prompt of ``S`` tokens and then the same
+  prompt extended by ``N`` new ones (cached ``S``), for ``S`` and ``N`` at several
+  fractions of the context, repeated; a few tokens of output each;
+* **decode** (one run per concurrency ``B``): ``2 B`` single-turn requests of short and
+  long prompts, 64 output tokens each, so ``B`` decode together at a time.
+
+Every run has its own seed, so no run reuses another's prompts from the engine's cache.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentbench.errors import InputError
+
+#: fractions of the context window: cold prompt sizes, then new tokens after one
+PREFILL_SIZES = (1 / 16, 1 / 4, 1 / 2)
+NEW_SIZES = (1 / 32, 1 / 8, 1 / 4)
+DECODE_OUTPUT = 64
+BLOCK = 16
+
+
+def _session(sid: str, sizes: list[int], output: int, next_id: list[int]) -> Any:
+    """A session whose turn ``k`` repeats turn ``k - 1``'s prompt and adds to it."""
+    from agentbench.traces.model import Session, Turn
+
+    turns, ids = [], np.zeros(0, dtype=np.int64)
+    for k, size in enumerate(sizes):
+        need = -(-size // BLOCK) - len(ids)
+        ids = np.concatenate([ids, np.arange(next_id[0], next_id[0] + need, dtype=np.int64)])
+        next_id[0] += need
+        turns.append(Turn(turn=k, t=0.0, think_s=0.0, api_s=None, input_tokens=size,
+                          output_tokens=output, hash_ids=ids.copy(), block_size=BLOCK))
+    return Session(session_id=sid, parent_id=None, relation="root", parent_turn=None,
+                   join_turn=None, model=None, source="sim-fit-grid", scope="grid",
+                   start_s=0.0, turns=turns)
+
+
+def grid_traces(max_context: int, concurrency: tuple[int, ...], repeats: int = 2
+                ) -> dict[str, tuple[Any, int]]:
+    """The grid's traces by run name, each with the lanes it runs at."""
+    from agentbench.traces.model import Trace
+
+    if max_context < 256:
+        raise InputError("must be at least 256 tokens", field="--max-context")
+    out_room = DECODE_OUTPUT + 8
+    ctx = max_context - out_room
+    next_id = [1]
+    pre = []
+    for r in range(repeats):
+        for s in PREFILL_SIZES:
+            for n in NEW_SIZES:
+                cold, more = int(ctx * s), int(ctx * n)
+                if cold + more <= ctx:
+                    pre.append(_session(f"p{r}-{cold}-{more}", [cold, cold + more], 4,
+                                        next_id))
+    out: dict[str, tuple[Any, int]] = {"grid-prefill": (Trace(pre, "sim-fit-prefill"), 1)}
+    for b in concurrency:
+        sizes = [int(ctx / 16), int(ctx / 2)]
+        dec = [_session(f"d{b}-{i}", [sizes[i // b]], DECODE_OUTPUT, next_id)
+               for i in range(2 * b)]
+        out[f"grid-decode-c{b}"] = (Trace(dec, f"sim-fit-decode-c{b}"), b)
+    return out
+
+
+def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
+             max_context: int = 4096, concurrency: tuple[int, ...] = (1, 2, 4, 8),
+             timeout_s: float = 300.0, progress: bool = False) -> list[Path]:
+    """Send the grid to the endpoint at ``url``; the run folders (in ``out_dir``)."""
+    from agentbench.replay import run
+    from agentbench.scenario.loading import validate_data
+    from agentbench.traces.readers.native import write
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dirs = []
+    # seeds of their own: no run, of this grid or an earlier one, meets its prompts cached
+    base = int.from_bytes(os.urandom(4), "little") << 8
+    for seed, (name, (trace, lanes)) in enumerate(
+            grid_traces(max_context, concurrency).items(), start=base):
+        path = write(trace, out_dir / f"{name}.parquet")
+        sc = validate_data({
+            "name": name, "seed": seed,
+            "endpoints": [{"kind": "openai", "name": "engine", "url": url, "model": model,
+                           "api": api, "ignore_eos": True, "timeout_s": timeout_s}],
+            "trace": {"kind": "file", "source": str(path)},
+            "load": {"kind": "lanes", "concurrency": lanes},
+            "timing": {"strategy": "think-only", "time_scale": 0.0},
+            "limits": {"recycle": False},
+            "output": {"dir": str(out_dir), "run_id": name},
+        }, "sim fit grid")
+        res = run(sc, progress=progress)
+        dirs.append(Path(res.run_dir))
+    return dirs

@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,7 +292,7 @@ def residuals(w: Windows, pred: Matrix) -> dict[str, float]:
     return out
 
 
-def fit_runs(run_dirs: list[str | Path], budget: int | None = None) -> FitResult:
+def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitResult:
     """Fit the step model to one or more finished runs against the same engine."""
     if not run_dirs:
         raise InputError("name at least one run folder to fit on")

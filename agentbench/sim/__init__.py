@@ -18,7 +18,8 @@ Modules: ``presets`` (timing parameters and their sources, shipped as
 step-time model: every step's duration), ``prompt`` (token counts and prefix-chained block
 hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and ``kvties`` (its
 closed-form eviction of equal-time chains), ``engine`` (one instance's scheduler),
-``decoderuns`` (its decode-only steps computed ahead), ``cluster`` (router, shared tier,
+``decoderuns`` (its decode-only steps computed ahead), ``slots`` (an instance scheduled as
+llama.cpp's llama-server: ``scheduler: slots``), ``cluster`` (router, shared tier,
 wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram`` (latency histograms),
 ``metrics`` (Prometheus text), ``server`` (HTTP), ``process`` (the child process),
 ``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).

@@ -21,6 +21,7 @@ from agentbench.sim.engine import Instance, SimRequest, context_error, first_fit
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset
 from agentbench.sim.prompt import U64, PromptHasher
+from agentbench.sim.slots import SlotInstance
 
 
 class SimRejected(Exception):
@@ -101,10 +102,16 @@ class Cluster:
         tier = cfg.shared_tier
         self.shared = PrefixCache(tier.capacity_blocks, "shared") if tier else None
         load = tier.load_s_per_token if tier is not None else None
-        self.instances = [
-            Instance(i, self.preset, cfg.block_size, self.cache_blocks, cfg.cpu_offload_blocks,
-                     self.shared, load, cfg.speedup)
-            for i in range(cfg.instances)]
+        if self.preset.scheduler == "slots":  # llama.cpp: the CPU tier is its RAM cache
+            ram = cfg.cpu_offload_blocks * cfg.block_size or None
+            self.instances: list[Instance] = [
+                SlotInstance(i, self.preset, cfg.block_size, self.cache_blocks, ram_tokens=ram,
+                             speedup=cfg.speedup) for i in range(cfg.instances)]
+        else:
+            self.instances = [
+                Instance(i, self.preset, cfg.block_size, self.cache_blocks,
+                         cfg.cpu_offload_blocks, self.shared, load, cfg.speedup)
+                for i in range(cfg.instances)]
         self.router = Router(cfg.router, cfg.instances, cfg.cache_aware_max_imbalance,
                              cfg.seed)
         self.hasher = PromptHasher(cfg.block_size)

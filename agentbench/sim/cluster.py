@@ -115,6 +115,9 @@ class Cluster:
         self.router = Router(cfg.router, cfg.instances, cfg.cache_aware_max_imbalance,
                              cfg.seed)
         self.hasher = PromptHasher(cfg.block_size)
+        fit = self.preset.step_fit
+        #: simulated seconds before a routed request reaches its instance's queue
+        self.request_s = fit.request_s if fit is not None else 0.0
         self.clock = clock
         self._t0 = clock()
         self.created = int(time.time())
@@ -186,6 +189,8 @@ class Cluster:
     def place(self, req: SimRequest, index: int) -> Instance:
         """``submit``'s second half: queue ``req`` on instance ``index`` (from ``route``)."""
         inst = self.instances[index]
+        if self.request_s:  # time outside the steps (a fitted preset's request_s)
+            req.arrival += self.request_s
         inst.add(req)
         if self._wake:
             self._wake[index].set()

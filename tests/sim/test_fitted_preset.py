@@ -120,3 +120,41 @@ def test_a_run_on_a_fitted_preset_is_deterministic_and_follows_its_fit(tmp_path:
     assert a.num_rows > 5 and set(a.column("status").to_pylist()) == {"ok"}
     assert a.drop(["request_id"]).equals(b.drop(["request_id"]))
     assert _ttft_sum(s) > 2 * _ttft_sum(a) > 0
+
+
+def test_request_s_delays_each_request_by_that_much(tmp_path: Path) -> None:
+    """A fitted preset's time outside the steps (HTTP, tokenizing) comes before the engine
+    sees the request: with one lane nothing else moves, so every first token is exactly
+    that much later."""
+    text = TEXT.replace("value: 24576", "value: 4000000")
+    plain, slow = tmp_path / "plain.yaml", tmp_path / "slow.yaml"
+    plain.write_text(text)
+    slow.write_text(text.replace("  kv_token_s: {value: 2.0e-7, source: fitted}\n",
+                                 "  kv_token_s: {value: 2.0e-7, source: fitted}\n"
+                                 "  request_s: {value: 0.05, source: fitted}\n"))
+    assert parse_preset(slow.read_text()).step_fit.request_s == 0.05  # type: ignore[union-attr]
+    a, b = (pq.read_table(_one_lane_run(tmp_path / "out", rid, str(p)) / "requests.parquet")
+            for rid, p in (("a", plain), ("b", slow)))
+    ttft = [[f - s for f, s in zip(t.column("first_token_ns").to_pylist(),
+                                   t.column("sent_ns").to_pylist(), strict=True)]
+            for t in (a, b)]
+    assert len(ttft[0]) > 5
+    assert all(abs(y - x - 50_000_000) <= 1 for x, y in zip(*ttft, strict=True)), ttft
+
+
+def _one_lane_run(out: Path, rid: str, preset: str) -> Path:
+    from agentbench.replay import run
+    from agentbench.scenario.model import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "one-lane", "seed": 0, "clock": "virtual",
+        "endpoints": [{"kind": "simulated", "name": "sim", "preset": preset}],
+        "trace": {"kind": "synth", "profile": "agentx", "sessions": 1,
+                  "transform": {"max_context_tokens": 8000}},
+        "load": {"kind": "lanes", "concurrency": 1},
+        "timing": {"time_scale": 0.0},
+        "limits": {"max_sessions": 1, "recycle": False},
+        "output": {"dir": str(out), "run_id": rid},
+        "server_metrics": {"enabled": False},
+    })
+    return run(sc, progress=False).run_dir

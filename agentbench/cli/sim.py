@@ -74,6 +74,9 @@ def fit(
                                     "longest prompt plus output, tokens (--endpoint)."),
     grid_out: Path | None = typer.Option(None, "--grid-out", help="Folder for the grid's "
                                          "runs (default: beside --out)."),
+    header: list[str] = typer.Option(None, "--header", help="'Name: value' sent with "
+                                     "every grid request (repeatable; ${ENV} expands as in "
+                                     "a scenario)."),
 ) -> None:
     """Fit the simulator's step-time model to RUNS and/or a profile of --endpoint
     (non-negative least squares on each request's first-token and decode windows) and
@@ -97,8 +100,14 @@ def fit(
 
         where = grid_out or out.with_name(out.stem + "-grid")
         typer.echo(f"profiling {endpoint}: grid runs in {where}", err=True)
+        headers = {}
+        for h in header or []:
+            k, sep, v = h.partition(":")
+            if not sep or not k.strip():
+                raise InputError(f"expected 'Name: value', got {h[:40]!r}", field="--header")
+            headers[k.strip()] = v.strip()
         dirs += [str(d) for d in run_grid(endpoint, served_model, where, api=api,
-                                          max_context=max_context)]
+                                          max_context=max_context, headers=headers)]
     result = fit_runs(dirs)
     preset = fitted_preset(result, name=name or out.stem, engine=engine,
                            engine_version=engine_version, model=model, hardware=hardware,

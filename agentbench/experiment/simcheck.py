@@ -81,9 +81,12 @@ def figures(summary: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def compare_figures(measured: dict[str, Any], predicted: dict[str, Any]) -> list[CheckRow]:
+def compare_figures(measured: dict[str, Any], predicted: dict[str, Any],
+                    token_ratio: float = 1.0) -> list[CheckRow]:
     """The rows for two summaries (``measured``: the real run's; ``predicted``: the
-    simulated run's)."""
+    simulated run's). ``token_ratio``: the engine's prompt tokens per token of the
+    simulator's count; the measured throughput's input part is divided by it, so both
+    sides count tokens alike."""
     from agentbench.report.compare import comparison_values
 
     vals = comparison_values([measured, predicted], metrics=list(ROWS))
@@ -92,6 +95,10 @@ def compare_figures(measured: dict[str, Any], predicted: dict[str, Any]) -> list
         m = METRICS[name]
         meas, pred = (_num(vals.loc[name].iloc[0]), _num(vals.loc[name].iloc[1])) \
             if name in vals.index else (None, None)
+        if name == "throughput" and token_ratio != 1.0 and meas is not None:
+            tp = (measured.get("overall") or {}).get("throughput") or {}
+            inp, out = _num(tp.get("input_tok_s")), _num(tp.get("output_tok_s"))
+            meas = inp / token_ratio + out if inp is not None and out is not None else meas
         rows.append(_row(name, m.label, "%" if m.share else m.unit, meas, pred, m.share))
     ok_m, ok_p = figures(measured)[OK_ROW], figures(predicted)[OK_ROW]
     rows.append(_row(OK_ROW, "requests ok", "", ok_m, ok_p, False))
@@ -194,7 +201,7 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
     ref, prov = _preset_info(preset)
     _trace_readable(scenario, source)
     if block_size is None:
-        from agentbench.experiment.simfit import engine_facts
+        from agentbench.experiment.enginefacts import engine_facts
 
         block_size = engine_facts(scenario, run.server_metrics).block_size
     sc = simulated_scenario(scenario, ref, instances=instances,
@@ -216,12 +223,31 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
                      "measured that much faster")
     if sim.failure:
         notes.append(f"the simulated run failed: {sim.failure}")
+    ratio = token_ratio(run.requests)
+    if ratio != 1.0:
+        notes.append(f"the engine counted {ratio:.3f} prompt tokens per token of agentbench's "
+                     "count of the same text (its tokenizer): the measured throughput's "
+                     "input is shown in agentbench's tokens, as the simulator counts")
     per_request = request_errors(run.requests, load(sim.run_dir).requests)
     return SimCheck(run_dir=rd, sim_dir=sim.run_dir, preset=prov["name"], provenance=prov,
                     per_request=per_request,
                     instances=sc.endpoints[0].instances, measured_time_base=tb,
                     block_size=sc.endpoints[0].block_size,
-                    rows=compare_figures(run.summary, sim.summary), notes=notes)
+                    rows=compare_figures(run.summary, sim.summary, ratio), notes=notes)
+
+
+def token_ratio(requests: Any) -> float:
+    """The engine's prompt tokens per token of the trace's count (median over successful
+    requests); 1.0 when within 1% or unknown."""
+    import numpy as np
+
+    ok = requests[(requests["status"] == "ok") & requests["prompt_tokens"].notna()
+                  & (requests["expected_input_tokens"] > 0)]
+    if not len(ok):
+        return 1.0
+    r = float(np.median(ok["prompt_tokens"].to_numpy(float)
+                        / ok["expected_input_tokens"].to_numpy(float)))
+    return r if abs(r - 1.0) >= 0.01 and np.isfinite(r) and r > 0 else 1.0
 
 
 def request_errors(measured: Any, predicted: Any) -> dict[str, float]:

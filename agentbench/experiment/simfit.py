@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.errors import InputError
+from agentbench.experiment.enginefacts import EngineFacts, engine_facts
 
 #: the model's terms, in ``StepFit.TERMS`` order: the step's five, then the time each request
 #: spends outside the engine's steps (HTTP, tokenizing, the API server: ``request_s``)
@@ -66,18 +66,6 @@ class Windows:
 
 
 @dataclass
-class EngineFacts:
-    """What a run says about its engine beyond the records (None: not said)."""
-
-    family: str = "openai"  # "vllm", "llama.cpp" or the endpoint kind
-    kv_capacity_tokens: int | None = None
-    block_size: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    sources: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class FitResult:
     """The fitted coefficients, the residuals by window kind and what was fitted on."""
 
@@ -91,176 +79,149 @@ class FitResult:
 
 # ------------------------------------------------------------------ windows of one run
 
-def _flag(argv: list[str], *names: str) -> str | None:
-    """The value after the last of ``names`` in ``argv`` (``--name=value`` too)."""
-    val = None
-    for i, a in enumerate(argv):
-        for n in names:
-            if a == n and i + 1 < len(argv):
-                val = argv[i + 1]
-            elif a.startswith(n + "=") and n.startswith("--"):
-                val = a.split("=", 1)[1]
-    return val
-
-
-def _int(v: Any) -> int | None:
-    try:
-        n = int(float(v))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return n if 0 < n < 1 << 40 else None
-
-
-def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
-    """The engine family, KV capacity and scheduler limits a run's scenario (its server
-    command) and scraped metrics state."""
-    server = scenario.get("server") or {}
-    cmd = server.get("command") or ""
-    argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
-    text = " ".join(argv)
-    f = EngineFacts()
-    if "llama-server" in text or "llama_server" in text:
-        f.family = "llama.cpp"
-        n_ctx, slots = _int(_flag(argv, "-c", "--ctx-size")), _int(_flag(argv, "-np",
-                                                                          "--parallel"))
-        f.kv_capacity_tokens, f.max_num_seqs = n_ctx, slots
-        f.max_num_batched_tokens = _int(_flag(argv, "-b", "--batch-size")) or 2048
-        f.block_size = 1
-        f.sources.update(kv_capacity_tokens="the server command's -c (n_ctx)",
-                         max_num_seqs="the server command's -np (slots)",
-                         max_num_batched_tokens="the server command's -b (n_batch; "
-                         "llama-server's default 2048)",
-                         block_size="llama.cpp reuses a prompt token by token")
-    elif "vllm" in text:
-        f.family = "vllm"
-        f.max_num_seqs = _int(_flag(argv, "--max-num-seqs"))
-        f.max_num_batched_tokens = _int(_flag(argv, "--max-num-batched-tokens"))
-        f.block_size = _int(_flag(argv, "--block-size"))
-        for k, what in (("max_num_seqs", "--max-num-seqs"),
-                        ("max_num_batched_tokens", "--max-num-batched-tokens"),
-                        ("block_size", "--block-size")):
-            if getattr(f, k) is not None:
-                f.sources[k] = f"the server command's {what}"
-    sm = server_metrics
-    if sm is not None and len(sm) and "name" in sm:
-        info = sm[sm["name"] == "vllm:cache_config_info"]
-        if len(info):
-            labels = _labels(info.iloc[-1]["labels"])
-            blocks, bs = _int(labels.get("num_gpu_blocks")), _int(labels.get("block_size"))
-            if blocks and bs:
-                f.family = "vllm"
-                f.kv_capacity_tokens, f.block_size = blocks * bs, bs
-                f.sources.update(kv_capacity_tokens="vLLM's cache_config_info "
-                                 f"(num_gpu_blocks {blocks} x block_size {bs})",
-                                 block_size="vLLM's cache_config_info")
-            seqs = _int(labels.get("max_num_seqs"))
-            if seqs and f.max_num_seqs is None:
-                f.max_num_seqs = seqs
-                f.sources["max_num_seqs"] = "vLLM's cache_config_info"
-    return f
-
-
-def _labels(v: Any) -> dict[str, str]:
-    if isinstance(v, dict):
-        return {str(k): str(x) for k, x in v.items()}
-    if isinstance(v, list):  # pyarrow map as a list of pairs
-        return {str(k): str(x) for k, x in v}
-    out = {}
-    for part in str(v or "").split(","):
-        k, _, x = part.partition("=")
-        out[k.strip()] = x.strip()
-    return out
-
-
 def run_windows(run_dir: str | Path, budget: int | None = None,
-                lead: float = 0.0) -> tuple[Windows,
-                                                                         EngineFacts]:
+                lead: float = 0.0) -> tuple[Windows, EngineFacts]:
     """The windows of one finished run (see the module's docstring) and its engine facts;
-    ``budget``: tokens per step (a prefill longer than it takes several steps); ``lead``:
-    seconds from sending a request to its reaching the engine (the fit's ``request_s``)."""
+    ``budget``: tokens per step (a longer prefill takes several steps); ``lead``: seconds
+    from sending a request to its reaching the engine (the fit's ``request_s``)."""
     from agentbench.metrics.run import load
 
     run = load(Path(run_dir))
     rec = run.records
-    sec = run.time_base.factor / 1e9  # ns stamps to seconds of the run's time base
     facts = engine_facts(run.scenario, rec.server_metrics)
-    budget = budget or facts.max_num_batched_tokens or 2048
-    req = rec.requests
-    ok = (req["status"] == "ok").to_numpy() & req["first_token_ns"].notna().to_numpy() \
-        & req["prompt_tokens"].notna().to_numpy() & req["cached_tokens"].notna().to_numpy()
-    idx = np.flatnonzero(ok)
-    if len(idx) == 0:
-        raise InputError("no successful request with usage to fit on", source=str(run_dir))
-    ev_ns = rec.events.column("token_event_ns").to_pylist()
-    ev_tok = rec.events.column("token_event_tokens").to_pylist()
-    sent = req["sent_ns"].to_numpy(dtype=np.float64)[idx] * sec
-    first = req["first_token_ns"].to_numpy(dtype=np.float64)[idx] * sec
-    prompt = req["prompt_tokens"].to_numpy(dtype=np.float64)[idx]
-    cached = req["cached_tokens"].to_numpy(dtype=np.float64)[idx]
-    new = np.maximum(prompt - cached, 1.0)  # the last prompt token is always computed
-    cached = prompt - new
-    # decode events: (time, tokens, context) after each request's first event
-    t_l, n_l, c_l, r_l, last = [], [], [], [], np.empty(len(idx))
-    for k, i in enumerate(idx):
-        ts = np.asarray(ev_ns[i] or [], dtype=np.float64) * sec
-        ns = np.asarray(ev_tok[i] or [], dtype=np.float64)
-        last[k] = ts[-1] if len(ts) else first[k]
-        if len(ts) > 1:
-            ctx = prompt[k] + np.cumsum(ns)[:-1]  # context before each later event's tokens
-            t_l.append(ts[1:])
-            n_l.append(ns[1:])
-            c_l.append(ctx)
-            r_l.append(np.full(len(ts) - 1, k))
-    ev_t = np.concatenate(t_l) if t_l else np.zeros(0)
-    ev_n = np.concatenate(n_l) if n_l else np.zeros(0)
-    ev_c = np.concatenate(c_l) if c_l else np.zeros(0)
-    ev_r = np.concatenate(r_l) if r_l else np.zeros(0, dtype=np.int64)
-    order = np.argsort(ev_t, kind="stable")
-    ev_t, ev_n, ev_c, ev_r = ev_t[order], ev_n[order], ev_c[order], ev_r[order]
-    cum_n = np.concatenate([[0.0], np.cumsum(ev_n)])
-    cum_nc = np.concatenate([[0.0], np.cumsum(ev_n * ev_c)])
-    chunks = np.ceil(new / budget)
-    pre = np.stack([new, new * (cached + new / 2),
-                    chunks * cached + new * (chunks + 1) / 2], axis=1)  # P, A, K
-
-    def totals(a: float, b: float, steps: float, request: float = 0.0) -> list[float]:
-        lo, hi = np.searchsorted(ev_t, a, "right"), np.searchsorted(ev_t, b, "right")
-        d, dc = cum_n[hi] - cum_n[lo], cum_nc[hi] - cum_nc[lo]
-        done = ((first > a) & (first <= b)).astype(np.float64)
-        p, at, kv = done @ pre
-        return [steps, p, d, at + dc, kv + dc, request]
-
+    t = _Timeline(rec, run.time_base.factor / 1e9, str(run_dir))
+    facts.token_ratio = t.token_ratio
+    # the step budget in the simulator's tokens
+    t.chunk_prefills(max(1.0, (budget or facts.max_num_batched_tokens or 2048)
+                         / t.token_ratio))
     rows, ys, kinds = [], [], []
-    # step ends the records show: every token event, first tokens included
-    ends = np.sort(np.concatenate([ev_t, first]))
-    for k in range(len(idx)):
-        # a request reaching the engine during a step waits for its end: its window
-        # starts at the next step end seen before its own first token; if none is seen,
-        # when it was sent, and the window holds its time outside the steps
-        b = first[k]
-        at = sent[k] + lead
-        nxt = ends[min(np.searchsorted(ends, at, "right"), len(ends) - 1)]
-        # (events of one step reach the client a little apart: a start within SAME_STEP_S
-        # of the first token is that step's own end)
-        a, outside = (nxt, 0.0) if at < nxt < b - SAME_STEP_S else (sent[k], 1.0)
-        lo, hi = np.searchsorted(ev_t, a, "right"), np.searchsorted(ev_t, b, "right")
-        # every step gives each decoding request a token: at least as many steps as the
-        # most tokens one request decoded in the window
-        beside = float(np.bincount(ev_r[lo:hi], ev_n[lo:hi]).max()) if hi > lo else 0.0
-        rows.append(totals(a, b, max(chunks[k], beside), outside))
+    for k in range(len(t.sent)):
+        a, b, outside = t.first_token_window(k, lead)
+        rows.append(t.totals(a, b, max(t.chunks[k], t.most_tokens(a, b)), outside))
         ys.append(b - a)
         kinds.append("ttft")
-        if last[k] > first[k]:
-            steps = float(np.sum(np.asarray(ev_tok[idx[k]], dtype=np.float64)[1:]))
-            rows.append(totals(first[k], last[k], steps))
-            ys.append(last[k] - first[k])
+        if t.last[k] > t.first[k]:
+            rows.append(t.totals(t.first[k], t.last[k], t.decoded[k]))
+            ys.append(t.last[k] - t.first[k])
             kinds.append("decode")
-    name = Path(run_dir).name
-    w = Windows(np.asarray(rows, dtype=np.float64), np.asarray(ys, dtype=np.float64), kinds,
-                [name] * len(ys))
-    keep = w.y > 0
-    return Windows(w.x[keep], w.y[keep], [k for k, g in zip(w.kind, keep, strict=True) if g],
-                   [r for r, g in zip(w.run, keep, strict=True) if g]), facts
+    y = np.asarray(ys, dtype=np.float64)
+    keep = y > 0
+    x = np.asarray(rows, dtype=np.float64).reshape(len(ys), len(TERMS))
+    return Windows(x[keep], y[keep], [k for k, g in zip(kinds, keep, strict=True) if g],
+                   [Path(run_dir).name] * int(keep.sum())), facts
+
+
+class _Timeline:
+    """One run's successful requests as the engine saw them, in the simulator's tokens:
+    decode events (time, tokens, context, request) and prefill chunks (the time their
+    step ended, tokens, tokens present before them), each sorted by time with running
+    sums, so a window's totals are a few binary searches."""
+
+    def __init__(self, rec: Any, sec: float, source: str) -> None:
+        req = rec.requests
+        ok = (req["status"] == "ok").to_numpy() & req["first_token_ns"].notna().to_numpy() \
+            & req["prompt_tokens"].notna().to_numpy() & req["cached_tokens"].notna().to_numpy()
+        idx = np.flatnonzero(ok)
+        if len(idx) == 0:
+            raise InputError("no successful request with usage to fit on", source=source)
+
+        def col(name: str) -> Matrix:
+            return req[name].to_numpy(dtype=np.float64)[idx]
+
+        self.sent, self.first = col("sent_ns") * sec, col("first_token_ns") * sec
+        prompt, cached, expected = col("prompt_tokens"), col("cached_tokens"), \
+            col("expected_input_tokens")
+        # in the simulator's tokens: the trace's count, cached in the engine's proportion
+        # (an engine's tokenizer may count the same text otherwise: llama.cpp's vocabulary
+        # here about 2.1x; the coefficients must be per token as the simulator counts them)
+        ratio = np.where(expected > 0, prompt / np.maximum(expected, 1.0), 1.0)
+        self.token_ratio = float(np.median(ratio))
+        prompt, cached = prompt / ratio, cached / ratio
+        self.new = np.maximum(prompt - cached, 1.0)  # the last prompt token is computed
+        self.cached = np.maximum(prompt - self.new, 0.0)
+        ev_ns = rec.events.column("token_event_ns").to_pylist()
+        ev_tok = rec.events.column("token_event_tokens").to_pylist()
+        parts: list[list[Matrix]] = [[], [], [], []]  # times, tokens, contexts, requests
+        self.last, self.decoded = np.empty(len(idx)), np.zeros(len(idx))
+        for k, i in enumerate(idx):
+            ts = np.asarray(ev_ns[i] or [], dtype=np.float64) * sec
+            ns = np.asarray(ev_tok[i] or [], dtype=np.float64)
+            self.last[k] = ts[-1] if len(ts) else self.first[k]
+            if len(ts) > 1:  # the events after the first: decode steps
+                parts[0].append(ts[1:])
+                parts[1].append(ns[1:])
+                parts[2].append(prompt[k] + np.cumsum(ns)[:-1])  # context before each
+                parts[3].append(np.full(len(ts) - 1, float(k)))
+                self.decoded[k] = float(ns[1:].sum())
+        ev = [np.concatenate(p) if p else np.zeros(0) for p in parts]
+        order = np.argsort(ev[0], kind="stable")
+        self.ev_t, self.ev_n, ev_c, self.ev_r = (e[order] for e in ev)
+        self.cum_n = np.concatenate([[0.0], np.cumsum(self.ev_n)])
+        self.cum_nc = np.concatenate([[0.0], np.cumsum(self.ev_n * ev_c)])
+        # step ends the records show: every token event, first tokens included
+        self.ends = np.sort(np.concatenate([self.ev_t, self.first]))
+
+    def chunk_prefills(self, budget: float) -> None:
+        """Split each prefill into steps of ``budget`` tokens, the last ending at its first
+        token and the earlier ones at the step ends seen before it (after it was sent);
+        where none is seen, with its last step."""
+        self.chunks = np.ceil(self.new / budget)
+        t_l, n_l, p_l = [], [], []
+        for k in range(len(self.sent)):
+            c = int(self.chunks[k])
+            sizes = np.full(c, budget)
+            sizes[-1] = self.new[k] - budget * (c - 1)
+            pos = self.cached[k] + np.concatenate([[0.0], np.cumsum(sizes)[:-1]])
+            lo = np.searchsorted(self.ends, self.sent[k], "right")
+            hi = np.searchsorted(self.ends, self.first[k] - SAME_STEP_S, "right")
+            seen = _distinct(self.ends[lo:hi])[-(c - 1):] if c > 1 else np.zeros(0)
+            at = np.full(c, self.first[k])
+            at[c - 1 - len(seen):c - 1] = seen
+            t_l.append(at)
+            n_l.append(sizes)
+            p_l.append(pos)
+        t, n, pos = (np.concatenate(v) for v in (t_l, n_l, p_l))
+        order = np.argsort(t, kind="stable")
+        self.pre_t = t[order]
+        n, pos = n[order], pos[order]
+        self.cum_pre = np.vstack([np.zeros(3), np.cumsum(np.stack(
+            [n, n * (pos + n / 2), pos + n], axis=1), axis=0)])  # P, A, K
+
+    def first_token_window(self, k: int, lead: float) -> tuple[float, float, float]:
+        """(start, end, 1 if the window holds the request's time outside the steps): a
+        request reaching the engine during a step waits for its end, so the window starts
+        at the next step end seen before its first token (events of one step reach the
+        client a little apart: one within SAME_STEP_S of the first token is that step's);
+        if none is seen, when it was sent."""
+        b = self.first[k]
+        at = self.sent[k] + lead
+        nxt = self.ends[min(np.searchsorted(self.ends, at, "right"), len(self.ends) - 1)]
+        return (nxt, b, 0.0) if at < nxt < b - SAME_STEP_S else (self.sent[k], b, 1.0)
+
+    def most_tokens(self, a: float, b: float) -> float:
+        """The most tokens one request decoded in (a, b]: every step gives each decoding
+        request one, so the window held at least that many steps."""
+        lo, hi = np.searchsorted(self.ev_t, a, "right"), np.searchsorted(self.ev_t, b, "right")
+        return float(np.bincount(self.ev_r[lo:hi].astype(np.int64), self.ev_n[lo:hi]).max()) \
+            if hi > lo else 0.0
+
+    def totals(self, a: float, b: float, steps: float, request: float = 0.0) -> list[float]:
+        """The terms summed over the steps that ended in (a, b]."""
+        lo, hi = np.searchsorted(self.ev_t, a, "right"), np.searchsorted(self.ev_t, b, "right")
+        d, dc = self.cum_n[hi] - self.cum_n[lo], self.cum_nc[hi] - self.cum_nc[lo]
+        plo, phi = np.searchsorted(self.pre_t, a, "right"), \
+            np.searchsorted(self.pre_t, b, "right")
+        p, at, kv = self.cum_pre[phi] - self.cum_pre[plo]
+        return [steps, p, d, at + dc, kv + dc, request]
+
+
+def _distinct(times: Matrix) -> Matrix:
+    """``times`` (sorted) with those within SAME_STEP_S of the previous kept dropped."""
+    out: list[float] = []
+    for t in times:
+        if not out or t - out[-1] > SAME_STEP_S:
+            out.append(float(t))
+    return np.asarray(out)
 
 
 # ------------------------------------------------------------------ the fit
@@ -344,12 +305,23 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
     vals: dict[str, int] = {}
     src: dict[str, str] = {}
     defaults = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
+    ratio = f.token_ratio
+    per = "" if abs(ratio - 1) < 0.01 else \
+        f", / {ratio:.3f} engine tokens per simulator token"
     for k, v in given.items():
+        tokens = k != "max_num_seqs"  # counted in the engine's tokens: converted
         if v is not None:
             vals[k], src[k] = v, "set by sim fit's option"
         elif getattr(f, k) is not None:
             vals[k], src[k] = getattr(f, k), f.sources.get(k, "the runs")
-        elif k in defaults:
+        else:
+            vals[k] = 0
+        if tokens and vals[k] and per:
+            vals[k] = max(1, round(vals[k] / ratio))
+            src[k] += per
+        if vals[k]:
+            continue
+        if k in defaults:
             vals[k], src[k] = defaults[k], f"assumption: not stated by the runs ({family})"
         else:
             raise InputError("the runs do not say the engine's KV capacity: pass "
@@ -365,6 +337,11 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
     figures += [(k, fitted) for k in TERMS]
     notes = ["residuals on the fitted windows (|predicted / measured - 1|): "
              + ", ".join(f"{k} {v:.3f}" for k, v in fit.residuals.items())]
+    if per:
+        notes.append(f"token counts: the engine's tokenizer counted {ratio:.3f} tokens per "
+                     "token of agentbench's count of the same text; the coefficients, "
+                     "capacity and step budget are per agentbench token, as the simulator "
+                     "counts")
     if f.block_size:
         notes.append(f"the engine's KV block size: {f.block_size} "
                      f"({f.sources.get('block_size', 'the runs')})")
@@ -400,6 +377,9 @@ def format_fit(fit: FitResult) -> str:
             "request_s": "s per request outside the steps (HTTP, tokenizing)"}
     for k in TERMS:
         lines.append(f"  {k:<17} {fit.coef[k]:.4g} {unit[k]}")
+    if abs(fit.facts.token_ratio - 1) >= 0.01:
+        lines.append(f"  tokens: the engine counted {fit.facts.token_ratio:.3f} per token of "
+                     "agentbench's count; coefficients are per agentbench token")
     lines.append("  residuals (|predicted / measured - 1| on the fitted windows): "
                  + ", ".join(f"{k} {v:.1%}" for k, v in fit.residuals.items()))
     if not math.isfinite(sum(fit.coef.values())):

@@ -76,29 +76,51 @@ def grid_traces(max_context: int, concurrency: tuple[int, ...], repeats: int = 2
 
 def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
              max_context: int = 4096, concurrency: tuple[int, ...] = (1, 2, 4, 8),
-             timeout_s: float = 300.0, progress: bool = False) -> list[Path]:
-    """Send the grid to the endpoint at ``url``; the run folders (in ``out_dir``)."""
+             timeout_s: float = 300.0, headers: dict[str, str] | None = None,
+             progress: bool = False) -> list[Path]:
+    """Send the grid to the endpoint at ``url``; the run folders (in ``out_dir``). A probe
+    request first measures how many of the engine's tokens one of agentbench's makes (its
+    tokenizer may count the same text otherwise), so that no prompt of the grid exceeds
+    ``max_context`` of the engine's tokens."""
+    from agentbench.metrics.run import load
+    from agentbench.traces.model import Trace
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # seeds of their own: no run, of this grid or an earlier one, meets its prompts cached
+    seed = int.from_bytes(os.urandom(4), "little") << 8
+    ep = {"kind": "openai", "name": "engine", "url": url, "model": model, "api": api,
+          "ignore_eos": True, "timeout_s": timeout_s, "headers": dict(headers or {})}
+    probe = _replay(ep, out_dir, "grid-probe", Trace([_session("probe", [512], 4, [1])],
+                                                    "sim-fit-probe"), 1, seed)
+    req = load(probe).requests
+    ok = req[(req["status"] == "ok") & req["prompt_tokens"].notna()]
+    if not len(ok):
+        why = req["error_message"].dropna().astype(str).head(1).tolist()
+        raise InputError(f"the probe request failed: {why[0] if why else 'no answer'}",
+                         source=url)
+    ratio = max(1.0, float(ok["prompt_tokens"].iloc[0]) / float(ok["expected_input_tokens"]
+                                                               .iloc[0]))
+    dirs = [probe]
+    traces = grid_traces(int(max_context / ratio), concurrency)
+    for i, (name, (trace, lanes)) in enumerate(traces.items(), start=1):
+        dirs.append(_replay(ep, out_dir, name, trace, lanes, seed + i))
+    return dirs
+
+
+def _replay(ep: dict[str, Any], out_dir: Path, name: str, trace: Any, lanes: int,
+            seed: int) -> Path:
+    """One run of the grid: ``trace`` written beside it, replayed at ``lanes``."""
     from agentbench.replay import run
     from agentbench.scenario.loading import validate_data
     from agentbench.traces.readers.native import write
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    dirs = []
-    # seeds of their own: no run, of this grid or an earlier one, meets its prompts cached
-    base = int.from_bytes(os.urandom(4), "little") << 8
-    for seed, (name, (trace, lanes)) in enumerate(
-            grid_traces(max_context, concurrency).items(), start=base):
-        path = write(trace, out_dir / f"{name}.parquet")
-        sc = validate_data({
-            "name": name, "seed": seed,
-            "endpoints": [{"kind": "openai", "name": "engine", "url": url, "model": model,
-                           "api": api, "ignore_eos": True, "timeout_s": timeout_s}],
-            "trace": {"kind": "file", "source": str(path)},
-            "load": {"kind": "lanes", "concurrency": lanes},
-            "timing": {"strategy": "think-only", "time_scale": 0.0},
-            "limits": {"recycle": False},
-            "output": {"dir": str(out_dir), "run_id": name},
-        }, "sim fit grid")
-        res = run(sc, progress=progress)
-        dirs.append(Path(res.run_dir))
-    return dirs
+    path = write(trace, out_dir / f"{name}.parquet")
+    sc = validate_data({
+        "name": name, "seed": seed, "endpoints": [ep],
+        "trace": {"kind": "file", "source": str(path)},
+        "load": {"kind": "lanes", "concurrency": lanes},
+        "timing": {"strategy": "think-only", "time_scale": 0.0},
+        "limits": {"recycle": False},
+        "output": {"dir": str(out_dir), "run_id": name},
+    }, "sim fit grid")
+    return Path(run(sc, progress=False).run_dir)

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 
 from agentbench.cli import app
 from agentbench.errors import InputError
+from agentbench.experiment.enginefacts import engine_facts
 from agentbench.experiment.simcheck import sim_check
-from agentbench.experiment.simfit import engine_facts, fit_runs, fitted_preset
+from agentbench.experiment.simfit import fit_runs, fitted_preset
 from agentbench.replay import run
 from agentbench.scenario.model import Scenario
 from agentbench.sim.cost import StepFit
@@ -172,9 +173,11 @@ def test_an_active_profile_of_an_endpoint_fits_its_steps(truth_server: str,
     assert p.step_fit is not None and p.fit_summary is not None
     grid = sorted(d.name for d in (tmp_path / "active-grid").iterdir() if d.is_dir())
     assert grid == ["grid-decode-c1", "grid-decode-c2", "grid-decode-c4", "grid-decode-c8",
-                    "grid-prefill"]
-    assert p.fit_summary["residuals"]["decode_median"] < 0.1, p.fit_summary
-    assert p.fit_summary["residuals"]["ttft_median"] < 0.15, p.fit_summary
-    assert p.step_fit.intercept_s == pytest.approx(FIT.intercept_s, rel=0.3)
-    assert p.step_fit.prefill_token_s == pytest.approx(FIT.prefill_token_s, rel=0.3)
+                    "grid-prefill", "grid-probe"]
+    # over real HTTP on a shared machine: looser than the virtual-time fit above, but a
+    # fit off by half fails
+    assert p.fit_summary["residuals"]["decode_median"] < 0.15, p.fit_summary
+    assert p.fit_summary["residuals"]["ttft_median"] < 0.25, p.fit_summary
+    assert p.step_fit.intercept_s == pytest.approx(FIT.intercept_s, rel=0.4)
+    assert p.step_fit.prefill_token_s == pytest.approx(FIT.prefill_token_s, rel=0.4)
     assert 0 < p.step_fit.request_s < 0.05  # the HTTP round trip, outside the steps

@@ -1,0 +1,110 @@
+"""What a run says about its engine beyond the records (``sim fit``, ``sim check``): the
+engine family, KV capacity and block size, slots and step budget, from the scenario's
+server command and the engine's scraped metrics (docs/simulator.md, "Fitting a preset")."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class EngineFacts:
+    """What a run says about its engine beyond the records (None: not said)."""
+
+    family: str = "openai"  # "vllm", "llama.cpp" or the endpoint kind
+    kv_capacity_tokens: int | None = None
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    #: the engine's prompt tokens per token of the simulator's count (its tokenizer)
+    token_ratio: float = 1.0
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _flag(argv: list[str], *names: str) -> str | None:
+    """The value after the last of ``names`` in ``argv`` (``--name=value`` too)."""
+    val = None
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                val = argv[i + 1]
+            elif a.startswith(n + "=") and n.startswith("--"):
+                val = a.split("=", 1)[1]
+    return val
+
+
+def _int(v: Any) -> int | None:
+    try:
+        n = int(float(v))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return n if 0 < n < 1 << 40 else None
+
+
+def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
+    """The engine family, KV capacity and scheduler limits a run's scenario (its server
+    command) and scraped metrics state."""
+    server = scenario.get("server") or {}
+    cmd = server.get("command") or ""
+    argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
+    text = " ".join(argv)
+    f = EngineFacts()
+    if "llama-server" in text or "llama_server" in text:
+        f.family = "llama.cpp"
+        n_ctx, slots = _int(_flag(argv, "-c", "--ctx-size")), _int(_flag(argv, "-np",
+                                                                          "--parallel"))
+        f.kv_capacity_tokens, f.max_num_seqs = n_ctx, slots
+        f.max_num_batched_tokens = _int(_flag(argv, "-b", "--batch-size")) or 2048
+        f.block_size = 1
+        f.sources.update(kv_capacity_tokens="the server command's -c (n_ctx)",
+                         max_num_seqs="the server command's -np (slots)",
+                         max_num_batched_tokens="the server command's -b (n_batch; "
+                         "llama-server's default 2048)",
+                         block_size="llama.cpp reuses a prompt token by token")
+    elif "vllm" in text:
+        f.family = "vllm"
+        f.max_num_seqs = _int(_flag(argv, "--max-num-seqs"))
+        f.max_num_batched_tokens = _int(_flag(argv, "--max-num-batched-tokens"))
+        f.block_size = _int(_flag(argv, "--block-size"))
+        for k, what in (("max_num_seqs", "--max-num-seqs"),
+                        ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                        ("block_size", "--block-size")):
+            if getattr(f, k) is not None:
+                f.sources[k] = f"the server command's {what}"
+        if any(str(k).startswith("VLLM_CPU") for k in server.get("env") or {}):
+            # vLLM's CPU defaults for the OpenAI server (engine/arg_utils.py, 0.x)
+            for k, v in (("max_num_seqs", 128), ("max_num_batched_tokens", 2048)):
+                if getattr(f, k) is None:
+                    setattr(f, k, v)
+                    f.sources[k] = "vLLM's default on CPU for the OpenAI server"
+    sm = server_metrics
+    if sm is not None and len(sm) and "name" in sm:
+        info = sm[sm["name"] == "vllm:cache_config_info"]
+        if len(info):
+            labels = _labels(info.iloc[-1]["labels"])
+            blocks, bs = _int(labels.get("num_gpu_blocks")), _int(labels.get("block_size"))
+            if blocks and bs:
+                f.family = "vllm"
+                f.kv_capacity_tokens, f.block_size = blocks * bs, bs
+                f.sources.update(kv_capacity_tokens="vLLM's cache_config_info "
+                                 f"(num_gpu_blocks {blocks} x block_size {bs})",
+                                 block_size="vLLM's cache_config_info")
+            seqs = _int(labels.get("max_num_seqs"))
+            if seqs and f.max_num_seqs is None:
+                f.max_num_seqs = seqs
+                f.sources["max_num_seqs"] = "vLLM's cache_config_info"
+    return f
+
+
+def _labels(v: Any) -> dict[str, str]:
+    if isinstance(v, dict):
+        return {str(k): str(x) for k, x in v.items()}
+    if isinstance(v, list):  # pyarrow map as a list of pairs
+        return {str(k): str(x) for k, x in v}
+    out = {}
+    for part in str(v or "").split(","):
+        k, _, x = part.partition("=")
+        out[k.strip()] = x.strip()
+    return out

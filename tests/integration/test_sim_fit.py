@@ -1,0 +1,62 @@
+"""The simulator fitted to each real engine and checked on work it was not fitted on
+(docs/simulator.md, "How close"): ``scripts/sim_accuracy.py`` with one held-out run, so
+that a change that makes the simulator or the fit worse at predicting llama.cpp or vLLM
+fails here. The margins are the errors measured for docs/simulator.md plus the engine's
+own run-to-run spread measured there (this machine is small and shared; the issue's
+targets are in the table, and these margins are what was reached, not what was aimed at).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbench.engines.locate import find_llama_server, find_llama_vocab, find_vllm_python
+from tests.helpers import ROOT
+from tests.integration.engine_run import need, results_dir
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+
+#: |error| allowed per figure on the held-out Weka-style run (relative; hit rate: points):
+#: for each engine, the grid-fitted preset's error in docs/simulator.md plus the engine's
+#: run-to-run spread there plus 10 points, rounded up
+MARGINS: dict[str, dict[str, float]] = {
+    "llama": {"ttft_p50": 0.4, "ttft_p90": 0.85, "itl_p50": 0.5, "e2e_p50": 0.65,
+              "throughput": 0.35, "hit_rate": 2.0},
+    "vllm": {"ttft_p50": 0.3, "ttft_p90": 1.2, "itl_p50": 1.4, "e2e_p50": 0.3,
+             "throughput": 0.2, "hit_rate": 2.0},
+}
+#: as measured for docs/simulator.md: llama-server on its own core, the client on the other
+PIN = {"llama": True, "vllm": False}
+
+
+def _measure() -> Any:
+    spec = importlib.util.spec_from_file_location("sim_accuracy",
+                                                  ROOT / "scripts" / "sim_accuracy.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.measure
+
+
+@pytest.mark.parametrize("engine", ["llama", "vllm"])
+def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
+        engine: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if engine == "llama":
+        need(find_llama_server(), "no llama-server: run `bash scripts/ci_engines.sh llama`")
+        need(find_llama_vocab(), "no llama vocab: run `bash scripts/ci_engines.sh llama`")
+    else:
+        need(find_vllm_python(), "no vLLM CPU: run `bash scripts/ci_engines.sh vllm`")
+    out = results_dir(tmp_path_factory, f"sim-fit-{engine}")
+    result = _measure()(engine, Path(out), repeats=1, held=("weka",), pin=PIN[engine])
+    fits = result["fits"]
+    assert set(fits) == {"run", "grid", "run+grid"}
+    for how, fit in fits.items():  # every fit explains most of its own windows
+        assert fit["residuals"]["decode_median"] < 0.5, (how, fit["residuals"])
+    rows = fits["grid"]["held_out"]["weka"]
+    misses = {m: (round(rows[m]["error"], 3), limit) for m, limit in MARGINS[engine].items()
+              if abs(rows[m]["error"]) > limit}
+    assert not misses, misses

@@ -158,3 +158,19 @@ def _one_lane_run(out: Path, rid: str, preset: str) -> Path:
         "server_metrics": {"enabled": False},
     })
     return run(sc, progress=False).run_dir
+
+
+@pytest.mark.parametrize("name,scheduler", [("llama-cpp-tiny", "slots"),
+                                            ("vllm-cpu-tiny", "paged")])
+def test_the_shipped_fitted_presets_read(name: str, scheduler: str) -> None:
+    """scenarios/presets/: fitted to the two CPU engines (docs/simulator.md), each with its
+    fit's inputs and residuals."""
+    from agentbench.sim.presetfile import load_preset_file
+    from tests.helpers import SCENARIOS
+
+    p = load_preset_file(SCENARIOS / "presets" / f"{name}.yaml")
+    assert p.name == name and p.scheduler == scheduler and p.step_fit is not None
+    assert p.fit_summary and p.fit_summary["observations"] > 50
+    assert p.fit_summary["residuals"]["ttft_median"] < 0.1
+    assert all(v >= 0 for v in p.step_fit.values()) and p.step_fit.intercept_s > 0
+    assert p.provenance.engine_version and "docs/simulator.md" in " ".join(p.provenance.notes)

@@ -95,17 +95,20 @@ def fit(
         raise InputError("name run folders to fit on, or --endpoint to profile")
     if api not in ("chat", "completions"):
         raise InputError("must be chat or completions", field="--api")
+    headers = {}
+    for h in header or []:
+        k, sep, v = h.partition(":")
+        if not sep or not k.strip():
+            raise InputError(f"expected 'Name: value', got {h[:40]!r}", field="--header")
+        headers[k.strip()] = v.strip()
     if endpoint is not None:
         from agentbench.experiment.simgrid import run_grid
 
         where = grid_out or out.with_name(out.stem + "-grid")
-        typer.echo(f"profiling {endpoint}: grid runs in {where}", err=True)
-        headers = {}
-        for h in header or []:
-            k, sep, v = h.partition(":")
-            if not sep or not k.strip():
-                raise InputError(f"expected 'Name: value', got {h[:40]!r}", field="--header")
-            headers[k.strip()] = v.strip()
+        from agentbench.scenario.secrets import url_userinfo, without_query
+
+        shown = without_query(url_userinfo(endpoint)[0])  # no password, no query keys
+        typer.echo(f"profiling {shown}: grid runs in {where}", err=True)
         dirs += [str(d) for d in run_grid(endpoint, served_model, where, api=api,
                                           max_context=max_context, headers=headers)]
     result = fit_runs(dirs)

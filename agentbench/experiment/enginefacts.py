@@ -4,8 +4,10 @@ server command and the engine's scraped metrics (docs/simulator.md, "Fitting a p
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -20,6 +22,7 @@ class EngineFacts:
     max_num_batched_tokens: int | None = None
     #: the engine's prompt tokens per token of the simulator's count (its tokenizer)
     token_ratio: float = 1.0
+    engine_version: str | None = None  # as the engine's log says it (vLLM's banner)
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -41,6 +44,18 @@ def _int(v: Any) -> int | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return n if 0 < n < 1 << 40 else None
+
+
+def log_version(path: Path) -> str | None:
+    """The engine version a server log states in its first 64 KiB (vLLM: ``version
+    0.11.0``), or None."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(1 << 16).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    m = re.search(r"\bversion (\d+\.\d+(?:\.\d+)?[\w.+-]*)", head)
+    return m.group(1) if m else None
 
 
 def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:

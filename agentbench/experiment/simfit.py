@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.errors import InputError
-from agentbench.experiment.enginefacts import EngineFacts, engine_facts
+from agentbench.experiment.enginefacts import EngineFacts, engine_facts, log_version
 
 #: the model's terms, in ``StepFit.TERMS`` order: the step's five, then the time each request
 #: spends outside the engine's steps (HTTP, tokenizing, the API server: ``request_s``)
@@ -89,6 +89,7 @@ def run_windows(run_dir: str | Path, budget: int | None = None,
     run = load(Path(run_dir))
     rec = run.records
     facts = engine_facts(run.scenario, rec.server_metrics)
+    facts.engine_version = log_version(Path(run_dir) / "server.log")
     t = _Timeline(rec, run.time_base.factor / 1e9, str(run_dir))
     facts.token_ratio = t.token_ratio
     # the step budget in the simulator's tokens
@@ -276,7 +277,7 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
     merged = facts[0]
     for f in facts[1:]:  # the first run's facts, gaps filled by the others'
         for k in ("kv_capacity_tokens", "block_size", "max_num_seqs",
-                  "max_num_batched_tokens"):
+                  "max_num_batched_tokens", "engine_version"):
             if getattr(merged, k) is None and getattr(f, k) is not None:
                 setattr(merged, k, getattr(f, k))
                 merged.sources[k] = f.sources.get(k, "")
@@ -345,7 +346,8 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
     if f.block_size:
         notes.append(f"the engine's KV block size: {f.block_size} "
                      f"({f.sources.get('block_size', 'the runs')})")
-    prov = Provenance(engine=engine or family, engine_version=engine_version, model=model,
+    prov = Provenance(engine=engine or family,
+                      engine_version=engine_version or f.engine_version, model=model,
                       hardware=hardware, date=dt.date.today().isoformat(),
                       sources=tuple(fit.inputs), notes=tuple(notes), figures=tuple(figures))
     zero = {k: 0 for k in ("params", "layers", "hidden", "kv_bytes_per_token",

@@ -181,3 +181,17 @@ def test_an_active_profile_of_an_endpoint_fits_its_steps(truth_server: str,
     assert p.step_fit.intercept_s == pytest.approx(FIT.intercept_s, rel=0.4)
     assert p.step_fit.prefill_token_s == pytest.approx(FIT.prefill_token_s, rel=0.4)
     assert 0 < p.step_fit.request_s < 0.05  # the HTTP round trip, outside the steps
+
+
+def test_the_engine_version_comes_from_its_log(tmp_path: Path) -> None:
+    from agentbench.experiment.enginefacts import log_version
+
+    log = tmp_path / "server.log"
+    log.write_text("(APIServer pid=1) INFO [api_utils.py:347]  ▄▄ ▄█ █  version 0.32.0\n"
+                   "later: version 9.9.9\n")
+    assert log_version(log) == "0.32.0"
+    log.write_text("0.00.000.922 I srv  llama_server: initializing ...\n")
+    assert log_version(log) is None
+    assert log_version(tmp_path / "missing.log") is None
+    log.write_bytes(b"\xff\xfe version 1.2.3rc1 \x00")
+    assert log_version(log) == "1.2.3rc1"

@@ -52,6 +52,31 @@ def fastserver(*args: str) -> Iterator[str]:
         proc.wait(10)
 
 
+@contextlib.contextmanager
+def serve_sim(*args: str) -> Iterator[str]:
+    """``agentbench serve-sim ARGS`` on a free port in its own process; yields its URL once
+    it accepts connections, terminates it on exit."""
+    import time
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "serve-sim", "--port",
+                             str(port), *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve-sim not up"
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 

@@ -5,10 +5,6 @@ predicted, with its error."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,30 +16,15 @@ from agentbench.experiment import run_experiment
 from agentbench.experiment.simcheck import OK_ROW, ROWS, figures, sim_check, simulated_scenario
 from agentbench.metrics.run import load
 from agentbench.scenario.loading import validate_data
-from tests.helpers import ROOT, free_port
+from tests.helpers import serve_sim
 
 PRESET = "h100-llama3-8b"
 
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "serve-sim", "--port",
-                             str(port), "--preset", PRESET, "--speedup", "50"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "serve-sim not up"
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with serve_sim("--preset", PRESET, "--speedup", "50") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,6 @@ targets docs/simulator.md sets for real engines. Real engines: tests/integration
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +20,7 @@ from agentbench.replay import run
 from agentbench.scenario.model import Scenario
 from agentbench.sim.cost import StepFit
 from agentbench.sim.presetfile import load_preset_file, parse_preset, preset_yaml
-from tests.helpers import ROOT, free_port
+from tests.helpers import serve_sim
 from tests.sim.test_fitted_preset import FIT, TEXT
 
 TRUE = TEXT.replace("value: 24576", "value: 4000000")
@@ -141,23 +137,8 @@ def test_bad_runs_are_one_line(tmp_path: Path) -> None:
 @pytest.fixture()
 def truth_server(runs: dict[str, Path]) -> Iterator[str]:
     """serve-sim running the known preset in real time (the grid takes a few seconds)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "serve-sim", "--port",
-                             str(port), "--preset", str(runs["truth"]), "--model", "m"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "serve-sim not up"
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with serve_sim("--preset", str(runs["truth"]), "--model", "m") as url:
+        yield url
 
 
 def test_an_active_profile_of_an_endpoint_fits_its_steps(truth_server: str,

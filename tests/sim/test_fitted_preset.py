@@ -133,31 +133,14 @@ def test_request_s_delays_each_request_by_that_much(tmp_path: Path) -> None:
                                  "  kv_token_s: {value: 2.0e-7, source: fitted}\n"
                                  "  request_s: {value: 0.05, source: fitted}\n"))
     assert parse_preset(slow.read_text()).step_fit.request_s == 0.05  # type: ignore[union-attr]
-    a, b = (pq.read_table(_one_lane_run(tmp_path / "out", rid, str(p)) / "requests.parquet")
-            for rid, p in (("a", plain), ("b", slow)))
+    a, b = (pq.read_table(_virtual_run(tmp_path / "out", rid, str(p), agents=1,
+                                       max_context=8000, time_scale=0.0)
+                          / "requests.parquet") for rid, p in (("a", plain), ("b", slow)))
     ttft = [[f - s for f, s in zip(t.column("first_token_ns").to_pylist(),
                                    t.column("sent_ns").to_pylist(), strict=True)]
             for t in (a, b)]
     assert len(ttft[0]) > 5
     assert all(abs(y - x - 50_000_000) <= 1 for x, y in zip(*ttft, strict=True)), ttft
-
-
-def _one_lane_run(out: Path, rid: str, preset: str) -> Path:
-    from agentbench.replay import run
-    from agentbench.scenario.model import Scenario
-
-    sc = Scenario.model_validate({
-        "name": "one-lane", "seed": 0, "clock": "virtual",
-        "endpoints": [{"kind": "simulated", "name": "sim", "preset": preset}],
-        "trace": {"kind": "synth", "profile": "agentx", "sessions": 1,
-                  "transform": {"max_context_tokens": 8000}},
-        "load": {"kind": "lanes", "concurrency": 1},
-        "timing": {"time_scale": 0.0},
-        "limits": {"max_sessions": 1, "recycle": False},
-        "output": {"dir": str(out), "run_id": rid},
-        "server_metrics": {"enabled": False},
-    })
-    return run(sc, progress=False).run_dir
 
 
 @pytest.mark.parametrize("name,scheduler", [("llama-cpp-tiny", "slots"),

@@ -184,16 +184,18 @@ def test_preset_references_in_a_scenario(tmp_path: Path) -> None:
     assert parse_preset(preset_yaml(PRESETS["h200-llama3-70b"])) == PRESETS["h200-llama3-70b"]
 
 
-def _virtual_run(out: Path, rid: str, preset: str) -> Path:
-    """Two synthetic agents on one simulated instance in virtual time (about a second)."""
+def _virtual_run(out: Path, rid: str, preset: str, agents: int = 2,
+                 max_context: int = 20000, time_scale: float = 0.1) -> Path:
+    """``agents`` synthetic agents, one lane each, on one simulated instance in virtual
+    time (about a second)."""
     sc = Scenario.model_validate({
         "name": "preset-file", "seed": 0, "clock": "virtual",
         "endpoints": [{"kind": "simulated", "name": "sim", "preset": preset}],
-        "trace": {"kind": "synth", "profile": "agentx", "sessions": 2,
-                  "transform": {"max_context_tokens": 20000}},
-        "load": {"kind": "lanes", "concurrency": 2},
-        "timing": {"time_scale": 0.1},
-        "limits": {"max_sessions": 2, "recycle": False},
+        "trace": {"kind": "synth", "profile": "agentx", "sessions": agents,
+                  "transform": {"max_context_tokens": max_context}},
+        "load": {"kind": "lanes", "concurrency": agents},
+        "timing": {"time_scale": time_scale},
+        "limits": {"max_sessions": agents, "recycle": False},
         "output": {"dir": str(out), "run_id": rid},
         "server_metrics": {"enabled": False},
     })

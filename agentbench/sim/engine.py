@@ -247,14 +247,7 @@ class Instance:
         kv_read = float(ctx)
         load_s = 0.0
         plan: list[tuple[SimRequest, int]] = []
-        for r in self.prefilling:
-            if budget <= 0:
-                break
-            n = min(r.prompt_tokens - r.computed, budget)
-            plan.append((r, n))
-            budget -= n
-            flops += cost.prefill_flops(n, r.computed)
-            kv_read += r.computed + n
+        budget, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
         waiting = self.waiting
         while waiting and budget > 0 \
                 and len(self.decoding) + len(self.prefilling) < p.max_num_seqs:
@@ -278,6 +271,22 @@ class Instance:
         self.stats.steps += 1
         self.stats.busy_s += dur
         return dur
+
+    def _chunks(self, budget: int, flops: float, kv_read: float,
+                plan: list[tuple[SimRequest, int]]) -> tuple[int, float, float]:
+        """Each prefilling request's next chunk, in order, while budget lasts: appended to
+        ``plan``, its cost added to ``flops`` and ``kv_read`` (in this order, as every step
+        has summed them); the budget, FLOPs and KV tokens after them."""
+        cost = self.cost
+        for r in self.prefilling:
+            if budget <= 0:
+                break
+            n = min(r.prompt_tokens - r.computed, budget)
+            plan.append((r, n))
+            budget -= n
+            flops += cost.prefill_flops(n, r.computed)
+            kv_read += r.computed + n
+        return budget, flops, kv_read
 
     def commit(self, now: float) -> list[SimRequest]:
         """Apply the planned step, ending at ``now``; return the requests that finished."""

@@ -338,14 +338,7 @@ class SlotInstance(Instance):
         self._launch(now)
         copy_s, self._copy_s = self._copy_s, 0.0
         plan: list[tuple[SimRequest, int]] = []
-        for r in self.prefilling:
-            if budget <= 0:
-                break
-            n = min(r.prompt_tokens - r.computed, budget)
-            plan.append((r, n))
-            budget -= n
-            flops += cost.prefill_flops(n, r.computed)
-            kv_read += r.computed + n
+        budget, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
         self._dec_batch = batch
         self._prefill_plan = plan
         if not batch and not plan:

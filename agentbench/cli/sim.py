@@ -58,7 +58,9 @@ def fit(
     hardware: str = typer.Option("unknown hardware", "--hardware"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="paged or slots "
                                          "(default: slots for llama.cpp, else paged)."),
-    kv_capacity_tokens: int | None = typer.Option(None, "--kv-capacity-tokens", min=1),
+    kv_capacity_tokens: int | None = typer.Option(None, "--kv-capacity-tokens", min=1,
+                                                  help="The engine's KV capacity, in its "
+                                                  "own tokens (default: as the runs say)."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
                                                       min=1),
@@ -111,12 +113,20 @@ def fit(
         typer.echo(f"profiling {shown}: grid runs in {where}", err=True)
         dirs += [str(d) for d in run_grid(endpoint, served_model, where, api=api,
                                           max_context=max_context, headers=headers)]
-    result = fit_runs(dirs)
-    preset = fitted_preset(result, name=name or out.stem, engine=engine,
-                           engine_version=engine_version, model=model, hardware=hardware,
-                           scheduler=scheduler, kv_capacity_tokens=kv_capacity_tokens,
-                           max_num_seqs=max_num_seqs,
-                           max_num_batched_tokens=max_num_batched_tokens)
+    try:
+        result = fit_runs(dirs)
+        preset = fitted_preset(result, name=name or out.stem, engine=engine,
+                               engine_version=engine_version, model=model,
+                               hardware=hardware, scheduler=scheduler,
+                               kv_capacity_tokens=kv_capacity_tokens,
+                               max_num_seqs=max_num_seqs,
+                               max_num_batched_tokens=max_num_batched_tokens)
+    except InputError as e:
+        if endpoint is None:
+            raise
+        raise InputError(e.one_line() + f" (the grid's runs are kept: fit them again with "
+                         f"`agentbench sim fit {where}/grid-* -o {out}` and the options "
+                         "they need)") from None
     text = preset_yaml(preset)
     parse_preset(text, str(out))  # what is written reads back
     _write(out, text)

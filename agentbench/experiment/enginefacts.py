@@ -23,6 +23,7 @@ class EngineFacts:
     #: the engine's prompt tokens per token of the simulator's count (its tokenizer)
     token_ratio: float = 1.0
     engine_version: str | None = None  # as the engine's log says it (vLLM's banner)
+    longest_prompt: float = 0.0  # the longest prompt fitted on, the simulator's tokens
     sources: dict[str, str] = field(default_factory=dict)
 
 

@@ -170,7 +170,7 @@ def _preset_info(preset: str) -> tuple[str, dict[str, Any]]:
     prov = p.provenance
     return ref, {"name": p.name, "summary": p.summary, "engine": prov.engine,
                  "engine_version": prov.engine_version, "model": prov.model,
-                 "hardware": prov.hardware, "date": prov.date}
+                 "hardware": prov.hardware, "date": prov.date, "scheduler": p.scheduler}
 
 
 def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
@@ -200,10 +200,16 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
         raise InputError("must be 1 or more", field="--block-size")
     ref, prov = _preset_info(preset)
     _trace_readable(scenario, source)
+    ok = ((run.summary.get("overall") or {}).get("requests") or {}).get("ok")
+    if not ok:
+        raise InputError("no successful request in the run: nothing to compare",
+                         source=str(rd))
     if block_size is None:
         from agentbench.experiment.enginefacts import engine_facts
 
         block_size = engine_facts(scenario, run.server_metrics).block_size
+        if block_size is None and prov["scheduler"] == "slots":
+            block_size = 1  # a llama.cpp-style preset: its engine reuses token by token
     sc = simulated_scenario(scenario, ref, instances=instances,
                             out=Path(out) if out is not None else None,
                             default_dir=rd.resolve().parent, source=source,

@@ -92,6 +92,7 @@ def run_windows(run_dir: str | Path, budget: int | None = None,
     facts.engine_version = log_version(Path(run_dir) / "server.log")
     t = _Timeline(rec, run.time_base.factor / 1e9, str(run_dir))
     facts.token_ratio = t.token_ratio
+    facts.longest_prompt = float((t.new + t.cached).max())
     # the step budget in the simulator's tokens
     t.chunk_prefills(max(1.0, (budget or facts.max_num_batched_tokens or 2048)
                          / t.token_ratio))
@@ -275,6 +276,7 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
         raise InputError("the fit found no positive step time: the runs hold too few "
                          "distinct windows")
     merged = facts[0]
+    merged.longest_prompt = max(f.longest_prompt for f in facts)
     for f in facts[1:]:  # the first run's facts, gaps filled by the others'
         for k in ("kv_capacity_tokens", "block_size", "max_num_seqs",
                   "max_num_batched_tokens", "engine_version"):
@@ -327,7 +329,13 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
         else:
             raise InputError("the runs do not say the engine's KV capacity: pass "
                              "--kv-capacity-tokens", field="--kv-capacity-tokens")
-    sched = scheduler or ("slots" if family == "llama.cpp" else "paged")
+    if vals["kv_capacity_tokens"] < f.longest_prompt:
+        raise InputError(f"{vals['kv_capacity_tokens']:,} tokens of KV (agentbench's count) "
+                         f"cannot hold the longest prompt fitted on ({f.longest_prompt:,.0f}): "
+                         "every request would be refused; --kv-capacity-tokens is in the "
+                         "engine's tokens", field="kv_capacity_tokens")
+    llama = family == "llama.cpp" or "llama" in (engine or "").lower().replace("-", ".")
+    sched = scheduler or ("slots" if llama else "paged")
     fitted = f"fitted by sim fit on {len(fit.inputs)} run(s), {fit.observations} windows"
     figures = [("max_num_batched_tokens", src["max_num_batched_tokens"]),
                ("max_num_seqs", src["max_num_seqs"]),

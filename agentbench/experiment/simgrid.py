@@ -95,9 +95,12 @@ def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
     req = load(probe).requests
     ok = req[(req["status"] == "ok") & req["prompt_tokens"].notna()]
     if not len(ok):
+        from agentbench.scenario.yamlfile import one_line
+
         why = req["error_message"].dropna().astype(str).head(1).tolist()
-        raise InputError(f"the probe request failed: {why[0] if why else 'no answer'}",
-                         source=url)
+        status = req["http_status"].dropna().astype(int).head(1).tolist()
+        raise InputError("the probe request failed" + (f" (HTTP {status[0]})" if status else "")
+                         + f": {one_line(why[0], 160) if why else 'no answer'}", source=url)
     ratio = max(1.0, float(ok["prompt_tokens"].iloc[0]) / float(ok["expected_input_tokens"]
                                                                .iloc[0]))
     dirs = [probe]

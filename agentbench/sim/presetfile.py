@@ -102,7 +102,13 @@ class _Figures(_Model):
 
 
 class _Seconds(_Figure):
-    value: float = Field(ge=0, description="Seconds, finite, 0 or above.")
+    value: float = Field(ge=0, le=1.0, description="Seconds, 0 to 1 (a step model beyond a "
+                         "second per unit describes no serving engine, and would stretch a "
+                         "simulated run without bound).")
+
+
+class _RequestSeconds(_Figure):
+    value: float = Field(ge=0, le=60.0, description="Seconds, 0 to 60.")
 
 
 class _FitSummary(_Model):
@@ -126,7 +132,7 @@ class _StepModel(_Model):
     attention_pair_s: _Seconds = Field(description="Seconds per (query, context) token "
                                        "pair of attention.")
     kv_token_s: _Seconds = Field(description="Seconds per token of KV read in a step.")
-    request_s: _Seconds | None = Field(None, description="Seconds a request spends before "
+    request_s: _RequestSeconds | None = Field(None, description="Seconds a request spends before "
                                        "the engine schedules it (HTTP, tokenizing, an API "
                                        "server); absent: none.")
     fit: _FitSummary = Field(description="How it was fitted, and its residuals.")
@@ -205,7 +211,12 @@ def load_preset_file(path: str | Path) -> Preset:
     """The preset in the YAML file at ``path``; an ``InputError`` (one line naming the file,
     line and key) for a file that cannot be read or does not hold a valid preset."""
     p = Path(path)
+    import stat
+
     try:
+        if p.exists() and not stat.S_ISREG(p.stat().st_mode):
+            raise InputError("not a regular file (a preset is a short YAML file)",
+                             source=str(p))
         with p.open("rb") as f:  # at most one byte over the bound
             raw = f.read(MAX_PRESET_BYTES + 1)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path

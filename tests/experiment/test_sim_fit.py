@@ -176,3 +176,28 @@ def test_the_engine_version_comes_from_its_log(tmp_path: Path) -> None:
     assert log_version(tmp_path / "missing.log") is None
     log.write_bytes(b"\xff\xfe version 1.2.3rc1 \x00")
     assert log_version(log) == "1.2.3rc1"
+
+
+def test_options_a_user_gets_wrong_are_caught(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A capacity below the longest prompt fitted on (every request would be refused) is
+    one line; ``--engine llama.cpp`` gives the slots scheduler."""
+    out = tmp_path / "p.yaml"
+    base = ["sim", "fit", str(runs["fit"]), "-o", str(out)]
+    small = CliRunner().invoke(app, [*base, "--kv-capacity-tokens", "100"])
+    assert small.exit_code == 2 and "longest prompt" in small.output, small.output
+    assert not out.exists()
+    ok = CliRunner().invoke(app, [*base, "--kv-capacity-tokens", "100000", "--engine",
+                                  "llama.cpp"])
+    assert ok.exit_code == 0, ok.output
+    assert parse_preset(out.read_text()).scheduler == "slots"
+
+
+def test_a_slots_preset_is_checked_token_by_token(runs: dict[str, Path],
+                                                   tmp_path: Path) -> None:
+    """A run that does not say its block size, checked with a llama.cpp-style preset:
+    KV blocks of 1 token, as llama.cpp reuses."""
+    from tests.helpers import SCENARIOS
+
+    check = sim_check(runs["held"], str(SCENARIOS / "presets" / "llama-cpp-tiny.yaml"),
+                      out=tmp_path / "c")
+    assert check.block_size == 1

@@ -157,3 +157,19 @@ def test_the_shipped_fitted_presets_read(name: str, scheduler: str) -> None:
     assert p.fit_summary["residuals"]["ttft_median"] < 0.1
     assert all(v >= 0 for v in p.step_fit.values()) and p.step_fit.intercept_s > 0
     assert p.provenance.engine_version and "docs/simulator.md" in " ".join(p.provenance.notes)
+
+
+def test_a_step_model_beyond_a_second_per_unit_is_refused(tmp_path: Path) -> None:
+    """(it would stretch a simulated run, and its metrics, without bound)"""
+    with pytest.raises(InputError) as e:
+        parse_preset(TEXT.replace("decode_token_s: {value: 3.0e-4",
+                                  "decode_token_s: {value: 1.0e+3"), "p.yaml")
+    assert "step_model.decode_token_s" in e.value.one_line()
+    fifo = tmp_path / "p.yaml"
+    import os
+
+    os.mkfifo(fifo)
+    from agentbench.sim.presetfile import load_preset_file
+
+    with pytest.raises(InputError, match="not a regular file"):
+        load_preset_file(fifo)

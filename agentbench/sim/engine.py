@@ -223,8 +223,7 @@ class Instance:
         """
         if self._dirty:
             self._purge()
-        p = self.preset
-        budget = p.max_num_batched_tokens
+        budget = self.preset.max_num_batched_tokens
         cost = self.cost
         dec = self.decoding
         if len(dec) <= budget:
@@ -243,10 +242,25 @@ class Instance:
             self.stats.busy_s += dur
             return dur
         flops = cost.decode_flops(len(batch), ctx)
-        budget -= len(batch)
         kv_read = float(ctx)
-        load_s = 0.0
         plan: list[tuple[SimRequest, int]] = []
+        flops, kv_read, load_s = self._prefills(now, budget - len(batch), flops, kv_read, plan)
+        self._dec_batch = batch
+        self._prefill_plan = plan
+        if not batch and not plan:
+            return None
+        dur = cost.step_s(flops, kv_read) + load_s
+        self.stats.steps += 1
+        self.stats.busy_s += dur
+        return dur
+
+    def _prefills(self, now: float, budget: int, flops: float, kv_read: float,
+                  plan: list[tuple[SimRequest, int]]) -> tuple[float, float, float]:
+        """A mixed step's prefill work after its decodes: a chunk of each prefilling
+        request, then waiting requests admitted FCFS while budget, sequence slots and KV
+        blocks last, each with its first chunk; (FLOPs, KV tokens, tier load seconds)."""
+        p, cost = self.preset, self.cost
+        load_s = 0.0
         budget, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
         waiting = self.waiting
         while waiting and budget > 0 \
@@ -263,14 +277,7 @@ class Instance:
             budget -= n
             flops += cost.prefill_flops(n, r.computed)
             kv_read += r.computed + n
-        self._dec_batch = batch
-        self._prefill_plan = plan
-        if not batch and not plan:
-            return None
-        dur = cost.step_s(flops, kv_read) + load_s
-        self.stats.steps += 1
-        self.stats.busy_s += dur
-        return dur
+        return flops, kv_read, load_s
 
     def _chunks(self, budget: int, flops: float, kv_read: float,
                 plan: list[tuple[SimRequest, int]]) -> tuple[int, float, float]:

@@ -307,46 +307,20 @@ class SlotInstance(Instance):
     # ------------------------------------------------------------ step
 
     def plan(self, now: float) -> float | None:
-        """``update_slots``: a decode token of every generating slot, then prompt tokens of
-        the slots with prompts, in slot order, while the token budget lasts; waiting
-        requests first take the idle slots, first come first served. The same cost calls,
-        in the same order, as ``Instance.plan``."""
-        if self._dirty:
-            self._purge()
+        """``update_slots``: ``Instance.plan`` (a decode token of every generating slot
+        first), with the prompts taken as ``_prefills`` says."""
         self._now = now
-        budget = self.preset.max_num_batched_tokens
-        cost = self.cost
-        dec = self.decoding
-        if len(dec) <= budget:
-            batch = dec
-            ctx = self._decode_ctx
-        else:
-            batch = dec[:budget]
-            ctx = sum(r.prompt_tokens + r.generated for r in batch)
-        if not self.prefilling and not self.waiting:  # decode-only step
-            self._dec_batch = batch
-            self._prefill_plan = ()
-            if not batch:
-                return None
-            dur = cost.decode_step_s(len(batch), ctx)
-            self.stats.steps += 1
-            self.stats.busy_s += dur
-            return dur
-        flops = cost.decode_flops(len(batch), ctx)
-        budget -= len(batch)
-        kv_read = float(ctx)
+        return super().plan(now)
+
+    def _prefills(self, now: float, budget: int, flops: float, kv_read: float,
+                  plan: list[tuple[SimRequest, int]]) -> tuple[float, float, float]:
+        """Waiting requests that have arrived first take the idle slots, first come first
+        served; then prompt tokens of the slots with prompts, in slot order, while the
+        token budget lasts; the RAM cache's copies are the step's load seconds."""
         self._launch(now)
         copy_s, self._copy_s = self._copy_s, 0.0
-        plan: list[tuple[SimRequest, int]] = []
-        budget, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
-        self._dec_batch = batch
-        self._prefill_plan = plan
-        if not batch and not plan:
-            return None
-        dur = cost.step_s(flops, kv_read) + copy_s
-        self.stats.steps += 1
-        self.stats.busy_s += dur
-        return dur
+        _, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
+        return flops, kv_read, copy_s
 
     def _launch(self, now: float) -> None:
         """Waiting requests that have arrived take idle slots, in order; ``prefilling``

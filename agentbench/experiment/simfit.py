@@ -39,11 +39,11 @@ import numpy.typing as npt
 
 from agentbench.errors import InputError
 from agentbench.experiment.enginefacts import EngineFacts, engine_facts, log_version
+from agentbench.sim.cost import StepFit
 
-#: the model's terms, in ``StepFit.TERMS`` order: the step's five, then the time each request
+#: the model's terms (``StepFit.TERMS``): the step's five, then the time each request
 #: spends outside the engine's steps (HTTP, tokenizing, the API server: ``request_s``)
-TERMS = ("intercept_s", "prefill_token_s", "decode_token_s", "attention_pair_s",
-         "kv_token_s", "request_s")
+TERMS = StepFit.TERMS
 Matrix = npt.NDArray[np.float64]
 #: token events this close together are taken as ends of one engine step
 SAME_STEP_S = 1e-3
@@ -79,11 +79,11 @@ class FitResult:
 
 # ------------------------------------------------------------------ windows of one run
 
-def run_windows(run_dir: str | Path, budget: int | None = None,
-                lead: float = 0.0) -> tuple[Windows, EngineFacts]:
-    """The windows of one finished run (see the module's docstring) and its engine facts;
-    ``budget``: tokens per step (a longer prefill takes several steps); ``lead``: seconds
-    from sending a request to its reaching the engine (the fit's ``request_s``)."""
+def run_timeline(run_dir: str | Path, budget: int | None = None
+                 ) -> tuple[_Timeline, EngineFacts]:
+    """One finished run read once: its timeline (``windows`` gives its windows for any
+    ``lead``) and its engine facts; ``budget``: tokens per step (a longer prefill takes
+    several steps)."""
     from agentbench.metrics.run import load
 
     run = load(Path(run_dir))
@@ -96,21 +96,7 @@ def run_windows(run_dir: str | Path, budget: int | None = None,
     # the step budget in the simulator's tokens
     t.chunk_prefills(max(1.0, (budget or facts.max_num_batched_tokens or 2048)
                          / t.token_ratio))
-    rows, ys, kinds = [], [], []
-    for k in range(len(t.sent)):
-        a, b, outside = t.first_token_window(k, lead)
-        rows.append(t.totals(a, b, max(t.chunks[k], t.most_tokens(a, b)), outside))
-        ys.append(b - a)
-        kinds.append("ttft")
-        if t.last[k] > t.first[k]:
-            rows.append(t.totals(t.first[k], t.last[k], t.decoded[k]))
-            ys.append(t.last[k] - t.first[k])
-            kinds.append("decode")
-    y = np.asarray(ys, dtype=np.float64)
-    keep = y > 0
-    x = np.asarray(rows, dtype=np.float64).reshape(len(ys), len(TERMS))
-    return Windows(x[keep], y[keep], [k for k, g in zip(kinds, keep, strict=True) if g],
-                   [Path(run_dir).name] * int(keep.sum())), facts
+    return t, facts
 
 
 class _Timeline:
@@ -126,6 +112,7 @@ class _Timeline:
         idx = np.flatnonzero(ok)
         if len(idx) == 0:
             raise InputError("no successful request with usage to fit on", source=source)
+        self.name = Path(source).name
 
         def col(name: str) -> Matrix:
             return req[name].to_numpy(dtype=np.float64)[idx]
@@ -188,6 +175,26 @@ class _Timeline:
         n, pos = n[order], pos[order]
         self.cum_pre = np.vstack([np.zeros(3), np.cumsum(np.stack(
             [n, n * (pos + n / 2), pos + n], axis=1), axis=0)])  # P, A, K
+
+    def windows(self, lead: float) -> Windows:
+        """The run's windows (see the module's docstring); ``lead``: seconds from sending a
+        request to its reaching the engine (the fit's ``request_s``)."""
+        rows, ys, kinds = [], [], []
+        for k in range(len(self.sent)):
+            a, b, outside = self.first_token_window(k, lead)
+            rows.append(self.totals(a, b, max(self.chunks[k], self.most_tokens(a, b)),
+                                    outside))
+            ys.append(b - a)
+            kinds.append("ttft")
+            if self.last[k] > self.first[k]:
+                rows.append(self.totals(self.first[k], self.last[k], self.decoded[k]))
+                ys.append(self.last[k] - self.first[k])
+                kinds.append("decode")
+        y = np.asarray(ys, dtype=np.float64)
+        keep = y > 0
+        x = np.asarray(rows, dtype=np.float64).reshape(len(ys), len(TERMS))
+        return Windows(x[keep], y[keep], [k for k, g in zip(kinds, keep, strict=True) if g],
+                       [self.name] * int(keep.sum()))
 
     def first_token_window(self, k: int, lead: float) -> tuple[float, float, float]:
         """(start, end, 1 if the window holds the request's time outside the steps): a
@@ -259,14 +266,10 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
     """Fit the step model to one or more finished runs against the same engine."""
     if not run_dirs:
         raise InputError("name at least one run folder to fit on")
+    timelines, facts = zip(*(run_timeline(rd, budget) for rd in run_dirs), strict=True)
     lead = 0.0
     for _ in range(2):  # the second pass starts the windows where requests reach the engine
-        parts, facts = [], []
-        for rd in run_dirs:
-            w, f = run_windows(rd, budget, lead)
-            parts.append(w)
-            facts.append(f)
-        w = Windows.join(parts)
+        w = Windows.join([t.windows(lead) for t in timelines])
         if len(w.y) < 2 * len(TERMS):
             raise InputError(f"{len(w.y)} windows in the runs: a fit of {len(TERMS)} terms "
                              f"needs at least {2 * len(TERMS)}")
@@ -298,8 +301,7 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                   natural_output_tokens: int = 256) -> Any:
     """The ``Preset`` of a fit: its coefficients, the engine's capacity and limits (given
     here, else from the runs), provenance naming the runs and the residuals."""
-    from agentbench.sim.cost import StepFit
-    from agentbench.sim.presets import Preset, Provenance
+    from agentbench.sim.presets import ROOFLINE_ONLY, Preset, Provenance
 
     f = fit.facts
     family = f.family
@@ -358,10 +360,7 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                       engine_version=engine_version or f.engine_version, model=model,
                       hardware=hardware, date=dt.date.today().isoformat(),
                       sources=tuple(fit.inputs), notes=tuple(notes), figures=tuple(figures))
-    zero = {k: 0 for k in ("params", "layers", "hidden", "kv_bytes_per_token",
-                           "weight_bytes", "peak_flops", "mfu", "hbm_bytes_per_s", "mbu",
-                           "hbm_bytes", "gpu_memory_utilization",
-                           "activation_reserve_bytes", "step_overhead_s")}
+    zero = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread, as a preset file's
     c = fit.coef
     return Preset(name=name, summary=f"{engine or family} fitted to {len(fit.inputs)} run(s)",
                   provenance=prov, cpu_load_s_per_token=0.0, shared_load_s_per_token=0.0,

@@ -106,29 +106,27 @@ def measure(engine: str, out_root: Path, *, repeats: int = 3,
     cores = sorted(os.sched_getaffinity(0))
     try:
         return _measure(engine, out_root, path, raw, sc, repeats, grid_context, held, reuse,
-                        pin and len(cores) > 1)
+                        cores if pin and len(cores) > 1 else None)
     finally:
         os.sched_setaffinity(0, set(cores))  # this process as it was
 
 
 def _measure(engine: str, out_root: Path, path: Path, raw: dict[str, Any], sc: Any,
              repeats: int, grid_context: int | None, held: tuple[str, ...], reuse: bool,
-             pin: bool) -> dict[str, Any]:
+             cores: list[int] | None) -> dict[str, Any]:
     from agentbench.experiment.enginefacts import engine_facts
     from agentbench.experiment.simfit import fit_runs, fitted_preset
     from agentbench.metrics.run import load
     from agentbench.sim.presetfile import preset_yaml
 
-    if pin:  # the engine on the last core, this client on the others
+    if cores:  # pinned: the engine on the last core, this client on the others
         import os
 
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) > 1:
-            os.sched_setaffinity(0, set(cores[:-1]))
-            cmd = sc.server.command if isinstance(sc.server.command, str) \
-                else " ".join(sc.server.command)
-            sc.server.command = f"taskset -c {cores[-1]} " + cmd.replace(" -t 2 ", " -t 1 ")
-            raw["server"]["command"] = sc.server.command
+        os.sched_setaffinity(0, set(cores[:-1]))
+        cmd = sc.server.command if isinstance(sc.server.command, str) \
+            else " ".join(sc.server.command)
+        sc.server.command = f"taskset -c {cores[-1]} " + cmd.replace(" -t 2 ", " -t 1 ")
+        raw["server"]["command"] = sc.server.command
     out = out_root / engine
     out.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in raw.items() if k != "server"}

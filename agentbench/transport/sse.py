@@ -15,7 +15,7 @@ import itertools
 import json
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -252,16 +252,16 @@ def _read_usage(ev: bytes, out: StreamResult) -> None:
     usage = obj.get("usage") if isinstance(obj, dict) else None
     if not isinstance(usage, dict):
         return
-    out.prompt_tokens = _int(usage.get("prompt_tokens"))
-    out.completion_tokens = _int(usage.get("completion_tokens"))
+    out.prompt_tokens = read_count(usage.get("prompt_tokens"))
+    out.completion_tokens = read_count(usage.get("completion_tokens"))
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
-        out.cached_tokens = _int(details.get("cached_tokens"))
+        out.cached_tokens = read_count(details.get("cached_tokens"))
     if out.cached_tokens is None and "cached_tokens" in usage:  # some servers, flat
-        out.cached_tokens = _int(usage.get("cached_tokens"))
+        out.cached_tokens = read_count(usage.get("cached_tokens"))
 
 
-def _int(v: object) -> int | None:
+def read_count(v: object) -> int | None:
     """A count from ``usage``: an integer (or an integral float) within +-USAGE_MAX, one
     past it beyond (``2**70`` is kept as ``USAGE_MAX + 1``); None for anything else (bool,
     NaN, infinity, 2.5, a string), which is then treated as missing."""
@@ -275,18 +275,25 @@ def _int(v: object) -> int | None:
 
 
 def _tokens_per_event(events: list[bytes], completion_tokens: int | None) -> list[int]:
-    """Tokens each event carried: 1 each when that matches ``usage`` (the usual case);
-    otherwise the events' text is counted with the approximate tokenizer and scaled so the
-    counts sum to ``usage.completion_tokens``."""
-    n = len(events)
+    """Tokens each event carried (:func:`spread_counts`, estimated from the events' text)."""
+    return spread_counts(len(events), completion_tokens,
+                         lambda: [max(1, _event_text_tokens(ev)) for ev in events])
+
+
+def spread_counts(n: int, completion_tokens: int | None,
+                  estimate: Callable[[], list[int]]) -> list[int]:
+    """Tokens each of ``n`` token events carried: 1 each when that matches ``usage`` (the
+    usual case); otherwise the events' own estimates (``estimate()``, each at least 1,
+    from their text with the approximate tokenizer), scaled so the counts sum to
+    ``usage.completion_tokens``."""
     if n == 0:
         return []
     if completion_tokens is None or completion_tokens == n or completion_tokens > USAGE_MAX:
         return [1] * n
-    est = [max(1, _event_text_tokens(ev)) for ev in events]
-    total = sum(est)
     if completion_tokens <= n:
         return [1] * n
+    est = estimate()
+    total = sum(est)
     scaled = [e * completion_tokens / total for e in est]
     counts = [max(1, int(s)) for s in scaled]
     short = completion_tokens - sum(counts)

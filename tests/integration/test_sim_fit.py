@@ -54,14 +54,23 @@ def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
         need(find_llama_vocab(), "no llama vocab: run `bash scripts/ci_engines.sh llama`")
     else:
         need(find_vllm_python(), "no vLLM CPU: run `bash scripts/ci_engines.sh vllm`")
-    out = results_dir(tmp_path_factory, f"sim-fit-{engine}")
-    result = _measure()(engine, Path(out), repeats=1, held=("weka",), pin=PIN[engine])
-    fits = result["fits"]
-    assert set(fits) == {"run", "grid", "run+grid"}
     # the grid fit explains its own windows (a fit on the scenario's run alone may not:
-    # docs/simulator.md); residuals measured here 3-6% (TTFT) and 5-21% (decode)
-    res = fits["grid"]["residuals"]
-    assert res["ttft_median"] < 0.15 and res["decode_median"] < 0.3, res
+    # docs/simulator.md); residuals measured here 3-6% (TTFT) and 5-21% (decode). Once in
+    # about ten runs on this shared 2-core machine the grid's own timings disagree with
+    # each other (a TTFT residual of 79% on 2026-12-01, 4% on the rerun): the measurement
+    # is then taken again, once, and both are shown if the second is no better
+    tries: list[dict[str, float]] = []
+    for attempt in range(2):
+        out = results_dir(tmp_path_factory, f"sim-fit-{engine}-{attempt}")
+        result = _measure()(engine, Path(out), repeats=1, held=("weka",), pin=PIN[engine])
+        fits = result["fits"]
+        assert set(fits) == {"run", "grid", "run+grid"}
+        res = fits["grid"]["residuals"]
+        tries.append(res)
+        if res["ttft_median"] < 0.15 and res["decode_median"] < 0.3:
+            break
+    else:
+        raise AssertionError(f"the grid fit does not explain its own windows: {tries}")
     rows = fits["grid"]["held_out"]["weka"]
     misses = {m: (round(rows[m]["error"], 3), limit) for m, limit in MARGINS[engine].items()
               if abs(rows[m]["error"]) > limit}

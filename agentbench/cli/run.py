@@ -27,8 +27,8 @@ def run(
     url: str | None = typer.Option(None, "--url", help="Without a scenario file: the "
                                    "OpenAI-compatible server's base URL (with or without /v1)."),
     model: str | None = typer.Option(None, "--model", help="Without a file: model name sent."),
-    api: str | None = typer.Option(None, "--api", help="Without a file: chat (default) or "
-                                   "completions."),
+    api: str | None = typer.Option(None, "--api", help="Without a file: chat (default), "
+                                   "completions, responses or messages."),
     concurrency: int | None = typer.Option(
         None, "--concurrency", help="Without a file: closed loop of N agent lanes (default 4)."),
     rate: float | None = typer.Option(

@@ -71,7 +71,8 @@ def fit(
                                         "fit on its runs too."),
     served_model: str = typer.Option("default", "--served-model", help="Model name the "
                                      "--endpoint serves."),
-    api: str = typer.Option("chat", "--api", help="chat or completions (--endpoint)."),
+    api: str = typer.Option("chat", "--api", help="chat, completions, responses or messages "
+                           "(--endpoint)."),
     max_context: int = typer.Option(4096, "--max-context", min=256, help="The grid's "
                                     "longest prompt plus output, tokens (--endpoint)."),
     grid_out: Path | None = typer.Option(None, "--grid-out", help="Folder for the grid's "
@@ -87,6 +88,7 @@ def fit(
     from agentbench.errors import InputError
     from agentbench.experiment.simfit import fit_runs, fitted_preset, format_fit
     from agentbench.sim.presetfile import parse_preset, preset_yaml
+    from agentbench.transport.apis import APIS
 
     if scheduler not in (None, "paged", "slots"):
         raise InputError("must be paged or slots", field="--scheduler")
@@ -95,8 +97,8 @@ def fit(
     dirs = [str(r) for r in runs or []]
     if endpoint is None and not dirs:
         raise InputError("name run folders to fit on, or --endpoint to profile")
-    if api not in ("chat", "completions"):
-        raise InputError("must be chat or completions", field="--api")
+    if api not in APIS:
+        raise InputError(f"must be one of {', '.join(APIS)}", field="--api")
     headers = {}
     for h in header or []:
         k, sep, v = h.partition(":")

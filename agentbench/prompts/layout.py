@@ -141,6 +141,16 @@ def tail_layout(turn: Turn, session_id: str, next_turn: Turn | None, n_full: int
     return keep, segs
 
 
+#: the APIs whose prompt is text in one user message (``agentbench.transport.apis``)
+MESSAGE_APIS = frozenset({"chat", "responses", "messages"})
+#: body fields the replay writes itself (the prompt's field, the streaming switch) or that
+#: would add to the prompt the trace describes, per API
+_RESERVED = {"chat": ("messages", "prompt", "stream"),
+             "completions": ("messages", "prompt", "stream"),
+             "responses": ("input", "instructions", "messages", "prompt", "stream"),
+             "messages": ("messages", "system", "prompt", "stream")}
+
+
 class BlockCache:
     """Pre-encoded fragments of blocks, one store per salt so a finished trace copy's blocks
     can be dropped (``release``) and memory follows the live trees. Full blocks are keyed
@@ -150,9 +160,10 @@ class BlockCache:
     JSON-safe); a completions fragment is its token ids, each followed by a comma."""
 
     def __init__(self, api: str, vocab: WordVocab | None = None) -> None:
-        if api not in ("chat", "completions"):
+        if api not in (*MESSAGE_APIS, "completions"):
             raise ValueError(f"unknown api {api!r}")
-        self.api = api
+        # responses and messages prompts are chat's text blocks, in their own envelope
+        self.api = "chat" if api in MESSAGE_APIS else api
         self.vocab = vocab
         self._full: dict[int, dict[int, bytes]] = {}
         self._cut: dict[int, dict[tuple[int, int], bytes]] = {}
@@ -309,26 +320,37 @@ class BodyTemplate:
 
 def body_template(api: str, model: str, extra_body: dict[str, Any],
                   ignore_eos: bool) -> BodyTemplate:
-    """Pre-encode the fixed fields of every body (``extra_body`` may override them)."""
+    """Pre-encode the fixed fields of every body (``extra_body`` may override them, not the
+    prompt's field, ``stream`` or ``instructions``/``system``, which would change the
+    prompt the trace describes). Chat and messages send one user message, responses one
+    ``input`` message (``store: false``: the server keeps nothing), completions the prompt
+    as token ids (docs/architecture.md#apis)."""
     fields: dict[str, Any] = {"model": model}
-    if api == "chat":
+    if api in ("chat", "messages"):
         fields["messages"] = [{"role": "user", "content": _CONTENT}]
-    else:
+    elif api == "responses":
+        fields["input"] = [{"role": "user", "content": _CONTENT}]
+    elif api == "completions":
         fields["prompt"] = _CONTENT
-    fields["max_tokens"] = _MAX_TOKENS
+    else:
+        raise ValueError(f"unknown api {api!r}")
+    fields["max_output_tokens" if api == "responses" else "max_tokens"] = _MAX_TOKENS
     if ignore_eos:
         fields["min_tokens"] = _MAX_TOKENS
         fields["ignore_eos"] = True
     fields["stream"] = True
-    fields["stream_options"] = {"include_usage": True}
+    if api in ("chat", "completions"):
+        fields["stream_options"] = {"include_usage": True}
+    if api == "responses":
+        fields["store"] = False
     for k, v in extra_body.items():
-        if k in ("messages", "prompt", "stream"):
+        if k in _RESERVED[api]:
             raise ValueError(f"extra_body may not set {k!r}")
         fields[k] = v
     text = json.dumps(fields, separators=(",", ":"))
     content_ph = f'"{_CONTENT}"'
     head, rest = text.split(content_ph, 1)
-    if api == "chat":
+    if api != "completions":
         head += '"'
         rest = '"' + rest
     else:

@@ -125,6 +125,8 @@ class RequestRecord:
     #: what the stream said, when a transport knows it without bytes (the in-process
     #: simulator); HTTP leaves it None and the writer reads ``chunks``
     result: Any = None
+    #: the API whose stream ``chunks`` are (``agentbench.transport.apis``); not written
+    api: str = "chat"
     #: the server's Retry-After, seconds (429, 503), when it sent one; not written
     retry_after_s: float | None = None
     #: socket reads that brought the response after its head; instrumentation for

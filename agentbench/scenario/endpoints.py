@@ -60,9 +60,10 @@ class OpenAIEndpoint(Strict):
         if not u.hostname:
             raise ValueError("the URL names no host")
         return v
-    api: Literal["chat", "completions"] = Field(
-        "chat", description="/v1/chat/completions (text blocks) or /v1/completions "
-        "(token-id blocks).")
+    api: Literal["chat", "completions", "responses", "messages"] = Field(
+        "chat", description="/v1/chat/completions (text blocks), /v1/completions (token-id "
+        "blocks), /v1/responses (OpenAI Responses, text blocks) or /v1/messages (Anthropic "
+        "Messages, text blocks; the key in x-api-key).")
     model: str = Field(description="Model name sent in the request body.")
     api_key_env: str | None = Field(
         None, description="Name of the environment variable holding the API key; the key "
@@ -132,7 +133,8 @@ class SimulatedEndpoint(Strict):
 
     kind: Literal["simulated"] = Field(description="Start agentbench's serving simulator.")
     name: str | None = Field(None, description="Label in results; defaults to 'sim'.")
-    api: Literal["chat", "completions"] = Field("chat", description="API the replay uses.")
+    api: Literal["chat", "completions", "responses", "messages"] = Field(
+        "chat", description="API the replay uses (the simulator serves all four).")
     model: str = Field("sim", description="Model name the simulator serves.")
     preset: str = Field("h200-llama3-70b",
                         description="Hardware/model timing preset: a shipped one's name "

@@ -28,7 +28,8 @@ wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram`` (latency h
 from agentbench.sim.errors import SimulatorStartError
 from agentbench.sim.launch import start_simulator
 from agentbench.sim.process import SimProcess
-from agentbench.sim.server import SESSION_HEADER, SimHandle
+from agentbench.sim.routes_common import SESSION_HEADER
+from agentbench.sim.server import SimHandle
 
 __all__ = ["SESSION_HEADER", "SimHandle", "SimProcess", "SimulatorStartError",
            "start_simulator"]

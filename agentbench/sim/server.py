@@ -1,7 +1,8 @@
 """The simulator's OpenAI-compatible HTTP surface (aiohttp), shaped like vLLM's.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming SSE, one token
-per event, or a single JSON body), ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
+per event, or a single JSON body), ``POST /v1/responses`` and ``POST /v1/messages``
+(``agentbench.sim.typed_routes``), ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
 ``usage`` always carries ``prompt_tokens_details.cached_tokens``. With
 ``stream_options.include_usage`` both endpoints end the stream with a chunk whose
 ``choices`` is ``[]`` and which carries ``usage``, then ``data: [DONE]`` (as vLLM does).
@@ -26,101 +27,17 @@ from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.errors import SimulatorStartError
 from agentbench.sim.metrics import render
-from agentbench.sim.prompt import U64
-from agentbench.traces.words import VOCAB
-
-SESSION_HEADER = "X-Session-ID"
-_CLUSTER = web.AppKey("cluster", Cluster)
-_NV = len(VOCAB)
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-
-
-def _error(message: str, status: int = 400, kind: str = "BadRequestError") -> web.Response:
-    return web.json_response({"object": "error", "message": message, "type": kind,
-                              "param": None, "code": status}, status=status)
-
-
-def _content(value: Any, where: str) -> str:
-    """A message's content as text: a string, null, or a list of text parts."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = []
-        for p in value:
-            if isinstance(p, dict) and isinstance(p.get("text"), str):
-                parts.append(p["text"])
-            elif isinstance(p, str):
-                parts.append(p)
-            else:
-                raise _BadRequest(f"{where}: only text content parts are supported")
-        return "".join(parts)
-    raise _BadRequest(f"{where}: content must be a string, null or a list of text parts")
-
-
-def _opt_int(body: dict[str, Any], key: str, minimum: int) -> int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise _BadRequest(f"{key} must be an integer >= {minimum}, got {v!r}")
-    return v
-
-
-async def _body(request: web.Request, cluster: Cluster) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise _BadRequest(f"request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise _BadRequest("request body must be a JSON object")
-    model = body.get("model")
-    if model is not None and model != cluster.cfg.model:
-        raise _BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
-    n = body.get("n", 1)
-    if n != 1:
-        raise _BadRequest("n > 1 is not supported by the simulator")
-    return body
-
-
-def _session(request: web.Request, body: dict[str, Any]) -> str | None:
-    s = request.headers.get(SESSION_HEADER)
-    if s:
-        return s
-    user = body.get("user")
-    return user if isinstance(user, str) and user else None
-
-
-def _make(cluster: Cluster, request: web.Request, body: dict[str, Any], tokens: U64,
-          max_key: str) -> SimRequest:
-    max_tokens = _opt_int(body, max_key, 1)
-    if max_tokens is None and max_key == "max_completion_tokens":
-        max_tokens = _opt_int(body, "max_tokens", 1)
-    min_tokens = _opt_int(body, "min_tokens", 0) or 0
-    if max_tokens is not None and min_tokens > max_tokens:
-        raise _BadRequest(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})")
-    if tokens.size == 0:
-        raise _BadRequest("prompt is empty")
-    return cluster.make_request(tokens, max_tokens=max_tokens,
-                                ignore_eos=bool(body.get("ignore_eos", False)),
-                                min_tokens=min_tokens, session=_session(request, body))
-
-
-def _usage(req: SimRequest) -> dict[str, Any]:
-    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens
-            + req.generated, "completion_tokens": req.generated,
-            "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
-
-
-def _word(req: SimRequest, i: int) -> str:
-    return VOCAB[(req.rid * 7919 + i) % _NV]
+from agentbench.sim.routes_common import (
+    CLUSTER,
+    BadRequest,
+    content,
+    error,
+    make,
+    read_body,
+    usage_of,
+    word,
+)
+from agentbench.sim.typed_routes import add_routes
 
 
 async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req: SimRequest,
@@ -130,7 +47,7 @@ async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req
     try:
         cluster.submit(req)
     except SimRejected as e:
-        return _error(str(e))
+        return error(str(e))
     created = int(time.time())
     rid = f"{'chatcmpl' if chat else 'cmpl'}-sim{req.rid}"
     model = json.dumps(cluster.cfg.model)
@@ -140,8 +57,8 @@ async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req
                 progress.clear()
                 await progress.wait()
             if req.aborted:
-                return _error("request aborted by the engine", 500, "InternalServerError")
-            text = "".join(_word(req, i) for i in range(req.generated))
+                return error("request aborted by the engine", 500, "InternalServerError")
+            text = "".join(word(req, i) for i in range(req.generated))
             if chat:
                 choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
                                                                  "content": text},
@@ -152,7 +69,7 @@ async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req
             return web.json_response({
                 "id": rid, "object": "chat.completion" if chat else "text_completion",
                 "created": created, "model": cluster.cfg.model, "choices": [choice],
-                "usage": _usage(req)})
+                "usage": usage_of(req)})
         return await _stream(request, cluster, body, req, chat, rid, created, model, progress)
     finally:
         if req.finished_at is None:
@@ -188,7 +105,7 @@ async def _stream(request: web.Request, cluster: Cluster, body: dict[str, Any],
             pending = ""
             for i in range(sent, n):
                 fin = f'"{req.finish_reason}"' if last and i == n - 1 else "null"
-                parts.append(open_ + _word(req, i) + mid + fin + close)
+                parts.append(open_ + word(req, i) + mid + fin + close)
             await resp.write("".join(parts).encode())
             sent = n
         if req.aborted:
@@ -203,7 +120,7 @@ async def _stream(request: web.Request, cluster: Cluster, body: dict[str, Any],
             await progress.wait()
     if include_usage and not req.aborted:
         usage = {"id": rid, "object": obj, "created": created, "model": cluster.cfg.model,
-                 "choices": [], "usage": _usage(req)}
+                 "choices": [], "usage": usage_of(req)}
         await resp.write(f"data: {json.dumps(usage)}\n\n".encode())
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
@@ -211,30 +128,30 @@ async def _stream(request: web.Request, cluster: Cluster, body: dict[str, Any],
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    cluster = request.app[_CLUSTER]
+    cluster = request.app[CLUSTER]
     try:
-        body = await _body(request, cluster)
+        body = await read_body(request, cluster)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise _BadRequest("messages must be a non-empty list")
+            raise BadRequest("messages must be a non-empty list")
         pairs = []
         for i, m in enumerate(messages):
             if not isinstance(m, dict):
-                raise _BadRequest(f"messages[{i}] must be an object")
+                raise BadRequest(f"messages[{i}] must be an object")
             role = m.get("role")
             pairs.append((role if isinstance(role, str) else "user",
-                          _content(m.get("content"), f"messages[{i}].content")))
+                          content(m.get("content"), f"messages[{i}].content")))
         tokens = cluster.hasher.chat_tokens(pairs)
-        req = _make(cluster, request, body, tokens, "max_completion_tokens")
-    except _BadRequest as e:
-        return _error(str(e), e.status, e.kind)
+        req = make(cluster, request, body, tokens, "max_completion_tokens")
+    except BadRequest as e:
+        return error(str(e), e.status, e.kind)
     return await _run(request, cluster, body, req, chat=True)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    cluster = request.app[_CLUSTER]
+    cluster = request.app[CLUSTER]
     try:
-        body = await _body(request, cluster)
+        body = await read_body(request, cluster)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
@@ -244,15 +161,15 @@ async def completions(request: web.Request) -> web.StreamResponse:
                                               for t in prompt):
             tokens = cluster.hasher.id_tokens(prompt)
         else:
-            raise _BadRequest("prompt must be a string or a list of token ids (one prompt)")
-        req = _make(cluster, request, body, tokens, "max_tokens")
-    except _BadRequest as e:
-        return _error(str(e), e.status, e.kind)
+            raise BadRequest("prompt must be a string or a list of token ids (one prompt)")
+        req = make(cluster, request, body, tokens, "max_tokens")
+    except BadRequest as e:
+        return error(str(e), e.status, e.kind)
     return await _run(request, cluster, body, req, chat=False)
 
 
 async def models(request: web.Request) -> web.Response:
-    cluster = request.app[_CLUSTER]
+    cluster = request.app[CLUSTER]
     return web.json_response({"object": "list", "data": [{
         "id": cluster.cfg.model, "object": "model", "created": cluster.created,
         "owned_by": "agentbench-sim", "root": cluster.preset.name,
@@ -264,7 +181,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    cluster = request.app[_CLUSTER]
+    cluster = request.app[CLUSTER]
     return web.Response(text=render(cluster.cfg.model, cluster.instances),
                         content_type="text/plain", charset="utf-8")
 
@@ -272,9 +189,10 @@ async def metrics(request: web.Request) -> web.Response:
 def make_app(cluster: Cluster) -> web.Application:
     """The aiohttp application serving ``cluster``."""
     app = web.Application(client_max_size=1 << 30)
-    app[_CLUSTER] = cluster
+    app[CLUSTER] = cluster
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
+    add_routes(app)  # /v1/responses, /v1/messages
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

@@ -24,6 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentbench.testing.shapes import Counts, shape
 from agentbench.traces import words as tokenize
 
 #: where the "redirect" fault sends a client (nothing listens there)
@@ -76,6 +77,8 @@ class FakeServer:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/completions", self._handle)
+        app.router.add_post("/v1/responses", self._handle)
+        app.router.add_post("/v1/messages", self._handle)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/v1/models", self._models)
         return app
@@ -115,14 +118,15 @@ class FakeServer:
         raw = await request.read()
         n = self.count
         self.count += 1
-        chat = request.path.endswith("/chat/completions")
+        chat = not request.path.endswith("/v1/completions")  # a message API
         body = json.loads(raw)
         if not isinstance(body, dict):
             return web.json_response({"error": {"message": "body must be an object"}},
                                      status=400)
         if self.cfg.count_prompt:
             if chat:
-                contents = [str(m.get("content") or "") for m in body.get("messages", [])]
+                msgs = body.get("input" if request.path.endswith("/responses") else "messages")
+                contents = [str(m.get("content") or "") for m in msgs or []]
                 prompt = (self.cfg.chat_counter or tokenize.chat_prompt_tokens)(contents)
             else:
                 p = body.get("prompt")
@@ -145,33 +149,22 @@ class FakeServer:
             return web.Response(status=307, headers={"Location": REDIRECT_TO})
         if fault == "redirect_here":  # within this server: may be followed
             return web.Response(status=307, headers={"Location": request.path + "?moved=1"})
-        out_n = int(body.get("max_tokens") or 16)
+        out_n = int(body.get("max_tokens") or body.get("max_output_tokens") or 16)
+        wire = shape(request.path)
+        counts = _counts(fault, prompt, out_n)
         if not body.get("stream"):
             text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))
-            choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant",
-                                                               "content": text}}
-                                      if chat else {"index": 0, "text": text})
-            return web.json_response({
-                "id": "x", "object": "chat.completion" if chat else "text_completion",
-                "model": "fake", "choices": [{**choice, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": out_n,
-                          "total_tokens": prompt + out_n}})
+            return web.json_response(wire.whole(text, counts))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        base = ('{"id":"x","object":"chat.completion.chunk","created":0,"model":"fake",'
-                if chat else '{"id":"x","object":"text_completion","created":0,"model":"fake",')
-        usage = _usage(fault, prompt, out_n)
         if fault == "endless_line":  # one SSE line that never ends, as fast as it goes
-            await resp.write(b'data: {"id":"x","choices":[{"delta":{"content":"')
+            await resp.write(wire.line_start())
             while True:
                 await resp.write(b"a" * 65536)
-        if chat:
-            await resp.write(("data: " + base + '"choices":[{"index":0,"delta":{"role":'
-                              '"assistant","content":""},"finish_reason":null}]}\n\n').encode())
+        await resp.write(wire.opening(counts))
         sent = 0
         k = 0
-        loop = asyncio.get_running_loop()
         t_first = t_recv + self.cfg.ttft_s
         while sent < out_n or fault == "endless_stream":  # that one: token events forever
             m = self.cfg.tokens_per_event
@@ -189,45 +182,33 @@ class FakeServer:
             if fault == "stall" and sent >= out_n // 2:
                 await asyncio.sleep(self.cfg.stall_s)
             if fault == "malformed" and sent >= out_n // 2:
-                await resp.write(b"data: {not json at all\n\n")
+                await resp.write(wire.malformed())
                 fault = None
             if fault == "error_event" and sent >= out_n // 2:
-                await resp.write(b'data: {"error":{"message":"engine died"}}\n\n')
+                await resp.write(wire.error())
                 await resp.write_eof()
                 return resp
             words = "".join(tokenize.VOCAB[(n * 7 + sent + i) % 8100] for i in range(m))
             last = sent + m >= out_n and fault != "endless_stream"
-            if chat:
-                ev = (base + '"choices":[{"index":0,"delta":{"content":' + json.dumps(words)
-                      + '},"finish_reason":' + ('"length"' if last else "null") + "}]}")
-            else:
-                ev = (base + '"choices":[{"index":0,"text":' + json.dumps(words)
-                      + ',"finish_reason":' + ('"length"' if last else "null") + "}]"
-                      + ("," + usage if last else "") + "}")
             # an endless stream goes as fast as it can: 256 events a write
-            await resp.write(("data: " + ev + "\n\n").encode()
+            await resp.write(wire.token(words, last, counts)
                              * (256 if fault == "endless_stream" else 1))
             sent += m
             k += 1
-        del loop
-        if chat:
-            await resp.write(("data: " + base + '"choices":[],' + usage + "}\n\n").encode())
-        if fault != "no_done":
-            await resp.write(b"data: [DONE]\n\n")
+        await resp.write(wire.closing(counts, fault != "no_done"))
         await resp.write_eof()
         return resp
 
 
-def _usage(fault: str | None, prompt: int, out_n: int) -> str:
-    """The stream's ``"usage"`` member: the counts, or what a fault makes of them."""
+def _counts(fault: str | None, prompt: int, out_n: int) -> Counts:
+    """The usage counts (prompt, cached, output) a stream reports, or what a fault makes
+    of them (None: no usage)."""
     if fault == "no_usage":
-        return '"usage":null'
+        return None
     cached = prompt + 100 if fault == "bad_usage" else 0  # impossible: more than prompt
     if fault in ("huge_usage", "absurd_usage"):  # absurd: 10**12 for a small prompt
         prompt = out_n = HUGE_USAGE if fault == "huge_usage" else ABSURD_USAGE
-    return (f'"usage":{{"prompt_tokens":{prompt},"completion_tokens":{out_n},'
-            f'"total_tokens":{prompt + out_n},'
-            f'"prompt_tokens_details":{{"cached_tokens":{cached}}}}}')
+    return prompt, cached, out_n
 
 
 def main(argv: list[str] | None = None) -> None:

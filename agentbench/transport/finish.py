@@ -9,7 +9,7 @@ from typing import Any
 
 from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
-from agentbench.transport.sse import parse_stream
+from agentbench.transport.apis import read_stream
 
 
 def finish_record(rec: RequestRecord) -> dict[str, Any]:
@@ -31,7 +31,8 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
     }
     if rec.http_status == 200 and (rec.chunks or rec.result is not None
                                    or rec.status == records.OK):
-        st = rec.result if rec.result is not None else parse_stream(rec.chunks, rec.chunk_ns)
+        st = rec.result if rec.result is not None else read_stream(rec.api, rec.chunks,
+                                                                     rec.chunk_ns)
         ev = st.token_event_ns
         row["token_events"] = len(ev)
         row["token_event_ns"] = ev

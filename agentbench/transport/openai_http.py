@@ -18,6 +18,7 @@ import aiohttp
 from agentbench.errors import InputError
 from agentbench.prompts.layout import BlockCache, BodyTemplate, Segment, SessionPrompt
 from agentbench.results.schema import RequestRecord
+from agentbench.transport import apis
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.http import Target, make_body, redact, send
 from agentbench.transport.scrape import BodyTooLarge, http_collector, read_capped
@@ -35,10 +36,6 @@ PROBE_BODY_BYTES = 1 << 20
 def split_base(url: str) -> str:
     u = url.rstrip("/")
     return u[:-3] if u.endswith("/v1") else u
-
-
-def api_path(api: str) -> str:
-    return "/v1/chat/completions" if api == "chat" else "/v1/completions"
 
 
 @dataclass
@@ -69,6 +66,7 @@ class HttpTransport:
     async def send(self, rec: RequestRecord, prompt: Any, max_tokens: int, session: str,
                    t0_ns: int) -> None:
         body = make_body(self.template.parts(prompt, max_tokens))
+        rec.api = self.api
         await send(self.http, self.target, body, session, rec, t0_ns)
 
     def collector(self) -> Collector | None:
@@ -78,8 +76,6 @@ class HttpTransport:
     async def stream_rate(self, cache: Any) -> float | None:
         """Token events per second of one stream after its first event (a short request);
         None when the endpoint did not stream enough events to tell."""
-        from agentbench.transport.sse import parse_stream
-
         content = cache.content(_PROBE_SALT, [Segment(16, 16)], 0)
         frags = [content + b","] if self.api == "completions" else [content]
         body = make_body(self.template.parts(frags, PROBE_TOKENS))
@@ -87,7 +83,7 @@ class HttpTransport:
             request_id=-1, stage="probe", phase="probe", endpoint=self.label, lane=-1,
             tree_id="workers-probe", session_id="workers-probe", relation="root", copy=0,
             turn=0, scheduled_ns=0, expected_input_tokens=16,
-            expected_output_tokens=PROBE_TOKENS, potential_cached_tokens=0)
+            expected_output_tokens=PROBE_TOKENS, potential_cached_tokens=0, api=self.api)
         t0 = time.perf_counter_ns()
         try:
             await asyncio.wait_for(send(self.http, self.target, body, "workers-probe", rec, t0),
@@ -98,7 +94,7 @@ class HttpTransport:
             return None
         if not rec.chunks or (rec.error_type is not None and rec.error_type != "cancelled"):
             return None
-        ev = parse_stream(rec.chunks, rec.chunk_ns).token_event_ns
+        ev = apis.read_stream(self.api, rec.chunks, rec.chunk_ns).token_event_ns
         if len(ev) < 8 or ev[-1] <= ev[1]:
             return None
         return (len(ev) - 2) / ((ev[-1] - ev[1]) / 1e9)
@@ -133,25 +129,17 @@ def connect(label: str, api: str, model: str, base: str, query: str, headers: di
     """A transport to ``base``: headers, timeouts and a connection pool (no request sent)."""
     headers.setdefault("Content-Type", "application/json")
     headers.setdefault("Accept", "text/event-stream")
+    apis.api_headers(api, headers)
     connector = aiohttp.TCPConnector(limit=max_conn, limit_per_host=max_conn,
                                      ttl_dns_cache=None, enable_cleanup_closed=False)
     http = aiohttp.ClientSession(connector=connector, skip_auto_headers=("Accept-Encoding",))
-    target = Target(label, base + api_path(api) + query, headers, timeout, secrets,
+    target = Target(label, base + apis.path(api) + query, headers, timeout, secrets,
                     follow_redirects)
     from agentbench.prompts.layout import body_template
 
     return HttpTransport(label=label, api=api, base_url=base, target=target,
                          template=body_template(api, model, {}, False), http=http,
                          metrics_url=metrics_url, ignore_eos=False)
-
-
-def _small_body(api: str, model: str, extra: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, **fields, **extra}
-    if api == "chat":
-        body["messages"] = [{"role": "user", "content": "hi"}]
-    else:
-        body["prompt"] = "hi"
-    return body
 
 
 async def calibrate(tr: HttpTransport, model: str, extra: dict[str, Any],
@@ -164,21 +152,18 @@ async def calibrate(tr: HttpTransport, model: str, extra: dict[str, Any],
     counts = []
     for k in (16, 48):
         content = cache.content(CALIBRATION_SALT, [Segment(k, k)], 0)
-        body: dict[str, Any] = {"model": model, "max_tokens": 1, "stream": False, **extra}
-        if tr.api == "chat":
-            body["messages"] = [{"role": "user", "content": content.decode()}]
-        else:
-            body["prompt"] = [int(x) for x in content.split(b",")]
+        text: str | list[int] = content.decode() if tr.api != "completions" else \
+            [int(x) for x in content.split(b",")]
+        body = apis.small_body(tr.api, model, extra, text, 1)
         try:
             status, raw = await tr._post(body, 60)
             data = json.loads(raw) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError):
             data = None
-        usage = data.get("usage") if isinstance(data, dict) else None
-        n = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        if not isinstance(n, int):
-            tr.notes.append(f"prompt-count calibration: no usage.prompt_tokens; template cost "
-                            f"assumed {tr.overhead} tokens")
+        n = apis.prompt_tokens(tr.api, data)
+        if n is None:
+            tr.notes.append(f"prompt-count calibration: no {apis.usage_name(tr.api)}; "
+                            f"template cost assumed {tr.overhead} tokens")
             return
         counts.append(n)
     a = (counts[1] - counts[0]) / 32
@@ -197,7 +182,7 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
     refuses the key or the model (401, 403, 404), is a one-line error naming the endpoint,
     not a run of failed requests. Other statuses (a 5xx, a 429) do not stop the run: they
     are recorded per request."""
-    body = _small_body(tr.api, model, {}, max_tokens=1, stream=False)
+    body = apis.small_body(tr.api, model, {}, "hi", 1)
     where = f"endpoints[{index}]"
     try:
         async with tr.http.post(tr.target.url, data=json.dumps(body).encode(),
@@ -226,8 +211,7 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
 
 async def probe_ignore_eos(tr: HttpTransport, model: str, extra: dict[str, Any]) -> bool:
     """Whether the server accepts ``ignore_eos``/``min_tokens`` (a 2xx to a 1-token request)."""
-    body = _small_body(tr.api, model, extra, max_tokens=1, min_tokens=1, ignore_eos=True,
-                       stream=False)
+    body = apis.small_body(tr.api, model, extra, "hi", 1, min_tokens=1, ignore_eos=True)
     try:
         status, _ = await tr._post(body, 30)
         return 200 <= status < 300

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from agentbench.errors import InputError
-from agentbench.prompts.layout import BlockCache, body_template, chat_overhead
+from agentbench.prompts.layout import MESSAGE_APIS, BlockCache, body_template, chat_overhead
 from agentbench.scenario.secrets import (
     basic_credentials,
     expand_env,
@@ -22,6 +22,7 @@ from agentbench.scenario.secrets import (
     url_userinfo,
     without_query,
 )
+from agentbench.transport.apis import auth_headers
 from agentbench.transport.base import Transport
 from agentbench.transport.openai_http import (
     HttpTransport,
@@ -73,7 +74,7 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         tr.notes.append(f"ignore_eos probe: {'accepted' if want else 'not accepted'}")
     tr.ignore_eos = bool(want)
     tr.template = _template(cfg, index, extra, tr.ignore_eos)
-    tr.overhead = chat_overhead() if cfg.api == "chat" else 0
+    tr.overhead = chat_overhead() if cfg.api in MESSAGE_APIS else 0
     if cfg.kind != "simulated":
         await calibrate(tr, cfg.model, extra, caches[cfg.api])
     return tr
@@ -117,7 +118,7 @@ def _connect(cfg: Any, base: str, label: str) -> HttpTransport:
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if key:
-                headers["Authorization"] = f"Bearer {key}"
+                auth_headers(cfg.api, key, headers)
         _, user, password = url_userinfo(cfg.url)
         if (user or password) and not any(k.lower() == "authorization" for k in headers):
             # to the API only, never /metrics

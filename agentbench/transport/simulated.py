@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentbench.prompts.layout import chat_overhead
+from agentbench.prompts.layout import MESSAGE_APIS, chat_overhead
 from agentbench.prompts.segments import SegmentPrompt, SimPrompt
 from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
@@ -38,7 +38,7 @@ class SimTransport:
         self.driver = TimerDriver(self.cluster, loop)
         self.now_ns = now_ns
         self.block_size = self.cfg.block_size
-        self.chat = self.cfg.api == "chat"
+        self.chat = self.cfg.api in MESSAGE_APIS  # a text prompt in one message
         self.ignore_eos = True
         self.label = cfg.name or "sim"
         self.api = cfg.api

@@ -1,0 +1,108 @@
+"""What the simulator's HTTP routes share (``agentbench.sim.server`` for chat and
+completions, ``agentbench.sim.typed_routes`` for responses and messages): reading a body,
+the session key, making a request of the cluster, usage, the words it streams."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from agentbench.sim.cluster import Cluster
+from agentbench.sim.engine import SimRequest
+from agentbench.sim.prompt import U64
+from agentbench.traces.words import VOCAB
+
+SESSION_HEADER = "X-Session-ID"
+CLUSTER = web.AppKey("cluster", Cluster)
+_NV = len(VOCAB)
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def error(message: str, status: int = 400, kind: str = "BadRequestError") -> web.Response:
+    return web.json_response({"object": "error", "message": message, "type": kind,
+                              "param": None, "code": status}, status=status)
+
+
+def content(value: Any, where: str) -> str:
+    """A message's content as text: a string, null, or a list of text parts."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for p in value:
+            if isinstance(p, dict) and isinstance(p.get("text"), str):
+                parts.append(p["text"])
+            elif isinstance(p, str):
+                parts.append(p)
+            else:
+                raise BadRequest(f"{where}: only text content parts are supported")
+        return "".join(parts)
+    raise BadRequest(f"{where}: content must be a string, null or a list of text parts")
+
+
+def opt_int(body: dict[str, Any], key: str, minimum: int) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise BadRequest(f"{key} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+async def read_body(request: web.Request, cluster: Cluster) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadRequest(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != cluster.cfg.model:
+        raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
+    n = body.get("n", 1)
+    if n != 1:
+        raise BadRequest("n > 1 is not supported by the simulator")
+    return body
+
+
+def session_of(request: web.Request, body: dict[str, Any]) -> str | None:
+    s = request.headers.get(SESSION_HEADER)
+    if s:
+        return s
+    user = body.get("user")
+    return user if isinstance(user, str) and user else None
+
+
+def make(cluster: Cluster, request: web.Request, body: dict[str, Any], tokens: U64,
+          max_key: str) -> SimRequest:
+    max_tokens = opt_int(body, max_key, 1)
+    if max_tokens is None and max_key == "max_completion_tokens":
+        max_tokens = opt_int(body, "max_tokens", 1)
+    min_tokens = opt_int(body, "min_tokens", 0) or 0
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise BadRequest(f"min_tokens ({min_tokens}) must be <= max_tokens ({max_tokens})")
+    if tokens.size == 0:
+        raise BadRequest("prompt is empty")
+    return cluster.make_request(tokens, max_tokens=max_tokens,
+                                ignore_eos=bool(body.get("ignore_eos", False)),
+                                min_tokens=min_tokens, session=session_of(request, body))
+
+
+def usage_of(req: SimRequest) -> dict[str, Any]:
+    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens
+            + req.generated, "completion_tokens": req.generated,
+            "prompt_tokens_details": {"cached_tokens": req.cached_tokens}}
+
+
+def word(req: SimRequest, i: int) -> str:
+    return VOCAB[(req.rid * 7919 + i) % _NV]

@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "replay": {"transport", "prompts", "results", "scenario", "sim", "traces"},
     "metrics": {"results", "scenario", "traces"},
     "engines": {"scenario", "traces", "prompts"},
-    "proxy": {"scenario", "traces", "results"},
+    "proxy": {"scenario", "traces", "results", "transport"},
     "report": {"metrics", "results", "scenario", "traces"},
     "experiment": {"engines", "metrics", "replay", "report", "results", "scenario", "sim",
                    "traces"},

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from agentbench.errors import InputError
+from agentbench.proxy.apibodies import api_of, body_messages, tools_marked, tools_text
 from agentbench.proxy.reply import Reply, ResponseTap, parse_response, part_hash
 from agentbench.traces.model import MAX_TOKENS
 from agentbench.traces.readers._text import (
@@ -70,6 +71,9 @@ class Call:
     error: str | None = None
     request_text: str | None = None  # the request body's messages/prompt/tools (keep_text)
     response_text: str | None = None
+    #: prompt tokens before each Anthropic cache_control breakpoint (at the end of the
+    #: message, system prompt or tool list that carries it); None: the call marked none
+    cache_breakpoints: list[int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -149,14 +153,39 @@ class Analyzer:
     def _count(self, reply: Reply) -> int:
         """Output tokens of a reply without usage, by the tokenizer; past the text kept
         (``reply.TEXT_CAP``), in proportion to the characters."""
-        text = reply.text + "".join(c["args"] for c in reply.tool_calls)
+        text = reply.text + reply.extra + "".join(c["args"] for c in reply.tool_calls)
         n = len(self._tok.encode(text)) if text else 0
         if reply.all_chars > reply.kept_chars > 0:
             n = round(n * reply.all_chars / reply.kept_chars)
         return n
 
-    def prompt(self, body: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
-        """(prompt token ids, message digest chain) of a chat or completions body."""
+    def typed_prompt(self, api: str, body: dict[str, Any]
+                     ) -> tuple[np.ndarray, list[int], list[int]]:
+        """(prompt token ids, message digest chain, cache breakpoints) of a Responses or
+        Messages body (``agentbench.proxy.apibodies``), laid out as a chat prompt."""
+        tools = tools_text(body)
+        d = _digest(0, "tools", tools)
+        parts = [np.asarray([OTHER_ROLE_ID, *self._tok.encode(tools)], dtype=np.int64)
+                 ] if tools else []
+        n = len(parts[0]) if parts else 0
+        marks = [n] if tools and tools_marked(body) else []
+        chain = []
+        for m in body_messages(api, body):
+            d = _digest(d, m.role, m.text, m.call_ids)
+            chain.append(d)
+            ids = self._encode(m.role, m.text + m.extra)
+            parts.append(ids)
+            n += len(ids)
+            if m.cache_mark:
+                marks.append(n)
+        parts.append(np.asarray(primer_ids(), dtype=np.int64))
+        return np.concatenate(parts), chain, marks
+
+    def prompt(self, body: dict[str, Any], api: str = "chat") -> tuple[np.ndarray, list[int]]:
+        """(prompt token ids, message digest chain) of a body of ``api``."""
+        if api in ("responses", "messages"):
+            ids, chain, _ = self.typed_prompt(api, body)
+            return ids, chain
         messages = body.get("messages")
         if isinstance(messages, list):
             tools = json.dumps(body["tools"], sort_keys=True) if body.get("tools") else ""
@@ -202,7 +231,12 @@ class Analyzer:
         if not isinstance(body, dict):
             body = {}
         stream = bool(body.get("stream"))
-        tokens, chain = self.prompt(body)
+        api = api_of(path)
+        marks: list[int] | None = None
+        if api in ("responses", "messages"):
+            tokens, chain, marks = self.typed_prompt(api, body)
+        else:
+            tokens, chain = self.prompt(body)
         reply = Reply()
         if 200 <= status < 300:
             reply = (response.reply(stream) if isinstance(response, ResponseTap)
@@ -211,7 +245,7 @@ class Analyzer:
         if (problem := _usage_problem(usage)) is not None:
             usage = {}
             error = "; ".join(e for e in (error, f"{problem}; counted with the tokenizer") if e)
-        chat = isinstance(body.get("messages"), list)
+        chat = isinstance(body.get("messages"), list) or api == "responses"
         reply_digest = _chain(chain[-1] if chain else 0,
                               part_hash("assistant" if chat else "reply"), reply.text_hash,
                               part_hash(",".join(c["id"] for c in reply.tool_calls)))
@@ -226,7 +260,8 @@ class Analyzer:
         bs = self.block_size
         ids = PromptHasher(bs).hash_ids(tokens)[: -(-input_tokens // bs)]
         model = body.get("model") if isinstance(body.get("model"), str) else reply.model
-        keep = {k: body[k] for k in ("messages", "prompt", "tools") if k in body}
+        keep = {k: body[k] for k in ("instructions", "system", "input", "messages", "prompt",
+                                     "tools") if k in body}
         return Call(
             index=index, path=path, model=model, stream=stream, status=status,
             arrival_ns=arrival_ns, first_byte_ns=first_byte_ns, end_ns=end_ns,
@@ -237,4 +272,6 @@ class Analyzer:
             reply=reply_digest, session_key=session_key, parent_key=parent_key, error=error,
             request_text=json.dumps(keep) if self.keep_text else None,
             response_text=reply.text if self.keep_text else None,
+            cache_breakpoints=[m for m in marks if m <= input_tokens] or None
+            if marks else None,
         )

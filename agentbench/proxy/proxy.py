@@ -1,6 +1,7 @@
 """The recording proxy (aiohttp): every request is forwarded to the upstream server and
 every response relayed back untouched, chunk by chunk as it arrives; LLM calls
-(``POST .../chat/completions`` and ``.../completions``) are recorded.
+(``POST .../chat/completions``, ``.../completions``, ``.../responses`` and ``.../messages``)
+are recorded.
 
 The request path only stamps times and keeps the bytes it relays; counting, hashing and
 writing happen after the response's last byte went out (:class:`Recorder`), so they add
@@ -39,7 +40,7 @@ _REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "conne
                            "trailer", "upgrade"})
 _RESPONSE_DROP = frozenset({"transfer-encoding", "connection", "keep-alive",
                             "proxy-connection", "trailer", "upgrade"})
-_LLM_PATHS = ("/chat/completions", "/completions")
+_LLM_PATHS = ("/chat/completions", "/completions", "/responses", "/messages")
 
 
 @dataclass

@@ -16,6 +16,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentbench.transport.typed_sse import usage_counts
+
 #: characters of response text and tool-call arguments kept per call
 TEXT_CAP = 1 << 22
 #: bytes of one SSE line; a longer line is dropped
@@ -49,6 +51,9 @@ class Reply:
     #: characters of text and arguments kept, and in all
     kept_chars: int = 0
     all_chars: int = 0
+    #: text the model made that is not in ``text``'s hash (Responses and Messages:
+    #: reasoning and thinking; agents may or may not send it back), kept for counting
+    extra: str = ""
 
 
 class ReplyReader:
@@ -65,6 +70,9 @@ class ReplyReader:
         self._texts: list[str] = []
         self._hash = hashlib.blake2b(digest_size=16)
         self._calls: dict[int, dict[str, Any]] = {}
+        self._extra: list[str] = []
+        self._typed_usage: dict[str, Any] = {}
+        self._api = ""  # "responses" or "messages" once a typed event was read
         self.reply = Reply()
 
     def feed(self, data: bytes) -> None:
@@ -136,6 +144,10 @@ class ReplyReader:
         if not isinstance(doc, dict):
             return
         out = self.reply
+        kind = doc.get("type")
+        if isinstance(kind, str) and "choices" not in doc:
+            self._typed(kind, doc)
+            return
         if isinstance(doc.get("usage"), dict):
             out.usage = doc["usage"]
         if out.model is None and isinstance(doc.get("model"), str):
@@ -150,6 +162,68 @@ class ReplyReader:
             for tc in d.get("tool_calls") or ():
                 if isinstance(tc, dict):
                     self._tool_call(tc)
+
+    def _typed(self, kind: str, doc: dict[str, Any]) -> None:
+        """One Responses or Messages event (``agentbench.transport.typed_sse``)."""
+        out = self.reply
+        if kind.startswith("response."):
+            self._api = "responses"
+            r = doc.get("response")
+            if isinstance(r, dict):
+                if out.model is None and isinstance(r.get("model"), str):
+                    out.model = r["model"]
+                if isinstance(r.get("usage"), dict):
+                    self._typed_usage.update(r["usage"])
+            delta = doc.get("delta")
+            item = doc.get("item")
+            if kind == "response.output_text.delta" and isinstance(delta, str):
+                self._text(delta)
+            elif kind in ("response.reasoning_text.delta", "response.refusal.delta",
+                          "response.reasoning_summary_text.delta") and isinstance(delta, str):
+                self._extra.append(self._keep(delta))
+            elif kind in ("response.function_call_arguments.delta",
+                          "response.custom_tool_call_input.delta") and isinstance(delta, str):
+                self._args(doc.get("output_index"), delta)
+            elif kind == "response.output_item.added" and isinstance(item, dict) \
+                    and item.get("type") in ("function_call", "custom_tool_call"):
+                self._slot(doc.get("output_index"), str(item.get("call_id") or ""),
+                           str(item.get("name") or ""))
+            return
+        self._api = "messages"
+        if kind == "message_start" and isinstance(doc.get("message"), dict):
+            m = doc["message"]
+            if out.model is None and isinstance(m.get("model"), str):
+                out.model = m["model"]
+            if isinstance(m.get("usage"), dict):
+                self._typed_usage.update(m["usage"])
+        elif kind == "message_delta" and isinstance(doc.get("usage"), dict):
+            self._typed_usage.update({k: v for k, v in doc["usage"].items()
+                                      if v is not None})
+        elif kind == "content_block_start" and isinstance(doc.get("content_block"), dict):
+            b = doc["content_block"]
+            if b.get("type") == "tool_use":
+                self._slot(doc.get("index"), str(b.get("id") or ""), str(b.get("name") or ""))
+        elif kind == "content_block_delta" and isinstance(doc.get("delta"), dict):
+            d = doc["delta"]
+            if d.get("type") == "text_delta" and isinstance(d.get("text"), str):
+                self._text(d["text"])
+            elif d.get("type") == "thinking_delta" and isinstance(d.get("thinking"), str):
+                self._extra.append(self._keep(d["thinking"]))
+            elif d.get("type") == "input_json_delta" and isinstance(d.get("partial_json"),
+                                                                     str):
+                self._args(doc.get("index"), d["partial_json"])
+
+    def _slot(self, index: Any, call_id: str, name: str) -> None:
+        """A typed stream's tool call, opened at its output (or content block) index."""
+        index = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        if index not in self._calls and len(self._calls) < MAX_TOOL_CALLS:
+            self._calls[index] = {"id": call_id[:_ID_CAP], "args": [self._keep(name)]}
+
+    def _args(self, index: Any, piece: str) -> None:
+        index = index if isinstance(index, int) and not isinstance(index, bool) else 0
+        slot = self._calls.get(index)
+        if slot is not None:
+            slot["args"].append(self._keep(piece))
 
     def _tool_call(self, tc: dict[str, Any]) -> None:
         index = tc.get("index", 0)
@@ -176,7 +250,10 @@ class ReplyReader:
             self._event(bytes(self._line))
         out = self.reply
         out.text = "".join(self._texts)
+        out.extra = "".join(self._extra)
         out.text_hash = self._hash.digest()
+        if self._api:
+            out.usage = chat_usage(self._api, self._typed_usage)
         out.tool_calls = [{"id": c["id"], "args": "".join(c["args"])}
                           for _, c in sorted(self._calls.items())]
         return out
@@ -191,10 +268,12 @@ def _whole(body: bytes) -> Reply:
         return out
     if not isinstance(doc, dict):
         return out
-    if isinstance(doc.get("usage"), dict):
-        out.usage = doc["usage"]
     if isinstance(doc.get("model"), str):
         out.model = doc["model"]
+    if doc.get("object") == "response" or doc.get("type") == "message":
+        return _whole_typed(doc, out)
+    if isinstance(doc.get("usage"), dict):
+        out.usage = doc["usage"]
     choices = doc.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         ch = choices[0]
@@ -211,6 +290,55 @@ def _whole(body: bytes) -> Reply:
                                        + str(fn.get("arguments") or "")})
     out.all_chars = out.kept_chars = out.text_chars + sum(len(c["args"])
                                                          for c in out.tool_calls)
+    return out
+
+
+def _whole_typed(doc: dict[str, Any], out: Reply) -> Reply:
+    """The reply of a Responses (``output`` items) or Messages (``content`` blocks) body."""
+    api = "responses" if doc.get("object") == "response" else "messages"
+    if isinstance(doc.get("usage"), dict):
+        out.usage = chat_usage(api, doc["usage"])
+    texts, extra = [], []
+    for it in (doc.get("output") if api == "responses" else doc.get("content")) or ():
+        if not isinstance(it, dict):
+            continue
+        kind = it.get("type")
+        if kind == "message":
+            texts += [p["text"] for p in it.get("content") or () if isinstance(p, dict)
+                      and p.get("type") == "output_text" and isinstance(p.get("text"), str)]
+        elif kind == "text" and isinstance(it.get("text"), str):
+            texts.append(it["text"])
+        elif kind in ("function_call", "custom_tool_call", "tool_use"):
+            args = it.get("arguments") if kind == "function_call" else it.get("input")
+            out.tool_calls.append({
+                "id": str(it.get("call_id") or it.get("id") or ""),
+                "args": str(it.get("name") or "") + (args if isinstance(args, str)
+                                                     else json.dumps(args, sort_keys=True))})
+        elif kind == "thinking" and isinstance(it.get("thinking"), str):
+            extra.append(it["thinking"])
+        elif kind == "reasoning":
+            extra += [s["text"] for s in it.get("summary") or () if isinstance(s, dict)
+                      and isinstance(s.get("text"), str)]
+    text = "".join(texts)
+    out.text, out.text_chars, out.text_hash = text, len(text), part_hash(text)
+    out.extra = "".join(extra)
+    out.all_chars = out.kept_chars = out.text_chars + len(out.extra) + sum(
+        len(c["args"]) for c in out.tool_calls)
+    return out
+
+
+def chat_usage(api: str, usage: dict[str, Any]) -> dict[str, Any]:
+    """A Responses or Messages ``usage`` in chat's keys (``prompt_tokens`` the whole prompt,
+    cache reads and writes included; ``prompt_tokens_details.cached_tokens`` the reads),
+    counts the API did not give left out."""
+    prompt, cached, output = usage_counts(api, usage)
+    out: dict[str, Any] = {}
+    if prompt is not None:
+        out["prompt_tokens"] = prompt
+    if output is not None:
+        out["completion_tokens"] = output
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
     return out
 
 

@@ -44,6 +44,7 @@ STORED = [
     "when the server sent none: usage_reported = false)",
     "block hash ids of the prompt (content hashes of token blocks, not reversible to text)",
     "sessions, subagents (fork/spawn, parent_turn, join_turn) and think times",
+    "Anthropic cache_control breakpoints, as the prompt tokens before each",
 ]
 NOT_STORED = [
     "request headers (Authorization, API keys, cookies and every other header are "
@@ -133,6 +134,9 @@ def problem(call: Call) -> str | None:
         v = getattr(call, name)
         if not isinstance(v, list) or not all(map(_int64, v)):
             return f"{name} is not a list of 64-bit integers"
+    marks = call.cache_breakpoints
+    if marks is not None and (not isinstance(marks, list) or not all(map(_int64, marks))):
+        return "cache_breakpoints is not a list of 64-bit integers"
     if call.cached_tokens is not None and not _int64(call.cached_tokens):
         return "cached_tokens is not a 64-bit integer"
     for name in ("input_tokens", "output_tokens"):
@@ -167,7 +171,8 @@ def describe(*, upstream: str, keep_text: bool, block_size: int, tokenizer: str 
         "tokenizer": tokenizer or "agentbench.traces.words (approximate)",
         "prompt_layout": "tools, then <role> content+tool_calls <end> per message, then "
                          "<assistant>; prefix-chained blake2b block hashes (openai-log "
-                         "reader's layout)",
+                         "reader's layout); Responses items and Messages blocks as "
+                         "messages (docs/record.md)",
         "sessions_from": ([f"header {session_header}"] + (["body user"] if session_from_user
                                                           else [])
                           + ["prompt + response continuity", "prompt prefix continuity"]),
@@ -192,6 +197,9 @@ def write(calls: Sequence[Call], out: Path, meta: dict[str, Any]) -> Trace:
         "ttft_s": pa.array(ttft, pa.float64()),
         "usage_reported": pa.array([c.usage_reported for c in rows], pa.bool_()),
         "counted_input_tokens": pa.array([c.counted_input_tokens for c in rows], pa.int64()),
+        # Anthropic cache_control breakpoints, as prompt tokens before each (null: none)
+        "cache_breakpoints": pa.array([c.cache_breakpoints for c in rows],
+                                      pa.list_(pa.int64())),
     }
     if meta.get("keep_text"):
         extra["request_text"] = pa.array([c.request_text for c in rows], pa.large_string())

@@ -109,6 +109,8 @@ async def _serve(request: web.Request, cluster: Cluster, req: SimRequest,
 # -- Responses ---------------------------------------------------------------------------
 
 def _responses_pairs(body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, text) of each input item: messages by their text parts, tool calls by name
+    and arguments (assistant), tool outputs (tool), reasoning by its summary (assistant)."""
     pairs = []
     if body.get("instructions") is not None:
         pairs.append(("system", content(body["instructions"], "instructions")))
@@ -117,14 +119,26 @@ def _responses_pairs(body: dict[str, Any]) -> list[tuple[str, str]]:
         pairs.append(("user", inp))
     elif isinstance(inp, list) and inp:
         for i, item in enumerate(inp):
-            if not isinstance(item, dict) or item.get("type", "message") != "message":
-                raise BadRequest(f"input[{i}]: only message items are supported by the "
-                                 "simulator")
-            role = item.get("role")
-            pairs.append((role if isinstance(role, str) else "user",
-                          content(item.get("content"), f"input[{i}].content")))
+            if not isinstance(item, dict):
+                raise BadRequest(f"input[{i}] must be an object")
+            kind = item.get("type", "message")
+            if kind == "message":
+                role = item.get("role")
+                pairs.append((role if isinstance(role, str) else "user",
+                              content(item.get("content"), f"input[{i}].content")))
+            elif kind in ("function_call", "custom_tool_call"):
+                pairs.append(("assistant", str(item.get("name") or "")
+                              + str(item.get("arguments") or item.get("input") or "")))
+            elif kind in ("function_call_output", "custom_tool_call_output"):
+                pairs.append(("tool", content(item.get("output"), f"input[{i}].output")))
+            elif kind == "reasoning":
+                pairs.append(("assistant", content(item.get("summary") or [],
+                                                   f"input[{i}].summary")))
+            else:
+                raise BadRequest(f"input[{i}]: items of type {kind!r} are not supported by "
+                                 "the simulator")
     else:
-        raise BadRequest("input must be a string or a non-empty list of messages")
+        raise BadRequest("input must be a string or a non-empty list of items")
     return pairs
 
 
@@ -214,6 +228,25 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 # -- Messages ----------------------------------------------------------------------------
 
+def _blocks(value: Any, where: str) -> str:
+    """A Messages content as text: text and thinking blocks, a tool_use's name and input, a
+    tool_result's content."""
+    if not isinstance(value, list):
+        return content(value, where)
+    out = []
+    for j, b in enumerate(value):
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "tool_use":
+            out.append(str(b.get("name") or "") + json.dumps(b.get("input"), sort_keys=True))
+        elif kind == "tool_result":
+            out.append(content(b.get("content"), f"{where}.{j}.content"))
+        elif kind == "thinking":
+            out.append(str(b.get("thinking") or ""))
+        else:
+            out.append(content([b], where))
+    return "".join(out)
+
+
 def _messages_pairs(body: dict[str, Any]) -> list[tuple[str, str]]:
     pairs = []
     if body.get("system") is not None:
@@ -224,7 +257,7 @@ def _messages_pairs(body: dict[str, Any]) -> list[tuple[str, str]]:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
             raise BadRequest(f"messages.{i}: must be an object with role user or assistant")
-        pairs.append((m["role"], content(m.get("content"), f"messages.{i}.content")))
+        pairs.append((m["role"], _blocks(m.get("content"), f"messages.{i}.content")))
     if body.get("max_tokens") is None:
         raise BadRequest("max_tokens: Field required")
     return pairs

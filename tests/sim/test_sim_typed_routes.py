@@ -107,6 +107,6 @@ async def test_not_streamed_answers_and_errors_in_each_apis_shape() -> None:
                                                               "content": "x"}]}) as r:
             assert r.status == 404 and (await r.json())["error"]["type"] == "not_found_error"
         async with s.post("/v1/responses", json={
-                "model": "sim", "input": [{"type": "function_call_output", "output": "x"}]}
+                "model": "sim", "input": [{"type": "image_generation_call", "id": "x"}]}
                           ) as r:
-            assert r.status == 400 and "only message items" in (await r.json())["message"]
+            assert r.status == 400 and "not supported" in (await r.json())["message"]

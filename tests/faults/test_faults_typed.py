@@ -1,0 +1,65 @@
+"""Server trouble in the Responses and Messages APIs, as a user meets it (agentbench run in
+its own process against the fault server speaking that API): each fault of a typed stream
+(a malformed event, an ``error`` event mid-stream, no final event, a reset, a stall, usage
+missing, impossible or past any sane size) is one row with its error, an endless typed
+stream is cut at its cap, and the run reads."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.harness import report_reads, rows, run_cli, scenario
+
+#: the row each fault becomes in a typed stream (status, error_type)
+EXPECTED = {
+    "ok": ("ok", None),
+    "http500": ("error", "http_500"),
+    "reset": ("error", "disconnected"),
+    "stall": ("error", "stall_timeout"),
+    "malformed": ("error", "malformed_sse"),
+    "error_event": ("error", "stream_error"),
+    "no_done": ("error", "incomplete_stream"),
+    "no_usage": ("ok", None),
+    "bad_usage": ("ok", None),
+    "huge_usage": ("ok", None),
+    "endless_stream": ("error", "response_too_large"),
+}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_every_typed_stream_fault_is_one_row_and_the_run_reads(
+        tmp_path: Path, fault_server: Any, api: str) -> None:
+    faults = list(EXPECTED)
+    srv = fault_server(",".join(faults))
+    sc = scenario(tmp_path, srv.url, lanes=3, extra_endpoint=f"api: {api}",
+                  limits=f"max_requests: {len(faults)}")
+    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
+                "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    run = tmp_path / "out" / "r"
+    req = rows(run)
+    seen = srv.seen()
+    assert len(req) == len(seen) == len(faults)
+    got = Counter((s, e if isinstance(e, str) else None)
+                  for s, e in zip(req.status, req.error_type, strict=True))
+    assert got == Counter(EXPECTED[f] for _, f, _ in seen)
+    msgs = dict(zip(req.error_type, req.error_message, strict=False))
+    assert "engine died" in msgs["stream_error"]
+    assert ("response.completed" if api == "responses" else "message_stop") \
+        in msgs["incomplete_stream"]
+    ok = req[req.status == "ok"]
+    assert (ok.token_events > 0).all()
+    # usage read from where the API puts it: the good rows carry the prompt's tokens
+    good = ok[ok.prompt_tokens.notna() & (ok.prompt_tokens < 1e6)]
+    assert len(good) >= 1 and (good.prompt_tokens == good.expected_input_tokens).all()
+    summary = json.loads((run / "summary.json").read_text())
+    # cached > prompt (bad_usage) and 2**70 (huge_usage) are counted as impossible
+    assert summary["overall"]["requests"]["usage_invalid"] == 2
+    report_reads(run, tmp_path)

@@ -62,6 +62,10 @@ def run(
                                 help="Client processes the lanes are sharded over: a count "
                                      "or 'auto' (from each endpoint's measured stream rate "
                                      "and the lanes, up to one per CPU)."),
+    ray: str | None = typer.Option(
+        None, "--ray", metavar="ADDRESS", help="Run the variants side by side as Ray tasks: "
+        "'local' (a Ray started here), 'auto' (the cluster `ray start` began here) or a "
+        "cluster address; simulated variants in virtual time only (docs/scale.md)."),
 ) -> None:
     """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
 
@@ -99,8 +103,11 @@ def run(
                              sets=[*sets, *extra, *outputs])
     from agentbench.experiment import run_experiment
 
+    if ray is not None and workers != "1":
+        raise InputError("--ray and --workers: choose one (Ray runs each variant in one "
+                         "process)", source="agentbench run")
     result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
-                            progress=progress, workers=workers)
+                            progress=progress, workers=workers, ray=ray)
     for line in result.failed:
         typer.echo(f"failed: {line}", err=True)
     for line in result.invalid:

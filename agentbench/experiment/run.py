@@ -35,6 +35,8 @@ class VariantRun:
     failure: str | None = None
     warning: str | None = None
     invalid: str | None = None
+    #: the Ray node that ran it (``run_experiment(..., ray=...)``), else None
+    node: str | None = None
 
 
 @dataclass
@@ -99,13 +101,16 @@ class Quiet:
 def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
                    listener: Listener | None = None, progress: bool | None = False,
                    workers: int | str | None = 1, executor: Any = None,
-                   traces: dict[str, Trace] | None = None) -> ExperimentResult:
+                   traces: dict[str, Trace] | None = None,
+                   ray: str | None = None) -> ExperimentResult:
     """Run every variant of ``scenario`` (a validated ``Scenario``, or a path to its YAML
     file) one after another and compare them; return their runs and verdicts.
 
     ``workers`` and ``executor`` choose what runs the lanes of each run
     (``agentbench.replay.run_scenario``); ``traces`` (optional) caches traces across
-    calls by trace spec and seed."""
+    calls by trace spec and seed. ``ray``: the address of a Ray cluster (``local`` starts
+    one here) on which the variants run side by side as tasks, each as it would here
+    (simulated variants in virtual time only: ``agentbench.experiment.raysweep``)."""
     from agentbench.scenario.loading import expand_variants, load_scenario
 
     if not hasattr(scenario, "variants"):
@@ -117,7 +122,12 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     from agentbench.sim.presetfile import check_presets
 
     check_presets(scenario, str(scenario_path or "the scenario"))
-    for sc in expand_variants(scenario):
+    if ray is not None:
+        from agentbench.experiment.raysweep import run_remote
+
+        result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
+                                 len(scenario.variants))
+    for sc in expand_variants(scenario) if ray is None else ():
         tell.variant_started(sc, len(scenario.variants))
         result.runs.append(run_variant(sc, scenario_path=scenario_path, listener=tell,
                                        progress=progress, workers=workers,

@@ -1,0 +1,144 @@
+"""The variants of an experiment as Ray tasks (``agentbench run --ray ADDRESS``,
+``run_experiment(..., ray=ADDRESS)``; docs/scale.md).
+
+Each variant is one call of :func:`~agentbench.experiment.run.run_variant`, a function of
+its arguments alone, run as a Ray task on whichever node has a CPU free; the driver waits
+for them, tells the listener as each ends, and compares them as a local run does. Only
+variants that run in virtual time (every endpoint ``kind: simulated``, no ``clock: wall``,
+no ``server:``) are sent: their run folders are then the same, byte for byte, as when the
+variants run one after another here, since nothing in them depends on the host or on what
+else runs (``scripts/same_runs.py`` checks it). Variants against real endpoints stay on
+this host, one after another: running them side by side would measure them against each
+other.
+
+A task runs in the driver's working folder (the scenario file's path made absolute), so it
+writes where a local run would; on a node without that folder ``output.dir`` is made
+absolute from it. On a cluster of several hosts ``output.dir`` must be on a filesystem
+every node mounts, and every node needs agentbench installed
+(``pip install 'agentbench[ray]'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentbench.errors import InputError
+
+#: an address that starts a Ray instance in this process (one node, this host's CPUs)
+LOCAL = "local"
+
+
+def connect(address: str) -> Any:
+    """The ``ray`` module, connected to the cluster at ``address`` (``local``: a Ray started
+    here for this experiment; ``auto``: the one ``ray start`` began on this host, or
+    ``RAY_ADDRESS``; ``ray://host:10001`` or ``host:6379``: a cluster)."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError("Ray is not installed: pip install 'agentbench[ray]'",
+                         field="--ray") from None
+    if not ray.is_initialized():
+        _check_listening(address)
+        try:
+            ray.init(address=None if address == LOCAL else address, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise InputError(f"cannot join the Ray cluster at {address!r}: "
+                             f"{' '.join(str(e).split())[:300]}", field="--ray") from None
+    return ray
+
+
+def _check_listening(address: str) -> None:
+    """A ``host:port`` (or ``ray://host:port``) address nothing answers at is a one-line
+    error at once (Ray itself retries for minutes)."""
+    import socket
+
+    if address in (LOCAL, "auto"):
+        return
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InputError(f"not a Ray address: {address!r} (host:port, ray://host:port, "
+                         "'auto' or 'local')", field="--ray")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as e:
+        raise InputError(f"cannot join the Ray cluster at {address!r}: nothing answers "
+                         f"there ({e.strerror or type(e).__name__})", field="--ray") from None
+
+
+def why_not_remote(sc: Any) -> str | None:
+    """Why a variant cannot run as a Ray task (it measures a real server, or runs on the
+    wall clock), or None when it can."""
+    if getattr(sc, "server", None) is not None:
+        return "it starts a server (server:)"
+    if any(e.kind != "simulated" for e in sc.endpoints):
+        return "it measures a real endpoint"
+    if sc.clock == "wall":
+        return "it runs on the wall clock (clock: wall)"
+    return None
+
+
+def portable(sc: Any, cwd: str) -> Any:
+    """``sc`` with ``output.dir`` absolute, from the driver's working folder ``cwd`` (a
+    task on a node without that folder writes where the driver would)."""
+    out = sc.model_copy(deep=True)
+    out.output.dir = str(Path(cwd) / sc.output.dir)
+    return out
+
+
+def _task(sc: Any, scenario_path: str | None, cwd: str) -> Any:
+    """One variant, in a Ray worker: trace, replay, summary, verdicts. In the driver's
+    working folder when this node has it (the run folder and run.json are then those of
+    a local run, a relative ``output.dir`` included), else with ``output.dir`` made
+    absolute."""
+    import os
+
+    import ray
+
+    from agentbench.experiment.run import run_variant
+
+    if Path(cwd).is_dir():
+        os.chdir(cwd)
+    else:
+        sc = portable(sc, cwd)
+    run = run_variant(sc, scenario_path=None if scenario_path is None else Path(scenario_path))
+    run.node = ray.get_runtime_context().get_node_id()
+    return run
+
+
+def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
+               tell: Any, of: int) -> list[Any]:
+    """Every variant as a Ray task; their runs in the variants' order, each told to
+    ``tell`` (``variant_started`` once the cluster is joined, ``run_started`` and
+    ``variant_done`` as it ends; ``of``: the scenario's variant count)."""
+    for sc in variants:
+        why = why_not_remote(sc)
+        if why is not None:
+            raise InputError(f"variant {sc.name!r} cannot run on Ray: {why}; Ray runs "
+                             "simulated variants in virtual time (run it without --ray)",
+                             field="--ray")
+    ray = connect(address)
+    for sc in variants:
+        tell.variant_started(sc, of)
+    task = ray.remote(num_cpus=1, max_retries=0)(_task)
+    path = None if scenario_path is None else str(Path(scenario_path).resolve())
+    cwd = str(Path.cwd())
+    refs = [task.remote(sc, path, cwd) for sc in variants]
+    index = {ref: i for i, ref in enumerate(refs)}
+    runs: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            run = ray.get(done[0])
+        except ray.exceptions.RayTaskError as e:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            cause = getattr(e, "cause", None)
+            raise (cause if isinstance(cause, Exception) else e) from None
+        runs[index[done[0]]] = run
+        tell.run_started(run.run_dir)
+        tell.variant_done(run)
+    return runs

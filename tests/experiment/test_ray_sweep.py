@@ -1,0 +1,101 @@
+"""Variants as Ray tasks on a local two-node Ray cluster (``run_experiment(..., ray=...)``,
+``agentbench run --ray``): the run folders are the same as when the variants run one after
+another in this process, the tasks spread over both nodes, and what cannot run there (a
+real endpoint) is refused in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbench.errors import InputError
+from tests.helpers import ROOT
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
+
+pytestmark = pytest.mark.timeout(300)
+
+#: three what-if variants, cut to a few simulated minutes each
+SWEEP = """
+name: sweep
+seed: 3
+endpoints:
+  - {kind: simulated, name: sim, instances: 2, preset: h200-llama3-70b}
+trace: {kind: synth, profile: codex, sessions: 6, transform: {scale: 0.25}}
+load: {kind: lanes, concurrency: 4}
+limits: {max_requests: 60, recycle: true}
+hardware: {gpus: 2, gpu_hour_usd: 3.0}
+variants:
+  - name: round-robin
+  - name: affinity
+    set: {endpoints.0.router: session_affinity}
+  - name: shared-tier
+    set: {endpoints.0.shared_tier: {capacity_blocks: 200000}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    try:
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+def _run(folder: Path, **kw: Any) -> Any:
+    from agentbench.experiment import run_experiment
+
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text(SWEEP)
+    here = Path.cwd()
+    os.chdir(folder)  # a relative output.dir, resolved the same way by both
+    try:
+        return run_experiment(folder / "sweep.yaml", **kw)
+    finally:
+        os.chdir(here)
+
+
+def test_a_sweep_on_two_ray_nodes_gives_the_local_run_folders(cluster: Any,
+                                                               tmp_path: Path) -> None:
+    local = _run(tmp_path / "local")
+    remote = _run(tmp_path / "ray", ray=cluster.address)
+    assert [r.scenario.name for r in remote.runs] == [r.scenario.name for r in local.runs]
+    assert len({r.node for r in remote.runs}) == 2  # both nodes ran variants
+    assert all(r.node is None for r in local.runs)
+    same = subprocess.run([sys.executable, str(ROOT / "scripts" / "same_runs.py"),
+                           str(tmp_path / "local" / "results"),
+                           str(tmp_path / "ray" / "results")],
+                          capture_output=True, text=True, check=False)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "3 run folders before, 3 after, 0 differ" in same.stdout
+    assert remote.comparison.headlines == local.comparison.headlines
+
+
+def test_a_variant_against_a_real_endpoint_is_refused(cluster: Any, tmp_path: Path) -> None:
+    from agentbench.experiment import run_experiment
+    from agentbench.scenario.loading import load_scenario
+
+    path = tmp_path / "real.yaml"
+    path.write_text("""
+name: real
+endpoints: [{kind: openai, url: 'http://127.0.0.1:9', model: m}]
+trace: {kind: synth, profile: codex, sessions: 2}
+load: {kind: lanes, concurrency: 1}
+limits: {max_requests: 2}
+variants: [{name: a}, {name: b, set: {seed: 4}}]
+""")
+    with pytest.raises(InputError, match="measures a real endpoint"):
+        run_experiment(load_scenario(path), scenario_path=path, ray=cluster.address)

@@ -172,3 +172,9 @@ def test_compare_refuses_runs_that_replayed_different_things(tmp_path: Path) -> 
     with pytest.raises(InputError, match=r"load"):
         agentbench.compare(a, c)
     assert agentbench.compare(a, c, allow=["load"]).values.shape[1] == 2
+    # as the docs write it: a string (once read letter by letter: "unknown field 'l'")
+    assert agentbench.compare(a, c, allow="load").values.shape[1] == 2
+    assert agentbench.compare(a, c, allow="all").values.shape[1] == 2
+    assert agentbench.compare(a, c, allow="trace,load").values.shape[1] == 2
+    with pytest.raises(InputError, match="unknown field 'lode'"):
+        agentbench.compare(a, c, allow="lode")

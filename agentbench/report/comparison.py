@@ -42,13 +42,13 @@ class Comparison:
 
 
 def compare(*runs: Run | str | Path, block: str = "overall",
-            allow: Iterable[str] = ()) -> Comparison:
+            allow: str | Iterable[str] = ()) -> Comparison:
     """Compare runs (``Run`` objects or results folders) against the first one.
 
     Runs must be comparable: the same trace content, filters, transforms, load, timing,
     time base and endpoint kinds (run.json ``fingerprint``), except the fields named in
-    ``allow`` (e.g. ``("endpoints", "load")``, or ``"all"``); otherwise ``InputError``
-    names every field that differs."""
+    ``allow`` (e.g. ``("endpoints", "load")``, ``"endpoints,load"``, or ``"all"``);
+    otherwise ``InputError`` names every field that differs."""
     from agentbench.report.compare import (
         comparison_ratios,
         comparison_values,
@@ -57,12 +57,12 @@ def compare(*runs: Run | str | Path, block: str = "overall",
         run_labels,
     )
     from agentbench.results.reader import read_run_json
-    from agentbench.scenario.fingerprint import FIELDS, check_comparable
+    from agentbench.scenario.fingerprint import check_comparable, parse_allow
 
     rs = [r if isinstance(r, Run) else load(r) for r in runs]
     if len(rs) < 2:
         raise ValueError("compare needs at least two runs")
-    allowed = set(FIELDS) if set(allow) & {"all"} else set(allow)
+    allowed = parse_allow(allow if isinstance(allow, str) else list(allow))
     warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
     sums = [r.summary for r in rs]
     labels = run_labels(sums)

@@ -64,14 +64,18 @@ def fingerprint(scenario: Mapping[str, Any], time_base: str,
 
 
 def parse_allow(text: str | Sequence[str] | None) -> set[str]:
-    """``"endpoint,load"`` (or a list of names) → the fingerprint fields they name."""
+    """``"endpoint,load"`` (or a list of names) → the fingerprint fields they name;
+    ``all`` names every field."""
     if text is None:
         return set()
     items = text.split(",") if isinstance(text, str) else list(text)
-    out = set()
+    out: set[str] = set()
     for raw in items:
         name = raw.strip()
         if not name:
+            continue
+        if name == "all":
+            out.update(FIELDS)
             continue
         name = ALIASES.get(name, name)
         if name not in FIELDS:

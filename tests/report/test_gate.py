@@ -331,6 +331,10 @@ def test_gate_refuses_incomparable_runs_unless_allowed(virtual: dict[str, Path],
     assert code in (0, 1) and "metric" in out
     code, out = _gate(str(virtual["base"]), str(virtual["c2"]), "--allow", "lode")
     assert code == 2 and "unknown field 'lode'" in out
+    # docs/ci.md's "--allow all" (once refused as an unknown field)
+    code, out = _gate(str(virtual["base"]), str(virtual["c2"]), "--allow", "all",
+                      "--markdown", md)
+    assert code in (0, 1) and "metric" in out
 
 
 def test_runs_without_fingerprint_warn(runs: dict[str, Path], virtual: dict[str, Path],

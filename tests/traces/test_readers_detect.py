@@ -51,3 +51,21 @@ def test_missing_local_file_is_not_taken_for_a_hub_id(tmp_path: Path,
     with pytest.raises(InputError, match="no such file"):
         detect_format("traces/missing.jsonl")
     assert detect_format("org/dataset-name") == "hf"
+
+
+def test_a_conversation_dataset_of_messages_reads_as_conversations(tmp_path: Path) -> None:
+    """A SWE-style JSONL (``{"messages": [...]}`` per line, no times) was taken for a
+    request log and failed on "timestamp: missing"; it is a set of conversations. A
+    request log names its time, and stays one."""
+    from agentbench.traces.readers import read_trace
+
+    f = tmp_path / "swe.jsonl"
+    f.write_text("\n".join(json.dumps({"messages": [
+        {"role": "system", "content": "You fix bugs."}, {"role": "user", "content": f"bug {i}"},
+        {"role": "assistant", "content": "patched"}]}) for i in range(3)))
+    assert detect_format(f) == "sharegpt"
+    assert len(read_trace(f).sessions) == 3
+    g = tmp_path / "log.jsonl"
+    g.write_text(json.dumps({"timestamp": 1.0, "messages": [{"role": "user",
+                                                             "content": "x"}]}))
+    assert detect_format(g) == "openai-log"

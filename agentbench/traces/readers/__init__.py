@@ -197,6 +197,11 @@ def detect_record_format(rec: Any, *, source: str = "") -> str:
         inner = rec["record"] if isinstance(rec.get("record"), dict) else rec["records"][0]
         if isinstance(inner, dict) and "turns" in inner and "session_id" in inner:
             return "copilot"
+    if "messages" in keys and "timestamp" not in keys and isinstance(rec.get("messages"),
+                                                                     list):
+        # one conversation per record without a time (a SWE-style or chat dataset):
+        # sessions of text, read as ShareGPT reads them; a request log has timestamps
+        return "sharegpt"
     if "messages" in keys or ("body" in keys and isinstance(rec.get("body"), dict)) or (
         "request" in keys and isinstance(rec.get("request"), dict)
     ):

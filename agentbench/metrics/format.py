@@ -61,7 +61,8 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
         f"hit rate      usage {_pct(h['usage']['value'])} "
         f"({h['usage']['requests']:,} requests with usage), "
         f"server {_pct(h['prometheus']['value'])}, potential {_pct(h['potential']['value'])}, "
-        f"achieved/potential {_pct(h['achieved_over_potential'])}",
+        f"achieved/potential {_pct(h['achieved_over_potential'])}"
+        + _above_potential(h),
         f"agents        {a['trees']:,} trees: {a['completed']:,} completed, "
         f"{a.get('failed', 0):,} failed, {a.get('cut', 0):,} cut by the run's bound; "
         f"completed: makespan p50 {_n(a['makespan_s']['p50'], ',.1f')} s, LLM wait p50 "
@@ -244,3 +245,17 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"hit {_pct(b['hit_rate']['usage']['value'])}  "
                 f"goodput {_pct(b['goodput']['requests'])}")
     return "\n".join(lines)
+
+
+def _above_potential(h: dict[str, Any]) -> str:
+    """A note when the server hit more than the trace could reuse: its cache held this
+    run's blocks from before it (an earlier run with the same seed, the warmup) or blocks
+    the trace does not share (a chat template's tokens across sessions)."""
+    usage, potential = h["usage"]["value"], h["potential"]["value"]
+    if not isinstance(usage, int | float) or not isinstance(potential, int | float) \
+            or usage <= potential + 0.005:
+        return ""
+    return ("; usage above potential: the server's cache held blocks from before this run "
+            "(an earlier run with the same seed, warmup) or shared beyond the trace "
+            "(docs/metrics.md)")
+

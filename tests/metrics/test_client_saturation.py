@@ -149,3 +149,22 @@ async def test_starved_client_warns_end_to_end(tmp_path: Path, per_event_server:
     assert "client saturated" in format_summary(s)
     on_disk = json.loads((res.run_dir / R.SUMMARY_FILE).read_text())
     assert on_disk["client_saturated"]["saturated"] is True
+
+
+def test_a_hit_rate_above_the_traces_potential_is_explained(tmp_path: Path) -> None:
+    """"usage hit 15.9%, potential 0.0%" once stood unexplained (the server had the run's
+    prompts cached from an earlier run of the same seed): the summary says what it means."""
+    rows = [req(request_id=i, sent_ns=i * 200 * MS, first_token_ns=i * 200 * MS + 10 * MS,
+                last_token_ns=i * 200 * MS + 10 * MS, end_ns=i * 200 * MS + 11 * MS,
+                token_event_ns=[i * 200 * MS + 10 * MS], cached_tokens=cached,
+                potential_cached_tokens=potential)
+            for i, (cached, potential) in enumerate([(8, 0), (8, 0), (0, 0)])]
+    pq.write_table(pa.Table.from_pylist(rows, schema=R.REQUESTS_SCHEMA),
+                   tmp_path / R.REQUESTS_FILE)
+    (tmp_path / R.RUN_FILE).write_text(json.dumps({"scenario": {"name": "hand"}}))
+    text = format_summary(summarize(tmp_path))
+    assert "potential 0.0%" in text and "usage above potential" in text
+    rows[0]["potential_cached_tokens"] = rows[1]["potential_cached_tokens"] = 8
+    pq.write_table(pa.Table.from_pylist(rows, schema=R.REQUESTS_SCHEMA),
+                   tmp_path / R.REQUESTS_FILE)
+    assert "usage above potential" not in format_summary(summarize(tmp_path))

@@ -57,7 +57,9 @@ def run(
                                        help="Parent folder of run folders (output.dir)."),
     run_id: str | None = typer.Option(None, "--run-id", help="Run folder name (output.run_id)."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress",
-                                         help="Progress bar; default: when stderr is a TTY."),
+                                         help="A progress bar on a terminal; off one (a "
+                                         "CI log, a pipe) a progress line every 10 s; "
+                                         "--no-progress: neither."),
     workers: str = typer.Option("1", "--workers",
                                 help="Client processes the lanes are sharded over: a count "
                                      "or 'auto' (from each endpoint's measured stream rate "

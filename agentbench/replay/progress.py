@@ -1,6 +1,7 @@
 """A tqdm progress line: the share of the run done, sessions done / total, requests,
 errors, in flight, recent TTFT p50 and an ETA, refreshed twice a second of wall time from
-counters; silent when stderr is not a terminal.
+counters. When stderr is not a terminal (a CI log, a pipe) and progress was not switched
+off, the same text is printed as one line every ``LINE_EVERY_S`` wall seconds instead.
 
 The share done is the furthest of the run's bounds (per stage: ``limits.duration_s`` on
 the run's clock, ``max_requests``, ``max_sessions`` or the trace's trees when it is not
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 NS = 1_000_000_000
+#: wall seconds between two progress lines off a terminal
+LINE_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,11 @@ class Progress:
                  enabled: bool | None = None) -> None:
         from tqdm import tqdm
 
-        on = sys.stderr.isatty() if enabled is None else enabled
+        tty = sys.stderr.isatty()
+        on = tty if enabled is None else enabled
+        #: off a terminal, unless told otherwise: the line's text every LINE_EVERY_S
+        self.lines = enabled is None and not tty
+        self.last_line = time.monotonic()
         self.bar = tqdm(total=self.STEPS, disable=not on, dynamic_ncols=True,
                         file=sys.stderr, leave=True,
                         bar_format="{percentage:3.0f}%|{bar:20}| {desc}")
@@ -160,8 +167,15 @@ class Progress:
 
     def refresh(self, ctx: Any) -> None:
         k, label, start = self.stage
+        now = time.monotonic()
         share, text = describe(self.plan, k, label, start, counts_of(ctx, self.now_ns()),
-                               time.monotonic() - self.wall_t0)
+                               now - self.wall_t0)
+        if self.lines:
+            if now - self.last_line >= LINE_EVERY_S:
+                print(f"progress {round(share * 100):3d}% | {text}", file=sys.stderr,
+                      flush=True)
+                self.last_line = now
+            return
         self.bar.n = self.STEPS if self.done else round(share * self.STEPS)
         self.bar.set_description_str(text, refresh=False)
         self.bar.refresh()

@@ -225,3 +225,32 @@ def test_progress_ttft_is_in_the_run_time_base() -> None:
 
 def test_clock_format() -> None:
     assert (clock(0), clock(65), clock(3600 + 61)) == ("0:00", "1:05", "1:01:01")
+
+
+def test_off_a_terminal_the_progress_is_a_line_every_few_seconds(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """50 requests to a slow server once ran 9 minutes printing nothing into a CI log: off a
+    terminal the progress text comes as lines (``LINE_EVERY_S`` apart); ``--no-progress``
+    (``enabled=False``) keeps stderr quiet."""
+    from types import SimpleNamespace
+
+    from agentbench.replay import progress as P
+
+    writer = SimpleNamespace(recent_ttft_ms=[], n_requests=7, n_errors=1)
+    ctx = SimpleNamespace(writer=writer, trees_done=1, sessions_done=1,
+                          timers=SimpleNamespace(inflight=2))
+    plan = Plan(stages=1, trees=None, requests=50, duration_ns=None)
+    bar = P.Progress(plan, lambda: 0, enabled=None)  # pytest's stderr is no terminal
+    bar.refresh(ctx)  # the first line waits LINE_EVERY_S
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(P, "LINE_EVERY_S", 0.0)
+    bar.refresh(ctx)
+    bar.refresh(ctx)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("progress  14% | ")
+    assert "req 7/50 err 1 in flight 2" in lines[0]
+    quiet = P.Progress(plan, lambda: 0, enabled=False)
+    quiet.refresh(ctx)
+    quiet.close()
+    assert capsys.readouterr().err == ""
+    bar.close()

@@ -168,7 +168,10 @@ def test_compare_refuses_runs_that_replayed_different_things(tmp_path: Path) -> 
 
     a, b, c = (run(sc(n, rid), progress=False).run_dir
                for n, rid in ((1, "a"), (1, "b"), (2, "c")))
-    assert agentbench.compare(a, b).warnings == []
+    # comparable; but 6 requests a run are too few for more than rough figures, and it says so
+    warned = agentbench.compare(a, b).warnings
+    assert len(warned) == 2 and all("rest on 6 successful measured requests" in w
+                                    for w in warned)
     with pytest.raises(InputError, match=r"load"):
         agentbench.compare(a, c)
     assert agentbench.compare(a, c, allow=["load"]).values.shape[1] == 2

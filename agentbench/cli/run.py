@@ -145,6 +145,8 @@ class _RunPrinter:
     def compared(self, result: Any) -> None:
         typer.echo("\n".join(["", "comparison (against the first variant):",
                               *result.comparison.headlines]))
+        for w in result.comparison.warnings:
+            typer.echo(f"warning: {w}", err=True)
         typer.echo("report: agentbench report " + " ".join(str(r.run_dir)
                                                            for r in result.runs))
 

@@ -50,7 +50,8 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
     c = b["cost"]
     lines = [
         f"requests      {r['total']:,} measured: {r['ok']:,} ok, {r['failed']:,} failed, "
-        f"{r['cancelled']:,} cancelled (error rate {_pct(r['error_rate'])}); "
+        f"{r['cancelled']:,} cancelled by the run's bound, not failures (error rate "
+        f"{_pct(r['error_rate'])} of the {r['total'] - r['cancelled']:,} that ended); "
         f"window {_n(b['window_s'], ',.1f')} s",
         *_error_lines(r),
         *(_lat(b, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")),

@@ -51,7 +51,11 @@ def stage_windows(d: Derived) -> dict[str, Window]:
 
 
 def _counts(d: Derived, m: Mask) -> dict[str, Any]:
-    failed = m & ~d.ok
+    """Measured requests by outcome. A request cancelled by the run's own bound (the
+    deadline, Ctrl-C) is neither a success nor a failure: it is counted (``cancelled``) and
+    left out of the error rate, its denominator and the error table (docs/metrics.md)."""
+    cancelled = m & (d.df["status"].to_numpy(dtype=object) == R.CANCELLED)
+    failed = m & ~d.ok & ~cancelled
     idx = np.flatnonzero(failed)
     fdf = d.df.iloc[idx]
     status = fdf["status"].to_numpy(dtype=object)
@@ -65,8 +69,9 @@ def _counts(d: Derived, m: Mask) -> dict[str, Any]:
              for k, v in zip(vc.index, vc.to_numpy(), strict=True)]
     return {"total": int(m.sum()), "ok": int((m & d.ok).sum()),
             "failed": int((status == R.ERROR).sum()),
-            "cancelled": int((status == R.CANCELLED).sum()),
-            "error_rate": ratio(float(failed.sum()), float(m.sum())), "errors": table,
+            "cancelled": int(cancelled.sum()),
+            "error_rate": ratio(float(failed.sum()), float((m & ~cancelled).sum())),
+            "errors": table,
             "context_overflow": overflow,
             "context_overflow_rate": ratio(float(overflow), float(m.sum())),
             "usage_invalid": int((m & d.usage_invalid).sum()) if d.usage_invalid.size else 0}
@@ -155,7 +160,10 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
         },
         "goodput": {
             "slos": settings.slos,
-            "requests": ratio(float((m & good).sum()), float(m.sum())),
+            # over the requests that ended (cancelled ones were stopped by the run)
+            "requests": ratio(float((m & good).sum()),
+                              float((m & (d.df["status"].to_numpy(dtype=object)
+                                          != R.CANCELLED)).sum())),
             "good_requests": int((m & good).sum()),
             "good_requests_per_s": ratio(float((m & good).sum()), window_s),
             # over completed + failed trees; those cut by the run's bound are left out

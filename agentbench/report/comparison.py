@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentbench.metrics.run import Run, load
 
@@ -68,6 +68,25 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     labels = run_labels(sums)
     heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
              for lab, s in zip(labels[1:], sums[1:], strict=True)]
+    warnings += few_requests(labels, sums, block)
     values = comparison_values(sums, block=block)
     return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
                       warnings)
+
+
+#: successful measured requests under which a run's figures are called rough
+FEW_REQUESTS = 30
+
+
+def few_requests(labels: list[str], sums: list[dict[str, Any]], block: str) -> list[str]:
+    """A warning per run whose figures rest on fewer than ``FEW_REQUESTS`` successful
+    measured requests (a ratio such as "throughput 45x" from 6 requests means little)."""
+    out = []
+    for lab, s in zip(labels, sums, strict=True):
+        b = s.get(block)
+        ok = (b.get("requests") or {}).get("ok") if isinstance(b, dict) else None
+        if isinstance(ok, int) and ok < FEW_REQUESTS:
+            out.append(f"{lab}: its figures rest on {ok} successful measured request"
+                       f"{'' if ok == 1 else 's'} (under {FEW_REQUESTS}): rough at best")
+    return out
+

@@ -272,11 +272,13 @@ def test_cancelled_and_unsent(tmp_path: Path) -> None:
     s = summarize(write_run(tmp_path / "c", reqs))["overall"]
     r = s["requests"]
     assert (r["total"], r["ok"], r["failed"], r["cancelled"]) == (3, 1, 1, 1)
-    assert r["error_rate"] == pytest.approx(2 / 3)
-    assert {e["error_type"] for e in r["errors"]} == {"connect", "unknown"}
+    # the cancelled one is neither: 1 failure of the 2 requests that ended (it once
+    # counted as an "unknown" error, 2 / 3)
+    assert r["error_rate"] == pytest.approx(1 / 2)
+    assert {e["error_type"] for e in r["errors"]} == {"connect"}
     assert s["latency"]["ttft_ms"]["count"] == 1
     assert s["window_s"] == pytest.approx(0.05)  # first send 0 → the unsent one at 50 ms
-    assert s["goodput"]["requests"] == pytest.approx(1 / 3)
+    assert s["goodput"]["requests"] == pytest.approx(1 / 2)
 
 
 def test_agent_goodput_and_makespan_without_sessions(tmp_path: Path) -> None:

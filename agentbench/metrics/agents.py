@@ -29,6 +29,22 @@ def request_meets_slos(d: Derived, slos: dict[str, float]) -> npt.NDArray[np.boo
     return good
 
 
+#: the request SLOs, in the order a missed agent names them
+REQUEST_SLOS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def slo_misses(d: Derived, slos: dict[str, float]) -> dict[str, npt.NDArray[np.bool_]]:
+    """Per request SLO set, the successful requests that broke it."""
+    out = {}
+    if "ttft_ms" in slos:
+        out["ttft_ms"] = d.ok & ~(d.ttft_ms <= slos["ttft_ms"])
+    if "tpot_ms" in slos:
+        out["tpot_ms"] = d.ok & ~(np.isnan(d.tpot_ms) | (d.tpot_ms <= slos["tpot_ms"]))
+    if "e2e_ms" in slos:
+        out["e2e_ms"] = d.ok & ~(d.e2e_ms <= slos["e2e_ms"])
+    return out
+
+
 def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
                 slos: dict[str, float], roots_expected: bool = False) -> pd.DataFrame:
     """One row per measured session tree: stage, endpoint, requests, failed, good,
@@ -75,6 +91,8 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     trees["errors"] = np.bincount(code[status == R.ERROR], minlength=n)
     trees["cancelled"] = np.bincount(code[status == R.CANCELLED], minlength=n)
     trees["good"] = np.bincount(code[good[m]], minlength=n)
+    for name, miss in slo_misses(d, slos).items():
+        trees[f"missed_{name}"] = np.bincount(code[miss[m]], minlength=n)
     trees["ttft_p50_ms"] = ttft_q[:, 0]
     trees["input_tokens"] = total(np.where(ok, d.input_tokens[m], 0.0))
     trees["output_tokens"] = total(np.where(ok, np.nan_to_num(d.output_tokens[m]), 0.0))
@@ -113,11 +131,41 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     failed = (trees["errors"] > 0).to_numpy() | (root_status == R.ERROR).to_numpy()
     trees["outcome"] = np.where(failed, "failed", np.where(trees["completed"].to_numpy(),
                                                            "completed", "cut"))
-    met = trees["completed"] & (trees["good"] == trees["requests"])
+    share = slos.get("agent_good_share")
+    trees["good_share"] = trees["good"] / trees["requests"].where(trees["requests"] > 0)
+    enough = (trees["good"] == trees["requests"]) if share is None else \
+        (trees["good_share"] >= share - 1e-12)
+    met = trees["completed"] & enough
+    slow = pd.Series(False, index=trees.index)
     if "agent_makespan_s" in slos:
-        met &= trees["makespan_s"] <= slos["agent_makespan_s"]
+        slow = ~(trees["makespan_s"] <= slos["agent_makespan_s"])
+        met &= ~slow
     trees["met_slos"] = met
+    trees["missed"] = _missed(trees, enough, slow)
     return trees.drop(columns=["first_sent", "last_end"])
+
+
+def _missed(trees: pd.DataFrame, enough: pd.Series, slow: pd.Series) -> list[str | None]:
+    """Why each judged tree that is not good missed (comma-joined: ``failed``, the request
+    SLOs its requests broke, ``agent_makespan_s``); None for a good or cut tree."""
+    names = [n for n in REQUEST_SLOS if f"missed_{n}" in trees.columns]
+    counts = [trees[f"missed_{n}"].to_numpy(dtype=np.int64) for n in names]
+    met = trees["met_slos"].to_numpy(dtype=bool)
+    outcome = trees["outcome"].to_numpy(dtype=object)
+    few = ~enough.to_numpy(dtype=bool)
+    late = slow.to_numpy(dtype=bool)
+    out: list[str | None] = []
+    for i in range(len(trees)):
+        if met[i] or outcome[i] == "cut":
+            out.append(None)
+            continue
+        why = ["failed"] if outcome[i] == "failed" else []
+        if few[i]:
+            why += [n for n, c in zip(names, counts, strict=True) if c[i] > 0]
+        if late[i]:
+            why.append("agent_makespan_s")
+        out.append(",".join(why) or None)
+    return out
 
 
 def _empty_trees() -> pd.DataFrame:
@@ -128,4 +176,16 @@ def _empty_trees() -> pd.DataFrame:
     return pd.DataFrame({"stage": pd.Series(dtype=str), "tree_id": pd.Series(dtype=str),
                          "endpoint": pd.Series(dtype=str), **cols,
                          "completed": pd.Series(dtype=bool), "outcome": pd.Series(dtype=str),
-                         "met_slos": pd.Series(dtype=bool)})
+                         "met_slos": pd.Series(dtype=bool),
+                         "good_share": pd.Series(dtype=np.float64),
+                         "missed": pd.Series(dtype=object)})
+
+
+def missed_by(trees: pd.DataFrame) -> dict[str, int]:
+    """How many judged trees missed their SLOs for each reason (a tree may have several:
+    ``failed``, ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``agent_makespan_s``)."""
+    out: dict[str, int] = {}
+    for why in trees["missed"].dropna() if "missed" in trees.columns else ():
+        for w in str(why).split(","):
+            out[w] = out.get(w, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

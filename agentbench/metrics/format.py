@@ -70,7 +70,8 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
         f"{_n(a['llm_wait_s']['p50'], ',.1f')} s",
         f"goodput       requests {_pct(g['requests'])}, agents {_pct(g['agents'])}"
         + (f" of {g['agents_judged']:,} completed or failed" if "agents_judged" in g else "")
-        + f" (SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})",
+        + f" (SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})"
+        + _missed_line(g),
     ]
     if c.get("self_hosted_usd") is not None or c.get("api_equivalent_usd") is not None:
         lines.extend(_cost_lines(c, b["window_s"]))
@@ -259,4 +260,12 @@ def _above_potential(h: dict[str, Any]) -> str:
     return ("; usage above potential: the server's cache held blocks from before this run "
             "(an earlier run with the same seed, warmup) or shared beyond the trace "
             "(docs/metrics.md)")
+
+
+def _missed_line(g: dict[str, Any]) -> str:
+    """Which SLOs the judged agents that are not good missed, most common first."""
+    by = g.get("agents_missed_by") or {}
+    if not by:
+        return ""
+    return "; agents missed " + ", ".join(f"{k} x{v:,}" for k, v in by.items())
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from agentbench.errors import InputError
 from agentbench.metrics import cache, saturation
-from agentbench.metrics.agents import build_trees, request_meets_slos
+from agentbench.metrics.agents import build_trees, missed_by, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
@@ -170,6 +170,8 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
             "agents": ratio(float(trees["met_slos"].sum()), judged) if judged else None,
             "good_agents": int(trees["met_slos"].sum()) if n_trees else 0,
             "agents_judged": judged,
+            # judged agents that missed, per reason (the request SLO broke, failed, slow)
+            "agents_missed_by": missed_by(trees),
         },
         "cost": cost_block(
             gpu_hour_usd=settings.gpu_hour_usd, gpus=gpus, window_s=window_s,
@@ -250,9 +252,10 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
     return info
 
 
-TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "completed",
-                "outcome", "met_slos", "makespan_s", "llm_wait_s", "ttft_p50_ms", "input_tokens",
-                "output_tokens", "cached_tokens", "potential_tokens", "agent_fraction")
+TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "good_share",
+                "completed", "outcome", "met_slos", "missed", "makespan_s", "llm_wait_s",
+                "ttft_p50_ms", "input_tokens", "output_tokens", "cached_tokens",
+                "potential_tokens", "agent_fraction")
 
 
 def _trees_columns(trees: pd.DataFrame) -> dict[str, list[Any]]:

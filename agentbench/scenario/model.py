@@ -272,6 +272,9 @@ class SLOs(Strict):
     e2e_ms: float | None = Field(None, gt=0, description="Max end-to-end latency, ms.")
     agent_makespan_s: float | None = Field(None, gt=0,
                                            description="Max makespan per session tree, s.")
+    agent_good_share: float | None = Field(
+        None, gt=0, le=1, description="Share of an agent's requests (its subagents' too) "
+        "that must meet the request SLOs for the agent to be good; None: every request.")
 
 
 class ServerMetrics(Strict):

@@ -300,3 +300,41 @@ def test_agent_goodput_and_makespan_without_sessions(tmp_path: Path) -> None:
     g = s["overall"]["goodput"]
     assert (g["good_agents"], g["agents"]) == (1, pytest.approx(1 / 3))
     assert g["requests"] == pytest.approx(4 / 5)
+
+
+def _agent_run(d: Path, slos: dict[str, Any]) -> dict[str, Any]:
+    """Two agents of 10 requests each (5 tokens, 10 ms apart): ``a`` has one TTFT over
+    100 ms; ``b`` five TTFTs over it and two TPOTs over 20 ms."""
+    rows = []
+    for tree, slow_ttft, slow_tpot in (("a", {3}, set()), ("b", {0, 2, 4, 6, 8}, {1, 5})):
+        for k in range(10):
+            t0 = (k * 1000) * MS
+            ttft = 300 if k in slow_ttft else 50
+            gap = 40 if k in slow_tpot else 10
+            first = t0 + ttft * MS
+            rows.append(req(tree_id=f"{tree}#0", session_id=tree, turn=k, sent_ns=t0,
+                            first_token_ns=first, last_token_ns=first + 4 * gap * MS,
+                            end_ns=first + 4 * gap * MS, completion_tokens=5,
+                            prompt_tokens=10, cached_tokens=0, expected_input_tokens=10))
+    sessions = [sess(tree_id=f"{t}#0", session_id=t, turns_planned=10, turns_done=10,
+                     start_ns=0, end_ns=10_000 * MS, makespan_ns=10_000 * MS,
+                     llm_wait_ns=1_000 * MS) for t in ("a", "b")]
+    s = summarize(write_run(d, rows, sessions, scenario={"name": "agents", "slos": slos}))
+    return {**s["overall"], "trees": s["trees"], "text": format_summary(s)}
+
+
+def test_agent_goodput_by_share_of_good_requests_and_the_slos_missed(tmp_path: Path) -> None:
+    slos = {"ttft_ms": 100, "tpot_ms": 20}
+    every = _agent_run(tmp_path / "every", slos)
+    # every request must be good (the default): neither agent is
+    assert every["goodput"]["agents"] == 0.0
+    assert every["goodput"]["agents_missed_by"] == {"ttft_ms": 2, "tpot_ms": 1}
+    t = every["trees"]
+    assert t["missed"] == ["ttft_ms", "ttft_ms,tpot_ms"]
+    assert t["good_share"] == pytest.approx([0.9, 0.3])
+    some = _agent_run(tmp_path / "share", {**slos, "agent_good_share": 0.8})
+    # 9 of a's 10 requests are good (>= 80%); b's 3 of 10 are not enough
+    assert some["goodput"]["agents"] == pytest.approx(0.5)
+    assert some["goodput"]["agents_missed_by"] == {"ttft_ms": 1, "tpot_ms": 1}
+    assert some["trees"]["missed"] == [None, "ttft_ms,tpot_ms"]
+    assert "agents missed ttft_ms x1, tpot_ms x1" in some["text"]

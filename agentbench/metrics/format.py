@@ -225,8 +225,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     elif tb:
         head += "; wall-clock time"
     ended = run_ended(summary)
+    src = str(run.get("gpus_source") or "")
+    gpus = [src] if src.startswith("hardware.gpus is ") else []  # a mismatch (validity.py)
     lines = [head, *(f"warning       {w}" for w in tb.get("warnings", [])),
              *([f"warning       {ended}"] if ended else []),
+             *(f"warning       {w}" for w in gpus),
              *_block_lines(summary["overall"], simulated)]
     lines.extend(_validity_lines(summary))
     if summary.get("warmup_requests_excluded"):

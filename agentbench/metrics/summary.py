@@ -21,7 +21,13 @@ from agentbench.metrics.agents import build_trees, missed_by, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.stats import QNAMES, dist, group_quantiles, none_if_nan, ratio
-from agentbench.metrics.validity import CONTEXT_OVERFLOW, agentx_headline, validity
+from agentbench.metrics.validity import (
+    CONTEXT_OVERFLOW,
+    agentx_headline,
+    gpu_mismatch,
+    modeled_gpus,
+    validity,
+)
 from agentbench.results import schema as R
 from agentbench.results.reader import RunRecords, Settings, read_records
 
@@ -247,9 +253,24 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
     info.setdefault("run_id", rr.run_dir.name)
     info.update({"name": sc.get("name"), "description": sc.get("description"),
                  "stages": list(windows), "endpoints": endpoints,
-                 "gpus": rr.settings.gpus, "gpu_hour_usd": rr.settings.gpu_hour_usd,
+                 "gpus": rr.settings.gpus, "gpus_modeled": modeled_gpus(run),
+                 "gpus_source": _gpus_source(run),
+                 "gpu_hour_usd": rr.settings.gpu_hour_usd,
                  "prices": rr.settings.prices, "slos": rr.settings.slos})
     return info
+
+
+def _gpus_source(run: dict[str, Any]) -> str:
+    """Where the run's GPU count (per-GPU figures, self-hosted cost) comes from."""
+    modeled = modeled_gpus(run)
+    if modeled is None:
+        return "hardware.gpus as the scenario states (not checked: a real endpoint, or a " \
+            "preset that does not say its GPUs)"
+    if modeled == 0:
+        return "hardware.gpus as the scenario states (the simulated endpoints model no GPU)"
+    why = gpu_mismatch(run)
+    return why if why is not None else "hardware.gpus, equal to what the simulated " \
+        "endpoints model"
 
 
 TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "good_share",

@@ -7,6 +7,8 @@ A run is invalid when (AIPerf's inferencex-agentx-mvp rules, docs/agentx.md):
 - ``context_overflow_rate_exceeded``: in some stage, context overflows / measured requests
   > the limit (1%);
 - ``run_cancelled``: it did not complete (interrupted, crashed, killed);
+- ``gpu_count_mismatch``: ``hardware.gpus`` differs from the GPUs its simulated endpoints
+  model (instances x the preset's GPUs per instance);
 - ``observations_stopped_early``: in some stage, the last TTFT/ITL observation (a
   successful measured request's last token) came before ``observed_share`` (95%) of the
   profiling phase (from the moment every lane is warm, for duration_s)."""
@@ -80,8 +82,39 @@ def validity(run: dict[str, Any], stages: dict[str, dict[str, Any]], d: Derived
                 fail("observations_stopped_early",
                      f"stage {st['label']}: TTFT/ITL observations stop before "
                      f"{share:.0%} of the {duration_s:g} s profiling phase ({seen})")
+    why = gpu_mismatch(run)
+    if why is not None:
+        fail("gpu_count_mismatch", why)
     return {"rules": rules.get("name"), "valid": not reasons, "reasons": reasons,
             "details": details}
+
+
+def modeled_gpus(run: dict[str, Any]) -> int | None:
+    """The GPUs the run's simulated endpoints model (run.json ``endpoints[].modeled_gpus``,
+    summed); None when an endpoint is real or does not say."""
+    eps = run.get("endpoints")
+    if not isinstance(eps, list) or not eps:
+        return None
+    counts: list[int] = []
+    for e in eps:
+        c = e.get("modeled_gpus") if isinstance(e, dict) else None
+        if not isinstance(c, int) or isinstance(c, bool):
+            return None
+        counts.append(c)
+    return sum(counts)
+
+
+def gpu_mismatch(run: dict[str, Any]) -> str | None:
+    """Why the scenario's ``hardware.gpus`` is not what its simulated endpoints model (the
+    per-GPU figures and the self-hosted cost rest on it), or None (equal, or unknown: a
+    real endpoint, a preset that does not say, or one that models no GPU)."""
+    modeled = modeled_gpus(run)
+    hw = ((run.get("scenario") or {}).get("hardware") or {})
+    gpus = hw.get("gpus", 1.0)
+    if not modeled or not isinstance(gpus, int | float) or gpus == modeled:
+        return None
+    return (f"hardware.gpus is {gpus:g} but the simulated endpoints model {modeled} GPUs: "
+            f"per-GPU throughput and cost are off by {modeled / gpus:.3g}x")
 
 
 def agentx_headline(stages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -224,7 +224,11 @@ class _Run:
         info["endpoints"] = [{"label": e.label, "api": e.api,
                               "ignore_eos": e.transport.ignore_eos,
                               "prompt_overhead_tokens": e.transport.overhead,
-                              "notes": e.transport.notes} for e in endpoints]
+                              "notes": e.transport.notes,
+                              # GPUs a simulated endpoint models (hardware.gpus is checked
+                              # against their sum); None: a real endpoint, or not said
+                              "modeled_gpus": _modeled_gpus(cfg)}
+                             for e, cfg in zip(endpoints, sc.endpoints, strict=True)]
         if auto:
             self.n_workers = await _auto_workers(sc, endpoints, caches, info,
                                                  self.on_request is not None)
@@ -373,3 +377,12 @@ def _cancel_on_sigterm() -> Callable[[], None] | None:
         loop.remove_signal_handler(signal.SIGTERM)
 
     return undo
+
+
+def _modeled_gpus(cfg: Any) -> int | None:
+    if cfg.kind != "simulated":
+        return None
+    from agentbench.sim.presets import modeled_gpus
+
+    return modeled_gpus(cfg)
+

@@ -147,6 +147,9 @@ class _Provenance(_Model):
                                        "analytic preset).")
     model: str = Field(min_length=1, description="Model, with its precision.")
     hardware: str = Field(min_length=1, description="GPU(s) of one instance.")
+    gpus: int | None = Field(None, ge=0, le=4096, description="How many GPUs one instance "
+                             "runs on (0: none, a CPU engine); null: not said. A run's "
+                             "hardware.gpus is checked against instances x this.")
     date: dt.date = Field(strict=False, description="When the figures were set or fitted "
                           "(YYYY-MM-DD).")
     sources: list[str] = Field(min_length=1, description="Spec sheets, documents (title or "
@@ -203,7 +206,7 @@ class PresetFile(_Model):
         fit = None if sm is None else StepFit(**{k: f.value for k in StepFit.TERMS
                                                  if (f := getattr(sm, k)) is not None})
         return Preset(name=self.name, summary=self.summary, provenance=prov,
-                      scheduler=self.scheduler, step_fit=fit,
+                      scheduler=self.scheduler, step_fit=fit, gpus=p.gpus,
                       fit_summary=None if sm is None else sm.fit.model_dump(), **values)
 
 
@@ -301,7 +304,9 @@ def preset_yaml(preset: Preset) -> str:
     data: dict[str, Any] = {
         "format": 1, "name": preset.name, "summary": preset.summary,
         "provenance": {"engine": prov.engine, "engine_version": prov.engine_version,
-                       "model": prov.model, "hardware": prov.hardware, "date": prov.date,
+                       "model": prov.model, "hardware": prov.hardware,
+                       **({} if preset.gpus is None else {"gpus": preset.gpus}),
+                       "date": prov.date,
                        "sources": list(prov.sources), "notes": list(prov.notes)},
     }
     if preset.scheduler != "paged":

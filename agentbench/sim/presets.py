@@ -97,6 +97,9 @@ class Preset:
     #: step times from this fit instead of the roofline (a preset fitted to an engine)
     step_fit: StepFit | None = None
     scheduler: str = "paged"  # one of SCHEDULERS
+    #: GPUs one instance runs on (0: none, a CPU engine or a synthetic preset; None: the
+    #: preset does not say), for the check of ``hardware.gpus`` (``modeled_gpus``)
+    gpus: int | None = None
     #: how the fit was made and its residuals (a preset file's step_model.fit)
     fit_summary: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
@@ -175,3 +178,11 @@ def get_preset(name: str, **overrides: object) -> Preset:
                     for k, src in prov.figures)
     changes["provenance"] = replace(prov, figures=figures)
     return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def modeled_gpus(cfg: Any) -> int | None:
+    """The GPUs a simulated endpoint models: its instances x its preset's GPUs per
+    instance; None when the preset does not say."""
+    preset = get_preset(str(cfg.preset))
+    return None if preset.gpus is None else preset.gpus * int(cfg.instances)
+

@@ -338,3 +338,34 @@ def test_agent_goodput_by_share_of_good_requests_and_the_slos_missed(tmp_path: P
     assert some["goodput"]["agents_missed_by"] == {"ttft_ms": 1, "tpot_ms": 1}
     assert some["trees"]["missed"] == [None, "ttft_ms,tpot_ms"]
     assert "agents missed ttft_ms x1, tpot_ms x1" in some["text"]
+
+
+def test_hardware_gpus_is_checked_against_what_the_simulator_models(tmp_path: Path) -> None:
+    """``--set hardware.gpus=1`` on 4 simulated instances once read VALID under rules with
+    tokens/s per GPU 4x too high: the mismatch is now a warning, and invalid under rules."""
+    rows = [req(sent_ns=0, first_token_ns=10 * MS, last_token_ns=20 * MS, end_ns=20 * MS,
+                completion_tokens=2, prompt_tokens=10, cached_tokens=0,
+                expected_input_tokens=10)]
+
+    def run(d: Path, gpus: float, modeled: list[int | None], rules: bool) -> dict[str, Any]:
+        write_run(d, [dict(r) for r in rows])
+        info: dict[str, Any] = {"scenario": {"name": "g", "hardware": {"gpus": gpus}},
+                                "status": "completed",
+                                "endpoints": [{"label": f"e{i}", "modeled_gpus": m}
+                                              for i, m in enumerate(modeled)]}
+        if rules:
+            info["rules"] = {"name": "agentx"}
+        (d / R.RUN_FILE).write_text(json.dumps(info))
+        return summarize(d)
+
+    bad = run(tmp_path / "bad", 1, [4], rules=True)
+    assert bad["run"]["gpus_modeled"] == 4
+    assert bad["validity"]["valid"] is False
+    assert bad["validity"]["reasons"] == ["gpu_count_mismatch"]
+    assert "off by 4x" in format_summary(bad)
+    ok = run(tmp_path / "ok", 4, [2, 2], rules=True)
+    assert ok["validity"]["valid"] is True and "off by" not in format_summary(ok)
+    assert ok["run"]["gpus_source"].startswith("hardware.gpus, equal to")
+    real = run(tmp_path / "real", 1, [None], rules=False)  # a real endpoint: stated, unchecked
+    assert real["run"]["gpus_modeled"] is None
+    assert "not checked" in real["run"]["gpus_source"]

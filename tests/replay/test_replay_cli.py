@@ -34,6 +34,18 @@ def test_run_command_writes_results_and_prints_a_summary(fast_server, weka_dir, 
     run = json.loads((run_dir / records.RUN_FILE).read_text())
     assert run["status"] == "completed"
     assert run["endpoints"][0]["notes"][0] == "ignore_eos probe: accepted"
+    assert run["endpoints"][0]["modeled_gpus"] is None  # a real endpoint: not known
+
+
+def test_a_virtual_run_records_the_gpus_its_simulator_models(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    res = CliRunner().invoke(app, ["run", str(ROOT / "scenarios" / "quickstart.yaml"),
+                                   "--no-progress", "-o", str(tmp_path), "--run-id", "q",
+                                   "--set", "hardware.gpus=1", "--set",
+                                   "limits.max_sessions=2"])
+    assert res.exit_code == 0, res.output
+    run = json.loads((tmp_path / "q" / records.RUN_FILE).read_text())
+    assert run["endpoints"][0]["modeled_gpus"] == 4  # 4 instances of a 1-GPU preset
+    assert "hardware.gpus is 1 but the simulated endpoints model 4 GPUs" in res.output
 
 
 def test_run_command_bad_scenario_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -54,7 +54,8 @@ def test_shipped_files_hold_the_presets_figures(name: str) -> None:
         got = getattr(p, k)
         assert got == v and type(got) is type(v), (k, got, v)
     assert {f.name for f in fields(p)} == {"name", "summary", "provenance", *FIGURES,
-                                           "step_fit", "fit_summary", "scheduler"}
+                                           "step_fit", "fit_summary", "scheduler", "gpus"}
+    assert p.gpus == (0 if name == "instant" else 1)  # GPUs one instance runs on
     # a roofline preset: every figure but the engine-reported capacity, no fit
     assert [k for k, _ in p.provenance.figures] == [f for f in FIGURES
                                                     if f != "kv_capacity_tokens"]

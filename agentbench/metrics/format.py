@@ -50,9 +50,11 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
     c = b["cost"]
     lines = [
         f"requests      {r['total']:,} measured: {r['ok']:,} ok, {r['failed']:,} failed, "
-        f"{r['cancelled']:,} cancelled by the run's bound, not failures (error rate "
-        f"{_pct(r['error_rate'])} of the {r['total'] - r['cancelled']:,} that ended); "
-        f"window {_n(b['window_s'], ',.1f')} s",
+        + (f"{r['cancelled']:,} cancelled by the run's bound, not failures (error rate "
+           f"{_pct(r['error_rate'])} of the {r['total'] - r['cancelled']:,} that ended); "
+           if r['cancelled'] else
+           f"0 cancelled (error rate {_pct(r['error_rate'])}); ")
+        + f"window {_n(b['window_s'], ',.1f')} s",
         *_error_lines(r),
         *(_lat(b, k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")),
         _lat(b, "schedule_lag_ms", wall=simulated),
@@ -64,6 +66,7 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
         f"server {_pct(h['prometheus']['value'])}, potential {_pct(h['potential']['value'])}, "
         f"achieved/potential {_pct(h['achieved_over_potential'])}"
         + _above_potential(h),
+        *_load_line(b.get("load")),
         f"agents        {a['trees']:,} trees: {a['completed']:,} completed, "
         f"{a.get('failed', 0):,} failed, {a.get('cut', 0):,} cut by the run's bound; "
         f"completed: makespan p50 {_n(a['makespan_s']['p50'], ',.1f')} s, LLM wait p50 "
@@ -271,4 +274,16 @@ def _missed_line(g: dict[str, Any]) -> str:
     if not by:
         return ""
     return "; agents missed " + ", ".join(f"{k} x{v:,}" for k, v in by.items())
+
+
+def _load_line(ld: dict[str, Any] | None) -> list[str]:
+    """The load delivered: lanes configured and active, requests in flight."""
+    if not ld or ld.get("in_flight_mean") is None:
+        return []
+    lanes = (f"{ld['lanes']:,} lanes, {ld['lanes_active']:,} active"
+             if ld.get("lanes") else f"{ld['lanes_active']:,} lanes active")
+    share = ld.get("delivered_share")
+    return [f"load          {lanes}; in flight mean {ld['in_flight_mean']:,.2f}, p50 "
+            f"{_n(ld['in_flight_p50'], ',.0f')}"
+            + (f" ({share:.0%} of the lanes)" if share is not None else "")]
 

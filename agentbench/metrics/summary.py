@@ -16,7 +16,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from agentbench.errors import InputError
-from agentbench.metrics import cache, saturation
+from agentbench.metrics import cache, load, saturation
 from agentbench.metrics.agents import build_trees, missed_by, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
@@ -327,6 +327,12 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
         "by_context": by_context(d),
         "trees": _trees_columns(trees),
     }
+    lanes = _stage_lanes(rr.run)
+    for st, w in windows.items():
+        summary["stages"][st]["load"] = load.delivered(
+            d, m & (stage_col == d.stages.index(st)), [w], lanes.get(st))
+    summary["overall"]["load"] = load.delivered(
+        d, m, all_w, next(iter(lanes.values())) if len(windows) == 1 and lanes else None)
     # did the client deliver the offered load? (a warning where the time base's are, so
     # the terminal summary and the report show it with the figures it qualifies)
     summary["client_saturated"] = saturation.verdict(d, rr.time_base.kind,

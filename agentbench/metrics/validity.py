@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from agentbench.metrics.derive import Derived
+from agentbench.metrics.load import low_load
 
 #: the error type a context overflow is recorded with (``agentbench.replay.overflow``)
 CONTEXT_OVERFLOW = "context_overflow"
@@ -85,6 +86,7 @@ def validity(run: dict[str, Any], stages: dict[str, dict[str, Any]], d: Derived
     why = gpu_mismatch(run)
     if why is not None:
         fail("gpu_count_mismatch", why)
+    details += [f"warning: {line}" for line in low_load(stages)]  # not a reason
     return {"rules": rules.get("name"), "valid": not reasons, "reasons": reasons,
             "details": details}
 

@@ -369,3 +369,26 @@ def test_hardware_gpus_is_checked_against_what_the_simulator_models(tmp_path: Pa
     real = run(tmp_path / "real", 1, [None], rules=False)  # a real endpoint: stated, unchecked
     assert real["run"]["gpus_modeled"] is None
     assert "not checked" in real["run"]["gpus_source"]
+
+
+def test_delivered_load_is_stated_beside_the_lanes(tmp_path: Path) -> None:
+    """Four lanes configured; two send: lane 0 busy 0-100 ms and 200-300 ms, lane 1
+    50-250 ms. Window 0-300 ms: in flight 400 ms / 300 ms = 1.33 on average; one request
+    in flight for 200 ms and two for 100 ms, median 1; 1.33 of 4 lanes is 33%."""
+    spans = [(0, 0, 100), (0, 200, 300), (1, 50, 250)]
+    rows = [req(lane=lane, tree_id=f"t{lane}#0", sent_ns=a * MS, first_token_ns=a * MS + MS,
+                last_token_ns=b * MS, end_ns=b * MS, completion_tokens=2, prompt_tokens=10,
+                cached_tokens=0, expected_input_tokens=10) for lane, a, b in spans]
+    d = write_run(tmp_path / "r", rows)
+    info = json.loads((d / R.RUN_FILE).read_text())
+    info["stages"] = [{"label": "c=1", "lanes": 4}]
+    (d / R.RUN_FILE).write_text(json.dumps(info))
+    s = summarize(d)
+    ld = s["stages"]["c=1"]["load"]
+    assert (ld["lanes"], ld["lanes_active"]) == (4, 2)
+    assert ld["in_flight_mean"] == pytest.approx(400 / 300, abs=1e-3)
+    assert ld["in_flight_p50"] == 1.0
+    assert ld["delivered_share"] == pytest.approx(400 / 300 / 4, abs=1e-3)
+    assert s["overall"]["load"] == ld
+    assert "load          4 lanes, 2 active; in flight mean 1.33, p50 1 (33% of the lanes)" \
+        in format_summary(s)

@@ -170,7 +170,13 @@ def test_filters_max_context_tokens_drops_trees_that_cannot_fit() -> None:
 
 def test_agentx_run_is_valid_and_shows_the_headline(tmp_path: Path) -> None:
     run_dir, s = _run(tmp_path, SHORT)
-    assert s["validity"] == {"rules": "agentx", "valid": True, "reasons": [], "details": []}
+    v = s["validity"]
+    assert (v["rules"], v["valid"], v["reasons"]) == ("agentx", True, [])
+    # valid, but the verdict says what load c=4 delivered: lanes that start inside the
+    # recorded pauses leave fewer requests in flight than the label (a warning, no reason)
+    assert [d.split(" delivered ")[0] for d in v["details"]] == ["warning: stage c=4"]
+    ld = s["stages"]["c=4"]["load"]
+    assert ld["lanes"] == 4 and ld["in_flight_mean"] < 2 and ld["delivered_share"] < 0.5
     (row,) = s["agentx"]
     assert row["stage"] == "c=4" and row["total_tok_s_per_gpu"] > 0
     assert row["interactivity_tok_s_p50"] > 0 and row["ttft_ms_p90"] >= row["ttft_ms_p50"]

@@ -20,8 +20,29 @@ def stage_points(summary: dict[str, Any], x_metric: str, y_metric: str
                  ) -> list[tuple[float, float, str]]:
     """(x, y, stage) of each sweep stage that has both figures, in stage order."""
     xm, ym = METRICS[x_metric], METRICS[y_metric]
-    pts = [(xm.value(b), ym.value(b), st) for st, b in summary.get("stages", {}).items()]
+    pts = [(xm.value(b), ym.value(b), _point_label(st, b))
+           for st, b in summary.get("stages", {}).items()]
     return [(float(x), float(y), st) for x, y, st in pts if x is not None and y is not None]
+
+
+def _point_label(stage: str, b: dict[str, Any]) -> str:
+    """A stage's label with the load it delivered (``c=8, 1.3 in flight``): lanes that sit
+    in the agents' pauses make ``c=8`` a lighter load than it reads."""
+    mean = (b.get("load") or {}).get("in_flight_mean")
+    return stage if mean is None else f"{stage}, {mean:,.1f} in flight"
+
+
+def _span(values: list[float]) -> tuple[float, float]:
+    """Axis limits around ``values``: from zero when they spread over more than half of
+    their largest, else around them (points a few percent apart get the plot, not a corner
+    of it; the ticks say where the axis starts)."""
+    lo, hi = min(values), max(values)
+    if hi <= 0:
+        return 0.0, 1.0
+    if lo < 0.5 * hi:
+        return 0.0, hi * 1.12
+    pad = max(hi - lo, 0.05 * hi) * 0.25
+    return max(0.0, lo - pad), hi + pad
 
 
 def pareto_front(points: Sequence[tuple[float, float]], x_higher_better: bool = True
@@ -65,9 +86,8 @@ def agentx(runs: Sequence[tuple[str, dict[str, Any]]], title: str,
                 alpha=0.35, solid_capstyle="round", zorder=1, label="Pareto front")
         ax.scatter([p[0] for p in front], [p[1] for p in front], s=160, facecolors="none",
                    edgecolors="black", linewidths=1.2, zorder=4)
-        # from zero on both axes, so a 3% difference does not fill the plot
-        ax.set_xlim(0, max(p[0] for p in allpts) * 1.12)
-        ax.set_ylim(0, max(p[1] for p in allpts) * 1.12)
+        ax.set_xlim(*_span([p[0] for p in allpts]))
+        ax.set_ylim(*_span([p[1] for p in allpts]))
     xlabel = ("interactivity: output tokens/s per user (P50 of 1/TPOT)"
               if x_metric == "interactivity_p50" else f"{xm.label}, {xm.unit}")
     ylabel = ("total tokens/s per GPU" if y_metric == "throughput_per_gpu"

@@ -91,7 +91,8 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
         out.append(_agentx_section(s, label, key))
     if len(s.get("stages", {})) > 1:
         sweep = Section("Sweep stages", tables=[_table_rows(s["stages"], STAGE_METRICS)])
-        sweep.figures.append(_agentx_figure([(label, s)], key))
+        if len(s.get("agentx") or []) <= 1:  # else the AgentX section above has the chart
+            sweep.figures.append(_agentx_figure([(label, s)], key))
         out.append(sweep)
     if len(s.get("endpoints", {})) > 1:
         out.append(Section("Endpoints", tables=[_table_rows(s["endpoints"], STAGE_METRICS)]))

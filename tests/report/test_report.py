@@ -179,3 +179,14 @@ def test_published_phrases() -> None:
 def test_report_bad_input(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["report", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "results folder not found" in res.output
+
+
+def test_chart_axes_fit_the_points_they_draw() -> None:
+    """AgentX points a few percent apart (36.5-37.8 tok/s per user) were a vertical line
+    crammed at the right edge of an axis from zero; points spread widely keep zero."""
+    from agentbench.report.charts import _span
+
+    lo, hi = _span([36.5, 37.8])
+    assert 30 < lo < 36.5 and 37.8 < hi < 45
+    assert _span([5.0, 100.0]) == (0.0, pytest.approx(112.0))
+    assert _span([0.0, 0.0]) == (0.0, 1.0)

@@ -268,9 +268,18 @@ def test_an_overridden_short_run_runs_but_is_invalid(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_shipped_sweep_is_valid(tmp_path: Path) -> None:
-    _, s = _run(tmp_path, [])
+    run_dir, s = _run(tmp_path, [])
     assert s["validity"]["valid"], s["validity"]
     assert [r["stage"] for r in s["agentx"]] == ["c=8", "c=16", "c=32"]
+    # the chart's points say the load each stage delivered, and it is drawn once
+    from agentbench.report.charts import stage_points
+    from agentbench.report.render import render
+
+    labels = [p[2] for p in stage_points(s, "interactivity_p50", "throughput_per_gpu")]
+    assert all(lab.startswith(("c=8, ", "c=16, ", "c=32, ")) and lab.endswith(" in flight")
+               for lab in labels), labels
+    _, md = render([run_dir])
+    assert md.read_text().count("agentx.png") == 1
 
 
 def test_an_invalid_run_exits_3_with_its_reasons(tmp_path: Path) -> None:

@@ -234,6 +234,7 @@ def format_summary(summary: dict[str, Any]) -> str:
              *([f"warning       {ended}"] if ended else []),
              *(f"warning       {w}" for w in gpus),
              *_block_lines(summary["overall"], simulated)]
+    lines.extend(_warmth_lines(summary.get("by_warmth") or []))
     lines.extend(_validity_lines(summary))
     if summary.get("warmup_requests_excluded"):
         lines.append(f"warmup        {summary['warmup_requests_excluded']:,} requests excluded")
@@ -286,4 +287,13 @@ def _load_line(ld: dict[str, Any] | None) -> list[str]:
     return [f"load          {lanes}; in flight mean {ld['in_flight_mean']:,.2f}, p50 "
             f"{_n(ld['in_flight_p50'], ',.0f')}"
             + (f" ({share:.0%} of the lanes)" if share is not None else "")]
+
+
+def _warmth_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """TTFT of cold against warm requests (what a cache hit buys on this run)."""
+    if len(rows) < 2:
+        return []
+    parts = [f"{r['warmth']} p50 {_n(r.get('ttft_ms_p50'))} ms (n={r['requests']:,})"
+             for r in rows]
+    return ["TTFT by cache  " + ", ".join(parts)]
 

@@ -106,6 +106,24 @@ class Run:
         return self.records.server_metrics
 
     @property
+    def agents(self) -> pd.DataFrame:
+        """One row per measured session tree (an agent with its subagents): requests,
+        failed, good, good_share, outcome, met_slos, missed, makespan_s, llm_wait_s,
+        ttft_p50_ms, tokens (summary.json ``trees``, docs/metrics.md)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.summary.get("trees") or {})
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A per-group table of the summary as a DataFrame: ``by_turn``, ``by_context``
+        or ``by_warmth`` (TTFT and hit rate per turn index, context bucket, cold vs warm)."""
+        import pandas as pd
+
+        if name not in ("by_turn", "by_context", "by_warmth"):
+            raise ValueError(f"no table {name!r}: by_turn, by_context or by_warmth")
+        return pd.DataFrame(self.summary.get(name) or [])
+
+    @property
     def scenario(self) -> dict[str, Any]:
         return dict(self.records.run.get("scenario") or {})
 

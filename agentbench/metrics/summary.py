@@ -243,6 +243,27 @@ def by_context(d: Derived) -> list[dict[str, Any]]:
             for i in range(n) if cols["requests"][i] > 0]
 
 
+#: the cached share of a prompt under which a request is ``cold``, over which ``warm``
+WARMTH_EDGES = (0.1, 0.9)
+
+
+def by_warmth(d: Derived) -> list[dict[str, Any]]:
+    """Cold (cached share of the prompt under 10%), partly cached and warm (over 90%)
+    requests, as by_turn: what a cache hit buys in TTFT, on this run. The share is the
+    server's usage (cached ÷ prompt tokens); without usage, the trace's potential
+    (potential ÷ expected input: what a perfect cache would have had)."""
+    m = d.measured
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(np.isnan(d.cached_tokens) | ~(d.prompt_tokens > 0),
+                         d.potential / np.maximum(d.expected_input, 1),
+                         d.cached_tokens / d.prompt_tokens)
+    codes = np.where(share < WARMTH_EDGES[0], 0, np.where(share > WARMTH_EDGES[1], 2, 1))
+    cols = _group_table(d, codes.astype(np.int64), 3, m)
+    names = ("cold", "partly cached", "warm")
+    return [{"warmth": names[i], **{k: none_if_nan(v[i]) for k, v in cols.items()}}
+            for i in range(3) if cols["requests"][i] > 0]
+
+
 def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
     run = rr.run
     sc: dict[str, Any] = run["scenario"] if isinstance(run.get("scenario"), dict) else {}
@@ -325,6 +346,7 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
                       for i, ep in enumerate(d.endpoints) if (m & (ep_col == i)).any()},
         "by_turn": by_turn(d),
         "by_context": by_context(d),
+        "by_warmth": by_warmth(d),
         "trees": _trees_columns(trees),
     }
     lanes = _stage_lanes(rr.run)

@@ -392,3 +392,30 @@ def test_delivered_load_is_stated_beside_the_lanes(tmp_path: Path) -> None:
     assert s["overall"]["load"] == ld
     assert "load          4 lanes, 2 active; in flight mean 1.33, p50 1 (33% of the lanes)" \
         in format_summary(s)
+
+
+def test_ttft_of_cold_and_warm_requests_and_the_per_agent_table(tmp_path: Path) -> None:
+    """What a cache hit buys: requests split by the cached share of their prompt (usage;
+    the trace's potential where usage is missing), each group's TTFT; and the per-agent
+    and per-group tables as DataFrames from ``agentbench.load``."""
+    import agentbench
+
+    def r(i: int, cached: float | None, ttft: int, potential: int = 0) -> dict[str, Any]:
+        return req(tree_id=f"t{i}#0", session_id=f"t{i}", sent_ns=0,
+                   first_token_ns=ttft * MS, last_token_ns=ttft * MS, end_ns=ttft * MS,
+                   completion_tokens=1, prompt_tokens=None if cached is None else 100,
+                   cached_tokens=cached, expected_input_tokens=100,
+                   potential_cached_tokens=potential)
+
+    rows = [r(0, 0, 900), r(1, 5, 800), r(2, 50, 400), r(3, 95, 100), r(4, 100, 50),
+            r(5, None, 60, potential=96)]  # no usage: warm by the trace's potential
+    s = summarize(write_run(tmp_path / "w", rows))
+    got = {g["warmth"]: (g["requests"], g["ttft_ms_p50"]) for g in s["by_warmth"]}
+    assert got == {"cold": (2, pytest.approx(850)), "partly cached": (1, pytest.approx(400)),
+                   "warm": (3, pytest.approx(60))}
+    assert "TTFT by cache  cold p50 850.0 ms (n=2)" in format_summary(s)
+    run = agentbench.load(tmp_path / "w")
+    assert run.table("by_warmth")["warmth"].tolist() == ["cold", "partly cached", "warm"]
+    assert len(run.agents) == 6 and {"good_share", "missed", "outcome"} <= set(run.agents)
+    with pytest.raises(ValueError, match="by_turn, by_context or by_warmth"):
+        run.table("by_nothing")

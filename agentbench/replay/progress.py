@@ -153,6 +153,8 @@ class Progress:
         #: off a terminal, unless told otherwise: the line's text every LINE_EVERY_S
         self.lines = enabled is None and not tty
         self.last_line = time.monotonic()
+        #: whether anything is shown (a bar, or lines): else ``loop`` need not run
+        self.shown = on or self.lines
         self.bar = tqdm(total=self.STEPS, disable=not on, dynamic_ncols=True,
                         file=sys.stderr, leave=True,
                         bar_format="{percentage:3.0f}%|{bar:20}| {desc}")

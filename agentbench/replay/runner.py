@@ -271,6 +271,16 @@ class _Run:
         if not self.virtual:  # loop stalls are wall-clock events: none in virtual time
             self.bg.append(asyncio.ensure_future(self.health.watch(self.stop_bg)))
         for k, stage in enumerate(stages_of(sc.load)):
+            # cold_stages: every endpoint's cache dropped before the stage (what it said);
+            # an engine that refuses stops the run there, as a dead endpoint does
+            try:
+                resets = [await e.transport.reset_cache() for e in self.endpoints] \
+                    if sc.cold_stages else None
+            except InputError as err:
+                info["stopped_reason"] = (f"stage {k + 1} ({stage.label}) not run: "
+                                          f"{err.one_line()}")
+                write_run_json(self.run_dir, info, self.secrets)
+                return
             bar.begin_stage(counters, k, stage.label)
             t_start = timers.now_ns()
             profile = await executor.run_stage(k, stage, t_start)
@@ -278,7 +288,8 @@ class _Run:
             info["stages"].append({"label": stage.label, "start_ns": t_start,
                                    "profile_start_ns": t_start if profile is None else profile,
                                    "end_ns": timers.now_ns(), "lanes": stage.lanes,
-                                   "rate_per_s": stage.rate_per_s})
+                                   "rate_per_s": stage.rate_per_s,
+                                   **({} if resets is None else {"cache_reset": resets})})
             # endpoints given up as unreachable; every one of them: the run stops here
             gone = executor.unreachable()
             info.update(gone)

@@ -80,6 +80,10 @@ class OpenAIEndpoint(Strict):
         if reserved:
             raise ValueError(f"may not set {', '.join(reserved)} (the replay writes them)")
         return json_only(v)
+    reset_cache: Literal["vllm", "sglang", "llama.cpp"] | None = Field(
+        None, description="How this server's prefix cache is reset (cold_stages): vllm "
+        "POST /reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1), sglang POST "
+        "/flush_cache, llama.cpp POST /slots/{id}?action=erase for every slot of GET /slots.")
     ignore_eos: bool | None = Field(
         None, description="Send ignore_eos/min_tokens so outputs follow the trace; None: "
         "probe whether the server accepts them.")

@@ -341,6 +341,10 @@ class Scenario(Strict):
         "session_affinity", description="Client-side routing across several endpoints.")
     trace: TraceSpec = Field(description="The workload to replay.")
     load: Load = Field(description="Closed-loop lanes or open-loop arrivals.")
+    cold_stages: bool = Field(
+        False, description="Reset every endpoint's prefix cache before each stage, so each "
+        "starts cold (a simulated endpoint drops its cached blocks; a real one needs "
+        "reset_cache).")
     timing: Timing = Field(default_factory=Timing, description="Turn timing.")
     warmup: Warmup = Field(default_factory=Warmup, description="Server warmup.")
     limits: Limits = Field(default_factory=Limits, description="Run bounds.")
@@ -371,6 +375,12 @@ class Scenario(Strict):
                 and lim.recycle:
             raise ValueError("limits: with recycle on, give duration_s, max_sessions or "
                              "max_requests so the run ends")
+        if self.cold_stages:
+            for i, e in enumerate(self.endpoints):
+                if e.kind != "simulated" and getattr(e, "reset_cache", None) is None:
+                    raise ValueError(f"cold_stages: endpoints[{i}] ({e.kind}) needs "
+                                     "reset_cache (vllm, sglang or llama.cpp) to say how its "
+                                     "cache is reset")
         if self.clock == "virtual" and any(e.kind != "simulated" for e in self.endpoints):
             raise ValueError("clock: virtual needs every endpoint to be kind: simulated (a real "
                              "server runs in real time); use clock: wall")

@@ -205,6 +205,14 @@ class Cluster:
                 self.driver.sync(self.now())
             self.instances[req.instance].abort(req)
 
+    def reset_cache(self) -> int:
+        """Every instance's idle cached blocks and the shared tier dropped (a stage that
+        starts cold, ``load.cold_stages``); the blocks dropped."""
+        n = sum(inst.reset_cache() for inst in self.instances)
+        if self.shared is not None:
+            n += self.shared.evict(len(self.shared))
+        return n
+
     def abort_all(self) -> None:
         """Abort every queued or running request and wake its handler (shutdown)."""
         for inst in self.instances:

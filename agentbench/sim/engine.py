@@ -111,6 +111,15 @@ class Instance:
         #: the step-time model (``cost.py``): every step's duration comes from it
         self.cost = step_cost(preset)
 
+    def reset_cache(self) -> int:
+        """Drop every cached block no request holds (vLLM's ``/reset_prefix_cache``): the
+        GPU and CPU tiers, and the session hints; the blocks dropped."""
+        n = self.gpu.evict(len(self.gpu))
+        if self.cpu is not None:
+            n += self.cpu.evict(len(self.cpu))
+        self._turn_ends.clear()
+        return n
+
     # ------------------------------------------------------------ queue
 
     @property

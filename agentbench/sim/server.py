@@ -2,7 +2,8 @@
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming SSE, one token
 per event, or a single JSON body), ``POST /v1/responses`` and ``POST /v1/messages``
-(``agentbench.sim.typed_routes``), ``GET /v1/models``, ``GET /health``, ``GET /metrics``.
+(``agentbench.sim.typed_routes``), ``GET /v1/models``, ``GET /health``, ``GET /metrics``,
+``POST /reset_prefix_cache`` (as vLLM's: the cached blocks dropped).
 ``usage`` always carries ``prompt_tokens_details.cached_tokens``. With
 ``stream_options.include_usage`` both endpoints end the stream with a chunk whose
 ``choices`` is ``[]`` and which carries ``usage``, then ``data: [DONE]`` (as vLLM does).
@@ -176,6 +177,12 @@ async def models(request: web.Request) -> web.Response:
         "max_model_len": cluster.cache_blocks * cluster.block_size}]})
 
 
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's ``POST /reset_prefix_cache``: every cached block no request holds dropped."""
+    n = request.app[CLUSTER].reset_cache()
+    return web.json_response({"blocks_dropped": n})
+
+
 async def health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
@@ -195,6 +202,7 @@ def make_app(cluster: Cluster) -> web.Application:
     add_routes(app)  # /v1/responses, /v1/messages
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     app.router.add_get("/metrics", metrics)
     return app
 

@@ -340,6 +340,20 @@ class SlotInstance(Instance):
         self._now = now
         return super().commit(now)
 
+    def reset_cache(self) -> int:
+        """Erase every idle slot's cached prompt and the RAM prompt cache (llama.cpp's
+        ``POST /slots/{id}?action=erase``); the blocks dropped."""
+        bs, n = self.block_size, 0
+        for slot in self.slots:
+            if slot.req is None and slot.held is not EMPTY:
+                n += slot.held.tokens // bs
+                slot.held = EMPTY
+        if self.ram is not None:
+            n += self.ram.tokens // bs
+            self.ram.states, self.ram.tokens = [], 0
+        self._turn_ends.clear()
+        return n
+
 
 def ram_default(preset: Preset, kv_tokens: int) -> int:
     """The RAM cache's tokens by default: ``--cache-ram`` over the KV bytes per token, at

@@ -62,6 +62,12 @@ class Transport(Protocol):
         cannot tell (no sockets to read, too few events)."""
         ...
 
+    async def reset_cache(self) -> str:
+        """Drop the engine's cached prefix blocks (``cold_stages``); what it answered, one
+        line. Raises ``InputError`` when the engine refused (a stage that cannot start cold
+        is not run)."""
+        ...
+
     def opened(self) -> dict[str, Any]:
         """What opening found out (probes, calibration), for ``reopen_transport`` in a
         worker process."""

@@ -24,6 +24,8 @@ from agentbench.transport.http import Target, make_body, redact, send
 from agentbench.transport.scrape import BodyTooLarge, http_collector, read_capped
 
 CALIBRATION_SALT = 0xCA11B
+#: the path that drops an engine's prefix cache (``reset_cache``; llama.cpp: per slot)
+RESET_PATHS = {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}
 #: tokens the ``--workers auto`` probe asks for
 PROBE_TOKENS = 48
 #: the probe gives up after this long (a stalled or slow endpoint must not hold the run)
@@ -54,6 +56,8 @@ class HttpTransport:
     notes: list[str] = field(default_factory=list)
     #: the HTTP simulator this transport started (closed with it), or None
     sim_handle: Any = None
+    #: how the server's cache is reset (``reset_cache``: vllm, sglang, llama.cpp), or None
+    reset_kind: str | None = None
 
     @property
     def flavor(self) -> Flavor:
@@ -98,6 +102,49 @@ class HttpTransport:
         if len(ev) < 8 or ev[-1] <= ev[1]:
             return None
         return (len(ev) - 2) / ((ev[-1] - ev[1]) / 1e9)
+
+    async def reset_cache(self) -> str:
+        """``reset_kind``'s reset (the simulator serves vLLM's); one line of what it said."""
+        kind = self.reset_kind or ("vllm" if self.sim_handle is not None else None)
+        if kind is None:
+            raise InputError("no reset_cache set for this endpoint (cold_stages)",
+                             where=self.label, field="reset_cache")
+        paths = [RESET_PATHS[kind]] if kind != "llama.cpp" else await self._slot_paths()
+        said = []
+        for path in paths:
+            status, raw = await self._call("POST", path)
+            if not 200 <= status < 300:
+                text = redact(raw[:200].decode("utf-8", "replace"), self.target.secrets)
+                raise InputError(f"{kind} cache reset: POST {path} answered HTTP {status}: "
+                                 f"{' '.join(text.split())}", where=self.label,
+                                 field="reset_cache")
+            said.append(path)
+        return f"{kind}: POST {', '.join(said) or '(no slots)'} ok"
+
+    async def _slot_paths(self) -> list[str]:
+        status, raw = await self._call("GET", "/slots")
+        try:
+            slots = json.loads(raw) if status == 200 else None
+        except ValueError:
+            slots = None
+        if not isinstance(slots, list):
+            raise InputError(f"llama.cpp cache reset: GET /slots answered HTTP {status} "
+                             "(start llama-server with its slots endpoint on)",
+                             where=self.label, field="reset_cache")
+        ids = [s.get("id") for s in slots if isinstance(s, dict)]
+        return [f"/slots/{i}?action=erase" for i in ids if isinstance(i, int)]
+
+    async def _call(self, method: str, path: str) -> tuple[int, bytes]:
+        try:
+            async with self.http.request(method, self.base_url + path,
+                                         headers=dict(self.target.headers),
+                                         timeout=aiohttp.ClientTimeout(total=60),
+                                         allow_redirects=False) as resp:
+                return resp.status, await read_capped(resp, PROBE_BODY_BYTES)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            msg = redact(str(e) or type(e).__name__, self.target.secrets)
+            raise InputError(f"cache reset: {method} {path} failed: {msg}", where=self.label,
+                             field="reset_cache") from None
 
     def opened(self) -> dict[str, Any]:
         return {"label": self.label, "base_url": self.base_url, "ignore_eos": self.ignore_eos,

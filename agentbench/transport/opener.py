@@ -61,6 +61,7 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         label = cfg.name or without_query(bare)  # a key in the query stays out of results
     tr = _connect(cfg, base, label)
     tr.sim_handle = handle
+    tr.reset_kind = getattr(cfg, "reset_cache", None)
     if cfg.kind != "simulated" and cfg.preflight:
         try:
             await check_reachable(tr, cfg.model, index)

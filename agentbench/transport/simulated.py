@@ -68,6 +68,9 @@ class SimTransport:
     async def stream_rate(self, cache: Any) -> float | None:
         return None  # no sockets to read
 
+    async def reset_cache(self) -> str:
+        return f"simulator: {self.cluster.reset_cache():,} cached blocks dropped"
+
     def opened(self) -> dict[str, Any]:
         return {"label": self.label, "in_process": True}
 

@@ -13,7 +13,7 @@ import typer
 from agentbench.cli.app import app, guarded, traces_app
 
 # each module registers its commands when imported: in the order --help lists them
-for _name in ("run", "serve", "results", "record", "traces", "sim"):
+for _name in ("run", "search", "serve", "results", "record", "traces", "sim"):
     importlib.import_module(f"agentbench.cli.{_name}")
 
 __all__ = ["app", "guarded", "main", "traces_app"]

@@ -1,0 +1,72 @@
+"""``agentbench search``: the most load that still meets the scenario's SLOs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agentbench.cli.app import app, guarded
+
+
+def _range(text: str, flag: str) -> tuple[float, float]:
+    from agentbench.errors import InputError
+
+    lo, sep, hi = text.partition(":")
+    try:
+        a, b = float(lo), float(hi if sep else lo)
+    except ValueError:
+        raise InputError(f"must be LOW:HIGH, got {text!r}", field=flag) from None
+    return a, b
+
+
+@app.command()
+@guarded
+def search(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file (its slos are the goal)."),
+    lanes: str | None = typer.Option(None, "--lanes", help="LOW:HIGH lanes to search "
+                                     "(a lanes load)."),
+    rate: str | None = typer.Option(None, "--rate", help="LOW:HIGH sessions per second to "
+                                    "search (a rate load)."),
+    goal: str = typer.Option("requests", "--goal", help="requests or agents: whose goodput "
+                             "must reach --target."),
+    target: float = typer.Option(0.9, "--target", help="Goodput a load must reach (0-1)."),
+    max_probes: int = typer.Option(8, "--max-probes", min=1, help="Runs at most."),
+    set_: list[str] = typer.Option([], "--set", help="KEY.PATH=VALUE: override a scenario "
+                                   "key (repeatable)."),
+    output: Path | None = typer.Option(None, "--output", "-o",
+                                       help="Parent folder of the probes' run folders."),
+) -> None:
+    """Find the most lanes (or rate) that still meets the scenario's SLOs, by bisection:
+    one run per probed load, the frontier printed and written to <output>/<name>-search.json
+    (docs/metrics.md, "Capacity search")."""
+    from agentbench.errors import InputError
+    from agentbench.experiment.search import Probe, format_search, write_search
+    from agentbench.experiment.search import search as run_search
+    from agentbench.scenario.loading import load_scenario, parse_set
+
+    if (lanes is None) == (rate is None):
+        raise InputError("give one of --lanes LOW:HIGH or --rate LOW:HIGH",
+                         source="agentbench search")
+    sets = [parse_set(item) for item in set_]
+    if output is not None:
+        sets.append(("output.dir", str(output)))
+    sc = load_scenario(scenario, labels={"output.dir": "--output"}, sets=sets)
+    want = "lanes" if lanes is not None else "rate"
+    if sc.load.kind != want:
+        raise InputError(f"--{want} needs a {want} load; the scenario's is {sc.load.kind}",
+                         source=str(scenario))
+    lo, hi = _range(lanes or rate or "", f"--{want}")
+
+    def told(p: Probe) -> None:
+        typer.echo(f"probe {p.load:g}: {'pass' if p.passed else 'FAIL'} ({p.run_dir})",
+                   err=True)
+
+    res = run_search(sc, lo=lo, hi=hi, goal=goal, target=target, max_probes=max_probes,
+                     scenario_path=scenario, on_probe=told)
+    for line in format_search(res):
+        typer.echo(line)
+    out = Path(sc.output.dir) / f"{sc.name}-search.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_search(res, out)
+    typer.echo(f"search: {out}")

@@ -1,0 +1,194 @@
+"""``agentbench search``: the most load that still meets the scenario's SLOs
+(docs/metrics.md, "Capacity search").
+
+The scenario's load (lanes, or a rate of arriving sessions) is replaced by one value per
+probe; each probe is a run of its own (``run_variant``: its results folder, summary and
+verdicts, as ``agentbench run`` makes them). A probe passes when its goodput (requests, or
+agents) reaches ``target``. The search first runs the two ends of the range, then bisects
+between the highest passing and the lowest failing load until they are adjacent (lanes)
+or within ``tolerance`` of each other (rates), or ``max_probes`` runs were made. It
+assumes goodput falls as load rises; a probe that contradicts that (a higher load passing
+after a lower one failed) is reported, not hidden. The frontier (every probe's load,
+goodput, TTFT and throughput per GPU) is the answer's evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentbench.errors import InputError
+
+
+@dataclass
+class Probe:
+    """One run at one load and how it did."""
+
+    load: float
+    run_dir: str
+    goodput: float | None
+    passed: bool
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+    per_gpu_tok_s: float | None
+    requests: int
+    note: str | None = None
+
+
+@dataclass
+class SearchResult:
+    """The probes in the order they ran and the answer (None: no load passed)."""
+
+    kind: str  # "lanes" or "rate"
+    goal: str
+    target: float
+    probes: list[Probe] = field(default_factory=list)
+    best: float | None = None
+    best_failing: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _goodput(summary: dict[str, Any], goal: str) -> float | None:
+    v = summary["overall"]["goodput"].get(goal)
+    return None if v is None else float(v)
+
+
+def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
+           target: float = 0.9, max_probes: int = 8, tolerance: float = 0.05,
+           scenario_path: Path | None = None,
+           on_probe: Callable[[Probe], None] | None = None) -> SearchResult:
+    """Bisect the load of ``scenario`` between ``lo`` and ``hi`` for the most that keeps
+    ``goal`` goodput (``requests`` or ``agents``) at or above ``target``."""
+    from agentbench.experiment.run import run_variant
+
+    if not any(v is not None for v in scenario.slos.model_dump().values()):
+        raise InputError("set slos (e.g. ttft_ms) to search for the load that meets them",
+                         field="slos")
+    if goal not in ("requests", "agents"):
+        raise InputError("must be requests or agents", field="--goal")
+    if not 0 < target <= 1:
+        raise InputError("must be in (0, 1]", field="--target")
+    kind = scenario.load.kind
+    lanes = kind == "lanes"
+    if lanes:
+        lo, hi = float(math.ceil(lo)), float(math.floor(hi))
+    if not 0 < lo <= hi:
+        raise InputError(f"the range must be 0 < low <= high, got {lo:g}:{hi:g}",
+                         field="--lanes" if lanes else "--rate")
+    if kind == "rate" and scenario.load.arrival == "trace":
+        raise InputError("an arrival: trace load has no rate to search", field="load")
+    out = SearchResult(kind=kind, goal=goal, target=target)
+    done: dict[float, Probe] = {}
+
+    def probe(x: float) -> Probe:
+        sc = scenario.model_copy(deep=True)
+        sc.variants = []
+        if lanes:
+            sc.load.concurrency = int(x)
+            label = f"c{int(x)}"
+        else:
+            sc.load.rate_per_s = x
+            label = f"r{x:g}"
+        sc.name = f"{scenario.name}-search-{label}"
+        sc.output.run_id = None  # one folder per probe: <name>-search-<load>-<time>
+        run = run_variant(sc, scenario_path=scenario_path)
+        s = run.summary
+        g = _goodput(s, goal)
+        lat = s["overall"]["latency"]["ttft_ms"]
+        p = Probe(load=x, run_dir=str(run.run_dir), goodput=g,
+                  passed=g is not None and g >= target and run.failure is None,
+                  ttft_p50_ms=lat.get("p50"), ttft_p90_ms=lat.get("p90"),
+                  per_gpu_tok_s=s["overall"]["throughput"].get("per_gpu_total_tok_s"),
+                  requests=int(s["overall"]["requests"]["total"]),
+                  note=run.failure)
+        done[x] = p
+        out.probes.append(p)
+        if on_probe is not None:
+            on_probe(p)
+        return p
+
+    def close_enough(a: float, b: float) -> bool:
+        return b - a <= 1 if lanes else (b - a) <= tolerance * b
+
+    top = probe(hi)
+    if top.passed:
+        out.best = hi
+        out.notes.append(f"the top of the range passed: raise it (more than {hi:g} may pass)")
+        return _checked(out)
+    out.best_failing = hi
+    if len(out.probes) < max_probes and lo < hi:
+        bottom = probe(lo)
+        if not bottom.passed:
+            out.best_failing = lo
+            out.notes.append(f"the bottom of the range failed: no load from {lo:g} meets "
+                             "the SLOs")
+            return _checked(out)
+        out.best = lo
+    while out.best is not None and out.best_failing is not None \
+            and not close_enough(out.best, out.best_failing) \
+            and len(out.probes) < max_probes:
+        mid = (out.best + out.best_failing) / 2
+        mid = float(math.floor(mid)) if lanes else round(mid, 6)
+        if mid in done:
+            break
+        if probe(mid).passed:
+            out.best = mid
+        else:
+            out.best_failing = mid
+    if out.best is not None and out.best_failing is not None \
+            and not close_enough(out.best, out.best_failing):
+        out.notes.append(f"stopped after {len(out.probes)} probes (--max-probes): the answer "
+                         f"lies between {out.best:g} and {out.best_failing:g}")
+    return _checked(out)
+
+
+def _checked(out: SearchResult) -> SearchResult:
+    """A note for each pair of probes where more load did better than less (noise, or a
+    load the search's monotone premise does not hold for)."""
+    ps = sorted(out.probes, key=lambda p: p.load)
+    for a, b in zip(ps, ps[1:], strict=False):
+        if b.passed and not a.passed:
+            out.notes.append(f"{b.load:g} passed where {a.load:g} failed: goodput does not "
+                             "fall monotonically with load here (noise, or queueing that "
+                             "helps the cache); read the frontier")
+    return out
+
+
+def format_search(res: SearchResult) -> list[str]:
+    """The frontier table and the answer."""
+    unit = "lanes" if res.kind == "lanes" else "sessions/s"
+    lines = [f"{'load':>10}  {res.goal + ' goodput':>18}  {'TTFT p50':>10}  {'TTFT p90':>10}"
+             f"  {'tok/s/GPU':>10}  verdict"]
+    for p in sorted(res.probes, key=lambda p: p.load):
+        g = "-" if p.goodput is None else f"{p.goodput:.1%}"
+        lines.append(f"{p.load:>10g}  {g:>18}  {_ms(p.ttft_p50_ms):>10}  "
+                     f"{_ms(p.ttft_p90_ms):>10}  {_n(p.per_gpu_tok_s):>10}  "
+                     f"{'pass' if p.passed else 'FAIL'}" + (f" ({p.note})" if p.note else ""))
+    if res.best is None:
+        lines.append(f"answer: no load in the range meets {res.goal} goodput "
+                     f">= {res.target:.0%}")
+    else:
+        lines.append(f"answer: {res.best:g} {unit} (the most that met {res.goal} goodput "
+                     f">= {res.target:.0%}"
+                     + (f"; {res.best_failing:g} did not)" if res.best_failing else ")"))
+    lines += [f"note: {n}" for n in res.notes]
+    return lines
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} ms"
+
+
+def _n(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def write_search(res: SearchResult, path: Path) -> None:
+    path.write_text(json.dumps(res.to_json(), indent=1) + "\n")

@@ -1,0 +1,110 @@
+"""``agentbench search``: bisection over lanes or rate for the most load whose goodput
+still reaches the target, on a fake run (goodput a known function of load) and end to end
+on the simulator in virtual time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agentbench.cli import app
+from agentbench.errors import InputError
+from agentbench.experiment import run as run_mod
+from agentbench.experiment.search import format_search, search
+from agentbench.scenario.model import Scenario
+from tests.helpers import ROOT
+
+
+def _scenario(load: dict[str, Any], slos: dict[str, Any] | None = None) -> Scenario:
+    return Scenario.model_validate({
+        "name": "s", "endpoints": [{"kind": "simulated", "preset": "instant"}],
+        "trace": {"kind": "synth", "profile": "codex", "sessions": 2}, "load": load,
+        "limits": {"max_requests": 4}, "slos": {"ttft_ms": 100} if slos is None else slos})
+
+
+@pytest.fixture
+def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """run_variant replaced: goodput 1 - load/40 (monotone), every load run recorded."""
+    ran: list[float] = []
+
+    def fake(sc: Any, **_: Any) -> Any:
+        x = float(sc.load.concurrency if sc.load.kind == "lanes" else sc.load.rate_per_s)
+        ran.append(x)
+        g = max(0.0, 1 - x / 40)
+        summary = {"overall": {"goodput": {"requests": g, "agents": g},
+                               "latency": {"ttft_ms": {"p50": x, "p90": 2 * x}},
+                               "throughput": {"per_gpu_total_tok_s": 100 * x},
+                               "requests": {"total": 10}}}
+        return SimpleNamespace(summary=summary, run_dir=Path(f"/r/{x:g}"), failure=None)
+
+    monkeypatch.setattr(run_mod, "run_variant", fake)
+    return ran
+
+
+def test_lanes_are_bisected_to_the_last_that_passes(fake_runs: list[float]) -> None:
+    # goodput >= 0.9 while load <= 4: the answer is 4, 5 fails
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=64, target=0.9)
+    assert (res.best, res.best_failing) == (4, 5)
+    assert fake_runs[:2] == [64, 1] and len(fake_runs) <= 8
+    assert all(p.passed == (p.load <= 4) for p in res.probes)
+    assert "answer: 4 lanes" in "\n".join(format_search(res))
+
+
+def test_rates_are_bisected_to_the_tolerance(fake_runs: list[float]) -> None:
+    res = search(_scenario({"kind": "rate", "rate_per_s": 1.0}), lo=0.5, hi=32, target=0.5,
+                 tolerance=0.05, max_probes=20)
+    assert res.best is not None and res.best_failing is not None
+    assert res.best <= 20 < res.best_failing and res.best_failing - res.best <= 0.05 * 32
+
+
+def test_the_ends_of_the_range_answer_at_once(fake_runs: list[float]) -> None:
+    sc = _scenario({"kind": "lanes", "concurrency": 1})
+    top = search(sc, lo=1, hi=2, target=0.9)
+    assert top.best == 2 and fake_runs == [2] and "raise it" in top.notes[0]
+    fake_runs.clear()
+    none = search(sc, lo=30, hi=39, target=0.9)
+    assert none.best is None and fake_runs == [39, 30]
+    assert "answer: no load in the range" in "\n".join(format_search(none))
+
+
+def test_max_probes_bounds_the_search_and_says_so(fake_runs: list[float]) -> None:
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=1000, target=0.9,
+                 max_probes=3)
+    assert len(fake_runs) == 3 and any("--max-probes" in n for n in res.notes)
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"slos": {}}, "set slos"),
+    ({"lo": 0}, "0 < low <= high"),
+    ({"lo": 9, "hi": 3}, "0 < low <= high"),
+    ({"goal": "sessions"}, "requests or agents"),
+])
+def test_bad_requests_are_one_line(kw: dict[str, Any], match: str) -> None:
+    sc = _scenario({"kind": "lanes", "concurrency": 1}, kw.pop("slos", None))
+    args = {"lo": 1, "hi": 4, **kw}
+    with pytest.raises(InputError, match=match):
+        search(sc, **args)
+
+
+def test_search_end_to_end_on_the_simulator(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, [
+        "search", str(ROOT / "scenarios" / "quickstart.yaml"), "--lanes", "1:32",
+        "--target", "0.8", "-o", str(tmp_path), "--set", "trace.filters.sessions=null",
+        "--set", "limits.max_sessions=null", "--set", "limits.duration_s=1800",
+        "--set", "limits.recycle=true"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "quickstart-search.json").read_text())
+    probes = {p["load"]: p for p in doc["probes"]}
+    best, worse = doc["best"], doc["best_failing"]
+    assert best is not None and worse == best + 1
+    assert probes[best]["passed"] and not probes[worse]["passed"]
+    assert all(Path(p["run_dir"]).is_dir() for p in doc["probes"])
+    assert f"answer: {best:g} lanes" in res.output
+    wrong = CliRunner().invoke(app, ["search", str(ROOT / "scenarios" / "quickstart.yaml"),
+                                     "--rate", "1:2"])
+    assert wrong.exit_code == 2 and "--rate needs a rate load" in wrong.output

@@ -64,6 +64,9 @@ def run(
                                 help="Client processes the lanes are sharded over: a count "
                                      "or 'auto' (from each endpoint's measured stream rate "
                                      "and the lanes, up to one per CPU)."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run each variant N times and "
+                               "print its figures over the runs with 95% intervals (wall "
+                               "clock: the same seed; virtual time: seed + i)."),
     ray: str | None = typer.Option(
         None, "--ray", metavar="ADDRESS", help="Run the variants side by side as Ray tasks: "
         "'local' (a Ray started here), 'auto' (the cluster `ray start` began here) or a "
@@ -109,7 +112,7 @@ def run(
         raise InputError("--ray and --workers: choose one (Ray runs each variant in one "
                          "process)", source="agentbench run")
     result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
-                            progress=progress, workers=workers, ray=ray)
+                            progress=progress, workers=workers, ray=ray, repeat=repeat)
     for line in result.failed:
         typer.echo(f"failed: {line}", err=True)
     for line in result.invalid:
@@ -141,6 +144,13 @@ class _RunPrinter:
         typer.echo(f"results: {run.run_dir}")
         if run.warning is not None:
             typer.echo(f"warning: {run.run_dir.name}: {run.warning}", err=True)
+
+    def repeated(self, name: str, table: dict[str, Any]) -> None:
+        from agentbench.metrics.repeats import format_repeats
+
+        n = max((row.get("n", 0) for row in table.values()), default=0)
+        typer.echo("\n".join(["", f"{name}: {n} runs (mean and 95% interval of the mean)",
+                              *format_repeats(table)]))
 
     def compared(self, result: Any) -> None:
         typer.echo("\n".join(["", "comparison (against the first variant):",

@@ -45,6 +45,8 @@ class ExperimentResult:
 
     runs: list[VariantRun] = field(default_factory=list)
     comparison: Any = None  # agentbench.report.comparison.Comparison
+    #: variant name -> its figures over ``repeat`` runs (``metrics.repeats.repeat_table``)
+    repeats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[str]:
@@ -78,6 +80,9 @@ class Listener(Protocol):
     def compared(self, result: ExperimentResult) -> None:
         """Several variants ran and were compared."""
 
+    def repeated(self, name: str, table: dict[str, Any]) -> None:
+        """A variant ran ``--repeat`` times: its figures over the runs, with intervals."""
+
 
 class Quiet:
     """A listener that tells nothing (the library's default)."""
@@ -97,12 +102,15 @@ class Quiet:
     def compared(self, result: ExperimentResult) -> None:
         return None
 
+    def repeated(self, name: str, table: dict[str, Any]) -> None:
+        return None
+
 
 def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
                    listener: Listener | None = None, progress: bool | None = False,
                    workers: int | str | None = 1, executor: Any = None,
                    traces: dict[str, Trace] | None = None,
-                   ray: str | None = None) -> ExperimentResult:
+                   ray: str | None = None, repeat: int = 1) -> ExperimentResult:
     """Run every variant of ``scenario`` (a validated ``Scenario``, or a path to its YAML
     file) one after another and compare them; return their runs and verdicts.
 
@@ -110,7 +118,10 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     (``agentbench.replay.run_scenario``); ``traces`` (optional) caches traces across
     calls by trace spec and seed. ``ray``: the address of a Ray cluster (``local`` starts
     one here) on which the variants run side by side as tasks, each as it would here
-    (simulated variants in virtual time only: ``agentbench.experiment.raysweep``)."""
+    (simulated variants in virtual time only: ``agentbench.experiment.raysweep``).
+    ``repeat``: run each variant that many times (``repeat_of``) and give its figures
+    over the runs with 95% intervals (``result.repeats``); the comparison then takes each
+    variant's first run."""
     from agentbench.scenario.loading import expand_variants, load_scenario
 
     if not hasattr(scenario, "variants"):
@@ -127,18 +138,43 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
 
         result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
                                  len(scenario.variants))
+    if repeat < 1 or (repeat > 1 and ray is not None):
+        raise InputError("must be at least 1, and 1 with --ray", field="--repeat")
+    firsts: list[VariantRun] = [] if ray is None else result.runs
     for sc in expand_variants(scenario) if ray is None else ():
         tell.variant_started(sc, len(scenario.variants))
-        result.runs.append(run_variant(sc, scenario_path=scenario_path, listener=tell,
-                                       progress=progress, workers=workers,
-                                       executor=executor, traces=traces))
-    if len(result.runs) > 1:
+        runs = [run_variant(repeat_of(sc, i, repeat), scenario_path=scenario_path,
+                            listener=tell, progress=progress, workers=workers,
+                            executor=executor, traces=traces) for i in range(repeat)]
+        result.runs += runs
+        firsts.append(runs[0])
+        if repeat > 1:
+            from agentbench.metrics.repeats import repeat_table
+
+            result.repeats[sc.name] = repeat_table([r.summary for r in runs])
+            tell.repeated(sc.name, result.repeats[sc.name])
+    if len(firsts) > 1:
         from agentbench.report.comparison import compare
 
         # variants differ on purpose
-        result.comparison = compare(*[r.run_dir for r in result.runs], allow=["all"])
+        result.comparison = compare(*[r.run_dir for r in firsts], allow=["all"])
         tell.compared(result)
     return result
+
+
+def repeat_of(sc: Any, i: int, n: int) -> Any:
+    """Run ``i`` of ``n`` repeats of variant ``sc``: named ``<name>-repNN``; on the wall
+    clock the same seed (the same workload: the spread is the system's run-to-run noise),
+    in virtual time seed + i (the same seed would give the same run: the spread is then
+    the workload's)."""
+    if n == 1:
+        return sc
+    out = sc.model_copy(deep=True)
+    out.name = f"{sc.name}-rep{i + 1:02d}"
+    out.output.run_id = None
+    if sc.clock_mode == "virtual":
+        out.seed = sc.seed + i
+    return out
 
 
 def run_variant(sc: Any, *, scenario_path: Path | None = None,

@@ -1,0 +1,68 @@
+"""``--repeat N``: each variant run N times (wall clock: the same seed; virtual time:
+seed + i), its headline figures over the runs with a Student-t 95% interval of the mean."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.experiment import run_experiment
+from agentbench.metrics.repeats import format_repeats, interval, t975
+from agentbench.scenario.model import Scenario
+
+
+def test_the_interval_is_students_t_over_the_runs() -> None:
+    row = interval([1.0, 2.0, 3.0])
+    half = 4.303 * 1.0 / math.sqrt(3)  # t(0.975, 2) x sd / sqrt(n)
+    assert (row["n"], row["mean"], row["sd"]) == (3, 2.0, 1.0)
+    assert row["ci95_low"] == pytest.approx(2 - half) and row["ci95_high"] == pytest.approx(
+        2 + half)
+    assert row["rel_half_width"] == pytest.approx(half / 2)
+    assert interval([5.0]) == {"n": 1, "mean": 5.0} and interval([]) == {"n": 0, "mean": None}
+    assert t975(1) == 12.706 and t975(30) == 2.042 and t975(500) == 1.960
+
+
+def _scenario(tmp_path: Path, trace: dict) -> Scenario:
+    return Scenario.model_validate({
+        "name": "rep", "seed": 7,
+        "endpoints": [{"kind": "simulated", "instances": 2, "preset": "h100-llama3-8b"}],
+        "trace": trace, "load": {"kind": "lanes", "concurrency": 4},
+        "limits": {"max_sessions": 6, "recycle": False}, "hardware": {"gpus": 2},
+        "slos": {"ttft_ms": 2000}, "output": {"dir": str(tmp_path)}})
+
+
+def test_repeats_in_virtual_time_vary_the_seed_and_give_intervals(tmp_path: Path) -> None:
+    sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 6,
+                              "transform": {"scale": 0.2}})
+    res = run_experiment(sc, repeat=3)
+    assert [r.run_dir.name.rsplit("-", 2)[0] for r in res.runs] == [
+        "rep-rep01", "rep-rep02", "rep-rep03"]
+    seeds = [json.loads((r.run_dir / "run.json").read_text())["seed"] for r in res.runs]
+    assert seeds == [7, 8, 9]
+    table = res.repeats["rep"]
+    assert table["throughput"]["n"] == 3 and table["throughput"]["sd"] > 0
+    assert table["throughput"]["ci95_low"] < table["throughput"]["mean"] \
+        < table["throughput"]["ci95_high"]
+    assert res.comparison is None  # one variant: its repeats are the table, not a comparison
+    lines = format_repeats(table)
+    assert any(ln.strip().startswith("throughput ") and "95% CI [" in ln for ln in lines)
+
+
+def test_identical_repeats_say_why(tmp_path: Path) -> None:
+    sc = _scenario(tmp_path, {"kind": "file", "source": "builtin:claude-code-weka",
+                              "filters": {"sessions": ["trace_0693", "trace_0504"]}})
+    res = run_experiment(sc, repeat=2)
+    assert res.repeats["rep"]["throughput"]["sd"] == 0
+    assert "the runs are identical" in format_repeats(res.repeats["rep"])[-1]
+
+
+def test_repeat_must_be_positive_and_alone_with_ray(tmp_path: Path) -> None:
+    sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2})
+    with pytest.raises(InputError, match="at least 1"):
+        run_experiment(sc, repeat=0)
+    with pytest.raises(InputError, match="1 with --ray"):
+        run_experiment(sc, repeat=2, ray="local")

@@ -107,3 +107,17 @@ def run_in_clone(clone: Path, tmp: Path) -> None:
     body = (runner_temp / "comment.md").read_text()
     assert body.startswith("<!-- agentbench-gate -->\n### agentbench gate")
     shutil.rmtree(runner_temp / "results")
+    # a base that cannot replay the scenario (here: a key it does not know) skips the gate
+    # with a comment saying why, instead of failing the job or running into its timeout
+    bad = clone / "examples" / "github-actions" / "newer.yaml"
+    bad.write_text((clone / env["SCENARIO"]).read_text() + "\na_key_the_base_lacks: 1\n")
+    out_file.write_text("")
+    shutil.rmtree(runner_temp / "base", ignore_errors=True)
+    _git("worktree", "prune", cwd=clone)
+    res = run_step(steps["baseline"], clone, {**env, "SCENARIO": str(bad.relative_to(clone))})
+    assert res.returncode == 0, res.stderr
+    assert out_file.read_text().strip() == "skip=1"
+    assert (runner_temp / "gate.md").read_text().startswith(
+        "### agentbench gate: skipped (no baseline)")
+    job_text = (clone / WORKFLOW).read_text()
+    assert job_text.count("if: steps.baseline.outputs.skip != '1'") == 2

@@ -208,7 +208,10 @@ def evaluate(base_dir: str | Path, cand_dir: str | Path, rules: list[Rule],
             note = (f"{opts.resamples} resamples of {paired} paired trees" if paired else
                     f"{opts.resamples} resamples over trees (no tree in both runs: unpaired)")
             status = "FAIL" if bound > rule.threshold else "pass"
-            if detectable is not None and rule.threshold < detectable:
+            # only a pass can hide a regression below the detectable change; a caught one
+            # needs no such caveat (it once read "below the detectable ±666%" on every
+            # rule of a real regression)
+            if status == "pass" and detectable is not None and rule.threshold < detectable:
                 warning = (f"threshold {_fmt_thr(rule)} is below the detectable change "
                            f"{_fmt_abs(rule, detectable)} at this run size: a change near "
                            "the threshold is not caught (more trees narrow it)")

@@ -94,6 +94,11 @@ def test_planted_30pct_ttft_regression_fails(runs: dict[str, Path], tmp_path: Pa
     assert "FAIL" in ttft and "+30.0%" in ttft
     text = md.read_text()
     assert "❌ regression" in text and "| ttft_p50 |" in text
+    # a caught regression carries no "below the detectable change" caveat (that is for a
+    # pass that might hide one)
+    rules, opts = parse_rules({"ttft_p50": {"max_increase": "0.1%"}})
+    caught = evaluate(runs["base"], runs["planted"], rules, opts).results[0]
+    assert caught.status == "FAIL" and caught.warning == ""
 
 
 def test_two_percent_change_under_noise_passes(runs: dict[str, Path]) -> None:

@@ -74,10 +74,12 @@ class Call:
     #: prompt tokens before each Anthropic cache_control breakpoint (at the end of the
     #: message, system prompt or tool list that carries it); None: the call marked none
     cache_breakpoints: list[int] | None = None
+    #: the stream failed after its 2xx (an error event): not a turn
+    stream_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return 200 <= self.status < 300
+        return 200 <= self.status < 300 and self.stream_error is None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +114,10 @@ def _int(d: Any, *keys: str) -> int | None:
         d = d.get(k)
     return d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None
 
+
+#: the note on a Responses call that continues a stored response (``store: true``)
+CHAINED_NOTE = ("previous_response_id: the earlier items live on the server; hash ids cover "
+                "this call's own items only")
 
 _USAGE = (("prompt_tokens",), ("completion_tokens",), ("prompt_tokens_details", "cached_tokens"),
           ("cache_read_input_tokens",))
@@ -241,6 +247,11 @@ class Analyzer:
         if 200 <= status < 300:
             reply = (response.reply(stream) if isinstance(response, ResponseTap)
                      else parse_response(response, encoding, stream))
+        if api == "responses" and body.get("previous_response_id"):
+            # the earlier context lives on the server: this call's hash ids cover only its
+            # own items (its prompt tokens still come from usage); sessions chain by the id
+            # nowhere, so each such call starts a session of its own
+            error = "; ".join(e for e in (error, CHAINED_NOTE) if e)
         usage = reply.usage or {}
         if (problem := _usage_problem(usage)) is not None:
             usage = {}
@@ -272,6 +283,18 @@ class Analyzer:
             reply=reply_digest, session_key=session_key, parent_key=parent_key, error=error,
             request_text=json.dumps(keep) if self.keep_text else None,
             response_text=reply.text if self.keep_text else None,
-            cache_breakpoints=[m for m in marks if m <= input_tokens] or None
-            if marks else None,
+            cache_breakpoints=_marks(marks, input_tokens, len(tokens)),
+            stream_error=reply.stream_error,
         )
+
+
+def _marks(marks: list[int] | None, input_tokens: int, counted: int) -> list[int] | None:
+    """Breakpoints (positions in the recorder's token layout) in the prompt's tokens as the
+    trace counts them (the server's usage when it sent one): scaled by the two counts,
+    so a server that counts fewer tokens keeps every breakpoint."""
+    if not marks:
+        return None
+    if counted <= 0 or counted == input_tokens:
+        return list(marks)
+    return [min(input_tokens, round(m * input_tokens / counted)) for m in marks]
+

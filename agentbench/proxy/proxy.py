@@ -365,6 +365,10 @@ def summary(out: Path) -> str:
     trace = native.read(out)
     meta = store.read_meta(out)
     subs = sum(1 for s in trace.sessions if s.parent_id is not None)
+    chained = meta.get("calls_chained_by_previous_response_id")
+    warn = (f"; warning: {chained} Responses call(s) sent previous_response_id (the server "
+            "kept their context): their hash ids cover their new items only and each starts "
+            "a session") if chained else ""
     return (f"wrote {out}: {meta.get('calls_in_trace', 0)} calls in {len(trace.roots())} "
             f"session(s) with {subs} subagent(s) ({meta.get('calls', 0)} recorded; journal "
-            f"{store.journal_path(out)})")
+            f"{store.journal_path(out)}){warn}")

@@ -54,6 +54,9 @@ class Reply:
     #: text the model made that is not in ``text``'s hash (Responses and Messages:
     #: reasoning and thinking; agents may or may not send it back), kept for counting
     extra: str = ""
+    #: the stream failed after its 200 (an ``error`` event, ``response.failed``, a chat
+    #: ``{"error": ...}`` chunk): what it said, cut short; None when it did not
+    stream_error: str | None = None
 
 
 class ReplyReader:
@@ -100,6 +103,8 @@ class ReplyReader:
             else:
                 self.unreadable = True
             return
+        if b"\r" in data:  # lines may end CRLF or CR (SSE allows both): read them as LF
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         start = 0
         while (nl := data.find(b"\n", start)) >= 0:
             if self._skip:
@@ -148,6 +153,9 @@ class ReplyReader:
         if isinstance(kind, str) and "choices" not in doc:
             self._typed(kind, doc)
             return
+        if "error" in doc and "choices" not in doc and out.stream_error is None:
+            out.stream_error = _said(doc["error"])
+            return
         if isinstance(doc.get("usage"), dict):
             out.usage = doc["usage"]
         if out.model is None and isinstance(doc.get("model"), str):
@@ -166,6 +174,12 @@ class ReplyReader:
     def _typed(self, kind: str, doc: dict[str, Any]) -> None:
         """One Responses or Messages event (``agentbench.transport.typed_sse``)."""
         out = self.reply
+        if kind in ("error", "response.failed"):
+            if out.stream_error is None:
+                r = doc.get("response")
+                out.stream_error = _said(doc.get("error") or (r.get("error") if isinstance(
+                    r, dict) else None) or doc)
+            return
         if kind.startswith("response."):
             self._api = "responses"
             r = doc.get("response")
@@ -194,8 +208,9 @@ class ReplyReader:
             m = doc["message"]
             if out.model is None and isinstance(m.get("model"), str):
                 out.model = m["model"]
-            if isinstance(m.get("usage"), dict):
-                self._typed_usage.update(m["usage"])
+            if isinstance(m.get("usage"), dict):  # output_tokens there is a placeholder
+                self._typed_usage.update({k: v for k, v in m["usage"].items()
+                                          if k != "output_tokens"})
         elif kind == "message_delta" and isinstance(doc.get("usage"), dict):
             self._typed_usage.update({k: v for k, v in doc["usage"].items()
                                       if v is not None})
@@ -257,6 +272,17 @@ class ReplyReader:
         out.tool_calls = [{"id": c["id"], "args": "".join(c["args"])}
                           for _, c in sorted(self._calls.items())]
         return out
+
+
+def _said(err: object) -> str:
+    """An error event's message, one short line (the record keeps no more)."""
+    if isinstance(err, dict):
+        msg = err.get("message")
+        kind = err.get("type") if err.get("type") != "error" else err.get("code")
+        text = f"{kind}: {msg}" if isinstance(msg, str) and kind else str(msg or err)
+    else:
+        text = str(err)
+    return " ".join(text.split())[:200]
 
 
 def _whole(body: bytes) -> Reply:

@@ -127,7 +127,7 @@ def problem(call: Call) -> str | None:
     if not isinstance(call.path, str):
         return "path is not a string"
     for name in ("model", "session_key", "parent_key", "error", "request_text",
-                 "response_text"):
+                 "response_text", "stream_error"):
         if getattr(call, name) is not None and not isinstance(getattr(call, name), str):
             return f"{name} is not a string"
     for name in ("hash_ids", "prefixes"):
@@ -207,12 +207,17 @@ def write(calls: Sequence[Call], out: Path, meta: dict[str, Any]) -> Trace:
     info = dict(meta)
     info["calls"] = len(calls)
     info["calls_in_trace"] = len(rows)
-    left_out = {"http_error": sum(1 for c in good if not c.ok)}
+    left_out = {"http_error": sum(1 for c in good if not 200 <= c.status < 300)}
+    if (failed := sum(1 for c in good if 200 <= c.status < 300 and not c.ok)):
+        left_out["stream_error"] = failed  # a 2xx whose stream then failed
     if len(good) < len(calls):
         left_out["invalid"] = len(calls) - len(good)
     if meta.get("unreadable_lines"):
         left_out["unreadable"] = int(meta["unreadable_lines"])
     info["calls_left_out"] = left_out
+    chained = sum(1 for c in good if c.error and "previous_response_id" in c.error)
+    if chained:  # Responses calls that sent only their new items (docs/record.md)
+        info["calls_chained_by_previous_response_id"] = chained
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as folder:
         tmp = Path(folder) / "trace.parquet"

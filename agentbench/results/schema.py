@@ -127,6 +127,9 @@ class RequestRecord:
     result: Any = None
     #: the API whose stream ``chunks`` are (``agentbench.transport.apis``); not written
     api: str = "chat"
+    #: values redacted from what the stream said (an error event may echo a key); not
+    #: written
+    secrets: tuple[str, ...] = ()
     #: the server's Retry-After, seconds (429, 503), when it sent one; not written
     retry_after_s: float | None = None
     #: socket reads that brought the response after its head; instrumentation for

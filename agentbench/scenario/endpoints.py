@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     Field,
     field_validator,
+    model_validator,
 )
 
 from agentbench.scenario.strict import Strict, json_only
@@ -80,6 +81,17 @@ class OpenAIEndpoint(Strict):
         if reserved:
             raise ValueError(f"may not set {', '.join(reserved)} (the replay writes them)")
         return json_only(v)
+
+    @model_validator(mode="after")
+    def _body_for_api(self) -> OpenAIEndpoint:
+        """The fields that carry (or add to) the prompt in this endpoint's API."""
+        own = {"responses": {"input", "instructions"}, "messages": {"system"}}.get(self.api,
+                                                                                   set())
+        clash = sorted(own & set(self.extra_body))
+        if clash:
+            raise ValueError(f"extra_body may not set {', '.join(clash)} with api: {self.api} "
+                             "(it would change the prompt the trace describes)")
+        return self
     reset_cache: Literal["vllm", "sglang", "llama.cpp"] | None = Field(
         None, description="How this server's prefix cache is reset (cold_stages): vllm "
         "POST /reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1), sglang POST "

@@ -29,6 +29,9 @@ PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
 #: the body field that caps the output, per API
 MAX_TOKENS_FIELD = {"chat": "max_tokens", "completions": "max_tokens",
                     "responses": "max_output_tokens", "messages": "max_tokens"}
+#: the smallest max_output_tokens OpenAI's Responses API takes (the start-up probes ask
+#: for it; a replayed turn asks for what the trace says)
+MIN_RESPONSES_OUTPUT = 16
 #: the version header a Messages request carries unless the scenario's headers set one
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -60,7 +63,9 @@ def small_body(api: str, model: str, extra: dict[str, Any], text: str | list[int
         body["store"] = False
     else:
         body["messages"] = [{"role": "user", "content": text}]
-    body[MAX_TOKENS_FIELD[api]] = max_tokens
+    # OpenAI's Responses API refuses max_output_tokens under 16 ("Expected a value >= 16")
+    body[MAX_TOKENS_FIELD[api]] = max(max_tokens, MIN_RESPONSES_OUTPUT) \
+        if api == "responses" else max_tokens
     body.setdefault("stream", False)
     body.update(fields)
     body.update(extra)

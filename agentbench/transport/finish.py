@@ -10,6 +10,7 @@ from typing import Any
 from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
 from agentbench.transport.apis import read_stream
+from agentbench.transport.http import redact
 
 
 def finish_record(rec: RequestRecord) -> dict[str, Any]:
@@ -46,7 +47,10 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
         if rec.status == records.OK and st.error_type is not None:
             row["status"] = records.ERROR
             row["error_type"] = st.error_type
-            row["error_message"] = st.error_message
+            # an error event may echo the request's key or headers: redacted as HTTP
+            # error bodies are
+            row["error_message"] = redact(st.error_message, rec.secrets, cut=True) \
+                if st.error_message and rec.secrets else st.error_message
     rec.chunks = []
     rec.chunk_ns = []
     rec.result = None

@@ -70,7 +70,7 @@ class HttpTransport:
     async def send(self, rec: RequestRecord, prompt: Any, max_tokens: int, session: str,
                    t0_ns: int) -> None:
         body = make_body(self.template.parts(prompt, max_tokens))
-        rec.api = self.api
+        rec.api, rec.secrets = self.api, self.target.secrets
         await send(self.http, self.target, body, session, rec, t0_ns)
 
     def collector(self) -> Collector | None:

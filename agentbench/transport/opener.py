@@ -74,7 +74,11 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         want = await probe_ignore_eos(tr, cfg.model, extra)
         tr.notes.append(f"ignore_eos probe: {'accepted' if want else 'not accepted'}")
     tr.ignore_eos = bool(want)
-    tr.template = _template(cfg, index, extra, tr.ignore_eos)
+    try:
+        tr.template = _template(cfg, index, extra, tr.ignore_eos)
+    except InputError:
+        await tr.close()  # its connection pool, quietly
+        raise
     tr.overhead = chat_overhead() if cfg.api in MESSAGE_APIS else 0
     if cfg.kind != "simulated":
         await calibrate(tr, cfg.model, extra, caches[cfg.api])

@@ -96,7 +96,9 @@ def _message(obj: dict[str, Any], data: bytes) -> str:
     for where in (obj.get("error"), (obj.get("response") or {}).get("error")
                   if isinstance(obj.get("response"), dict) else None, obj):
         if isinstance(where, dict) and isinstance(where.get("message"), str):
-            kind = where.get("type") or where.get("code")
+            # an event's own type is "error": its code says more (server_error, ...)
+            kind = where.get("code") if where is obj else (where.get("type")
+                                                           or where.get("code"))
             return f"{kind}: {where['message']}"[:500] if isinstance(kind, str) else \
                 where["message"][:500]
     return data[:500].decode("utf-8", "replace")
@@ -176,6 +178,8 @@ def _take_usage(api: str, kind: str, obj: dict[str, Any], usage: dict[str, Any])
         return
     if kind == "message_start" and isinstance(obj.get("message"), dict):
         u = obj["message"].get("usage")
+        if isinstance(u, dict):  # its output_tokens is a placeholder (1), not the count
+            u = {k: v for k, v in u.items() if k != "output_tokens"}
     elif kind == "message_delta":
         u = obj.get("usage")
     else:

@@ -120,4 +120,5 @@ def run_in_clone(clone: Path, tmp: Path) -> None:
     assert (runner_temp / "gate.md").read_text().startswith(
         "### agentbench gate: skipped (no baseline)")
     job_text = (clone / WORKFLOW).read_text()
-    assert job_text.count("if: steps.baseline.outputs.skip != '1'") == 2
+    # candidate, gate and the final failing step wait on a baseline
+    assert job_text.count("if: steps.baseline.outputs.skip != '1'") == 3

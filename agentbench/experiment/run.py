@@ -133,13 +133,13 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     from agentbench.sim.presetfile import check_presets
 
     check_presets(scenario, str(scenario_path or "the scenario"))
+    if repeat < 1 or (repeat > 1 and ray is not None):
+        raise InputError("must be at least 1, and 1 with --ray", field="--repeat")
     if ray is not None:
         from agentbench.experiment.raysweep import run_remote
 
         result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
                                  len(scenario.variants))
-    if repeat < 1 or (repeat > 1 and ray is not None):
-        raise InputError("must be at least 1, and 1 with --ray", field="--repeat")
     firsts: list[VariantRun] = [] if ray is None else result.runs
     for sc in expand_variants(scenario) if ray is None else ():
         tell.variant_started(sc, len(scenario.variants))
@@ -163,7 +163,8 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
 
 
 def repeat_of(sc: Any, i: int, n: int) -> Any:
-    """Run ``i`` of ``n`` repeats of variant ``sc``: named ``<name>-repNN``; on the wall
+    """Run ``i`` of ``n`` repeats of variant ``sc``: named ``<name>-repNN`` (its folder
+    ``<run-id>-repNN`` when a run id is set); on the wall
     clock the same seed (the same workload: the spread is the system's run-to-run noise),
     in virtual time seed + i (the same seed would give the same run: the spread is then
     the workload's)."""
@@ -171,7 +172,9 @@ def repeat_of(sc: Any, i: int, n: int) -> Any:
         return sc
     out = sc.model_copy(deep=True)
     out.name = f"{sc.name}-rep{i + 1:02d}"
-    out.output.run_id = None
+    # a run id given (--run-id) names every repeat's folder: <run-id>-repNN
+    out.output.run_id = None if sc.output.run_id is None else \
+        f"{sc.output.run_id}-rep{i + 1:02d}"
     if sc.clock_mode == "virtual":
         out.seed = sc.seed + i
     return out

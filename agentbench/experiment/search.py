@@ -37,6 +37,8 @@ class Probe:
     per_gpu_tok_s: float | None
     requests: int
     note: str | None = None
+    #: lanes that sent a measured request (the summary's delivered load); None: open loop
+    lanes_active: int | None = None
 
 
 @dataclass
@@ -75,13 +77,22 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
         raise InputError("must be requests or agents", field="--goal")
     if not 0 < target <= 1:
         raise InputError("must be in (0, 1]", field="--target")
+    if scenario.variants:
+        raise InputError("search one variant at a time: remove variants, or --set the "
+                         "variant's keys", field="variants")
     kind = scenario.load.kind
     lanes = kind == "lanes"
+    flag = "--lanes" if lanes else "--rate"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise InputError(f"the range must be finite numbers, got {lo:g}:{hi:g}", field=flag)
     if lanes:
         lo, hi = float(math.ceil(lo)), float(math.floor(hi))
     if not 0 < lo <= hi:
-        raise InputError(f"the range must be 0 < low <= high, got {lo:g}:{hi:g}",
-                         field="--lanes" if lanes else "--rate")
+        raise InputError(f"the range must be 0 < low <= high, got {lo:g}:{hi:g}", field=flag)
+    from agentbench.scenario.model import MAX_LANES
+
+    if lanes and hi > MAX_LANES:
+        raise InputError(f"at most {MAX_LANES:,} lanes, got {hi:g}", field=flag)
     if kind == "rate" and scenario.load.arrival == "trace":
         raise InputError("an arrival: trace load has no rate to search", field="load")
     out = SearchResult(kind=kind, goal=goal, target=target)
@@ -107,7 +118,8 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
                   ttft_p50_ms=lat.get("p50"), ttft_p90_ms=lat.get("p90"),
                   per_gpu_tok_s=s["overall"]["throughput"].get("per_gpu_total_tok_s"),
                   requests=int(s["overall"]["requests"]["total"]),
-                  note=run.failure)
+                  note=run.failure,
+                  lanes_active=(s["overall"].get("load") or {}).get("lanes_active"))
         done[x] = p
         out.probes.append(p)
         if on_probe is not None:
@@ -123,6 +135,10 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
         out.notes.append(f"the top of the range passed: raise it (more than {hi:g} may pass)")
         return _checked(out)
     out.best_failing = hi
+    if max_probes == 1:
+        out.notes.append(f"only the top of the range was probed (--max-probes 1): below "
+                         f"{hi:g} is unknown")
+        return _checked(out)
     if len(out.probes) < max_probes and lo < hi:
         bottom = probe(lo)
         if not bottom.passed:
@@ -151,8 +167,15 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
 
 def _checked(out: SearchResult) -> SearchResult:
     """A note for each pair of probes where more load did better than less (noise, or a
-    load the search's monotone premise does not hold for)."""
+    load the search's monotone premise does not hold for), and for a passing lanes probe
+    that could not use its lanes (the trace ran out: the load was never delivered)."""
     ps = sorted(out.probes, key=lambda p: p.load)
+    for p in ps:
+        if out.kind == "lanes" and p.passed and p.lanes_active is not None \
+                and p.lanes_active < p.load:
+            out.notes.append(f"{p.load:g} lanes passed with only {p.lanes_active} of them "
+                             "sending (the trace ran out: recycle it or give it more "
+                             "sessions); that load was not delivered")
     for a, b in zip(ps, ps[1:], strict=False):
         if b.passed and not a.passed:
             out.notes.append(f"{b.load:g} passed where {a.load:g} failed: goodput does not "

@@ -66,9 +66,11 @@ def format_repeats(table: dict[str, dict[str, Any]]) -> list[str]:
         text = f"  {m.label:<22} mean {_num(row['mean'] * scale)}{unit}"
         if "ci95_low" in row:
             rel = row.get("rel_half_width")
-            text += (f"  95% CI [{_num(row['ci95_low'] * scale)}, "
-                     f"{_num(row['ci95_high'] * scale)}]"
-                     + (f"  ±{rel:.1%}" if rel is not None else ""))
+            # every figure here is >= 0 and a share <= 100%: the interval is cut there
+            lo = max(0.0, row["ci95_low"]) * scale
+            hi = (min(1.0, row["ci95_high"]) if m.share else row["ci95_high"]) * scale
+            text += (f"  95% CI [{_num(lo)}{unit.strip() if m.share else ''}, "
+                     f"{_num(hi)}{unit}]" + (f"  ±{rel:.1%}" if rel is not None else ""))
         lines.append(text + f"  (n={row['n']})")
     if lines and all(row.get("sd") == 0 for row in table.values() if "sd" in row):
         lines.append("  the runs are identical (in virtual time a file trace replays the same "

@@ -119,9 +119,15 @@ class Run:
         or ``by_warmth`` (TTFT and hit rate per turn index, context bucket, cold vs warm)."""
         import pandas as pd
 
-        if name not in ("by_turn", "by_context", "by_warmth"):
+        keys = {"by_turn": ["turn"], "by_context": ["context_lo", "context_hi"],
+                "by_warmth": ["warmth"]}
+        if name not in keys:
             raise ValueError(f"no table {name!r}: by_turn, by_context or by_warmth")
-        return pd.DataFrame(self.summary.get(name) or [])
+        cols = [*keys[name], "requests", "failed", "ttft_ms_mean", "ttft_ms_p50",
+                "ttft_ms_p90", "e2e_ms_p50", "hit_rate", "usage_requests",
+                "potential_hit_rate", "input_tokens_mean"]
+        rows = self.summary.get(name) or []
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=cols)
 
     @property
     def scenario(self) -> dict[str, Any]:

@@ -165,6 +165,11 @@ def evaluate(base_dir: str | Path, cand_dir: str | Path, rules: list[Rule],
     from agentbench.scenario.fingerprint import check_comparable
 
     runs = [load(base_dir), load(cand_dir)]
+    for r, which in zip(runs, ("baseline", "candidate"), strict=True):
+        if not (r.summary.get("overall") or {}).get("requests", {}).get("ok"):
+            # every rule would be n/a and the gate would pass a run that served nothing
+            raise InputError(f"the {which} has no successful measured request: nothing to "
+                             "gate (see its summary for why)", source=str(r.path))
     out = GateResult(options=opts)
     out.warnings = check_comparable([r.records.run for r in runs], allow)
     out.exact = all(r.records.time_base.kind == VIRTUAL for r in runs)

@@ -64,5 +64,23 @@ def test_repeat_must_be_positive_and_alone_with_ray(tmp_path: Path) -> None:
     sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2})
     with pytest.raises(InputError, match="at least 1"):
         run_experiment(sc, repeat=0)
-    with pytest.raises(InputError, match="1 with --ray"):
+    with pytest.raises(InputError, match="1 with --ray"):  # before anything runs
         run_experiment(sc, repeat=2, ray="local")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_id_names_every_repeat(tmp_path: Path) -> None:
+    sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2,
+                              "transform": {"scale": 0.1}})
+    sc.output.run_id = "myid"
+    res = run_experiment(sc, repeat=2)
+    assert [r.run_dir.name for r in res.runs] == ["myid-rep01", "myid-rep02"]
+
+
+def test_intervals_stop_at_what_a_figure_can_be() -> None:
+    """Two runs far apart: the t interval would reach below 0 and a share above 100%."""
+    table = {"hit_rate": {"values": [0.1, 0.99], **interval([0.1, 0.99])},
+             "ttft_p50": {"values": [10.0, 900.0], **interval([10.0, 900.0])}}
+    hit, ttft = format_repeats(table)
+    assert "95% CI [0%, 100%]" in hit and "mean 54.5%" in hit
+    assert "95% CI [0, " in ttft

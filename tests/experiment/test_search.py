@@ -39,7 +39,9 @@ def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         summary = {"overall": {"goodput": {"requests": g, "agents": g},
                                "latency": {"ttft_ms": {"p50": x, "p90": 2 * x}},
                                "throughput": {"per_gpu_total_tok_s": 100 * x},
-                               "requests": {"total": 10}}}
+                               "requests": {"total": 10},
+                               # a trace of 3 trees keeps at most 3 lanes busy
+                               "load": {"lanes_active": min(int(x), 3)}}}
         return SimpleNamespace(summary=summary, run_dir=Path(f"/r/{x:g}"), failure=None)
 
     monkeypatch.setattr(run_mod, "run_variant", fake)
@@ -78,11 +80,26 @@ def test_max_probes_bounds_the_search_and_says_so(fake_runs: list[float]) -> Non
     assert len(fake_runs) == 3 and any("--max-probes" in n for n in res.notes)
 
 
+def test_the_load_must_be_delivered_and_probes_must_be_enough(fake_runs: list[float]) -> None:
+    """A passing load whose lanes had nothing to send (the trace ran out) is said; one probe
+    says the rest of the range is unknown."""
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=8, target=0.5)
+    assert res.best == 8 and any("8 lanes passed with only 3 of them sending" in n
+                                 for n in res.notes)
+    fake_runs.clear()
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=64, target=0.9,
+                 max_probes=1)
+    assert fake_runs == [64] and res.best is None and "below 64 is unknown" in res.notes[0]
+
+
 @pytest.mark.parametrize(("kw", "match"), [
     ({"slos": {}}, "set slos"),
     ({"lo": 0}, "0 < low <= high"),
     ({"lo": 9, "hi": 3}, "0 < low <= high"),
     ({"goal": "sessions"}, "requests or agents"),
+    ({"hi": float("inf")}, "finite numbers"),
+    ({"lo": float("nan")}, "finite numbers"),
+    ({"hi": 1_000_000}, "at most 100,000 lanes"),
 ])
 def test_bad_requests_are_one_line(kw: dict[str, Any], match: str) -> None:
     sc = _scenario({"kind": "lanes", "concurrency": 1}, kw.pop("slos", None))
@@ -108,3 +125,14 @@ def test_search_end_to_end_on_the_simulator(tmp_path: Path) -> None:
     wrong = CliRunner().invoke(app, ["search", str(ROOT / "scenarios" / "quickstart.yaml"),
                                      "--rate", "1:2"])
     assert wrong.exit_code == 2 and "--rate needs a rate load" in wrong.output
+
+
+def test_a_scenario_with_variants_is_refused(fake_runs: list[float]) -> None:
+    from agentbench.scenario.model import Variant
+
+    sc = _scenario({"kind": "lanes", "concurrency": 1})
+    sc.variants = [Variant(name="a")]
+    with pytest.raises(InputError, match="one variant at a time"):
+        search(sc, lo=1, hi=4)
+    assert fake_runs == []
+

@@ -419,3 +419,14 @@ def test_ttft_of_cold_and_warm_requests_and_the_per_agent_table(tmp_path: Path) 
     assert len(run.agents) == 6 and {"good_share", "missed", "outcome"} <= set(run.agents)
     with pytest.raises(ValueError, match="by_turn, by_context or by_warmth"):
         run.table("by_nothing")
+
+
+def test_empty_group_tables_keep_their_columns(tmp_path: Path) -> None:
+    import agentbench
+
+    d = write_run(tmp_path / "e", [])
+    run = agentbench.load(d)
+    for name in ("by_turn", "by_context", "by_warmth"):
+        t = run.table(name)
+        assert t.empty and {"requests", "ttft_ms_p50", "hit_rate"} <= set(t.columns), name
+    assert "warmth" in run.table("by_warmth").columns

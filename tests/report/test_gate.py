@@ -396,3 +396,17 @@ def test_trace_hash_is_deterministic_and_sees_token_counts(tmp_path: Path) -> No
     assert fp["endpoints"] == ["openai"] and fp["time_base"] == "wall"
     assert fp["load"]["load"] == {"kind": "lanes", "concurrency": 2}
     assert "secret" not in str(fp) and "sk-t0ken" not in str(fp) and "http" not in str(fp)
+
+
+def test_a_run_that_served_nothing_is_not_passed(runs: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    """A run with no successful measured request once passed its own gate with every rule
+    n/a (exit 0): either side without one is refused, naming which (exit 2)."""
+    from tests.helpers import req, write_run
+
+    empty = write_run(tmp_path / "empty", [req(status="error", error_type="http_500",
+                                               http_status=500, sent_ns=0, end_ns=1)])
+    code, out = _gate(str(runs["base"]), str(empty))
+    assert code == 2 and "the candidate has no successful measured request" in out
+    code, out = _gate(str(empty), str(empty))
+    assert code == 2 and "the baseline has no successful measured request" in out

@@ -268,9 +268,9 @@ class Instance:
         """A mixed step's prefill work after its decodes: a chunk of each prefilling
         request, then waiting requests admitted FCFS while budget, sequence slots and KV
         blocks last, each with its first chunk; (FLOPs, KV tokens, tier load seconds)."""
-        p, cost = self.preset, self.cost
+        p = self.preset
         load_s = 0.0
-        budget, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
+        budget, flops, kv_read = self._chunks(self.prefilling, budget, flops, kv_read, plan)
         waiting = self.waiting
         while waiting and budget > 0 \
                 and len(self.decoding) + len(self.prefilling) < p.max_num_seqs:
@@ -281,20 +281,16 @@ class Instance:
             self.prefilling.append(r)
             load_s += r.cpu_hit_tokens * p.cpu_load_s_per_token \
                 + r.shared_hit_tokens * self.shared_load
-            n = min(r.prompt_tokens - r.computed, budget)
-            plan.append((r, n))
-            budget -= n
-            flops += cost.prefill_flops(n, r.computed)
-            kv_read += r.computed + n
+            budget, flops, kv_read = self._chunks((r,), budget, flops, kv_read, plan)
         return flops, kv_read, load_s
 
-    def _chunks(self, budget: int, flops: float, kv_read: float,
+    def _chunks(self, reqs: Sequence[SimRequest], budget: int, flops: float, kv_read: float,
                 plan: list[tuple[SimRequest, int]]) -> tuple[int, float, float]:
-        """Each prefilling request's next chunk, in order, while budget lasts: appended to
+        """Each of ``reqs``' next prefill chunk, in order, while budget lasts: appended to
         ``plan``, its cost added to ``flops`` and ``kv_read`` (in this order, as every step
         has summed them); the budget, FLOPs and KV tokens after them."""
         cost = self.cost
-        for r in self.prefilling:
+        for r in reqs:
             if budget <= 0:
                 break
             n = min(r.prompt_tokens - r.computed, budget)

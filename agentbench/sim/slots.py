@@ -319,7 +319,7 @@ class SlotInstance(Instance):
         token budget lasts; the RAM cache's copies are the step's load seconds."""
         self._launch(now)
         copy_s, self._copy_s = self._copy_s, 0.0
-        _, flops, kv_read = self._chunks(budget, flops, kv_read, plan)
+        _, flops, kv_read = self._chunks(self.prefilling, budget, flops, kv_read, plan)
         return flops, kv_read, copy_s
 
     def _launch(self, now: float) -> None:

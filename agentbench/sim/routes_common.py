@@ -1,15 +1,18 @@
 """What the simulator's HTTP routes share (``agentbench.sim.server`` for chat and
 completions, ``agentbench.sim.typed_routes`` for responses and messages): reading a body,
-the session key, making a request of the cluster, usage, the words it streams."""
+the session key, making a request of the cluster, usage, the words it streams, and serving
+a request: submitted, answered whole or streamed, aborted when the client goes away."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from agentbench.sim.cluster import Cluster
+from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.prompt import U64
 from agentbench.traces.words import VOCAB
@@ -17,6 +20,8 @@ from agentbench.traces.words import VOCAB
 SESSION_HEADER = "X-Session-ID"
 CLUSTER = web.AppKey("cluster", Cluster)
 _NV = len(VOCAB)
+#: what a stream or answer says of a request the engine dropped
+ABORTED = "request aborted by the engine"
 
 
 class BadRequest(Exception):
@@ -106,3 +111,58 @@ def usage_of(req: SimRequest) -> dict[str, Any]:
 
 def word(req: SimRequest, i: int) -> str:
     return VOCAB[(req.rid * 7919 + i) % _NV]
+
+
+async def token_ranges(req: SimRequest, progress: asyncio.Event) -> AsyncIterator[range]:
+    """The indices of new output tokens as the engine makes them, until the request ends
+    (finished, or aborted: the caller then says so in its API's way)."""
+    sent = 0
+    while True:
+        n = req.generated
+        if n > sent:
+            yield range(sent, n)
+            sent = n
+        if req.aborted or (req.finished_at is not None and sent == req.generated):
+            return
+        if req.generated == sent:
+            progress.clear()
+            await progress.wait()
+
+
+def openai_reject(message: str) -> web.Response:
+    """An OpenAI-shaped refusal: 500 for a request the engine aborted, else 400."""
+    if message == ABORTED:
+        return error(message, 500, "InternalServerError")
+    return error(message)
+
+
+async def serve(request: web.Request, cluster: Cluster, req: SimRequest,
+                whole: Callable[[SimRequest], web.Response],
+                stream: Callable[[web.StreamResponse, SimRequest, asyncio.Event],
+                                 Awaitable[None]] | None,
+                reject: Callable[[str], web.Response]) -> web.StreamResponse:
+    """Submit ``req``; answer with one JSON body (``whole``, once it finished) or a stream
+    (``stream`` writes its events; the end of the body follows); ``reject`` answers a
+    request the cluster refused or the engine aborted (``ABORTED``). A request still
+    running when the answer ends (the client went away) is aborted."""
+    progress = asyncio.Event()
+    req.on_progress = lambda _r: progress.set()
+    try:
+        cluster.submit(req)
+    except SimRejected as e:
+        return reject(str(e))
+    try:
+        if stream is None:
+            while req.finished_at is None and not req.aborted:
+                progress.clear()
+                await progress.wait()
+            return reject(ABORTED) if req.aborted else whole(req)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        await stream(resp, req, progress)
+        await resp.write_eof()
+        return resp
+    finally:
+        if req.finished_at is None:
+            cluster.abort(req)

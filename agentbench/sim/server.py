@@ -24,17 +24,21 @@ from typing import Any
 from aiohttp import web
 
 from agentbench.scenario.model import SimulatedEndpoint
-from agentbench.sim.cluster import Cluster, SimRejected
+from agentbench.sim.cluster import Cluster
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.errors import SimulatorStartError
 from agentbench.sim.metrics import render
 from agentbench.sim.routes_common import (
+    ABORTED,
     CLUSTER,
     BadRequest,
     content,
     error,
     make,
+    openai_reject,
     read_body,
+    serve,
+    token_ranges,
     usage_of,
     word,
 )
@@ -43,89 +47,61 @@ from agentbench.sim.typed_routes import add_routes
 
 async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req: SimRequest,
                chat: bool) -> web.StreamResponse:
-    progress = asyncio.Event()
-    req.on_progress = lambda _r: progress.set()
-    try:
-        cluster.submit(req)
-    except SimRejected as e:
-        return error(str(e))
     created = int(time.time())
     rid = f"{'chatcmpl' if chat else 'cmpl'}-sim{req.rid}"
-    model = json.dumps(cluster.cfg.model)
-    try:
-        if not body.get("stream", False):
-            while req.finished_at is None and not req.aborted:
-                progress.clear()
-                await progress.wait()
-            if req.aborted:
-                return error("request aborted by the engine", 500, "InternalServerError")
-            text = "".join(word(req, i) for i in range(req.generated))
-            if chat:
-                choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
-                                                                 "content": text},
-                                          "logprobs": None, "finish_reason": req.finish_reason}
-            else:
-                choice = {"index": 0, "text": text, "logprobs": None,
-                          "finish_reason": req.finish_reason, "stop_reason": None}
-            return web.json_response({
-                "id": rid, "object": "chat.completion" if chat else "text_completion",
-                "created": created, "model": cluster.cfg.model, "choices": [choice],
-                "usage": usage_of(req)})
-        return await _stream(request, cluster, body, req, chat, rid, created, model, progress)
-    finally:
-        if req.finished_at is None:
-            cluster.abort(req)
-
-
-async def _stream(request: web.Request, cluster: Cluster, body: dict[str, Any],
-                  req: SimRequest, chat: bool, rid: str, created: int, model: str,
-                  progress: asyncio.Event) -> web.StreamResponse:
-    opts = body.get("stream_options") or {}
-    include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                       "Cache-Control": "no-cache"})
-    await resp.prepare(request)
     obj = "chat.completion.chunk" if chat else "text_completion"
-    head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{model},' \
-           '"choices":[{"index":0,'
-    # vLLM sends the role-only chunk with the first output, not before it.
-    pending = (head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
-               '"finish_reason":null}]}\n\n') if chat else ""
-    if chat:
-        open_, mid = head + '"delta":{"content":"', '"},"logprobs":null,"finish_reason":'
-        close = "}]}\n\n"
-    else:
-        open_, mid = head + '"text":"', '","logprobs":null,"finish_reason":'
-        close = ',"stop_reason":null}]}\n\n'
-    sent = 0
-    while True:
-        n = req.generated
-        if n > sent:
-            last = req.finished_at is not None and n == req.generated
+
+    def whole(r: SimRequest) -> web.Response:
+        text = "".join(word(r, i) for i in range(r.generated))
+        if chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
+                                                             "content": text},
+                                      "logprobs": None, "finish_reason": r.finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None,
+                      "finish_reason": r.finish_reason, "stop_reason": None}
+        return web.json_response({
+            "id": rid, "object": "chat.completion" if chat else "text_completion",
+            "created": created, "model": cluster.cfg.model, "choices": [choice],
+            "usage": usage_of(r)})
+
+    async def stream(resp: web.StreamResponse, r: SimRequest, progress: asyncio.Event
+                     ) -> None:
+        opts = body.get("stream_options") or {}
+        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        model = json.dumps(cluster.cfg.model)
+        head = f'data: {{"id":"{rid}","object":"{obj}","created":{created},' \
+               f'"model":{model},"choices":[{{"index":0,'
+        # vLLM sends the role-only chunk with the first output, not before it.
+        pending = (head + '"delta":{"role":"assistant","content":""},"logprobs":null,'
+                   '"finish_reason":null}]}\n\n') if chat else ""
+        if chat:
+            open_, mid = head + '"delta":{"content":"', '"},"logprobs":null,"finish_reason":'
+            close = "}]}\n\n"
+        else:
+            open_, mid = head + '"text":"', '","logprobs":null,"finish_reason":'
+            close = ',"stop_reason":null}]}\n\n'
+        async for new in token_ranges(r, progress):
+            n = new.stop
+            last = r.finished_at is not None and n == r.generated
             parts = [pending]
             pending = ""
-            for i in range(sent, n):
-                fin = f'"{req.finish_reason}"' if last and i == n - 1 else "null"
-                parts.append(open_ + word(req, i) + mid + fin + close)
+            for i in new:
+                fin = f'"{r.finish_reason}"' if last and i == n - 1 else "null"
+                parts.append(open_ + word(r, i) + mid + fin + close)
             await resp.write("".join(parts).encode())
-            sent = n
-        if req.aborted:
-            err = {"object": "error", "message": "request aborted by the engine",
-                   "type": "InternalServerError", "param": None, "code": 500}
+        if r.aborted:
+            err = {"object": "error", "message": ABORTED, "type": "InternalServerError",
+                   "param": None, "code": 500}
             await resp.write(f"data: {json.dumps({'error': err})}\n\n".encode())
-            break
-        if req.finished_at is not None and sent == req.generated:
-            break
-        if req.generated == sent:
-            progress.clear()
-            await progress.wait()
-    if include_usage and not req.aborted:
-        usage = {"id": rid, "object": obj, "created": created, "model": cluster.cfg.model,
-                 "choices": [], "usage": usage_of(req)}
-        await resp.write(f"data: {json.dumps(usage)}\n\n".encode())
-    await resp.write(b"data: [DONE]\n\n")
-    await resp.write_eof()
-    return resp
+        elif include_usage:
+            usage = {"id": rid, "object": obj, "created": created, "model": cluster.cfg.model,
+                     "choices": [], "usage": usage_of(r)}
+            await resp.write(f"data: {json.dumps(usage)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+
+    return await serve(request, cluster, req, whole,
+                       stream if body.get("stream", False) else None, openai_reject)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

@@ -26,24 +26,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
 
-from agentbench.sim.cluster import Cluster, SimRejected
+from agentbench.sim.cluster import Cluster
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.routes_common import (
+    ABORTED,
     CLUSTER,
     BadRequest,
     content,
     error,
     make,
+    openai_reject,
     read_body,
+    serve,
+    token_ranges,
     word,
 )
-
-_ABORTED = "request aborted by the engine"
 
 
 def _anthropic_error(message: str, status: int = 400,
@@ -54,56 +55,6 @@ def _anthropic_error(message: str, status: int = 400,
 
 def _sse(kind: str, data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
-
-
-async def _tokens(req: SimRequest, progress: asyncio.Event) -> AsyncIterator[range]:
-    """The indices of new output tokens as the engine makes them, until the request ends."""
-    sent = 0
-    while True:
-        n = req.generated
-        if n > sent:
-            yield range(sent, n)
-            sent = n
-        if req.aborted or (req.finished_at is not None and sent == req.generated):
-            return
-        if req.generated == sent:
-            progress.clear()
-            await progress.wait()
-
-
-async def _finished(req: SimRequest, progress: asyncio.Event) -> None:
-    while req.finished_at is None and not req.aborted:
-        progress.clear()
-        await progress.wait()
-
-
-async def _serve(request: web.Request, cluster: Cluster, req: SimRequest,
-                 whole: Callable[[SimRequest], web.Response],
-                 stream: Callable[[web.StreamResponse, SimRequest, asyncio.Event],
-                                  Any] | None,
-                 reject: Callable[[str], web.Response]) -> web.StreamResponse:
-    """Submit ``req``; answer with one JSON body (``whole``) or a stream (``stream``)."""
-    progress = asyncio.Event()
-    req.on_progress = lambda _r: progress.set()
-    try:
-        cluster.submit(req)
-    except SimRejected as e:
-        return reject(str(e))
-    try:
-        if stream is None:
-            await _finished(req, progress)
-            if req.aborted:
-                return reject(_ABORTED)
-            return whole(req)
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        await stream(resp, req, progress)
-        await resp.write_eof()
-        return resp
-    finally:
-        if req.finished_at is None:
-            cluster.abort(req)
 
 
 # -- Responses ---------------------------------------------------------------------------
@@ -192,7 +143,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         await resp.write((ev("response.created", response=start)
                           + ev("response.in_progress", response=start)).encode())
         opened = False
-        async for new in _tokens(r, progress):
+        async for new in token_ranges(r, progress):
             parts = []
             if not opened:  # the item opens with its first token, as vLLM sends it
                 opened = True
@@ -206,7 +157,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                             content_index=0, delta=word(r, i), logprobs=[]) for i in new)
             await resp.write("".join(parts).encode())
         if r.aborted:
-            await resp.write(ev("error", code="server_error", message=_ABORTED,
+            await resp.write(ev("error", code="server_error", message=ABORTED,
                                 param=None).encode())
             return
         final = _response_obj(cluster, r, rid, created, _status(r))
@@ -219,11 +170,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
                                item=final["output"][0])
                           + ev("response.completed", response=final)).encode())
 
-    return await _serve(request, cluster, req, whole,
-                        stream if body.get("stream") else None,
-                        lambda m: error(m, 500 if m == _ABORTED else 400,
-                                        "InternalServerError" if m == _ABORTED
-                                        else "BadRequestError"))
+    return await serve(request, cluster, req, whole,
+                       stream if body.get("stream") else None, openai_reject)
 
 
 # -- Messages ----------------------------------------------------------------------------
@@ -295,7 +243,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     async def stream(resp: web.StreamResponse, r: SimRequest, progress: asyncio.Event
                      ) -> None:
         started = False
-        async for new in _tokens(r, progress):
+        async for new in token_ranges(r, progress):
             parts = []
             if not started:  # the prompt's cached tokens are known once it is scheduled
                 started = True
@@ -311,7 +259,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             await resp.write("".join(parts).encode())
         if r.aborted:
             await resp.write(_sse("error", {"type": "error", "error": {
-                "type": "api_error", "message": _ABORTED}}).encode())
+                "type": "api_error", "message": ABORTED}}).encode())
             return
         await resp.write((_sse("content_block_stop", {"type": "content_block_stop",
                                                       "index": 0})
@@ -321,11 +269,11 @@ async def messages(request: web.Request) -> web.StreamResponse:
                               "usage": _usage(r, r.generated)})
                           + _sse("message_stop", {"type": "message_stop"})).encode())
 
-    return await _serve(request, cluster, req, whole,
-                        stream if body.get("stream") else None,
-                        lambda m: _anthropic_error(m, 500 if m == _ABORTED else 400,
-                                                   "api_error" if m == _ABORTED
-                                                   else "invalid_request_error"))
+    return await serve(request, cluster, req, whole,
+                       stream if body.get("stream") else None,
+                       lambda m: _anthropic_error(m, 500 if m == ABORTED else 400,
+                                                  "api_error" if m == ABORTED
+                                                  else "invalid_request_error"))
 
 
 def add_routes(app: web.Application) -> None:

@@ -25,6 +25,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentbench.errors import InputError
+from agentbench.traces.readers._text import content_text
+
 #: Responses items the model produced (folded into one assistant message)
 _MODEL_ITEMS = frozenset({"reasoning", "function_call", "custom_tool_call",
                           "web_search_call", "local_shell_call"})
@@ -151,8 +154,35 @@ def messages_messages(body: dict[str, Any]) -> list[Message]:
     return out
 
 
+def chat_messages(body: dict[str, Any]) -> list[Message]:
+    """A chat body's messages: the content's text (a content the text reader refuses, as
+    its JSON), the ids of its ``tool_calls``, their JSON read by the model."""
+    out: list[Message] = []
+    for m in body.get("messages") or ():
+        if not isinstance(m, dict):
+            continue
+        role = m["role"] if isinstance(m.get("role"), str) else "user"
+        try:
+            text = content_text(m.get("content"))
+        except InputError:
+            text = json.dumps(m.get("content"), sort_keys=True)
+        calls = m.get("tool_calls")
+        out.append(Message(role, text, _call_ids(calls),
+                           json.dumps(calls, sort_keys=True) if calls else ""))
+    return out
+
+
+def _call_ids(tool_calls: Any) -> str:
+    if not isinstance(tool_calls, list):
+        return ""
+    return ",".join(str(tc.get("id", "")) for tc in tool_calls if isinstance(tc, dict))
+
+
 def body_messages(api: str, body: dict[str, Any]) -> list[Message]:
-    return responses_messages(body) if api == "responses" else messages_messages(body)
+    """The messages of a chat, Responses or Messages body."""
+    if api == "responses":
+        return responses_messages(body)
+    return messages_messages(body) if api == "messages" else chat_messages(body)
 
 
 def tools_marked(body: dict[str, Any]) -> bool:

@@ -30,14 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from agentbench.errors import InputError
 from agentbench.proxy.apibodies import api_of, body_messages, tools_marked, tools_text
 from agentbench.proxy.reply import Reply, ResponseTap, parse_response, part_hash
 from agentbench.traces.model import MAX_TOKENS
 from agentbench.traces.readers._text import (
     OTHER_ROLE_ID,
     PromptHasher,
-    content_text,
     message_token_ids,
     primer_ids,
 )
@@ -101,12 +99,6 @@ def _digest(prev: int, *parts: str) -> int:
     return _chain(prev, *map(part_hash, parts))
 
 
-def _call_ids(tool_calls: Any) -> str:
-    if not isinstance(tool_calls, list):
-        return ""
-    return ",".join(str(tc.get("id", "")) for tc in tool_calls if isinstance(tc, dict))
-
-
 def _int(d: Any, *keys: str) -> int | None:
     for k in keys:
         if not isinstance(d, dict):
@@ -165,10 +157,11 @@ class Analyzer:
             n = round(n * reply.all_chars / reply.kept_chars)
         return n
 
-    def typed_prompt(self, api: str, body: dict[str, Any]
-                     ) -> tuple[np.ndarray, list[int], list[int]]:
-        """(prompt token ids, message digest chain, cache breakpoints) of a Responses or
-        Messages body (``agentbench.proxy.apibodies``), laid out as a chat prompt."""
+    def message_prompt(self, api: str, body: dict[str, Any]
+                       ) -> tuple[np.ndarray, list[int], list[int]]:
+        """(prompt token ids, message digest chain, cache breakpoints) of a chat, Responses
+        or Messages body (its messages as ``agentbench.proxy.apibodies`` reads them): the
+        tool schemas as one block, then each message's tokens, then the reply primer."""
         tools = tools_text(body)
         d = _digest(0, "tools", tools)
         parts = [np.asarray([OTHER_ROLE_ID, *self._tok.encode(tools)], dtype=np.int64)
@@ -187,33 +180,11 @@ class Analyzer:
         parts.append(np.asarray(primer_ids(), dtype=np.int64))
         return np.concatenate(parts), chain, marks
 
-    def prompt(self, body: dict[str, Any], api: str = "chat") -> tuple[np.ndarray, list[int]]:
-        """(prompt token ids, message digest chain) of a body of ``api``."""
-        if api in ("responses", "messages"):
-            ids, chain, _ = self.typed_prompt(api, body)
+    def prompt(self, body: dict[str, Any]) -> tuple[np.ndarray, list[int]]:
+        """(prompt token ids, message digest chain) of a chat or completions body."""
+        if isinstance(body.get("messages"), list):
+            ids, chain, _ = self.message_prompt("chat", body)
             return ids, chain
-        messages = body.get("messages")
-        if isinstance(messages, list):
-            tools = json.dumps(body["tools"], sort_keys=True) if body.get("tools") else ""
-            d = _digest(0, "tools", tools)
-            parts = [np.asarray([OTHER_ROLE_ID, *self._tok.encode(tools)], dtype=np.int64)
-                     ] if tools else []
-            chain = []
-            for m in messages:
-                if not isinstance(m, dict):
-                    continue
-                role: str = m["role"] if isinstance(m.get("role"), str) else "user"
-                try:
-                    text = content_text(m.get("content"))
-                except InputError:
-                    text = json.dumps(m.get("content"), sort_keys=True)
-                d = _digest(d, role, text, _call_ids(m.get("tool_calls")))
-                chain.append(d)
-                if m.get("tool_calls"):
-                    text += json.dumps(m["tool_calls"], sort_keys=True)
-                parts.append(self._encode(role, text))
-            parts.append(np.asarray(primer_ids(), dtype=np.int64))
-            return np.concatenate(parts), chain
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
@@ -240,7 +211,7 @@ class Analyzer:
         api = api_of(path)
         marks: list[int] | None = None
         if api in ("responses", "messages"):
-            tokens, chain, marks = self.typed_prompt(api, body)
+            tokens, chain, marks = self.message_prompt(api, body)
         else:
             tokens, chain = self.prompt(body)
         reply = Reply()

@@ -14,21 +14,14 @@ from typing import Any
 import pytest
 
 from tests.faults.harness import report_reads, rows, run_cli, scenario
+from tests.faults.test_faults_server import EXPECTED as CHAT
 
-#: the row each fault becomes in a typed stream (status, error_type)
-EXPECTED = {
-    "ok": ("ok", None),
-    "http500": ("error", "http_500"),
-    "reset": ("error", "disconnected"),
-    "stall": ("error", "stall_timeout"),
-    "malformed": ("error", "malformed_sse"),
-    "error_event": ("error", "stream_error"),
-    "no_done": ("error", "incomplete_stream"),
-    "no_usage": ("ok", None),
-    "bad_usage": ("ok", None),
-    "huge_usage": ("ok", None),
-    "endless_stream": ("error", "response_too_large"),
-}
+#: the row each fault becomes in a typed stream (status, error_type): as in a chat stream,
+#: for the faults both streams have, and two more
+EXPECTED = {**{f: CHAT[f] for f in ("ok", "http500", "reset", "stall", "malformed",
+                                    "error_event", "no_done", "no_usage", "bad_usage")},
+            "huge_usage": ("ok", None),
+            "endless_stream": ("error", "response_too_large")}
 
 
 @pytest.mark.timeout(180)

@@ -45,8 +45,13 @@ from agentbench.sim.cost import StepFit
 #: spends outside the engine's steps (HTTP, tokenizing, the API server: ``request_s``)
 TERMS = StepFit.TERMS
 Matrix = npt.NDArray[np.float64]
-#: token events this close together are taken as ends of one engine step
+#: token events this close together are always taken as ends of one engine step; a run
+#: whose requests' tokens come further apart allows more (``_Timeline.same_step``)
 SAME_STEP_S = 1e-3
+#: ... up to this share of the shortest gaps between one request's tokens (their 5th
+#: percentile): the events of one step reach a busy client that far apart (1.7 ms for
+#: eight streams on a loaded 2-core machine, 2026-12-02), while one step takes longer
+SAME_STEP_SHARE = 0.5
 
 
 @dataclass
@@ -147,8 +152,20 @@ class _Timeline:
         self.ev_t, self.ev_n, ev_c, self.ev_r = (e[order] for e in ev)
         self.cum_n = np.concatenate([[0.0], np.cumsum(self.ev_n)])
         self.cum_nc = np.concatenate([[0.0], np.cumsum(self.ev_n * ev_c)])
-        # step ends the records show: every token event, first tokens included
-        self.ends = np.sort(np.concatenate([self.ev_t, self.first]))
+        # step ends the records show: every token event, first tokens included; the
+        # events of one step (within same_step of each other) all at the earliest of them,
+        # the one the client read nearest the step's end
+        self.same_step = _same_step([np.diff(np.asarray(ev_ns[i] or [], dtype=np.float64))
+                                     * sec for i in idx])
+        ends = np.sort(np.concatenate([self.ev_t, self.first]))
+        step = np.concatenate([[0], np.cumsum(np.diff(ends) > self.same_step)])
+        self.ends = ends[np.concatenate([[0], np.flatnonzero(np.diff(step)) + 1])]
+
+        def at_step_end(t: Matrix) -> Matrix:
+            return self.ends[step[np.searchsorted(ends, t, "left")]]
+
+        self.ev_t, self.first, self.last = (at_step_end(t) for t in
+                                            (self.ev_t, self.first, self.last))
 
     def chunk_prefills(self, budget: float) -> None:
         """Split each prefill into steps of ``budget`` tokens, the last ending at its first
@@ -162,8 +179,9 @@ class _Timeline:
             sizes[-1] = self.new[k] - budget * (c - 1)
             pos = self.cached[k] + np.concatenate([[0.0], np.cumsum(sizes)[:-1]])
             lo = np.searchsorted(self.ends, self.sent[k], "right")
-            hi = np.searchsorted(self.ends, self.first[k] - SAME_STEP_S, "right")
-            seen = _distinct(self.ends[lo:hi])[-(c - 1):] if c > 1 else np.zeros(0)
+            hi = np.searchsorted(self.ends, self.first[k] - self.same_step, "right")
+            seen = _distinct(self.ends[lo:hi], self.same_step)[-(c - 1):] if c > 1 \
+                else np.zeros(0)
             at = np.full(c, self.first[k])
             at[c - 1 - len(seen):c - 1] = seen
             t_l.append(at)
@@ -200,12 +218,12 @@ class _Timeline:
         """(start, end, 1 if the window holds the request's time outside the steps): a
         request reaching the engine during a step waits for its end, so the window starts
         at the next step end seen before its first token (events of one step reach the
-        client a little apart: one within SAME_STEP_S of the first token is that step's);
-        if none is seen, when it was sent."""
+        client a little apart: one within ``same_step`` of the first token is that
+        step's); if none is seen, when it was sent."""
         b = self.first[k]
         at = self.sent[k] + lead
         nxt = self.ends[min(np.searchsorted(self.ends, at, "right"), len(self.ends) - 1)]
-        return (nxt, b, 0.0) if at < nxt < b - SAME_STEP_S else (self.sent[k], b, 1.0)
+        return (nxt, b, 0.0) if at < nxt < b - self.same_step else (self.sent[k], b, 1.0)
 
     def most_tokens(self, a: float, b: float) -> float:
         """The most tokens one request decoded in (a, b]: every step gives each decoding
@@ -224,11 +242,21 @@ class _Timeline:
         return [steps, p, d, at + dc, kv + dc, request]
 
 
-def _distinct(times: Matrix) -> Matrix:
-    """``times`` (sorted) with those within SAME_STEP_S of the previous kept dropped."""
+def _same_step(gaps: list[Matrix]) -> float:
+    """Seconds within which token events are ends of one step: SAME_STEP_S, or more when
+    the run's requests never get two tokens that close (``gaps``: each request's)."""
+    pooled = np.concatenate(gaps) if gaps else np.zeros(0)
+    pooled = pooled[pooled > 0]
+    if len(pooled) == 0:
+        return SAME_STEP_S
+    return max(SAME_STEP_S, SAME_STEP_SHARE * float(np.quantile(pooled, 0.05)))
+
+
+def _distinct(times: Matrix, same_step: float) -> Matrix:
+    """``times`` (sorted) with those within ``same_step`` of the previous kept dropped."""
     out: list[float] = []
     for t in times:
-        if not out or t - out[-1] > SAME_STEP_S:
+        if not out or t - out[-1] > same_step:
             out.append(float(t))
     return np.asarray(out)
 

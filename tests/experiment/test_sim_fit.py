@@ -201,3 +201,51 @@ def test_a_slots_preset_is_checked_token_by_token(runs: dict[str, Path],
     check = sim_check(runs["held"], str(SCENARIOS / "presets" / "llama-cpp-tiny.yaml"),
                       out=tmp_path / "c")
     assert check.block_size == 1
+
+
+def _client_late(run_dir: Path, out: Path, late_ns: int) -> Path:
+    """``run_dir`` copied as a busy client would have seen it: of the token events of one
+    engine step, the first read on time, the second ``late_ns`` later, and so on."""
+    import shutil
+    from collections import defaultdict
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shutil.copytree(run_dir, out)
+    t = pq.read_table(out / "requests.parquet")
+    events = t.column("token_event_ns").to_pylist()
+    at: dict[int, list[tuple[int, int]]] = defaultdict(list)  # step end: (request, event)
+    for r, ev in enumerate(events):
+        for j, ns in enumerate(ev or []):
+            at[ns].append((r, j))
+    for ns, seen in at.items():
+        for rank, (r, j) in enumerate(sorted(seen)):
+            events[r][j] = ns + rank * late_ns
+    cols = {"token_event_ns": events,
+            "first_token_ns": [ev[0] if ev else v for ev, v in
+                               zip(events, t.column("first_token_ns").to_pylist(), strict=True)],
+            "last_token_ns": [ev[-1] if ev else v for ev, v in
+                              zip(events, t.column("last_token_ns").to_pylist(), strict=True)]}
+    cols["end_ns"] = [None if e is None else max(e, last or 0) for e, last in
+                      zip(t.column("end_ns").to_pylist(), cols["last_token_ns"], strict=True)]
+    for name, col in cols.items():
+        i = t.schema.get_field_index(name)
+        t = t.set_column(i, name, pa.array(col, t.schema.field(i).type))
+    pq.write_table(t, out / "requests.parquet")
+    return out
+
+
+def test_a_client_that_reads_one_steps_tokens_apart_does_not_break_the_fit(
+        runs: dict[str, Path], tmp_path: Path) -> None:
+    """Eight streams on a loaded client read the tokens of one step up to 1.7 ms apart
+    (llama.cpp, 2026-12-02). A window taken from another request's token of the same step
+    to this one's first token then held a whole prefill in 1.7 ms, and the fit, weighting
+    windows by 1/measured, put all prefill time outside the steps (TTFT residual 75%)."""
+    fit = fit_runs([_client_late(runs["held"], tmp_path / "late", 600_000)])
+    assert fit.residuals["ttft_median"] < 0.02 and fit.residuals["decode_median"] < 0.02, \
+        fit.residuals
+    true = dict(zip(StepFit.TERMS, FIT.values(), strict=True))
+    for k in ("intercept_s", "prefill_token_s", "decode_token_s"):
+        assert fit.coef[k] == pytest.approx(true[k], rel=0.1), (k, fit.coef)
+    assert fit.coef["request_s"] < 1e-3, fit.coef

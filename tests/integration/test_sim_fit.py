@@ -55,10 +55,10 @@ def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
     else:
         need(find_vllm_python(), "no vLLM CPU: run `bash scripts/ci_engines.sh vllm`")
     # the grid fit explains its own windows (a fit on the scenario's run alone may not:
-    # docs/simulator.md); residuals measured here 3-6% (TTFT) and 5-21% (decode). Once in
-    # about ten runs on this shared 2-core machine the grid's own timings disagree with
-    # each other (a TTFT residual of 79% on 2026-12-01, 4% on the rerun): the measurement
-    # is then taken again, once, and both are shown if the second is no better
+    # docs/simulator.md); residuals measured here 3-9% (TTFT) and 5-21% (decode). Residuals
+    # of 75-79% seen in CI came from a client reading one step's tokens >1 ms apart (fixed
+    # in the fit, docs/simulator.md "Why it misses"); should the grid's timings still
+    # disagree, the measurement is taken again, once, and both are shown
     tries: list[dict[str, float]] = []
     for attempt in range(2):
         out = results_dir(tmp_path_factory, f"sim-fit-{engine}-{attempt}")

@@ -41,10 +41,15 @@ def traces_stats(
         for line in trace.skipped:
             typer.echo(f"warning: {line}", err=True)
     st = trace_stats(trace)
+    from agentbench.traces.readers import tracelab
+
+    files = tracelab.trace_files(trace)  # TraceLab's rounds say more: per provider
+    fx = tracelab.facts(files, {s.session_id for s in trace.sessions}) if files else None
     if as_json:
-        typer.echo(json.dumps(st.to_dict(), indent=2))
+        typer.echo(json.dumps({**st.to_dict(), **({"tracelab": fx} if fx else {})},
+                              indent=2))
     else:
-        typer.echo(format_stats(st))
+        typer.echo(format_stats(st) + (tracelab.format_facts(fx) if fx else ""))
 
 
 @traces_app.command("convert")

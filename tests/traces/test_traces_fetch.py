@@ -165,9 +165,9 @@ def test_offline_one_line_then_a_file_put_there_by_hand(
 
 def test_registry_entries_are_complete() -> None:
     corpora = F.registry()
-    assert {"kv-cache-tester-weka", "agentx-weka", "mooncake-fast25"} <= set(corpora)
+    assert {"kv-cache-tester-weka", "agentx-weka", "mooncake-fast25", "tracelab"} <= set(corpora)
     for c in corpora.values():
-        assert c.licence.startswith("Apache-2.0") and c.homepage.startswith("https://")
+        assert c.licence.startswith(("Apache-2.0", "CC BY 4.0")) and c.homepage.startswith("https://")
         for f in c.files:
             assert f.url.startswith("https://")
             assert f.sha256 is None or re.fullmatch("[0-9a-f]{64}", f.sha256)

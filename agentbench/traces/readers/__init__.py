@@ -30,10 +30,11 @@ READERS: dict[str, str] = {
     "openai-log": "openai_log",
     "native": "native",
     "hf": "hf",
+    "tracelab": "tracelab",
 }
 #: readers of a file or a folder of files, whose ``read`` takes ``skip_bad``
 FOLDER_READERS = frozenset({"weka", "mooncake", "sharegpt", "bailian", "copilot",
-                            "openai-log"})
+                            "openai-log", "tracelab"})
 #: bad files a one-line error lists before "(+N more)"; ``lines()`` lists them all
 _LISTED = 10
 
@@ -172,7 +173,7 @@ def detect_format(source: str | Path) -> str:
         head = f.read(4)
     if head == b"PAR1":
         return "native"
-    first = _first_record(path)
+    first = _first_gzip_record(path) if head[:2] == b"\x1f\x8b" else _first_record(path)
     return detect_record_format(first, source=str(path))
 
 
@@ -184,6 +185,8 @@ def detect_record_format(rec: Any, *, source: str = "") -> str:
         raise InputError("cannot detect the trace format: first record is not an object",
                          source=source)
     keys = set(rec)
+    if {"session_id", "round_index", "input_tokens_total", "prefix_tokens"} <= keys:
+        return "tracelab"
     if "requests" in keys and ("block_size" in keys or "hash_id_scope" in keys):
         return "weka"
     if "chat_id" in keys and "parent_chat_id" in keys:
@@ -220,9 +223,9 @@ def _detect_dir(path: Path) -> str:
     if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
         return "hf"
     files = [p for p in sorted(path.iterdir()) if p.is_file() and not p.name.startswith(".")
-             and p.suffix in (".json", ".jsonl", ".parquet")]
+             and p.suffix in (".json", ".jsonl", ".parquet", ".gz")]
     if not files:
-        raise InputError("folder holds no .json, .jsonl or .parquet trace files",
+        raise InputError("folder holds no .json, .jsonl, .jsonl.gz or .parquet trace files",
                          source=str(path))
     bad: list[InputError] = []
     for p in files:
@@ -256,6 +259,23 @@ def _first_record(path: Path) -> Any:
                          where=f"line {e.lineno} column {e.colno}") from None
     except (ValueError, RecursionError) as e:
         raise InputError(f"not valid JSON ({json_problem(e)})", source=str(path)) from None
+
+
+def _first_gzip_record(path: Path) -> Any:
+    """First JSON line of a gzipped JSONL file (the TraceLab release is one)."""
+    from agentbench.traces.readers.tracelab import MAX_LINE, open_lines
+
+    try:
+        with open_lines(path) as f:
+            for line in iter(lambda: f.readline(MAX_LINE + 1), b""):
+                if line.strip():
+                    return json.loads(line)
+    except (OSError, EOFError) as e:
+        raise InputError(f"cannot read it as gzip: {e}", source=str(path)) from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"not valid JSON ({json_problem(e)})", source=str(path),
+                         where="line 1") from None
+    raise InputError("empty file", source=str(path))
 
 
 def _is_json(text: bytes) -> bool:

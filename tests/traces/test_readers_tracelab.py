@@ -156,6 +156,11 @@ def test_broken_files_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError, match="cannot read it"):
         read_trace(cut, format="tracelab")
+    garbled = tmp_path / "garbled.jsonl.gz"  # a good header, damaged data
+    garbled.write_bytes(data[:20] + bytes(b ^ 0x5A for b in data[20:200]) + data[200:])
+    for fmt in ("tracelab", None):
+        with pytest.raises(InputError):
+            read_trace(garbled, format=fmt)
     monkeypatch.setattr(T, "MAX_LINE", 1000)  # an endless line stops at the bound
     with pytest.raises(InputError, match="a line over"):
         read_trace(SAMPLE, format="tracelab")

@@ -263,6 +263,8 @@ def _first_record(path: Path) -> Any:
 
 def _first_gzip_record(path: Path) -> Any:
     """First JSON line of a gzipped JSONL file (the TraceLab release is one)."""
+    import zlib
+
     from agentbench.traces.readers.tracelab import MAX_LINE, open_lines
 
     try:
@@ -270,7 +272,7 @@ def _first_gzip_record(path: Path) -> Any:
             for line in iter(lambda: f.readline(MAX_LINE + 1), b""):
                 if line.strip():
                     return json.loads(line)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"cannot read it as gzip: {e}", source=str(path)) from None
     except (ValueError, RecursionError) as e:
         raise InputError(f"not valid JSON ({json_problem(e)})", source=str(path),

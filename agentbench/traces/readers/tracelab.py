@@ -33,6 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +123,7 @@ def rounds(path: Path) -> Iterator[Round]:
         while True:
             try:
                 line = f.readline(MAX_LINE + 1)
-            except (OSError, EOFError) as e:  # a damaged or cut gzip stream
+            except (OSError, EOFError, zlib.error) as e:  # a damaged or cut gzip stream
                 raise InputError(f"cannot read it: {e}", source=str(path),
                                  where=f"line {n + 1}") from None
             if not line:

@@ -50,6 +50,14 @@ PLANS: dict[str, list[tuple[str, str, str, Target]]] = {
          lambda p: p["ending_context_mean"]),
         ("root.output_tokens", "scale", "input_output_ratio", lambda p: p["input_output_ratio"]),
     ],
+    # TraceLab's Codex rounds: the growth of tool-triggered rounds (most rounds), its tail
+    # first; the turn counts, output and timing are given by published figures directly
+    "codex-tracelab": [
+        ("root.tool_result_tokens", "spread", "context_growth_per_turn.p90",
+         lambda p: p["context_growth_tool_rounds"]["p90"]),
+        ("root.tool_result_tokens", "scale", "context_growth_per_turn.p50",
+         lambda p: p["context_growth_tool_rounds"]["median"]),
+    ],
 }
 
 

@@ -108,7 +108,35 @@ class Constant(_DistBase):
         return np.full(n, self.value, dtype=np.float64)
 
 
-Dist = Annotated[LogNormal | Quantiles | Constant, Field(discriminator="kind")]
+class Mixture(_DistBase):
+    """Draws from one of several distributions, each with its share of the draws (e.g. the
+    gap before a round: a tool's run most of the time, a person's reply sometimes)."""
+
+    kind: Literal["mixture"]
+    parts: list[MixturePart] = Field(min_length=1, description="The distributions.")
+
+    @model_validator(mode="after")
+    def _shares(self) -> Mixture:
+        if abs(sum(p.share for p in self.parts) - 1.0) > 1e-6:
+            raise ValueError("the parts' shares must add up to 1")
+        return self
+
+    def _draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        which = rng.choice(len(self.parts), size=n, p=[p.share for p in self.parts])
+        out = np.empty(n, dtype=np.float64)
+        for i, part in enumerate(self.parts):
+            at = np.flatnonzero(which == i)
+            out[at] = part.dist.sample(rng, len(at))
+        return out
+
+
+class MixturePart(Strict):
+    share: float = Field(gt=0, le=1, description="Share of the draws from ``dist``.")
+    dist: Dist
+
+
+Dist = Annotated[LogNormal | Quantiles | Constant | Mixture, Field(discriminator="kind")]
+Mixture.model_rebuild()
 
 
 class Value(Strict):

@@ -320,3 +320,22 @@ def test_leading_seen_blocks_on_weka_matches_definition(weka_trace) -> None:  # 
         by_scope.setdefault(s.scope, []).append(t.hash_ids)
     for ids in by_scope.values():
         assert leading_seen_blocks(ids).tolist() == _plain_leading_seen(ids)
+
+
+def test_codex_tracelab_tool_results_are_what_calibration_solves() -> None:
+    """The shipped points are the calibration's (calibrate.py codex-tracelab), and the growth
+    per round they give has TraceLab's published quantiles and mean."""
+    from agentbench.traces.synth.calibrate import growth_points
+
+    prof = load_profile("codex-tracelab")
+    shipped = prof.root.tool_result_tokens
+    assert shipped.kind == "quantiles"
+    solved = growth_points(prof, draws=100_000)
+    for p, v in shipped.points.items():
+        assert solved[int(p)] == pytest.approx(v, rel=0.1), (p, solved)
+    rng = np.random.default_rng(5)
+    growth = prof.root.output_tokens.sample(rng, 200_000) + shipped.sample(rng, 200_000)
+    g = published_targets(prof)["context_growth_tool_rounds"]
+    for p, key in ((10, "p10"), (50, "median"), (90, "p90")):
+        assert near(float(np.percentile(growth, p)), g[key], 0.05), (p, key)
+    assert near(float(growth.mean()), g["mean_clipped"], 0.05)

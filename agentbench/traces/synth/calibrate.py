@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from agentbench.traces.stats import TraceStats, trace_stats
 from agentbench.traces.synth.generator import synthesize
 from agentbench.traces.synth.profile import Profile, load_profile, published_targets
@@ -50,15 +52,31 @@ PLANS: dict[str, list[tuple[str, str, str, Target]]] = {
          lambda p: p["ending_context_mean"]),
         ("root.output_tokens", "scale", "input_output_ratio", lambda p: p["input_output_ratio"]),
     ],
-    # TraceLab's Codex rounds: the growth of tool-triggered rounds (most rounds), its tail
-    # first; the turn counts, output and timing are given by published figures directly
-    "codex-tracelab": [
-        ("root.tool_result_tokens", "spread", "context_growth_per_turn.p90",
-         lambda p: p["context_growth_tool_rounds"]["p90"]),
-        ("root.tool_result_tokens", "scale", "context_growth_per_turn.p50",
-         lambda p: p["context_growth_tool_rounds"]["median"]),
-    ],
+    # TraceLab's Codex rounds: the turn counts, output and timing are published figures
+    # set directly; the tool results come from growth_points (below)
+    "codex-tracelab": [],
 }
+
+
+def growth_points(prof: Profile, draws: int = 400_000, seed: int = 1) -> dict[int, float]:
+    """Percentile points (log-interpolated, p0 = 1) of the tokens a round adds besides the
+    previous output, such that the growth per round (output + those) has the published
+    p10, median and p90 of TraceLab's tool-triggered Codex rounds and their mean growth:
+    a fixed-point iteration over Monte Carlo draws."""
+    pub = published_targets(prof)
+    g = pub["context_growth_tool_rounds"]
+    targets = {10: g["p10"], 50: g["median"], 90: g["p90"]}
+    rng = np.random.default_rng(seed)
+    out = prof.root.output_tokens.sample(rng, draws)
+    pts = {0: 1.0, 10: 60.0, 50: 365.0, 90: 3400.0, 100: 20000.0}
+    for _ in range(40):
+        ps = np.array(sorted(pts), dtype=np.float64)
+        vs = np.log([pts[int(p)] for p in ps])
+        growth = out + np.exp(np.interp(rng.random(draws) * 100.0, ps, vs))
+        for p, v in targets.items():
+            pts[p] *= (v / float(np.percentile(growth, p))) ** 0.7
+        pts[100] = max(pts[100] * g["mean_clipped"] / float(growth.mean()), pts[90] * 1.01)
+    return {p: round(v, 1) for p, v in pts.items()}
 
 
 def _node(d: dict[str, Any], path: str) -> dict[str, Any]:
@@ -129,6 +147,10 @@ def calibrate(name: str, sweeps: int = 3) -> Profile:
 
 def main(argv: list[str]) -> None:
     for name in argv or list(PLANS):
+        if name == "codex-tracelab":
+            print(f"# {name}: root.tool_result_tokens points "
+                  f"{growth_points(load_profile(name))}")
+            continue
         prof = calibrate(name)
         st = trace_stats(synthesize(prof, CAL_SESSIONS, CAL_SEED))
         print(f"# {name}: {CAL_SESSIONS} sessions, seed {CAL_SEED}")

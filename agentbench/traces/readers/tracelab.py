@@ -108,12 +108,9 @@ def _names(v: Any, field: str) -> frozenset[str] | None:
 
 def open_lines(path: Path) -> IO[bytes]:
     """``path`` opened for reading, through gzip when it starts with gzip's magic."""
-    f = path.open("rb")
-    if f.read(2) == b"\x1f\x8b":
-        f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    f.seek(0)
-    return f
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else path.open("rb")  # type: ignore[return-value]
 
 
 def rounds(path: Path) -> Iterator[Round]:

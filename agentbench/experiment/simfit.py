@@ -46,7 +46,7 @@ from agentbench.sim.cost import StepFit
 TERMS = StepFit.TERMS
 Matrix = npt.NDArray[np.float64]
 #: token events this close together are always taken as ends of one engine step; a run
-#: whose requests' tokens come further apart allows more (``_Timeline.same_step``)
+#: whose requests' tokens come further apart allows more (``_same_step``)
 SAME_STEP_S = 1e-3
 #: ... up to this share of the shortest gaps between one request's tokens (their 5th
 #: percentile): the events of one step reach a busy client that far apart (1.7 ms for
@@ -154,11 +154,11 @@ class _Timeline:
         self.cum_nc = np.concatenate([[0.0], np.cumsum(self.ev_n * ev_c)])
         # step ends the records show: every token event, first tokens included; the
         # events of one step (within same_step of each other) all at the earliest of them,
-        # the one the client read nearest the step's end
-        self.same_step = _same_step([np.diff(np.asarray(ev_ns[i] or [], dtype=np.float64))
+        # the one the client read nearest the step's end; the step ends are then distinct
+        same_step = _same_step([np.diff(np.asarray(ev_ns[i] or [], dtype=np.float64))
                                      * sec for i in idx])
         ends = np.sort(np.concatenate([self.ev_t, self.first]))
-        step = np.concatenate([[0], np.cumsum(np.diff(ends) > self.same_step)])
+        step = np.concatenate([[0], np.cumsum(np.diff(ends) > same_step)])
         self.ends = ends[np.concatenate([[0], np.flatnonzero(np.diff(step)) + 1])]
 
         def at_step_end(t: Matrix) -> Matrix:
@@ -179,9 +179,8 @@ class _Timeline:
             sizes[-1] = self.new[k] - budget * (c - 1)
             pos = self.cached[k] + np.concatenate([[0.0], np.cumsum(sizes)[:-1]])
             lo = np.searchsorted(self.ends, self.sent[k], "right")
-            hi = np.searchsorted(self.ends, self.first[k] - self.same_step, "right")
-            seen = _distinct(self.ends[lo:hi], self.same_step)[-(c - 1):] if c > 1 \
-                else np.zeros(0)
+            hi = np.searchsorted(self.ends, self.first[k], "left")  # steps before its own
+            seen = self.ends[lo:hi][-(c - 1):] if c > 1 else np.zeros(0)
             at = np.full(c, self.first[k])
             at[c - 1 - len(seen):c - 1] = seen
             t_l.append(at)
@@ -217,13 +216,12 @@ class _Timeline:
     def first_token_window(self, k: int, lead: float) -> tuple[float, float, float]:
         """(start, end, 1 if the window holds the request's time outside the steps): a
         request reaching the engine during a step waits for its end, so the window starts
-        at the next step end seen before its first token (events of one step reach the
-        client a little apart: one within ``same_step`` of the first token is that
-        step's); if none is seen, when it was sent."""
+        at the next step end seen before its first token's step; if none is seen, when it
+        was sent."""
         b = self.first[k]
         at = self.sent[k] + lead
         nxt = self.ends[min(np.searchsorted(self.ends, at, "right"), len(self.ends) - 1)]
-        return (nxt, b, 0.0) if at < nxt < b - self.same_step else (self.sent[k], b, 1.0)
+        return (nxt, b, 0.0) if at < nxt < b else (self.sent[k], b, 1.0)
 
     def most_tokens(self, a: float, b: float) -> float:
         """The most tokens one request decoded in (a, b]: every step gives each decoding
@@ -250,15 +248,6 @@ def _same_step(gaps: list[Matrix]) -> float:
     if len(pooled) == 0:
         return SAME_STEP_S
     return max(SAME_STEP_S, SAME_STEP_SHARE * float(np.quantile(pooled, 0.05)))
-
-
-def _distinct(times: Matrix, same_step: float) -> Matrix:
-    """``times`` (sorted) with those within ``same_step`` of the previous kept dropped."""
-    out: list[float] = []
-    for t in times:
-        if not out or t - out[-1] > same_step:
-            out.append(float(t))
-    return np.asarray(out)
 
 
 # ------------------------------------------------------------------ the fit

@@ -265,7 +265,7 @@ def _first_gzip_record(path: Path) -> Any:
     """First JSON line of a gzipped JSONL file (the TraceLab release is one)."""
     import zlib
 
-    from agentbench.traces.readers.tracelab import MAX_LINE, open_lines
+    from agentbench.traces.readers._fields import MAX_LINE, open_lines
 
     try:
         with open_lines(path) as f:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from agentbench.errors import InputError
 from agentbench.traces.model import MAX_TOKENS, HashIds
+
+#: the longest JSONL line a reader given ``max_line`` takes (a gzip bomb's one endless
+#: line stops here)
+MAX_LINE = 64 << 20
 
 
 def req_int(rec: dict[str, Any], key: str, *, nonneg: bool = True) -> int:
@@ -127,10 +133,32 @@ def json_problem(e: Exception) -> str:
     return str(e).splitlines()[0][:120] if str(e) else type(e).__name__
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-empty line; a bad line is an error naming it."""
+def open_lines(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, through gzip when it starts with gzip's magic."""
     with path.open("rb") as f:
-        for lineno, line in enumerate(f, 1):
+        gz = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rb") if gz else path.open("rb")  # type: ignore[return-value]
+
+
+def iter_jsonl(path: Path, *, opener: Callable[[Path], IO[bytes]] | None = None,
+               max_line: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-empty line; a bad line is an error naming it.
+    ``opener`` (e.g. ``open_lines``, for gzip) opens the file; a line longer than
+    ``max_line`` bytes is an error (an endless line stops there)."""
+    with (opener or (lambda q: q.open("rb")))(path) as f:
+        lineno = 0
+        while True:
+            try:
+                line = f.readline(-1 if max_line is None else max_line + 1)
+            except (OSError, EOFError, zlib.error) as e:  # a damaged or cut gzip stream
+                raise InputError(f"cannot read it: {e}", source=str(path),
+                                 where=f"line {lineno + 1}") from None
+            if not line:
+                return
+            lineno += 1
+            if max_line is not None and len(line) > max_line:
+                raise InputError(f"a line over {max_line >> 20} MiB", source=str(path),
+                                 where=f"line {lineno}")
             if not line.strip():
                 continue
             try:

@@ -31,27 +31,28 @@ with tool times, ``traces stats``) are built from.
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import json
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import read_files
-from agentbench.traces.readers._fields import check_block_size, json_problem, req_tokens
+from agentbench.traces.readers._fields import (
+    MAX_LINE,
+    check_block_size,
+    iter_jsonl,
+    open_lines,
+    req_tokens,
+)
 from agentbench.traces.readers._text import reject_unknown
 
 BLOCK_SIZE = 16
 INPUTS = frozenset({"user_message", "tool_result"})
 OUTPUTS = frozenset({"reasoning", "text", "tool_call"})
-#: the longest line read (a gzip bomb's one endless line stops here)
-MAX_LINE = 64 << 20
 SUFFIXES = (".jsonl", ".gz", ".json")
 
 
@@ -106,41 +107,14 @@ def _names(v: Any, field: str) -> frozenset[str] | None:
 
 # ------------------------------------------------------------------ rows
 
-def open_lines(path: Path) -> IO[bytes]:
-    """``path`` opened for reading, through gzip when it starts with gzip's magic."""
-    with path.open("rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if gz else path.open("rb")  # type: ignore[return-value]
-
-
 def rounds(path: Path) -> Iterator[Round]:
-    """Every round of ``path`` in file order; a bad line is one error naming it."""
-    with open_lines(path) as f:
-        n = 0
-        while True:
-            try:
-                line = f.readline(MAX_LINE + 1)
-            except (OSError, EOFError, zlib.error) as e:  # a damaged or cut gzip stream
-                raise InputError(f"cannot read it: {e}", source=str(path),
-                                 where=f"line {n + 1}") from None
-            if not line:
-                return
-            n += 1
-            if len(line) > MAX_LINE:
-                raise InputError(f"a line over {MAX_LINE >> 20} MiB", source=str(path),
-                                 where=f"line {n}")
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise InputError("expected a JSON object")
-                yield parse_round(rec, n)
-            except InputError as e:
-                raise e.located(source=str(path), where=f"line {n}") from None
-            except (ValueError, RecursionError) as e:
-                raise InputError(f"invalid JSON ({json_problem(e)})", source=str(path),
-                                 where=f"line {n}") from None
+    """Every round of ``path`` (plain or gzipped) in file order; a bad line is one error
+    naming it."""
+    for n, rec in iter_jsonl(path, opener=open_lines, max_line=MAX_LINE):
+        try:
+            yield parse_round(rec, n)
+        except InputError as e:
+            raise e.located(source=str(path), where=f"line {n}") from None
 
 
 def parse_round(rec: dict[str, Any], line: int) -> Round:
@@ -308,7 +282,7 @@ class _Ids:
         growing buffer, so a session costs its blocks, not its turns x blocks."""
         b = self.b
         own = [r.input_tokens // b for r in rs]  # whole blocks of each prompt
-        share = [min(r.prefix_tokens // b, own[k - 1] if k else r.prefix_tokens // b)
+        share = [min(r.prefix_tokens // b, own[k - 1]) if k else r.prefix_tokens // b
                  for k, r in enumerate(rs)]
         need = [max(share[k], min(own[k], share[k + 1] if k + 1 < len(rs) else 0))
                 for k in range(len(rs))]
@@ -318,18 +292,15 @@ class _Ids:
             self.shared[key] = run
         buf = np.empty(max(16, 2 * need[0]), dtype=np.int64)
         buf[:share[0]] = run[:share[0]]
-        used = share[0]  # ids of buf written so far
         out: list[np.ndarray] = []
         for k in range(len(rs)):
             q = share[k]
-            if q < used and k:  # diverges inside ids earlier rounds hold: a new buffer
+            # a new buffer when this round diverges inside the ids the round before holds
+            # (they must stay), or outgrows the buffer
+            if (k and q < need[k - 1]) or need[k] > len(buf):
                 old, buf = buf, np.empty(max(16, 2 * need[k]), dtype=np.int64)
                 buf[:q] = old[:q]
-            elif need[k] > len(buf):
-                old, buf = buf, np.empty(2 * need[k], dtype=np.int64)
-                buf[:q] = old[:q]
             buf[q:need[k]] = self.fresh(need[k] - q)
-            used = need[k]
             out.append(buf[:need[k]])
         return out
 

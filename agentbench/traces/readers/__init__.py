@@ -263,20 +263,10 @@ def _first_record(path: Path) -> Any:
 
 def _first_gzip_record(path: Path) -> Any:
     """First JSON line of a gzipped JSONL file (the TraceLab release is one)."""
-    import zlib
+    from agentbench.traces.readers._fields import MAX_LINE, iter_jsonl, open_lines
 
-    from agentbench.traces.readers._fields import MAX_LINE, open_lines
-
-    try:
-        with open_lines(path) as f:
-            for line in iter(lambda: f.readline(MAX_LINE + 1), b""):
-                if line.strip():
-                    return json.loads(line)
-    except (OSError, EOFError, zlib.error) as e:
-        raise InputError(f"cannot read it as gzip: {e}", source=str(path)) from None
-    except (ValueError, RecursionError) as e:
-        raise InputError(f"not valid JSON ({json_problem(e)})", source=str(path),
-                         where="line 1") from None
+    for _, rec in iter_jsonl(path, opener=open_lines, max_line=MAX_LINE):
+        return rec
     raise InputError("empty file", source=str(path))
 
 

@@ -235,11 +235,15 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
                      "count of the same text (its tokenizer): the measured throughput's "
                      "input is shown in agentbench's tokens, as the simulator counts")
     per_request = request_errors(run.requests, load(sim.run_dir).requests)
+    rows = compare_figures(run.summary, sim.summary, ratio)
+    zero = [r.label for r in rows if r.measured == 0 and r.error_unit == "%"]
+    if zero:
+        notes.append(f"measured 0 ({', '.join(zero)}): no relative error exists; a client "
+                     "that reads several tokens in one chunk measures an ITL of 0")
     return SimCheck(run_dir=rd, sim_dir=sim.run_dir, preset=prov["name"], provenance=prov,
                     per_request=per_request,
                     instances=sc.endpoints[0].instances, measured_time_base=tb,
-                    block_size=sc.endpoints[0].block_size,
-                    rows=compare_figures(run.summary, sim.summary, ratio), notes=notes)
+                    block_size=sc.endpoints[0].block_size, rows=rows, notes=notes)
 
 
 def token_ratio(requests: Any) -> float:

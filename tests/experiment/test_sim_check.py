@@ -13,7 +13,14 @@ from typer.testing import CliRunner
 
 from agentbench.cli import app
 from agentbench.experiment import run_experiment
-from agentbench.experiment.simcheck import OK_ROW, ROWS, figures, sim_check, simulated_scenario
+from agentbench.experiment.simcheck import (
+    OK_ROW,
+    ROWS,
+    compare_figures,
+    figures,
+    sim_check,
+    simulated_scenario,
+)
 from agentbench.metrics.run import load
 from agentbench.scenario.loading import validate_data
 from tests.helpers import serve_sim
@@ -65,7 +72,12 @@ def test_check_sets_predicted_against_measured(real_run: Path, tmp_path: Path) -
             assert r.error == pytest.approx(100 * (r.predicted - r.measured))
         else:
             assert r.error_unit == "%"
-            assert r.error == pytest.approx(r.predicted / r.measured - 1)
+            if r.measured == 0:
+                # a loaded client can read one step's tokens as one chunk (ITL p50 0 s on
+                # one CI run): no relative error exists, and none is claimed
+                assert r.error is None, r.metric
+            else:
+                assert r.error == pytest.approx(r.predicted / r.measured - 1)
     assert check.row(OK_ROW).measured == check.row(OK_ROW).predicted == 16
     # serve-sim ran 50x faster than real time: the prediction is slower, by about that
     tpot_error = check.row("tpot_p50").error
@@ -126,3 +138,18 @@ def test_an_unreadable_trace_is_one_line(real_run: Path, tmp_path: Path) -> None
     res = CliRunner().invoke(app, ["sim", "check", str(copy), "--preset", PRESET])
     assert res.exit_code == 2
     assert "gone.jsonl is not readable" in res.output
+
+
+def test_a_measured_zero_has_no_relative_error(real_run: Path) -> None:
+    """A client that reads a step's tokens as one chunk measures ITL p50 0 s: the row keeps
+    both figures and claims no error (not a division by zero, not -100%)."""
+    summary = json.loads((real_run / "summary.json").read_text())
+    summary["overall"]["latency"]["itl_ms"]["p50"] = 5.0
+    zeroed = json.loads(json.dumps(summary))
+    zeroed["overall"]["latency"]["itl_ms"]["p50"] = 0.0
+    rows = {r.metric: r for r in compare_figures(zeroed, summary)}
+    itl = rows["itl_p50"]
+    assert itl.measured == 0.0 and itl.predicted == 5.0
+    assert itl.error is None
+    assert rows["ttft_p50"].error == pytest.approx(0.0)
+    assert rows["hit_rate"].error == pytest.approx(0.0)

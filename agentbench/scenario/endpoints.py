@@ -138,6 +138,57 @@ class SharedTier(Strict):
         "an instance (instead of recomputing it); None: the preset's figure.")
 
 
+Router = Literal["round_robin", "session_affinity", "least_loaded", "cache_aware", "random"]
+
+
+class KvLink(Strict):
+    """The link that carries a request's KV cache from its prefill instance to its decode
+    instance (RDMA between nodes, NVLink within one): a transfer takes ``latency_s`` plus
+    its bytes over ``bandwidth_gbps`` (agentbench/sim/disagg.py)."""
+
+    bandwidth_gbps: float = Field(
+        200.0, gt=0, le=1e6, description="Gigabits per second one transfer gets (200: one "
+        "200 Gb/s RDMA NIC, 25 GB/s; 3600: NVLink 4's 450 GB/s one way).")
+    latency_s: float = Field(
+        0.0005, ge=0, le=60, description="Fixed cost of one transfer (connection, "
+        "handshake, the decode side's scheduling of the pull).")
+    overlap: bool = Field(
+        True, description="The KV streams layer by layer while the prefill runs, so only "
+        "the part that outlasts the prefill adds to the request's time; False: the whole "
+        "transfer starts when the prefill ends.")
+    kv_bytes_per_token: float | None = Field(
+        None, gt=0, description="KV bytes per token moved (layers x KV heads x head dim x "
+        "2 x dtype bytes, or the latent size for MLA); None: the prefill preset's.")
+
+
+class Pool(Strict):
+    """A group of simulated instances doing one phase (prefill or decode)."""
+
+    instances: int = Field(1, gt=0, le=10_000, description="Instances in the pool.")
+    preset: str | None = Field(
+        None, description="The pool's timing preset (a shipped name or a preset file; a "
+        "different parallel size is a different preset); None: the endpoint's.")
+    router: Router = Field(
+        "least_loaded", description="How the pool picks an instance; for the decode pool, "
+        "cache_aware picks the one already holding most of the session's KV (the least to "
+        "transfer).")
+
+
+class Disaggregation(Strict):
+    """Prefill/decode disaggregation: a request prefills in the prefill pool (its prefix
+    cache and the shared tier apply there), its KV moves over ``link``, and it decodes in
+    the decode pool, whose first token the client sees (docs/simulator.md)."""
+
+    prefill: Pool = Field(description="The prefill pool.")
+    decode: Pool = Field(description="The decode pool.")
+    link: KvLink = Field(default_factory=KvLink, description="The KV transfer link.")
+    decode_keeps_kv: bool = Field(
+        True, description="A decode instance keeps a finished turn's KV in its prefix "
+        "cache, so a session's next turn routed back to it moves only the tokens it lacks "
+        "(vLLM's NIXL connector pulls only the blocks not cached locally); False: every "
+        "turn moves its whole prompt.")
+
+
 def is_preset_path(ref: str) -> bool:
     """Whether a simulated endpoint's ``preset`` is a file path rather than a shipped
     preset's name (a name has no path separator and no .yaml ending)."""
@@ -159,8 +210,7 @@ class SimulatedEndpoint(Strict):
                         "presets\").")
     instances: int = Field(1, gt=0, le=10_000,
                            description="Inference instances behind the router.")
-    router: Literal["round_robin", "session_affinity", "least_loaded", "cache_aware",
-                    "random"] = Field(
+    router: Router = Field(
         "round_robin", description="Server-side routing policy; session_affinity keys on the "
         "X-Session-ID request header, else the body's `user` field.")
     block_size: int = Field(16, gt=0, le=1 << 20,
@@ -190,6 +240,23 @@ class SimulatedEndpoint(Strict):
     context_overflow_phrases: list[str] | None = Field(
         None, description="As for an openai endpoint: error phrases that count as a context "
         "overflow; None: the engines' own.")
+    disaggregation: Disaggregation | None = Field(
+        None, description="Separate prefill and decode pools joined by a KV link; "
+        "`instances` is then their sum (set it only to that) and `router` is unused.")
+
+    @model_validator(mode="after")
+    def _pools(self) -> SimulatedEndpoint:
+        d = self.disaggregation
+        if d is None:
+            return self
+        total = d.prefill.instances + d.decode.instances
+        if self.instances == total:
+            return self
+        if "instances" in self.model_fields_set:
+            raise ValueError(f"instances is {self.instances} but the prefill and decode "
+                             f"pools hold {total}: leave instances out or set it to {total}")
+        self.instances = total
+        return self
 
 
 Endpoint = Annotated[OpenAIEndpoint | SimulatedEndpoint, Field(discriminator="kind")]

@@ -293,6 +293,28 @@ def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
             raise _SetError(key, f"{'.'.join(parts[:j])} is not a mapping or list")
 
 
+def _resolve_preset(holder: Any, base_dir: Path) -> str | None:
+    """A preset file named by ``holder.preset`` (``sim/preset_files``' format), made
+    absolute relative to the scenario's folder; the problem when there is no such file
+    (None: found, or a shipped preset's name, or no preset)."""
+    from agentbench.scenario.endpoints import is_preset_path
+
+    ref_s = holder.preset
+    if ref_s is None or not is_preset_path(ref_s):
+        return None
+    try:
+        ref = Path(ref_s).expanduser()
+        cand = ref if ref.is_absolute() else base_dir / ref
+        found = cand.is_file()
+    except (OSError, ValueError, RuntimeError):  # ~nouser, a NUL byte, too long
+        found = False
+    if not found:
+        return (f"no such preset file: {ref_s} (relative paths are relative to the "
+                f"scenario's folder {base_dir})")
+    holder.preset = str(cand.resolve())
+    return None
+
+
 def _variant(sc: Any, v: Any) -> Any:
     """The scenario of one variant: the base with the variant's dotted keys set."""
     from pydantic import ValidationError
@@ -300,6 +322,9 @@ def _variant(sc: Any, v: Any) -> Any:
     from agentbench.scenario.model import Scenario
 
     data = sc.model_dump(mode="python", exclude={"variants"})
+    for ep in data.get("endpoints") or []:
+        if isinstance(ep, dict) and ep.get("disaggregation"):
+            ep.pop("instances", None)  # the pools' sum, again after the variant's pools
     for key, value in v.set.items():
         if key.split(".")[0] in ("name", "variants"):
             raise _SetError(key, "a variant cannot set this (its name is the scenario's name "
@@ -335,7 +360,6 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
     """Problems beyond the schema (files that do not exist, duplicate names) and warnings
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
-    from agentbench.scenario.model import is_preset_path
     from agentbench.traces.readers import check_trace_path, looks_like_hub_id
     from agentbench.traces.sources import is_named
     from agentbench.traces.sources import problem as named_problem
@@ -374,21 +398,16 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
         env = getattr(e, "api_key_env", None)
         if env and not os.environ.get(env):
             warnings.append(f"endpoints.{i}.api_key_env: environment variable {env} is not set")
-        if e.kind == "simulated" and is_preset_path(e.preset):
-            # a preset file (``sim/preset_files``' format): relative to the scenario's folder
-            try:
-                ref = Path(e.preset).expanduser()
-                cand = ref if ref.is_absolute() else base_dir / ref
-                found = cand.is_file()
-            except (OSError, ValueError, RuntimeError):  # ~nouser, a NUL byte, too long
-                found = False
-            if found:
-                e.preset = str(cand.resolve())
-            else:
-                problems.append((f"endpoints.{i}.preset",
-                                 lines.get(("endpoints", str(i), "preset")),
-                                 f"no such preset file: {e.preset} (relative paths are "
-                                 f"relative to the scenario's folder {base_dir})"))
+        if e.kind == "simulated":
+            holders: list[tuple[Any, tuple[str, ...]]] = [(e, ("endpoints", str(i), "preset"))]
+            d = e.disaggregation
+            if d is not None:
+                holders += [(pool, ("endpoints", str(i), "disaggregation", name, "preset"))
+                            for name, pool in (("prefill", d.prefill), ("decode", d.decode))]
+            for holder, key in holders:
+                missing = _resolve_preset(holder, base_dir)
+                if missing is not None:
+                    problems.append((".".join(key), lines.get(key), missing))
         if e.kind == "simulated" and sc.clock_mode == "virtual" and e.speedup != 1:
             warnings.append(f"endpoints.{i}.speedup: no effect in virtual time (the "
                             "simulator runs on the replay's simulated clock); it applies to "

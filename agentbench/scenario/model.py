@@ -394,9 +394,16 @@ class Scenario(Strict):
         return "virtual" if all(e.kind == "simulated" for e in self.endpoints) else "wall"
 
     def preset_files(self) -> list[tuple[int, str]]:
-        """(endpoint index, path) of each simulated endpoint whose preset is a file."""
-        return [(i, e.preset) for i, e in enumerate(self.endpoints)
-                if e.kind == "simulated" and is_preset_path(e.preset)]
+        """(endpoint index, path) of each preset file a simulated endpoint names (its own,
+        its prefill and decode pools')."""
+        out = []
+        for i, e in enumerate(self.endpoints):
+            if e.kind != "simulated":
+                continue
+            d = e.disaggregation
+            refs = [e.preset] + ([d.prefill.preset, d.decode.preset] if d is not None else [])
+            out += [(i, r) for r in refs if r is not None and is_preset_path(r)]
+        return out
 
     @property
     def runs_simulator(self) -> bool:

@@ -17,73 +17,17 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbench.scenario.model import SimulatedEndpoint
+from agentbench.sim.disagg import PD
 from agentbench.sim.engine import Instance, SimRequest, context_error, first_fit_error
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset
 from agentbench.sim.prompt import U64, PromptHasher
+from agentbench.sim.router import Router
 from agentbench.sim.slots import SlotInstance
 
 
 class SimRejected(Exception):
     """A request the simulated engine refuses (HTTP 400)."""
-
-
-class Router:
-    """Server-side routing across instances.
-
-    round_robin: in turn; random: seeded uniform; least_loaded: fewest requests (waiting +
-    running); session_affinity: a session sticks to the instance it first went to (chosen
-    least loaded), requests without a session go round robin; cache_aware: the instance
-    with the most leading blocks cached on GPU among those whose load is at most
-    ``max_imbalance`` above the least loaded (ties: least loaded).
-    """
-
-    def __init__(self, policy: str, n: int, max_imbalance: int = 4, seed: int = 0) -> None:
-        self.policy = policy
-        self.n = n
-        self.max_imbalance = max_imbalance
-        self._rr = 0
-        self._rng = random.Random(seed)
-        self.sessions: dict[str, int] = {}
-
-    def _round_robin(self) -> int:
-        i = self._rr % self.n
-        self._rr += 1
-        return i
-
-    def _least_loaded(self, instances: list[Instance]) -> int:
-        start = self._rr
-        self._rr += 1
-        return min(range(self.n), key=lambda i: (instances[i].load, (i - start) % self.n))
-
-    def choose(self, req: SimRequest, instances: list[Instance]) -> int:
-        if self.n == 1:
-            return 0
-        p = self.policy
-        if p == "round_robin":
-            return self._round_robin()
-        if p == "random":
-            return self._rng.randrange(self.n)
-        if p == "least_loaded":
-            return self._least_loaded(instances)
-        if p == "session_affinity":
-            if req.session is None:
-                return self._round_robin()
-            got = self.sessions.get(req.session)
-            if got is None:
-                got = self.sessions[req.session] = self._least_loaded(instances)
-            return got
-        if p == "cache_aware":
-            floor = min(i.load for i in instances) + self.max_imbalance
-            best, best_key = 0, None
-            for i, inst in enumerate(instances):
-                if inst.load > floor:
-                    continue
-                key = (inst.gpu.match(req.hashes, req.match_limit), -inst.load)
-                if best_key is None or key > best_key:
-                    best, best_key = i, key
-            return best
-        raise ValueError(f"unknown router {p!r}")
 
 
 class Cluster:
@@ -102,9 +46,16 @@ class Cluster:
         tier = cfg.shared_tier
         self.shared = PrefixCache(tier.capacity_blocks, "shared") if tier else None
         load = tier.load_s_per_token if tier is not None else None
-        if self.preset.scheduler == "slots":  # llama.cpp: the CPU tier is its RAM cache
+        #: prefill and decode pools (None: every instance does both)
+        self.pd: PD | None = None
+        #: requests between a prefill and a decode instance (their KV on the link), by id
+        self.in_transit: dict[int, SimRequest] = {}
+        self.instances: list[Instance]
+        if cfg.disaggregation is not None:
+            self.instances = self._pools(cfg, load)
+        elif self.preset.scheduler == "slots":  # llama.cpp: the CPU tier is its RAM cache
             ram = cfg.cpu_offload_blocks * cfg.block_size or None
-            self.instances: list[Instance] = [
+            self.instances = [
                 SlotInstance(i, self.preset, cfg.block_size, self.cache_blocks, ram_tokens=ram,
                              speedup=cfg.speedup) for i in range(cfg.instances)]
         else:
@@ -128,6 +79,27 @@ class Cluster:
         self._tasks: list[asyncio.Task[None]] = []
         #: the virtual-time driver (``agentbench.sim.virtual.TimerDriver``), when one runs
         self.driver: Any = None
+
+    def _pools(self, cfg: SimulatedEndpoint, load: float | None) -> list[Instance]:
+        """The prefill pool's instances, then the decode pool's, each with its preset."""
+        d = cfg.disaggregation
+        assert d is not None
+        out: list[Instance] = []
+        presets = []
+        for pool in (d.prefill, d.decode):
+            p = self.preset if pool.preset is None else get_preset(
+                pool.preset, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                max_num_seqs=cfg.max_num_seqs)
+            if p.scheduler != "paged":
+                raise ValueError(f"preset {p.name}: disaggregation needs a paged (vLLM-like) "
+                                 f"preset, not a {p.scheduler} one")
+            presets.append(p)
+            blocks = cfg.cache_blocks or p.cache_blocks(cfg.block_size)
+            out += [Instance(len(out), p, cfg.block_size, blocks, cfg.cpu_offload_blocks,
+                             self.shared, load, cfg.speedup) for _ in range(pool.instances)]
+        self.preset = presets[0]
+        self.pd = PD(d, presets[0], cfg.block_size, cfg.seed, cfg.cache_aware_max_imbalance)
+        return out
 
     # ------------------------------------------------------------ requests
 
@@ -177,13 +149,16 @@ class Cluster:
 
     def route(self, req: SimRequest, at: float | None = None) -> int:
         """``submit``'s first half: the instance ``req`` goes to (its arrival set)."""
+        pd = self.pd
         why = context_error(req, self.max_context_tokens) or first_fit_error(
-            self.instances[0], req)
+            self.instances[-1 if pd is not None else 0], req)
         if why is not None:
             raise SimRejected(why)
         req.arrival = self.now() if at is None else at
         if self.driver is not None:
             self.driver.sync(req.arrival)  # routing reads every instance's state
+        if pd is not None:
+            return pd.route(req, self.instances)
         return self.router.choose(req, self.instances)
 
     def place(self, req: SimRequest, index: int) -> Instance:
@@ -198,8 +173,37 @@ class Cluster:
             self.driver.wake(index)
         return inst
 
+    def hand_over(self, inst: Instance, now: float) -> list[tuple[SimRequest, int]]:
+        """The requests whose prefill on ``inst`` ended at ``now`` (P/D), each with the
+        decode instance it joins when its KV has moved (its ``arrival``); the driver
+        calls ``arrive`` then. Routing reads the decode instances: the driver has synced
+        them to ``now``."""
+        handed, inst.handed = inst.handed, []
+        pd = self.pd
+        assert pd is not None
+        out = []
+        for r in handed:
+            j, _ = pd.hand_over(r, now, self.instances)
+            self.in_transit[id(r)] = r
+            out.append((r, j))
+        return out
+
+    def arrive(self, req: SimRequest, index: int) -> None:
+        """A request's KV reached decode instance ``index``: queue it there (unless the
+        client went away meanwhile)."""
+        if self.in_transit.pop(id(req), None) is None:
+            return
+        self.instances[index].add(req)
+        if self._wake:
+            self._wake[index].set()
+        if self.driver is not None:
+            self.driver.wake(index)
+
     def abort(self, req: SimRequest) -> None:
         """The client went away: free the request's blocks."""
+        if self.in_transit.pop(id(req), None) is not None:  # on the link: holds no block
+            req.aborted = True
+            return
         if 0 <= req.instance < len(self.instances):
             if self.driver is not None:
                 self.driver.sync(self.now())
@@ -221,6 +225,10 @@ class Cluster:
                     inst.abort(req)
                     if req.on_progress is not None:
                         req.on_progress(req)
+        for req in list(self.in_transit.values()):
+            self.abort(req)
+            if req.on_progress is not None:
+                req.on_progress(req)
 
     # ------------------------------------------------------------ driver
 
@@ -263,6 +271,11 @@ class Cluster:
             done = inst.commit(end)
             if done and self.finished_log is not None:
                 self.finished_log.extend(done)
+            if inst.handed:
+                loop = asyncio.get_running_loop()
+                for r, j in self.hand_over(inst, end):
+                    loop.call_later(max(0.0, t0 + r.arrival / speedup - clock()),
+                                    self.arrive, r, j)
             end_prev = end
             busy = True
 

@@ -41,8 +41,15 @@ class SimRequest:
     finish_as: str = "length"  # "length" (max_tokens reached) or "stop" (simulated EOS)
     session: str | None = None
     arrival: float = 0.0
+    #: prefill only: at the prefill's end the request leaves this instance for a decode
+    #: instance (P/D disaggregation, ``disagg.py``) instead of emitting its first token
+    handoff: bool = False
+    #: its prompt's KV was computed elsewhere and moved here: admitted with nothing to
+    #: prefill (the decode side of P/D)
+    kv_ready: bool = False
     # set by the engine
     instance: int = -1
+    local_blocks: int = 0  # leading blocks found in this instance's GPU cache
     cached_tokens: int = 0
     gpu_hit_tokens: int = 0
     cpu_hit_tokens: int = 0
@@ -110,6 +117,9 @@ class Instance:
         self._turn_ends: dict[str, int] = {}
         #: the step-time model (``cost.py``): every step's duration comes from it
         self.cost = step_cost(preset)
+        #: prefill-only requests whose prefill ended (``SimRequest.handoff``), for the
+        #: cluster to move to a decode instance (it empties the list)
+        self.handed: list[SimRequest] = []
 
     def reset_cache(self) -> int:
         """Drop every cached block no request holds (vLLM's ``/reset_prefix_cache``): the
@@ -138,7 +148,8 @@ class Instance:
         return bool(self.waiting or self.decoding or self.prefilling)
 
     def blocks_needed(self, req: SimRequest) -> int:
-        return -(-(req.prompt_tokens + req.output_tokens) // self.block_size)
+        out = 0 if req.handoff else req.output_tokens
+        return -(-(req.prompt_tokens + out) // self.block_size)
 
     def add(self, req: SimRequest) -> None:
         req.instance = self.index
@@ -176,7 +187,8 @@ class Instance:
         k = gpu.match(hashes, limit, hint)
         if k:
             gpu.pin(hashes, k)
-        need = -(-(req.prompt_tokens + req.output_tokens) // self.block_size) - k
+        need = -(-(req.prompt_tokens + (0 if req.handoff else req.output_tokens))
+                 // self.block_size) - k
         # as vLLM, evict only when that makes room: free + evictable blocks, where the blocks
         # on a running request's (or this one's) cached path, those above a pinned block
         # (``gpu.held``), cannot be evicted
@@ -196,6 +208,12 @@ class Instance:
             gpu.touch(hashes, k, now)
         else:
             req.pinned = None
+        req.local_blocks = k
+        if req.kv_ready:  # prefilled elsewhere: its hits were counted there
+            req.computed = req.prompt_tokens
+            req.admitted_at = now
+            st.requests_admitted += 1
+            return True
         cpu, shared = self.cpu, self.shared
         if cpu is None and shared is None:
             req.gpu_hit_tokens = req.cached_tokens = req.computed = cached = k * bs
@@ -320,6 +338,7 @@ class Instance:
         self._decode_ctx += emitted
         n_dec_done = len(done)
         started: list[SimRequest] = []
+        handed = self.handed
         plan = self._prefill_plan
         self._dec_batch = self._prefill_plan = _NOTHING
         for r, n in plan:
@@ -329,6 +348,10 @@ class Instance:
             if r.computed < r.prompt_tokens:
                 continue
             self._cache_prompt(r, now)
+            if r.handoff:  # prefill only: its KV leaves for a decode instance
+                self._release(r)
+                handed.append(r)
+                continue
             r.first_token_at = now
             st.ttft.observe((now - r.arrival) / self.speedup)
             r.generated = 1
@@ -341,6 +364,9 @@ class Instance:
             if r.on_progress is not None:
                 r.on_progress(r)
         st.generation_tokens += emitted
+        if handed:
+            ids = set(map(id, handed))
+            self.prefilling = [r for r in self.prefilling if id(r) not in ids]
         if started:
             ids = set(map(id, started))
             self.prefilling = [r for r in self.prefilling if id(r) not in ids]
@@ -367,7 +393,7 @@ class Instance:
         hashes = r.hashes
         n_full = len(hashes)
         gpu = self.gpu
-        k0 = r.gpu_hit_tokens // self.block_size
+        k0 = r.local_blocks
         gpu.reserved -= n_full - k0
         r.reserved -= n_full - k0
         if n_full:

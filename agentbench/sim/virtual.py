@@ -102,11 +102,20 @@ class TimerDriver:
 
     def _done(self, i: int, end: float) -> None:
         cl = self.cluster
-        done = cl.instances[i].commit(end)
+        inst = cl.instances[i]
+        done = inst.commit(end)
         if done and cl.finished_log is not None:
             cl.finished_log.extend(done)
         self.end_prev[i] = end
+        if inst.handed:  # P/D: prefills ended; the decode instances are read
+            self.sync(end)
+            for r, j in cl.hand_over(inst, end):
+                self.loop.call_at(r.arrival, self._arrive, r, j)
         self._begin(i, end)
+
+    def _arrive(self, req: SimRequest, j: int) -> None:
+        self.sync(req.arrival)  # the request changes instance j's course
+        self.cluster.arrive(req, j)
 
 
 def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
@@ -119,6 +128,8 @@ def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
     the run where it is (nothing else reads an instance during a run: routing sees its
     load and caches, which a run does not change). Requests' ``on_progress`` is called
     once per run of steps (``on_steps`` gets the steps' end times)."""
+    if cluster.pd is not None:
+        raise ValueError("run_virtual runs aggregated instances only (P/D: TimerDriver)")
     arrivals = sorted(schedule, key=lambda x: x[0])
     instances = cluster.instances
     n = len(instances)

@@ -1,0 +1,162 @@
+"""Prefill/decode disaggregation in the simulator (``sim/disagg.py``): transfer sizes and
+times against hand-computed figures, and requests through a P/D cluster on the virtual
+clock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from agentbench.replay.clock import run_on
+from agentbench.scenario.endpoints import KvLink, SimulatedEndpoint
+from agentbench.sim.cluster import Cluster
+from agentbench.sim.disagg import kv_bytes_per_token, transfer
+from agentbench.sim.engine import SimRequest
+from agentbench.sim.presets import get_preset
+from agentbench.sim.virtual import TimerDriver, run_virtual
+
+BS = 16
+
+
+def test_kv_bytes_per_token_follow_the_model_shape() -> None:
+    # Llama-3-70B: 80 layers x 8 KV heads x head dim 128 x 2 (K and V) x 1 byte (FP8),
+    # not the hidden size (8,192 x 80 x 2 would be 1.3 MB)
+    p = get_preset("h200-llama3-70b")
+    assert kv_bytes_per_token(KvLink(), p) == 80 * 8 * 128 * 2 * 1 == 163_840
+    # Llama-3.1-8B in FP8: 32 layers x 8 KV heads x 128 x 2 x 1 byte
+    assert kv_bytes_per_token(KvLink(), get_preset("h100-llama3-8b")) == 32 * 8 * 128 * 2
+    # a latent (MLA) size given on the link wins: DeepSeek-V3, 61 layers x (512 + 64) x 1
+    assert kv_bytes_per_token(KvLink(kv_bytes_per_token=61 * 576), p) == 35_136
+
+
+def test_transfer_times_by_hand() -> None:
+    kvb = 163_840.0
+    link = KvLink(bandwidth_gbps=200, latency_s=0.0005, overlap=False)
+    t = transfer(10_000, kvb, link, prefill_s=0.05)
+    # 10,000 x 163,840 B = 1.6384 GB over 25 GB/s = 65.536 ms, plus 0.5 ms
+    assert t.tokens == 10_000 and t.bytes == 1_638_400_000
+    assert t.wire_s == pytest.approx(0.065536, rel=1e-12)
+    assert t.exposed_s == pytest.approx(0.066036, rel=1e-12)
+    # streamed layer by layer during a 50 ms prefill: 15.536 ms outlast it
+    t = transfer(10_000, kvb, KvLink(bandwidth_gbps=200, latency_s=0.0005), prefill_s=0.05)
+    assert t.exposed_s == pytest.approx(0.0005 + 0.015536, rel=1e-12)
+    # a prefill longer than the wire time hides it all; the latency stays
+    assert transfer(10_000, kvb, KvLink(latency_s=0.001), prefill_s=1.0).exposed_s == 0.001
+    # NVLink (3,600 Gb/s = 450 GB/s) moves the same 1.6384 GB in 3.641 ms
+    t = transfer(10_000, kvb, KvLink(bandwidth_gbps=3600, latency_s=0, overlap=False), 0.0)
+    assert t.exposed_s == pytest.approx(1.6384e9 / 450e9, rel=1e-12)
+    assert transfer(0, kvb, link, 0.0).exposed_s == 0.0005  # nothing to move: latency only
+
+
+def test_the_pools_set_the_instance_count_and_refuse_a_contradiction() -> None:
+    pools = {"prefill": {"instances": 2}, "decode": {"instances": 6}}
+    assert SimulatedEndpoint(kind="simulated", disaggregation=pools).instances == 8
+    assert SimulatedEndpoint(kind="simulated", instances=8, disaggregation=pools).instances == 8
+    with pytest.raises(ValidationError, match="pools hold 8"):
+        SimulatedEndpoint(kind="simulated", instances=4, disaggregation=pools)
+
+
+def _cluster(**pd: Any) -> Cluster:
+    d = {"prefill": {"instances": 1}, "decode": {"instances": 1}, **pd}
+    return Cluster(SimulatedEndpoint(kind="simulated", block_size=BS, disaggregation=d))
+
+
+def _turns(cl: Cluster, prompts: list[int], out: int = 8) -> list[SimRequest]:
+    """One session's turns, each sent when the previous one finished; prompt k holds the
+    first ``prompts[k]`` blocks of one chain plus 5 tokens."""
+
+    async def main() -> list[SimRequest]:
+        loop = asyncio.get_running_loop()
+        cl.clock = loop.time
+        drv = TimerDriver(cl, loop)
+        drv.start()
+        done = []
+        for blocks in prompts:
+            req = cl.make_hashed(list(range(1, blocks + 1)), blocks * BS + 5, max_tokens=out,
+                                 ignore_eos=True, session="s")
+            fut: asyncio.Future[None] = loop.create_future()
+            req.on_progress = lambda r, f=fut: (  # type: ignore[misc]
+                r.finished_at is not None and not f.done() and f.set_result(None))
+            req.on_steps = lambda r, ends: None
+            cl.submit(req)
+            await fut
+            done.append(req)
+        drv.close()
+        return done
+
+    return run_on("virtual", main())
+
+
+def test_a_request_prefills_moves_and_decodes_on_its_pools() -> None:
+    cl = _cluster(link={"bandwidth_gbps": 200, "latency_s": 0.0005, "overlap": False})
+    pd = cl.pd
+    assert pd is not None and len(cl.instances) == 2
+    prefill, decode = cl.instances
+    r1, r2 = _turns(cl, [100, 200])
+    # prefill instance: prompts counted there, no token generated; decode: every token
+    assert prefill.stats.prompt_tokens == r1.prompt_tokens + r2.prompt_tokens
+    assert prefill.stats.generation_tokens == 0 and prefill.stats.requests_admitted == 2
+    assert decode.stats.generation_tokens == 16 and decode.stats.prompt_tokens == 0
+    assert r1.instance == r2.instance == 1 and r1.generated == r2.generated == 8
+    # turn 2's first 100 blocks hit the prefill instance's cache
+    assert r1.cached_tokens == 0 and r2.cached_tokens == r2.gpu_hit_tokens == 100 * BS
+    # what moved: all of turn 1; of turn 2 only what the decode instance lacked (it kept
+    # turn 1's 100 blocks)
+    assert pd.stats.transfers == 2
+    assert pd.stats.tokens == (100 * BS + 5) + (200 * BS + 5 - 100 * BS)
+    assert pd.stats.bytes == pd.stats.tokens * 163_840
+    assert pd.stats.exposed_s == pytest.approx(2 * 0.0005 + pd.stats.bytes / 25e9, rel=1e-12)
+    # the first token comes from the decode instance after the transfer
+    for r in (r1, r2):
+        assert r.first_token_at is not None and r.finished_at is not None
+        assert r.first_token_at > r.arrival  # arrival: when its KV reached the decode side
+    assert decode.gpu.match(r2.hashes, r2.match_limit) == 200
+
+
+def test_without_kept_kv_every_turn_moves_its_whole_prompt() -> None:
+    cl = _cluster(decode_keeps_kv=False)
+    r1, r2 = _turns(cl, [100, 200])
+    assert cl.pd is not None
+    assert cl.pd.stats.tokens == r1.prompt_tokens + r2.prompt_tokens
+    assert r2.cached_tokens == 100 * BS  # the prefill side's cache is unaffected
+
+
+def test_the_transfer_adds_to_ttft_and_a_faster_link_lowers_it() -> None:
+    slow = _turns(_cluster(link={"bandwidth_gbps": 10, "overlap": False}), [500])[0]
+    fast = _turns(_cluster(link={"bandwidth_gbps": 3600, "overlap": False}), [500])[0]
+    assert slow.first_token_at is not None and fast.first_token_at is not None
+    wire = (500 * BS + 5) * 163_840
+    # both sent at 0 with the same prefill: the first tokens differ by the wire times
+    assert slow.first_token_at - fast.first_token_at == pytest.approx(
+        wire / 1.25e9 - wire / 450e9, rel=1e-9)
+
+
+def test_an_aggregated_run_is_refused_by_run_virtual_only_for_pd() -> None:
+    cl = _cluster()
+    with pytest.raises(ValueError, match="aggregated"):
+        run_virtual(cl, [])
+
+
+def test_a_request_aborted_on_the_link_never_reaches_a_decode_instance() -> None:
+    cl = _cluster(link={"bandwidth_gbps": 0.001, "overlap": False})  # a very slow link
+
+    async def main() -> tuple[SimRequest, int]:
+        loop = asyncio.get_running_loop()
+        cl.clock = loop.time
+        drv = TimerDriver(cl, loop)
+        drv.start()
+        req = cl.make_hashed(list(range(1, 11)), 10 * BS + 5, max_tokens=4, ignore_eos=True)
+        cl.submit(req)
+        while not cl.in_transit:
+            await asyncio.sleep(0.01)
+        cl.abort(req)
+        await asyncio.sleep(10_000)  # past the transfer's end
+        drv.close()
+        return req, cl.instances[1].load
+
+    req, decode_load = run_on("virtual", main())
+    assert req.aborted and decode_load == 0 and not cl.in_transit
+    assert cl.instances[1].stats.requests_admitted == 0

@@ -86,7 +86,7 @@ class Cluster:
         assert d is not None
         out: list[Instance] = []
         presets = []
-        for pool in (d.prefill, d.decode):
+        for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
             p = self.preset if pool.preset is None else get_preset(
                 pool.preset, max_num_batched_tokens=cfg.max_num_batched_tokens,
                 max_num_seqs=cfg.max_num_seqs)
@@ -95,8 +95,10 @@ class Cluster:
                                  f"preset, not a {p.scheduler} one")
             presets.append(p)
             blocks = cfg.cache_blocks or p.cache_blocks(cfg.block_size)
-            out += [Instance(len(out), p, cfg.block_size, blocks, cfg.cpu_offload_blocks,
-                             self.shared, load, cfg.speedup) for _ in range(pool.instances)]
+            for _ in range(pool.instances):
+                out.append(Instance(len(out), p, cfg.block_size, blocks,
+                                    cfg.cpu_offload_blocks, self.shared, load, cfg.speedup))
+                out[-1].role = role
         self.preset = presets[0]
         self.pd = PD(d, presets[0], cfg.block_size, cfg.seed, cfg.cache_aware_max_imbalance)
         return out

@@ -118,6 +118,10 @@ class PD:
         held = decode[j].gpu.match(req.hashes, req.match_limit) if keeps else 0
         t = transfer(req.prompt_tokens - held * self.block_size, self.kvb, self.cfg.link,
                      prefill_s)
+        ds = decode[j].stats
+        ds.kv_in_tokens += t.tokens
+        ds.kv_in_bytes += t.bytes
+        ds.kv_in_wait_s += t.exposed_s
         st = self.stats
         st.transfers += 1
         st.tokens += t.tokens

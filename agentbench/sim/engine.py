@@ -86,6 +86,11 @@ class InstanceStats:
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
     steps: int = 0
     busy_s: float = 0.0
+    #: P/D, on a decode instance: KV moved to it (tokens, bytes) and the seconds requests
+    #: waited for it (``disagg.py``)
+    kv_in_tokens: int = 0
+    kv_in_bytes: float = 0.0
+    kv_in_wait_s: float = 0.0
 
 
 class Instance:
@@ -120,6 +125,8 @@ class Instance:
         #: prefill-only requests whose prefill ended (``SimRequest.handoff``), for the
         #: cluster to move to a decode instance (it empties the list)
         self.handed: list[SimRequest] = []
+        #: "prefill" or "decode" in a disaggregated endpoint; "" when it does both
+        self.role = ""
 
     def reset_cache(self) -> int:
         """Drop every cached block no request holds (vLLM's ``/reset_prefix_cache``): the
@@ -297,8 +304,9 @@ class Instance:
                 break
             waiting.popleft()
             self.prefilling.append(r)
-            load_s += r.cpu_hit_tokens * p.cpu_load_s_per_token \
-                + r.shared_hit_tokens * self.shared_load
+            if not r.kv_ready:  # a moved KV's tier loads were its prefill instance's
+                load_s += r.cpu_hit_tokens * p.cpu_load_s_per_token \
+                    + r.shared_hit_tokens * self.shared_load
             budget, flops, kv_read = self._chunks((r,), budget, flops, kv_read, plan)
         return flops, kv_read, load_s
 

@@ -183,6 +183,14 @@ def get_preset(name: str, **overrides: object) -> Preset:
 def modeled_gpus(cfg: Any) -> int | None:
     """The GPUs a simulated endpoint models: its instances x its preset's GPUs per
     instance; None when the preset does not say."""
-    preset = get_preset(str(cfg.preset))
-    return None if preset.gpus is None else preset.gpus * int(cfg.instances)
+    d = getattr(cfg, "disaggregation", None)
+    pools = [(cfg.preset, int(cfg.instances))] if d is None else [
+        (pool.preset or cfg.preset, pool.instances) for pool in (d.prefill, d.decode)]
+    total = 0
+    for ref, n in pools:
+        gpus = get_preset(str(ref)).gpus
+        if gpus is None:
+            return None
+        total += gpus * n
+    return total
 

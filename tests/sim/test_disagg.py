@@ -15,7 +15,8 @@ from agentbench.scenario.endpoints import KvLink, SimulatedEndpoint
 from agentbench.sim.cluster import Cluster
 from agentbench.sim.disagg import kv_bytes_per_token, transfer
 from agentbench.sim.engine import SimRequest
-from agentbench.sim.presets import get_preset
+from agentbench.sim.metrics import samples
+from agentbench.sim.presets import get_preset, modeled_gpus
 from agentbench.sim.virtual import TimerDriver, run_virtual
 
 BS = 16
@@ -57,11 +58,17 @@ def test_the_pools_set_the_instance_count_and_refuse_a_contradiction() -> None:
     assert SimulatedEndpoint(kind="simulated", instances=8, disaggregation=pools).instances == 8
     with pytest.raises(ValidationError, match="pools hold 8"):
         SimulatedEndpoint(kind="simulated", instances=4, disaggregation=pools)
+    # GPUs modeled: each pool's instances x its preset's GPUs (the 70B preset: one each)
+    ep = SimulatedEndpoint(kind="simulated", disaggregation=pools)
+    assert modeled_gpus(ep) == 8
+    pools["decode"]["preset"] = "instant"  # a synthetic preset: 0 GPUs
+    assert modeled_gpus(SimulatedEndpoint(kind="simulated", disaggregation=pools)) == 2
 
 
-def _cluster(**pd: Any) -> Cluster:
+def _cluster(shared_tier: dict[str, Any] | None = None, **pd: Any) -> Cluster:
     d = {"prefill": {"instances": 1}, "decode": {"instances": 1}, **pd}
-    return Cluster(SimulatedEndpoint(kind="simulated", block_size=BS, disaggregation=d))
+    return Cluster(SimulatedEndpoint(kind="simulated", block_size=BS, disaggregation=d,
+                                     shared_tier=shared_tier))
 
 
 def _turns(cl: Cluster, prompts: list[int], out: int = 8) -> list[SimRequest]:
@@ -114,6 +121,12 @@ def test_a_request_prefills_moves_and_decodes_on_its_pools() -> None:
         assert r.first_token_at is not None and r.finished_at is not None
         assert r.first_token_at > r.arrival  # arrival: when its KV reached the decode side
     assert decode.gpu.match(r2.hashes, r2.match_limit) == 200
+    # /metrics: what moved, on the decode instance
+    got = {(n, lab["instance"]): v for n, lab, v in samples("m", cl.instances)
+           if n.startswith("agentbench_sim_kv_transfer")}
+    assert got == {("agentbench_sim_kv_transfer_tokens_total", "1"): pd.stats.tokens,
+                   ("agentbench_sim_kv_transfer_bytes_total", "1"): pd.stats.bytes,
+                   ("agentbench_sim_kv_transfer_wait_seconds_total", "1"): pd.stats.exposed_s}
 
 
 def test_without_kept_kv_every_turn_moves_its_whole_prompt() -> None:
@@ -160,3 +173,19 @@ def test_a_request_aborted_on_the_link_never_reaches_a_decode_instance() -> None
     req, decode_load = run_on("virtual", main())
     assert req.aborted and decode_load == 0 and not cl.in_transit
     assert cl.instances[1].stats.requests_admitted == 0
+
+
+def test_a_tier_load_is_paid_on_the_prefill_side_only() -> None:
+    """Turn 2 goes to the other prefill instance and loads turn 1's 5,000 blocks from the
+    shared tier there (0.53 s at the preset's 6.6 us per token); its decode instance only
+    receives the KV and must not pay that load again."""
+    cl = _cluster(shared_tier={"capacity_blocks": 100_000},
+                  prefill={"instances": 2, "router": "round_robin"})
+    r1, r2 = _turns(cl, [5000, 5001], out=2)
+    assert r1.instance == r2.instance == 2
+    assert r2.shared_hit_tokens == 5000 * BS
+    p1, decode = cl.instances[1], cl.instances[2]
+    load_s = r2.shared_hit_tokens * p1.shared_load
+    assert load_s > 0.5
+    assert p1.stats.busy_s > load_s  # the prefill instance paid it
+    assert decode.stats.busy_s < 0.25  # four decode-side steps of the 70B, no load

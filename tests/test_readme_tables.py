@@ -37,3 +37,17 @@ def test_shared_kv_what_if_table(weka_dir: Path) -> None:
 @pytest.mark.slow
 def test_scale_out_table() -> None:
     assert _printed("scale-out.yaml") == _readme_table("scale-out.yaml")
+
+
+@pytest.mark.slow
+def test_pd_ratio_tables() -> None:
+    """docs/simulator.md's P:D split tables are what scripts/pd_table.py prints."""
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    at = text.index("`python scripts/pd_table.py scenarios/pd-ratio.yaml`")
+    m = re.compile(r"^\| variant \| stage \|.*?\n\n\| variant \|.*?(?=\n\n)", re.S | re.M
+                   ).search(text, at)
+    assert m is not None
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "pd_table.py"),
+                          str(ROOT / "scenarios" / "pd-ratio.yaml")], capture_output=True,
+                         text=True, check=True, timeout=900)
+    assert out.stdout.strip() == m.group(0)

@@ -1,0 +1,105 @@
+"""Run the prefill/decode split what-if (every variant, virtual time) and print its
+Markdown tables, as quoted in docs/simulator.md: one row per variant and stage, then what
+each variant's link carried. Virtual time makes it deterministic: the same command prints
+the same tables, byte for byte, on any machine.
+
+    python scripts/pd_table.py scenarios/pd-ratio.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agentbench.metrics import summarize  # noqa: E402
+from agentbench.replay import run  # noqa: E402
+from agentbench.results.schema import REQUESTS_FILE, SERVER_METRICS_FILE  # noqa: E402
+from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
+
+TRANSFER = "agentbench_sim_kv_transfer_"
+
+
+def itl_tail(requests: pd.DataFrame, stage: str, q: float) -> float:
+    """The ``q`` quantile (0-100) of the gaps between a stage's measured successful
+    requests' token events, ms (the ITL of docs/metrics.md, at a finer quantile than the
+    summary keeps)."""
+    rows = requests[(requests["stage"] == stage) & (requests["phase"] == "measure")
+                    & (requests["status"] == "ok")]
+    gaps = [np.diff(np.asarray(ev, dtype=np.int64)) for ev in rows["token_event_ns"]
+            if ev is not None and len(ev) > 1]
+    return float(np.percentile(np.concatenate(gaps), q)) / 1e6 if gaps else float("nan")
+
+
+def _rows(name: str, sc: Any, s: dict[str, Any], requests: pd.DataFrame) -> list[list[str]]:
+    out = []
+    for label, st in s["stages"].items():
+        lat, thr = st["latency"], st["throughput"]
+        inter = st["interactivity_tok_s"]["p50"]
+        out.append([name, label, f"{st['requests']['ok']:,}",
+                    f"{st['hit_rate']['usage']['value']:.1%}",
+                    f"{lat['ttft_ms']['p50'] / 1e3:,.2f} s",
+                    f"{lat['ttft_ms']['p99'] / 1e3:,.1f} s",
+                    f"{lat['itl_ms']['p99']:,.1f} ms",
+                    f"{itl_tail(requests, label, 99.9):,.0f} ms",
+                    f"{thr['per_gpu_total_tok_s']:,.0f}",
+                    f"{inter:,.1f}", f"{st['goodput']['requests']:.1%}"])
+    return out
+
+
+def _moved(name: str, metrics: pd.DataFrame) -> list[str] | None:
+    """Totals at the run's last sample: GB moved, transfers' mean wait."""
+    m = metrics[metrics["name"].str.startswith(TRANSFER)]
+    if m.empty:
+        return None
+    last = m[m["time_ns"] == m["time_ns"].max()].groupby("name")["value"].sum()
+    tokens = last[TRANSFER + "tokens_total"]
+    return [name, f"{last[TRANSFER + 'bytes_total'] / 1e9:,.0f} GB", f"{tokens / 1e6:,.1f}M",
+            f"{last[TRANSFER + 'wait_seconds_total']:,.1f} s"]
+
+
+def _md(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *["| " + " | ".join(r) + " |" for r in rows]]
+
+
+def tables(path: Path) -> str:
+    base = load_scenario(path)
+    rows: list[list[str]] = []
+    moved: list[list[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for sc in expand_variants(base):
+            if sc.clock_mode != "virtual":
+                raise SystemExit(f"{path}: {sc.name} is not in virtual time")
+            sc.output.dir, sc.output.run_id = tmp, sc.name
+            rd = run(sc, progress=False).run_dir
+            name = sc.name.removeprefix(f"{base.name}-")
+            rows += _rows(name, sc, summarize(rd, write=False),
+                          pd.read_parquet(rd / REQUESTS_FILE))
+            got = _moved(name, pd.read_parquet(rd / SERVER_METRICS_FILE))
+            if got is not None:
+                moved.append(got)
+    head = ["variant", "stage", "requests", "hit rate", "P50 TTFT", "P99 TTFT", "P99 ITL",
+            "P99.9 ITL", "tok/s per GPU", "tok/s per user", "goodput"]
+    lines = _md(head, rows) + [""]
+    lines += _md(["variant", "KV moved", "tokens moved", "waited for it (all requests)"],
+                 moved)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenario", type=Path)
+    print(tables(ap.parse_args().scenario))
+
+
+if __name__ == "__main__":
+    main()

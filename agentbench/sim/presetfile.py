@@ -323,15 +323,38 @@ def preset_yaml(preset: Preset) -> str:
 
 
 def check_presets(scenario: Any, source: str) -> None:
-    """Read every preset file the scenario's simulated endpoints name, variants included,
-    so a bad one is one ``InputError`` line (naming ``source``, the scenario) before any
-    run folder is made."""
+    """Read every preset the scenario's simulated endpoints name (their own, their P/D
+    pools'), variants included, so a bad one (an unknown name, a broken file, a pool
+    preset P/D cannot use) is one ``InputError`` line (naming ``source``, the scenario)
+    before any run folder is made."""
     from agentbench.scenario.loading import expand_variants
+    from agentbench.sim.disagg import kv_bytes_per_token
+    from agentbench.sim.presets import get_preset
 
     for sc in expand_variants(scenario):
-        for i, path in sc.preset_files():
-            try:
-                load_preset_file(path)
-            except InputError as err:
-                raise InputError(err.one_line(), source=source, where=f"endpoints[{i}]",
-                                 field="preset") from None
+        for i, e in enumerate(sc.endpoints):
+            if e.kind != "simulated":
+                continue
+            d = e.disaggregation
+            refs = [("preset", e.preset)] + ([] if d is None else [
+                (f"disaggregation.{n}.preset", pool.preset or e.preset)
+                for n, pool in (("prefill", d.prefill), ("decode", d.decode))])
+            for key, ref in refs:
+                try:
+                    preset = get_preset(ref)
+                    if d is not None and key != "preset":
+                        if preset.scheduler != "paged":
+                            raise InputError(f"preset {preset.name} is a {preset.scheduler} "
+                                             "one; disaggregation needs paged (vLLM-like) "
+                                             "presets")
+                        if key.endswith("prefill.preset"):
+                            kv_bytes_per_token(d.link, preset)
+                except KeyError as err:
+                    raise InputError(str(err.args[0]), source=source,
+                                     where=f"endpoints[{i}]", field=key) from None
+                except ValueError as err:
+                    raise InputError(str(err), source=source, where=f"endpoints[{i}]",
+                                     field=key) from None
+                except InputError as err:
+                    raise InputError(err.one_line(), source=source,
+                                     where=f"endpoints[{i}]", field=key) from None

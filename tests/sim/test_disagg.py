@@ -189,3 +189,33 @@ def test_a_tier_load_is_paid_on_the_prefill_side_only() -> None:
     assert load_s > 0.5
     assert p1.stats.busy_s > load_s  # the prefill instance paid it
     assert decode.stats.busy_s < 0.25  # four decode-side steps of the 70B, no load
+
+
+@pytest.mark.parametrize(("pool", "says"), [
+    ({"preset": "nosuch"}, "field 'disaggregation.prefill.preset': unknown simulator preset "
+                           "'nosuch'"),
+    ({"preset": "scenarios/presets/llama-cpp-tiny.yaml"}, "is a slots one; disaggregation "
+                                                          "needs paged"),
+    ({"preset": "scenarios/presets/vllm-cpu-tiny.yaml"}, "gives no KV bytes per token: set "
+                                                         "disaggregation.link.kv_bytes_per_"
+                                                         "token"),
+])
+def test_a_pool_preset_it_cannot_use_is_one_line_before_the_run(pool: dict[str, Any],
+                                                                 says: str) -> None:
+    from agentbench.errors import InputError
+    from agentbench.scenario.loading import validate_data
+    from agentbench.sim.presetfile import check_presets
+    from tests.helpers import ROOT
+
+    if "/" in pool["preset"]:
+        pool = {"preset": str(ROOT / pool["preset"])}
+    sc = validate_data({
+        "name": "pd", "endpoints": [{"kind": "simulated", "disaggregation": {
+            "prefill": {"instances": 1, **pool}, "decode": {"instances": 1}}}],
+        "trace": {"kind": "synth", "profile": "codex", "sessions": 2},
+        "load": {"kind": "lanes", "concurrency": 1}, "limits": {"max_requests": 2}},
+        "pd.yaml")
+    with pytest.raises(InputError) as got:
+        check_presets(sc, "pd.yaml")
+    line = got.value.one_line()
+    assert says in line and "\n" not in line and line.startswith("pd.yaml")

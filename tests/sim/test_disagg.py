@@ -219,3 +219,30 @@ def test_a_pool_preset_it_cannot_use_is_one_line_before_the_run(pool: dict[str, 
         check_presets(sc, "pd.yaml")
     line = got.value.one_line()
     assert says in line and "\n" not in line and line.startswith("pd.yaml")
+
+
+def test_the_wall_clock_driver_moves_requests_too() -> None:
+    """``serve-sim`` and ``clock: wall`` step instances with ``Cluster._drive``: a P/D
+    request there prefills, moves and decodes as on the virtual clock."""
+    cfg = SimulatedEndpoint(kind="simulated", block_size=BS, speedup=1000.0,
+                            disaggregation={"prefill": {"instances": 1},
+                                            "decode": {"instances": 2}})
+
+    async def main() -> tuple[SimRequest, Cluster]:
+        cl = Cluster(cfg)
+        await cl.start()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        req = cl.make_hashed(list(range(1, 201)), 200 * BS + 5, max_tokens=6, ignore_eos=True)
+        req.on_progress = lambda r: (r.finished_at is not None and not fut.done()
+                                     and fut.set_result(None))
+        cl.submit(req)
+        await asyncio.wait_for(fut, 30)
+        await cl.close()
+        return req, cl
+
+    req, cl = asyncio.run(main())
+    assert req.generated == 6 and req.instance in (1, 2) and not cl.in_transit
+    assert cl.pd is not None and cl.pd.stats.tokens == 200 * BS + 5
+    assert cl.instances[0].stats.generation_tokens == 0
+    assert cl.instances[req.instance].stats.generation_tokens == 6

@@ -1,6 +1,7 @@
 """Run the prefill/decode split what-if (every variant, virtual time) and print its
-Markdown tables, as quoted in docs/simulator.md: one row per variant and stage, then what
-each variant's link carried. Virtual time makes it deterministic: the same command prints
+Markdown tables, as quoted in docs/simulator.md: one row per variant and stage, then
+where a request's time went in each variant (mean seconds per part, docs/metrics.md) and
+what its KV link carried. Virtual time makes it deterministic: the same command prints
 the same tables, byte for byte, on any machine.
 
     python scripts/pd_table.py scenarios/pd-ratio.yaml
@@ -24,6 +25,7 @@ from agentbench.metrics import summarize  # noqa: E402
 from agentbench.replay import run  # noqa: E402
 from agentbench.results.schema import REQUESTS_FILE, SERVER_METRICS_FILE  # noqa: E402
 from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
+from agentbench.sim.timeline import PARTS  # noqa: E402
 
 TRANSFER = "agentbench_sim_kv_transfer_"
 
@@ -55,15 +57,17 @@ def _rows(name: str, sc: Any, s: dict[str, Any], requests: pd.DataFrame) -> list
     return out
 
 
-def _moved(name: str, metrics: pd.DataFrame) -> list[str] | None:
-    """Totals at the run's last sample: GB moved, transfers' mean wait."""
+def _where(name: str, s: dict[str, Any], metrics: pd.DataFrame) -> list[str]:
+    """Where a request's time went (means over the run, s) and what the link carried
+    (totals at the run's last sample)."""
+    tb = s["overall"]["time_breakdown"]["mean_ms"]
+    row = [name, *(f"{tb[p] / 1e3:,.2f}" for p in PARTS)]
     m = metrics[metrics["name"].str.startswith(TRANSFER)]
     if m.empty:
-        return None
+        return [*row, "-"]
     last = m[m["time_ns"] == m["time_ns"].max()].groupby("name")["value"].sum()
-    tokens = last[TRANSFER + "tokens_total"]
-    return [name, f"{last[TRANSFER + 'bytes_total'] / 1e9:,.0f} GB", f"{tokens / 1e6:,.1f}M",
-            f"{last[TRANSFER + 'wait_seconds_total']:,.1f} s"]
+    gb = last[TRANSFER + "bytes_total"] / 1e9
+    return [*row, f"{gb:,.0f} GB ({last[TRANSFER + 'tokens_total'] / 1e6:,.1f}M tokens)"]
 
 
 def _md(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -74,7 +78,7 @@ def _md(head: list[str], rows: list[list[str]]) -> list[str]:
 def tables(path: Path) -> str:
     base = load_scenario(path)
     rows: list[list[str]] = []
-    moved: list[list[str]] = []
+    where: list[list[str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for sc in expand_variants(base):
             if sc.clock_mode != "virtual":
@@ -82,16 +86,15 @@ def tables(path: Path) -> str:
             sc.output.dir, sc.output.run_id = tmp, sc.name
             rd = run(sc, progress=False).run_dir
             name = sc.name.removeprefix(f"{base.name}-")
-            rows += _rows(name, sc, summarize(rd, write=False),
-                          pd.read_parquet(rd / REQUESTS_FILE))
-            got = _moved(name, pd.read_parquet(rd / SERVER_METRICS_FILE))
-            if got is not None:
-                moved.append(got)
+            summary = summarize(rd, write=False)
+            rows += _rows(name, sc, summary, pd.read_parquet(rd / REQUESTS_FILE))
+            where.append(_where(name, summary,
+                                pd.read_parquet(rd / SERVER_METRICS_FILE)))
     head = ["variant", "stage", "requests", "hit rate", "P50 TTFT", "P99 TTFT", "P99 ITL",
             "P99.9 ITL", "tok/s per GPU", "tok/s per user", "goodput"]
     lines = _md(head, rows) + [""]
-    lines += _md(["variant", "KV moved", "tokens moved", "waited for it (all requests)"],
-                 moved)
+    lines += _md(["variant", *(f"{p.replace('_', ' ')} (s)" for p in PARTS), "KV moved"],
+                 where)
     return "\n".join(lines)
 
 

@@ -235,6 +235,7 @@ def format_summary(summary: dict[str, Any]) -> str:
              *(f"warning       {w}" for w in gpus),
              *_block_lines(summary["overall"], simulated)]
     lines.extend(_warmth_lines(summary.get("by_warmth") or []))
+    lines.extend(_where_lines(summary["overall"].get("time_breakdown")))
     lines.extend(_validity_lines(summary))
     if summary.get("warmup_requests_excluded"):
         lines.append(f"warmup        {summary['warmup_requests_excluded']:,} requests excluded")
@@ -287,6 +288,16 @@ def _load_line(ld: dict[str, Any] | None) -> list[str]:
     return [f"load          {lanes}; in flight mean {ld['in_flight_mean']:,.2f}, p50 "
             f"{_n(ld['in_flight_p50'], ',.0f')}"
             + (f" ({share:.0%} of the lanes)" if share is not None else "")]
+
+
+def _where_lines(tb: dict[str, Any] | None) -> list[str]:
+    """Where a simulated request's time went, mean per successful request (the parts
+    that took any)."""
+    if not tb:
+        return []
+    parts = [f"{k.replace('_', ' ')} {_n(v, ',.0f')} ms ({_pct(tb['share'][k])})"
+             for k, v in tb["mean_ms"].items() if v]
+    return ["time went     " + ", ".join(parts) + " (mean per request, simulator)"]
 
 
 def _warmth_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -136,7 +136,7 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
     failed_trees = int((outcome == "failed").sum())
     done = trees[(outcome == "completed")] if n_trees else trees
     judged = completed + failed_trees  # trees cut by the run's bound are not judged
-    return {
+    result: dict[str, Any] = {
         "requests": _counts(d, m),
         "window_s": window_s,
         "window_wall_s": window_wall_s,
@@ -187,6 +187,29 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
                                                      d.potential[okm], d.expected_input[okm]),
             prices=settings.prices),
     }
+    where = time_breakdown(d.df, okm)
+    if where is not None:
+        result["time_breakdown"] = where
+    return result
+
+
+def time_breakdown(df: pd.DataFrame, okm: Mask) -> dict[str, Any] | None:
+    """Where the selected successful requests' time went (simulated endpoints: the
+    ``sim_*_ns`` columns, docs/metrics.md "Where time goes"): the mean of each part in ms
+    and its share of their sum; None when no selected row has the parts."""
+    if R.BREAKDOWN[0] not in df.columns:
+        return None
+    parts = df[list(R.BREAKDOWN)].to_numpy(dtype=np.float64)[okm]
+    parts = parts[~np.isnan(parts).any(axis=1)]
+    if not len(parts):
+        return None
+    means = parts.mean(axis=0) / 1e6
+    total = float(means.sum())
+    names = [c.removeprefix("sim_").removesuffix("_ns") for c in R.BREAKDOWN]
+    return {"requests": len(parts),
+            "mean_ms": {n: float(v) for n, v in zip(names, means, strict=True)},
+            "share": {n: (float(v) / total if total > 0 else None)
+                      for n, v in zip(names, means, strict=True)}}
 
 
 def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:

@@ -207,3 +207,37 @@ def _in_flight(ax: Any, requests: pd.DataFrame, time_note: str) -> None:
     ax.set_xlabel(f"time since run start, s{time_note}")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
+
+
+#: the parts of a simulated request's time, in stacking order, with their colours
+WHERE = (("queue", "tab:gray"), ("prefill", "tab:blue"), ("tier_load", "tab:cyan"),
+         ("transfer", "tab:orange"), ("decode_queue", "tab:red"), ("decode", "tab:green"))
+
+
+def where_time_goes(runs: Sequence[tuple[str, dict[str, Any]]]) -> bytes | None:
+    """One stacked bar per run: the mean ms of each part of a successful request's time
+    in the simulator (summary ``overall.time_breakdown``); None when no run has it."""
+    named: list[tuple[str, dict[str, Any]]] = []
+    for lab, s in runs:
+        tb = (s.get("overall") or {}).get("time_breakdown")
+        if tb:
+            named.append((lab, tb))
+    if not named:
+        return None
+    plt = plt_module()
+    n = len(named)
+    fig, ax = plt.subplots(figsize=(WIDE[0], max(2.0, 0.5 * n + 1.2)))
+    left = np.zeros(n)
+    for part, color in WHERE:
+        vals = np.array([float(tb["mean_ms"].get(part) or 0.0) / 1e3 for _, tb in named])
+        if not vals.any():
+            continue
+        ax.barh(np.arange(n), vals, left=left, color=color, label=part.replace("_", " "))
+        left += vals
+    ax.set_yticks(np.arange(n), [lab for lab, _ in named], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean seconds per successful request (simulator)")
+    ax.set_title("Where a request's time goes")
+    ax.grid(alpha=0.3, axis="x")
+    legend_outside(ax)
+    return png(fig)

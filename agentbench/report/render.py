@@ -336,12 +336,25 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     return sec
 
 
+def _where_section(named: Sequence[tuple[str, dict[str, Any]]], key: str) -> list[Section]:
+    """Where simulated requests' time went (none for real endpoints' runs)."""
+    chart = charts.where_time_goes(named)
+    if chart is None:
+        return []
+    return [Section("Where time goes (simulated)", text=[
+        "Mean per successful request, from the simulator's own stamps: waiting for an "
+        "instance, prefill steps, tier loads, and with prefill/decode disaggregation the KV "
+        "transfer and the wait for a decode instance, then decode (docs/metrics.md)."],
+        figures=[(f"{key}where_time_goes.png", "where time goes", chart)])]
+
+
 def sections_for(runs: Sequence[Run]) -> list[Section]:
     """Everything the report shows, in order."""
     labels = run_labels([r.summary for r in runs])
     if len(runs) == 1:
         r = runs[0]
         return [*_requests_sections(r, labels[0], ""), _latency_figures(runs, labels, ""),
+                *_where_section([(labels[0], r.summary)], ""),
                 _curve_figures(runs, labels, ""), _timeline_figure(r, ""),
                 _agents_section(r, ""), _cost_section(r), _errors_section(r),
                 _scenario_section(r)]
@@ -363,7 +376,7 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
     # latency distributions, where a cache or routing change shows
     out = [_comparison_section(runs, labels), *((agentx, latency) if sweep else
                                                 (latency, agentx)),
-           _curve_figures(runs, labels, "cmp_")]
+           *_where_section(named, "cmp_"), _curve_figures(runs, labels, "cmp_")]
     descs = {str(s.get("run", {}).get("description") or "") for s in sums}
     if len(descs) == 1 and descs != {""}:
         out[0].text.insert(0, descs.pop().strip())

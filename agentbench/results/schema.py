@@ -33,6 +33,14 @@ MEASURE = "measure"
 #: USAGE_MAX + 1 (so it fits every column); the metrics treat that as impossible usage
 USAGE_MAX = 2**31 - 1
 
+#: where a simulated request's time went, ns each (docs/metrics.md, "Where time goes"):
+#: waiting for its (prefill) instance, prefill steps, loads from the CPU and shared tiers,
+#: the KV transfer to its decode instance and the wait there (P/D), then decode (from the
+#: first token, or in P/D from the decode admission); null for a real endpoint's rows and
+#: for requests that did not finish
+BREAKDOWN = ("sim_queue_ns", "sim_prefill_ns", "sim_tier_load_ns", "sim_transfer_ns",
+             "sim_decode_queue_ns", "sim_decode_ns")
+
 REQUESTS_SCHEMA = pa.schema([
     pa.field("request_id", pa.int64(), nullable=False),
     pa.field("stage", pa.string(), nullable=False),        # sweep stage label, e.g. "c=8"
@@ -62,6 +70,7 @@ REQUESTS_SCHEMA = pa.schema([
     pa.field("http_status", pa.int32()),
     pa.field("error_type", pa.string()),
     pa.field("error_message", pa.string()),
+    *[pa.field(name, pa.int64()) for name in BREAKDOWN],
 ])
 
 SESSIONS_SCHEMA = pa.schema([
@@ -136,3 +145,6 @@ class RequestRecord:
     #: client benchmarks (events arrive one per read unless the client fell behind), not
     #: written
     reads: int = 0
+    #: where the request's time went, ns per ``BREAKDOWN`` column (the in-process
+    #: simulator fills it for a finished request)
+    breakdown_ns: tuple[int, ...] | None = None

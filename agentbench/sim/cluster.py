@@ -156,7 +156,7 @@ class Cluster:
             self.instances[-1 if pd is not None else 0], req)
         if why is not None:
             raise SimRejected(why)
-        req.arrival = self.now() if at is None else at
+        req.arrival = req.sent_at = self.now() if at is None else at
         if self.driver is not None:
             self.driver.sync(req.arrival)  # routing reads every instance's state
         if pd is not None:

@@ -128,6 +128,7 @@ class PD:
         st.bytes += t.bytes
         st.wire_s += t.wire_s
         st.exposed_s += t.exposed_s
+        req.prefill_start, req.prefill_end = req.admitted_at, now
         req.handoff, req.kv_ready = False, True
         req.instance, req.admitted_at, req.reserved, req.pinned = -1, None, 0, None
         req.computed = 0

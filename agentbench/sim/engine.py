@@ -50,6 +50,11 @@ class SimRequest:
     # set by the engine
     instance: int = -1
     local_blocks: int = 0  # leading blocks found in this instance's GPU cache
+    # where its time went (``timeline.breakdown``)
+    sent_at: float = 0.0  # routed (its arrival before a fitted preset's request_s)
+    load_s: float = 0.0  # its own tier loads, in the step that admitted it
+    prefill_start: float | None = None  # P/D: admitted on its prefill instance
+    prefill_end: float | None = None  # P/D: its prefill ended (it left for a decode one)
     cached_tokens: int = 0
     gpu_hit_tokens: int = 0
     cpu_hit_tokens: int = 0
@@ -305,8 +310,10 @@ class Instance:
             waiting.popleft()
             self.prefilling.append(r)
             if not r.kv_ready:  # a moved KV's tier loads were its prefill instance's
-                load_s += r.cpu_hit_tokens * p.cpu_load_s_per_token \
+                own = r.cpu_hit_tokens * p.cpu_load_s_per_token \
                     + r.shared_hit_tokens * self.shared_load
+                r.load_s = own
+                load_s += own
             budget, flops, kv_read = self._chunks((r,), budget, flops, kv_read, plan)
         return flops, kv_read, load_s
 

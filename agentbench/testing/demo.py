@@ -152,6 +152,8 @@ def write_demo_run(out: str | Path, *, trees: int = 16, turns: int = 30,
         elif f.name in ("first_token_ns", "last_token_ns", "prompt_tokens",
                         "completion_tokens", "cached_tokens"):
             arrays[f.name] = pa.array(c[f.name], f.type, mask=failed_all)
+        elif f.name in R.BREAKDOWN:  # a real endpoint's rows: not known
+            arrays[f.name] = pa.nulls(n_all, f.type)
         elif f.name in ("error_type", "error_message"):
             text = "http" if f.name == "error_type" else "HTTP 500"
             arrays[f.name] = pa.array([text if x else None for x in failed_all], f.type)

@@ -51,6 +51,9 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
             # error bodies are
             row["error_message"] = redact(st.error_message, rec.secrets, cut=True) \
                 if st.error_message and rec.secrets else st.error_message
+    parts = rec.breakdown_ns if row["status"] == records.OK else None
+    for i, name in enumerate(records.BREAKDOWN):
+        row[name] = parts[i] if parts is not None else None
     rec.chunks = []
     rec.chunk_ns = []
     rec.result = None

@@ -19,6 +19,7 @@ from agentbench.results.schema import RequestRecord
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
 from agentbench.sim.metrics import samples
+from agentbench.sim.timeline import breakdown
 from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.scrape import sample_collector
@@ -141,3 +142,6 @@ class SimTransport:
         res.prompt_tokens = req.prompt_tokens
         res.completion_tokens = req.generated
         res.cached_tokens = req.cached_tokens
+        parts = breakdown(req)
+        if parts is not None:
+            rec.breakdown_ns = tuple(round(x * 1e9) for x in parts)

@@ -51,3 +51,17 @@ def test_pd_ratio_tables() -> None:
                           str(ROOT / "scenarios" / "pd-ratio.yaml")], capture_output=True,
                          text=True, check=True, timeout=900)
     assert out.stdout.strip() == m.group(0)
+
+
+@pytest.mark.slow
+def test_kv_tiers_tables() -> None:
+    """docs/simulator.md's KV tiers tables are what scripts/tiers_table.py prints."""
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    at = text.index("scripts/tiers_table.py scenarios/kv-tiers.yaml`")
+    m = re.compile(r"^\| variant \| requests \|.*?\n\n\| variant \|.*?(?=\n\n)", re.S | re.M
+                   ).search(text, at)
+    assert m is not None
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "tiers_table.py"),
+                          str(ROOT / "scenarios" / "kv-tiers.yaml")], capture_output=True,
+                         text=True, check=True, timeout=900)
+    assert out.stdout.strip() == m.group(0)

@@ -189,6 +189,22 @@ class Disaggregation(Strict):
         "turn moves its whole prompt.")
 
 
+class NvmeTier(Strict):
+    """A per-instance NVMe offload tier behind the CPU one (LMCache and vLLM's offloading
+    connectors write KV to local disk): write-through, LRU, loaded at its bandwidth plus a
+    per-load latency."""
+
+    capacity_blocks: int = Field(gt=0, description="Blocks one instance's NVMe tier holds.")
+    bandwidth_gbps: float = Field(
+        56.0, gt=0, le=1e6, description="Read bandwidth in Gb/s (56: one PCIe Gen4 x4 SSD's "
+        "7 GB/s; 112: PCIe Gen5); a load of n tokens takes n x KV bytes per token over it.")
+    latency_s: float = Field(
+        0.0001, ge=0, le=60, description="Fixed cost of each load (a read's latency).")
+    load_s_per_token: float | None = Field(
+        None, ge=0, description="Seconds per token loaded, instead of the bandwidth (a "
+        "fitted preset records no KV bytes per token).")
+
+
 def is_preset_path(ref: str) -> bool:
     """Whether a simulated endpoint's ``preset`` is a file path rather than a shipped
     preset's name (a name has no path separator and no .yaml ending)."""
@@ -220,6 +236,8 @@ class SimulatedEndpoint(Strict):
     cpu_offload_blocks: int = Field(
         0, ge=0, description="Per-instance CPU offload tier capacity in blocks (write-through, "
         "LRU); 0: none.")
+    nvme_tier: NvmeTier | None = Field(
+        None, description="Optional per-instance NVMe tier (behind the CPU one).")
     shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
     speedup: float = Field(1.0, gt=0,
                            description="clock: wall only: divide every simulated duration by "

@@ -54,14 +54,18 @@ class Cluster:
         if cfg.disaggregation is not None:
             self.instances = self._pools(cfg, load)
         elif self.preset.scheduler == "slots":  # llama.cpp: the CPU tier is its RAM cache
+            if cfg.nvme_tier is not None:
+                raise ValueError(f"preset {self.preset.name}: an NVMe tier needs a paged "
+                                 "(vLLM-like) preset, not a slots one")
             ram = cfg.cpu_offload_blocks * cfg.block_size or None
             self.instances = [
                 SlotInstance(i, self.preset, cfg.block_size, self.cache_blocks, ram_tokens=ram,
                              speedup=cfg.speedup) for i in range(cfg.instances)]
         else:
+            nvme = nvme_spec(cfg, self.preset)
             self.instances = [
                 Instance(i, self.preset, cfg.block_size, self.cache_blocks,
-                         cfg.cpu_offload_blocks, self.shared, load, cfg.speedup)
+                         cfg.cpu_offload_blocks, self.shared, load, cfg.speedup, nvme)
                 for i in range(cfg.instances)]
         self.router = Router(cfg.router, cfg.instances, cfg.cache_aware_max_imbalance,
                              cfg.seed)
@@ -97,7 +101,8 @@ class Cluster:
             blocks = cfg.cache_blocks or p.cache_blocks(cfg.block_size)
             for _ in range(pool.instances):
                 out.append(Instance(len(out), p, cfg.block_size, blocks,
-                                    cfg.cpu_offload_blocks, self.shared, load, cfg.speedup))
+                                    cfg.cpu_offload_blocks, self.shared, load, cfg.speedup,
+                                    nvme_spec(cfg, p)))
                 out[-1].role = role
         self.preset = presets[0]
         self.pd = PD(d, presets[0], cfg.block_size, cfg.seed, cfg.cache_aware_max_imbalance)
@@ -280,6 +285,22 @@ class Cluster:
                                     self.arrive, r, j)
             end_prev = end
             busy = True
+
+
+def nvme_spec(cfg: SimulatedEndpoint, preset: Preset) -> tuple[int, float, float] | None:
+    """An endpoint's NVMe tier for instances of ``preset``: (blocks, seconds per token
+    loaded, seconds per load); None without one."""
+    t = cfg.nvme_tier
+    if t is None:
+        return None
+    per_token = t.load_s_per_token
+    if per_token is None:
+        kvb = preset.kv_bytes_per_token
+        if not kvb or kvb != kvb:  # 0 or NaN: a fitted preset records no model shape
+            raise ValueError(f"preset {preset.name} gives no KV bytes per token: set "
+                             "nvme_tier.load_s_per_token")
+        per_token = kvb / (t.bandwidth_gbps * 1e9 / 8)
+    return t.capacity_blocks, per_token, t.latency_s
 
 
 def plan_next(inst: Instance, start: float) -> tuple[float, float] | None:

@@ -19,83 +19,14 @@ to the step in which the request is admitted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 from agentbench.sim.cost import step_cost
-from agentbench.sim.histogram import E2E_BUCKETS, TTFT_BUCKETS, Histogram
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
+from agentbench.sim.request import InstanceStats, SimRequest
 
-
-@dataclass(eq=False, slots=True)
-class SimRequest:
-    """One request inside the simulator. Times are simulated seconds."""
-
-    rid: int
-    prompt_tokens: int
-    hashes: list[int]  # prefix-chained hashes of the prompt's full blocks
-    output_tokens: int  # tokens it will generate (>= 1)
-    match_limit: int = 0  # blocks a lookup may hit: one prompt token is always computed
-    finish_as: str = "length"  # "length" (max_tokens reached) or "stop" (simulated EOS)
-    session: str | None = None
-    arrival: float = 0.0
-    #: prefill only: at the prefill's end the request leaves this instance for a decode
-    #: instance (P/D disaggregation, ``disagg.py``) instead of emitting its first token
-    handoff: bool = False
-    #: its prompt's KV was computed elsewhere and moved here: admitted with nothing to
-    #: prefill (the decode side of P/D)
-    kv_ready: bool = False
-    # set by the engine
-    instance: int = -1
-    local_blocks: int = 0  # leading blocks found in this instance's GPU cache
-    # where its time went (``timeline.breakdown``)
-    sent_at: float = 0.0  # routed (its arrival before a fitted preset's request_s)
-    load_s: float = 0.0  # its own tier loads, in the step that admitted it
-    prefill_start: float | None = None  # P/D: admitted on its prefill instance
-    prefill_end: float | None = None  # P/D: its prefill ended (it left for a decode one)
-    cached_tokens: int = 0
-    gpu_hit_tokens: int = 0
-    cpu_hit_tokens: int = 0
-    shared_hit_tokens: int = 0
-    computed: int = 0  # prompt tokens present (cached or prefilled) so far
-    generated: int = 0
-    reserved: int = 0
-    pinned: int | None = None
-    admitted_at: float | None = None
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    finish_reason: str | None = None
-    aborted: bool = False
-    on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
-    #: told of several decode steps at once (their end times) by a virtual-time driver
-    on_steps: Callable[[SimRequest, list[Any]], None] | None = field(default=None, repr=False)
-
-
-@dataclass
-class InstanceStats:
-    """Cumulative counters of one instance (what /metrics exposes)."""
-
-    requests_admitted: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-    hits_gpu: int = 0
-    hits_cpu: int = 0
-    hits_shared: int = 0
-    finished: dict[str, int] = field(default_factory=lambda: {"length": 0, "stop": 0,
-                                                              "abort": 0})
-    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
-    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
-    steps: int = 0
-    busy_s: float = 0.0
-    #: P/D, on a decode instance: KV moved to it (tokens, bytes) and the seconds requests
-    #: waited for it (``disagg.py``)
-    kv_in_tokens: int = 0
-    kv_in_bytes: float = 0.0
-    kv_in_wait_s: float = 0.0
+__all__ = ["Instance", "InstanceStats", "SimRequest", "context_error", "first_fit_error"]
 
 
 class Instance:
@@ -103,13 +34,18 @@ class Instance:
 
     def __init__(self, index: int, preset: Preset, block_size: int, cache_blocks: int,
                  cpu_blocks: int = 0, shared: PrefixCache | None = None,
-                 shared_load_s_per_token: float | None = None, speedup: float = 1.0) -> None:
+                 shared_load_s_per_token: float | None = None, speedup: float = 1.0,
+                 nvme: tuple[int, float, float] | None = None) -> None:
+        """``nvme``: an NVMe tier's (blocks, seconds per token, seconds per load)."""
         self.index = index
         self.speedup = speedup
         self.preset = preset
         self.block_size = block_size
         self.gpu = PrefixCache(cache_blocks, "gpu")
         self.cpu = PrefixCache(cpu_blocks, "cpu") if cpu_blocks > 0 else None
+        self.nvme = PrefixCache(nvme[0], "nvme") if nvme is not None else None
+        self.nvme_load, self.nvme_latency = (nvme[1], nvme[2]) if nvme is not None \
+            else (0.0, 0.0)
         self.shared = shared
         self.shared_load = (preset.shared_load_s_per_token if shared_load_s_per_token is None
                             else shared_load_s_per_token)
@@ -139,6 +75,8 @@ class Instance:
         n = self.gpu.evict(len(self.gpu))
         if self.cpu is not None:
             n += self.cpu.evict(len(self.cpu))
+        if self.nvme is not None:
+            n += self.nvme.evict(len(self.nvme))
         self._turn_ends.clear()
         return n
 
@@ -226,25 +164,32 @@ class Instance:
             req.admitted_at = now
             st.requests_admitted += 1
             return True
-        cpu, shared = self.cpu, self.shared
-        if cpu is None and shared is None:
+        cpu, shared, nvme = self.cpu, self.shared, self.nvme
+        if cpu is None and shared is None and nvme is None:
             req.gpu_hit_tokens = req.cached_tokens = req.computed = cached = k * bs
             st.hits_gpu += cached
         else:
             kc = cpu.match(hashes, limit, hint) if cpu is not None else 0
+            kn = nvme.match(hashes, limit, hint) if nvme is not None else 0
             ks = shared.match(hashes, limit, hint) if shared is not None else 0
             cpu_blocks = max(0, kc - k)
-            shared_blocks = max(0, ks - max(k, kc))
+            nvme_blocks = max(0, kn - max(k, kc))  # each tier loads what the faster lack
+            shared_blocks = max(0, ks - max(k, kc, kn))
             if kc and cpu is not None:
                 cpu.touch(hashes, kc, now)
+            if kn and nvme is not None:
+                nvme.touch(hashes, kn, now)
             if ks and shared is not None:
                 shared.touch(hashes, ks, now)
             req.gpu_hit_tokens = k * bs
             req.cpu_hit_tokens = cpu_blocks * bs
+            req.nvme_hit_tokens = nvme_blocks * bs
             req.shared_hit_tokens = shared_blocks * bs
-            req.cached_tokens = req.computed = cached = (k + cpu_blocks + shared_blocks) * bs
+            req.cached_tokens = req.computed = cached = \
+                (k + cpu_blocks + nvme_blocks + shared_blocks) * bs
             st.hits_gpu += req.gpu_hit_tokens
             st.hits_cpu += req.cpu_hit_tokens
+            st.hits_nvme += req.nvme_hit_tokens
             st.hits_shared += req.shared_hit_tokens
         req.admitted_at = now
         st.requests_admitted += 1
@@ -312,10 +257,22 @@ class Instance:
             if not r.kv_ready:  # a moved KV's tier loads were its prefill instance's
                 own = r.cpu_hit_tokens * p.cpu_load_s_per_token \
                     + r.shared_hit_tokens * self.shared_load
+                if r.nvme_hit_tokens:
+                    own += r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
+                if own:
+                    self._count_loads(r)
                 r.load_s = own
                 load_s += own
             budget, flops, kv_read = self._chunks((r,), budget, flops, kv_read, plan)
         return flops, kv_read, load_s
+
+    def _count_loads(self, r: SimRequest) -> None:
+        """Seconds ``r`` spent loading from each tier (``stats.load_s``)."""
+        ls = self.stats.load_s
+        ls["cpu"] += r.cpu_hit_tokens * self.preset.cpu_load_s_per_token
+        ls["shared"] += r.shared_hit_tokens * self.shared_load
+        if r.nvme_hit_tokens:
+            ls["nvme"] += r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
 
     def _chunks(self, reqs: Sequence[SimRequest], budget: int, flops: float, kv_read: float,
                 plan: list[tuple[SimRequest, int]]) -> tuple[int, float, float]:
@@ -407,7 +364,7 @@ class Instance:
         """Prefill done: the prompt's full blocks enter the GPU cache (and write-through tiers)."""
         hashes = r.hashes
         n_full = len(hashes)
-        gpu = self.gpu
+        gpu, bs = self.gpu, self.block_size
         k0 = r.local_blocks
         gpu.reserved -= n_full - k0
         r.reserved -= n_full - k0
@@ -420,10 +377,14 @@ class Instance:
             r.pinned = hashes[n_full - 1]
             if r.session is not None:
                 self._turn_ends[r.session] = n_full
+            stored = self.stats.stored
             if self.cpu is not None:
-                self.cpu.insert(hashes, n_full, now, make_room=True)
+                stored["cpu"] += self.cpu.insert(hashes, n_full, now, make_room=True) * bs
+            if self.nvme is not None:
+                stored["nvme"] += self.nvme.insert(hashes, n_full, now, make_room=True) * bs
             if self.shared is not None:
-                self.shared.insert(hashes, n_full, now, make_room=True)
+                stored["shared"] += self.shared.insert(hashes, n_full, now,
+                                                       make_room=True) * bs
 
     def _release(self, r: SimRequest) -> None:
         self._releases += 1

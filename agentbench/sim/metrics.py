@@ -57,10 +57,13 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
     rows: list[tuple[dict[str, str], float]] = []
     for i in instances:
         for tier, v in (("gpu", i.stats.hits_gpu), ("cpu", i.stats.hits_cpu),
+                        *((("nvme", i.stats.hits_nvme),) if "nvme" in _tiers(i) else ()),
                         ("shared", i.stats.hits_shared)):
             rows.append(({"model_name": model, "instance": str(i.index), "tier": tier}, v))
     fams.append(("agentbench_sim_prefix_cache_hits_by_tier_total", "counter",
-                 "Cached prompt tokens by where they were found (gpu, cpu, shared).", rows))
+                 "Cached prompt tokens by where they were found (gpu, cpu, nvme, shared).",
+                 rows))
+    fams += _tier_families(model, instances)
     rows = []
     for i in instances:
         for reason in ("length", "stop"):
@@ -84,6 +87,28 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
                 ({"model_name": model, "instance": str(i.index), "role": "decode"},
                  float(getattr(i.stats, attr))) for i in decode]))
     return fams
+
+
+def _tiers(inst: Instance) -> tuple[str, ...]:
+    """The tiers behind an instance's GPU cache (cpu, nvme, shared), in load order."""
+    return tuple(t for t in ("cpu", "nvme", "shared") if getattr(inst, t, None) is not None)
+
+
+def _tier_families(model: str, instances: Sequence[Instance]) -> list[
+        tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
+    """Per tier an instance has: seconds spent loading from it, tokens written to it
+    (none for an instance with no tier behind its GPU cache)."""
+    out = []
+    for name, help_, attr in (
+            ("agentbench_sim_tier_load_seconds_total",
+             "Seconds spent loading cached KV from each tier into the GPU.", "load_s"),
+            ("agentbench_sim_tier_stored_tokens_total",
+             "Tokens written through to each tier (new blocks only).", "stored")):
+        rows = [({"model_name": model, "instance": str(i.index), "tier": t},
+                 float(getattr(i.stats, attr)[t])) for i in instances for t in _tiers(i)]
+        if rows:
+            out.append((name, "counter", help_, rows))
+    return out
 
 
 def _stat(inst: Instance, attr: str) -> float:

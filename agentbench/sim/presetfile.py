@@ -328,6 +328,7 @@ def check_presets(scenario: Any, source: str) -> None:
     preset P/D cannot use) is one ``InputError`` line (naming ``source``, the scenario)
     before any run folder is made."""
     from agentbench.scenario.loading import expand_variants
+    from agentbench.sim.cluster import nvme_spec
     from agentbench.sim.disagg import kv_bytes_per_token
     from agentbench.sim.presets import get_preset
 
@@ -342,6 +343,12 @@ def check_presets(scenario: Any, source: str) -> None:
             for key, ref in refs:
                 try:
                     preset = get_preset(ref)
+                    if e.nvme_tier is not None and (d is None or key != "preset"):
+                        if preset.scheduler != "paged":
+                            raise InputError(f"preset {preset.name} is a "
+                                             f"{preset.scheduler} one; nvme_tier needs "
+                                             "paged (vLLM-like) presets")
+                        nvme_spec(e, preset)
                     if d is not None and key != "preset":
                         if preset.scheduler != "paged":
                             raise InputError(f"preset {preset.name} is a {preset.scheduler} "

@@ -1,0 +1,80 @@
+"""The NVMe tier behind the CPU one: what it holds, what a load from it costs (by hand),
+and its counters in /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentbench.scenario.model import SimulatedEndpoint
+from agentbench.sim.cluster import Cluster, nvme_spec
+from agentbench.sim.metrics import samples
+from agentbench.sim.presets import get_preset
+from agentbench.sim.virtual import run_virtual, virtual_end
+
+BS = 16
+
+
+def _cluster(**kw: Any) -> Cluster:
+    return Cluster(SimulatedEndpoint.model_validate(
+        {"kind": "simulated", "block_size": BS, "cache_blocks": 400, **kw}))
+
+
+def _send(cl: Cluster, blocks: list[int], at: float) -> Any:
+    req = cl.make_hashed(blocks, len(blocks) * BS + 5, max_tokens=1, ignore_eos=True)
+    done = run_virtual(cl, [(at, req)], start=at)
+    assert done == [req]
+    return req, virtual_end(cl, done)
+
+
+def test_a_load_from_nvme_costs_its_bytes_over_the_bandwidth_plus_latency() -> None:
+    # 70B FP8: 163,840 B per token; 56 Gb/s = 7 GB/s: 23.405714... us per token
+    spec = nvme_spec(SimulatedEndpoint(kind="simulated", nvme_tier={"capacity_blocks": 10}),
+                     get_preset("h200-llama3-70b"))
+    assert spec == (10, pytest.approx(163_840 / 7e9, rel=1e-12), 0.0001)
+    # GPU 400 blocks, CPU 100 blocks, NVMe 10,000: prompt A (300 blocks) is pushed out of
+    # the GPU (but for its first blocks) and out of the CPU by prompt B (380 blocks), and
+    # found again on NVMe
+    cl = _cluster(cpu_offload_blocks=100,
+                  nvme_tier={"capacity_blocks": 10_000, "bandwidth_gbps": 56,
+                             "latency_s": 0.001})
+    a = list(range(1, 301))
+    b = list(range(1001, 1381))
+    _, t = _send(cl, a, 0.0)
+    _, t = _send(cl, b, t + 1)
+    r, _ = _send(cl, a, t + 1)
+    inst = cl.instances[0]
+    assert 0 < r.gpu_hit_tokens < 40 * BS and r.cpu_hit_tokens == 0
+    nvme = r.nvme_hit_tokens
+    assert nvme == 300 * BS - r.gpu_hit_tokens and r.cached_tokens == 300 * BS
+    want = nvme * 163_840 / 7e9 + 0.001  # about 0.1 s
+    assert r.load_s == pytest.approx(want, rel=1e-12)
+    assert inst.stats.load_s["nvme"] == pytest.approx(want, rel=1e-12)
+    # written through: every new block of the three prompts (A's second time is known)
+    assert inst.stats.stored["nvme"] == (300 + 380) * BS
+    got = {(n, lab.get("tier")): v for n, lab, v in samples("m", cl.instances)}
+    assert got[("agentbench_sim_prefix_cache_hits_by_tier_total", "nvme")] == nvme
+    assert got[("agentbench_sim_tier_load_seconds_total", "nvme")] == pytest.approx(want)
+    assert got[("agentbench_sim_tier_stored_tokens_total", "nvme")] == (300 + 380) * BS
+
+
+def test_the_cpu_tier_serves_first_and_nvme_only_what_it_lacks() -> None:
+    cl = _cluster(cpu_offload_blocks=1000, nvme_tier={"capacity_blocks": 10_000})
+    a = list(range(1, 301))
+    b = list(range(1001, 1381))
+    _, t = _send(cl, a, 0.0)
+    _, t = _send(cl, b, t + 1)
+    r, _ = _send(cl, a, t + 1)
+    assert r.cpu_hit_tokens > 200 * BS and r.nvme_hit_tokens == 0
+    assert r.gpu_hit_tokens + r.cpu_hit_tokens == r.cached_tokens == 300 * BS
+
+
+def test_without_an_nvme_tier_nothing_changes_in_metrics() -> None:
+    cl = _cluster()
+    _send(cl, list(range(1, 11)), 0.0)
+    names = {n for n, _, _ in samples("m", cl.instances)}
+    assert not any(n.startswith("agentbench_sim_tier_") for n in names)
+    tiers = {lab.get("tier") for n, lab, _ in samples("m", cl.instances)
+             if n == "agentbench_sim_prefix_cache_hits_by_tier_total"}
+    assert tiers == {"gpu", "cpu", "shared"}

@@ -65,3 +65,20 @@ def test_kv_tiers_tables() -> None:
                           str(ROOT / "scenarios" / "kv-tiers.yaml")], capture_output=True,
                          text=True, check=True, timeout=900)
     assert out.stdout.strip() == m.group(0)
+
+
+@pytest.mark.slow
+def test_moe_frontier_and_hybrid_tables() -> None:
+    """docs/simulator.md's MoE frontier and hybrid-attention tables are what their
+    scripts print."""
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    for script, scenario, head in (
+            ("frontier_table.py", "moe-frontier.yaml", r"\| variant \| agents \|"),
+            ("whatif_table.py", "hybrid-attention.yaml", r"\| variant \| GPUs \|")):
+        at = text.index(f"scripts/{script} scenarios/{scenario}`")
+        m = re.compile(rf"^{head}.*?(?=\n\n)", re.S | re.M).search(text, at)
+        assert m is not None, scenario
+        out = subprocess.run([sys.executable, str(ROOT / "scripts" / script),
+                              str(ROOT / "scenarios" / scenario)], capture_output=True,
+                             text=True, check=True, timeout=900)
+        assert out.stdout.strip() == m.group(0), scenario

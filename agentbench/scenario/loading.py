@@ -322,14 +322,17 @@ def _variant(sc: Any, v: Any) -> Any:
     from agentbench.scenario.model import Scenario
 
     data = sc.model_dump(mode="python", exclude={"variants"})
-    for ep in data.get("endpoints") or []:
-        if isinstance(ep, dict) and ep.get("disaggregation"):
-            ep.pop("instances", None)  # the pools' sum, again after the variant's pools
     for key, value in v.set.items():
         if key.split(".")[0] in ("name", "variants"):
             raise _SetError(key, "a variant cannot set this (its name is the scenario's name "
                             "and its own; variants do not nest)")
         _set_path(data, key, value)
+    for i, ep in enumerate(data.get("endpoints") or []):
+        # with pools, instances is their sum: the base's count is dropped (it was dumped
+        # as set), a count the variant gives itself is checked against the pools
+        if isinstance(ep, dict) and ep.get("disaggregation") \
+                and f"endpoints.{i}.instances" not in v.set:
+            ep.pop("instances", None)
     data["name"] = f"{sc.name}-{v.name}"
     if v.description:
         data["description"] = v.description
@@ -412,10 +415,34 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
             warnings.append(f"endpoints.{i}.speedup: no effect in virtual time (the "
                             "simulator runs on the replay's simulated clock); it applies to "
                             "clock: wall only")
+    for j, v in enumerate(sc.variants):
+        for key in list(v.set):
+            v.set[key] = _variant_presets(key, v.set[key], base_dir,
+                                          f"variants.{j}.set -> {key}", problems)
     if sc.clock_mode == "virtual" and sc.prompt.tokenizer:
         warnings.append("prompt.tokenizer: no effect in virtual time (prompts reach the "
                         "in-process simulator as block hashes, not text)")
     return problems, warnings
+
+
+def _variant_presets(key: str, value: Any, base_dir: Path, where: str,
+                     problems: list[Problem]) -> Any:
+    """A variant's value with every preset file it names (a ``preset`` key, at any depth)
+    made absolute relative to the scenario's folder, as the base's are."""
+    if isinstance(value, dict):
+        return {k: _variant_presets(str(k), x, base_dir, f"{where}.{k}", problems)
+                for k, x in value.items()}
+    if key.rsplit(".", 1)[-1] != "preset" or not isinstance(value, str):
+        return value
+
+    class _Ref:
+        preset: str | None = value
+
+    ref = _Ref()
+    missing = _resolve_preset(ref, base_dir)
+    if missing is not None:
+        problems.append((where, None, missing))
+    return ref.preset
 
 
 def load_scenario(path: str | Path, *, check: bool = True,

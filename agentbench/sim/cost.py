@@ -68,9 +68,13 @@ class StepCost:
     """A preset's step-time model: ``lin`` FLOPs per token through the linear layers,
     ``attn`` FLOPs per (query, context) token pair, ``s_flop`` and ``s_byte`` seconds per
     FLOP and per byte read, ``kvb`` KV bytes per token, ``wb`` weight bytes read per step,
-    ``overhead`` seconds added to every step."""
+    ``overhead`` seconds added to every step. A mixture of experts reads its dense weights
+    and the experts its step's tokens route to, and a model with sliding-window or linear
+    layers reads each running sequence's constant KV (``seq_b``): ``weights``; ``varies``
+    says whether the bytes read besides the context depend on the step's tokens."""
 
-    __slots__ = ("lin", "dec", "attn", "s_flop", "s_byte", "kvb", "wb", "overhead")
+    __slots__ = ("lin", "dec", "attn", "s_flop", "s_byte", "kvb", "wb", "overhead",
+                 "dense_wb", "ewb", "keep", "seq_b", "varies")
 
     def __init__(self, preset: Preset) -> None:
         self.lin = self.dec = 2.0 * preset.params
@@ -80,6 +84,24 @@ class StepCost:
         self.kvb = preset.kv_bytes_per_token
         self.wb = preset.weight_bytes
         self.overhead = preset.step_overhead_s
+        moe = preset.routed_experts > 0 and preset.expert_weight_bytes > 0
+        self.ewb = float(preset.expert_weight_bytes) if moe else 0.0
+        self.dense_wb = self.wb - self.ewb
+        #: the chance that one token leaves a given expert unused
+        self.keep = 1.0 - preset.experts_per_token / preset.routed_experts if moe else 1.0
+        self.seq_b = float(preset.sequence_kv_bytes)
+        self.varies = bool(self.ewb or self.seq_b)
+
+    def weights(self, tokens: int, seqs: int) -> float:
+        """Bytes a step of ``tokens`` tokens over ``seqs`` sequences reads besides its
+        tokens' context KV: the weights (a mixture of experts: its dense part, plus its
+        experts x (1 - (1 - k/E) ** tokens), the share its tokens route to in expectation
+        with uniform routing) and each sequence's constant KV. ``wb`` itself for a dense,
+        full-attention model."""
+        if not self.varies:
+            return self.wb
+        wb = self.dense_wb + self.ewb * (1.0 - self.keep ** tokens) if self.ewb else self.wb
+        return wb + seqs * self.seq_b
 
     # ------------------------------------------------------------ one step
 
@@ -91,18 +113,22 @@ class StepCost:
         """FLOPs of a prefill chunk of ``n`` tokens after ``pos`` tokens already present."""
         return n * self.lin + n * (pos + n / 2) * self.attn
 
-    def step_s(self, flops: float, kv_tokens: float) -> float:
+    def step_s(self, flops: float, kv_tokens: float, tokens: int | None = None,
+               seqs: int = 0) -> float:
         """A step of ``flops`` that reads the weights and ``kv_tokens`` tokens' KV: the
         slower of compute and memory, plus the per-step overhead (tier loads are the
-        caller's, added after)."""
-        return max(flops * self.s_flop, (self.wb + kv_tokens * self.kvb) * self.s_byte) \
+        caller's, added after). ``tokens`` and ``seqs``: the step's tokens and sequences,
+        when the bytes it reads depend on them (``varies``; None: all the weights)."""
+        wb = self.wb if tokens is None else self.weights(tokens, seqs)
+        return max(flops * self.s_flop, (wb + kv_tokens * self.kvb) * self.s_byte) \
             + self.overhead
 
     def decode_step_s(self, seqs: int, kv_tokens: int) -> float:
         """A decode-only step: ``step_s(decode_flops(seqs, kv_tokens), kv_tokens)``, written
         out (the scheduler's most frequent step)."""
+        wb = self.weights(seqs, seqs) if self.varies else self.wb
         return max((seqs * self.lin + kv_tokens * self.attn) * self.s_flop,
-                   (self.wb + kv_tokens * self.kvb) * self.s_byte) + self.overhead
+                   (wb + kv_tokens * self.kvb) * self.s_byte) + self.overhead
 
     def kv_exact(self, kv_tokens: int) -> bool:
         """Whether ``kv_tokens * kvb`` is the same whether the token count is an int or a
@@ -115,7 +141,7 @@ class StepCost:
     def prefill_tokens_per_s(self, context: int, chunk: int = 8192) -> float:
         """Throughput of one prefill chunk of ``chunk`` tokens alone in a step, after
         ``context`` tokens already present."""
-        t = self.step_s(self.prefill_flops(chunk, context), context + chunk)
+        t = self.step_s(self.prefill_flops(chunk, context), context + chunk, chunk, 1)
         return chunk / t if t > 0 else math.inf
 
     # ------------------------------------------------------------ decode runs
@@ -126,7 +152,7 @@ class StepCost:
         both terms are linear in the context, so it is when it is at the first and the
         last step (decode is, but for huge batches)."""
         lin_b, attn, s_flop = seqs * self.lin, self.attn, self.s_flop
-        wb, kvb, s_byte = self.wb, self.kvb, self.s_byte
+        wb, kvb, s_byte = self.weights(seqs, seqs), self.kvb, self.s_byte
         c1 = last - seqs
         return (wb + first * kvb) * s_byte > (lin_b + first * attn) * s_flop * MARGIN \
             and (wb + c1 * kvb) * s_byte > (lin_b + c1 * attn) * s_flop * MARGIN
@@ -135,7 +161,7 @@ class StepCost:
         """Durations of ``n`` decode steps of ``seqs`` sequences, the first at ``first`` KV
         tokens (step ``k``'s at ``first + k * seqs``): ``decode_step_s`` of each."""
         lin_b, attn, s_flop = seqs * self.lin, self.attn, self.s_flop
-        wb, kvb, s_byte, over = self.wb, self.kvb, self.s_byte, self.overhead
+        wb, kvb, s_byte, over = self.weights(seqs, seqs), self.kvb, self.s_byte, self.overhead
         last = first + seqs * n
         if self.memory_bound(seqs, first, last):
             return [(wb + c * kvb) * s_byte + over for c in range(first, last, seqs)]
@@ -150,7 +176,7 @@ class StepCost:
         float64 products would differ from Python's (an integer ``kvb`` times a context is
         an exact integer in Python, and in float64 only below 2**53)."""
         last = first + seqs * n
-        kvb, wb = self.kvb, self.wb
+        kvb, wb = self.kvb, self.weights(seqs, seqs)
         if last >= EXACT or isinstance(kvb, int) and last * kvb >= EXACT:
             return False
         if isinstance(kvb, int) and float(wb).is_integer() and wb + last * kvb < EXACT:
@@ -187,12 +213,15 @@ class FittedCost(StepCost):
         self.kv_s = fit.kv_token_s
         self.overhead = fit.intercept_s
         self.s_flop = self.s_byte = 1.0
-        self.kvb = self.wb = 0.0
+        self.kvb = self.wb = self.dense_wb = self.ewb = self.seq_b = 0.0
+        self.keep = 1.0
+        self.varies = False
 
     def decode_flops(self, seqs: int, kv_tokens: int) -> float:
         return seqs * self.dec + kv_tokens * self.attn
 
-    def step_s(self, flops: float, kv_tokens: float) -> float:
+    def step_s(self, flops: float, kv_tokens: float, tokens: int | None = None,
+               seqs: int = 0) -> float:
         return flops + kv_tokens * self.kv_s + self.overhead
 
     def decode_step_s(self, seqs: int, kv_tokens: int) -> float:

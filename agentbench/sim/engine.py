@@ -63,6 +63,11 @@ class Instance:
         self._turn_ends: dict[str, int] = {}
         #: the step-time model (``cost.py``): every step's duration comes from it
         self.cost = step_cost(preset)
+        #: blocks a running request holds besides its tokens' (sliding windows, linear
+        #: states: the preset's sequence_kv_bytes in blocks of this instance's size)
+        kvb = preset.kv_bytes_per_token
+        self.seq_blocks = int(-(-preset.sequence_kv_bytes // (kvb * block_size))) \
+            if preset.sequence_kv_bytes and kvb else 0
         #: prefill-only requests whose prefill ended (``SimRequest.handoff``), for the
         #: cluster to move to a decode instance (it empties the list)
         self.handed: list[SimRequest] = []
@@ -99,7 +104,7 @@ class Instance:
 
     def blocks_needed(self, req: SimRequest) -> int:
         out = 0 if req.handoff else req.output_tokens
-        return -(-(req.prompt_tokens + out) // self.block_size)
+        return -(-(req.prompt_tokens + out) // self.block_size) + self.seq_blocks
 
     def add(self, req: SimRequest) -> None:
         req.instance = self.index
@@ -138,7 +143,7 @@ class Instance:
         if k:
             gpu.pin(hashes, k)
         need = -(-(req.prompt_tokens + (0 if req.handoff else req.output_tokens))
-                 // self.block_size) - k
+                 // self.block_size) - k + self.seq_blocks
         # as vLLM, evict only when that makes room: free + evictable blocks, where the blocks
         # on a running request's (or this one's) cached path, those above a pinned block
         # (``gpu.held``), cannot be evicted
@@ -233,7 +238,11 @@ class Instance:
         self._prefill_plan = plan
         if not batch and not plan:
             return None
-        dur = cost.step_s(flops, kv_read) + load_s
+        if cost.varies:  # the bytes read depend on the step's tokens and sequences
+            tokens = len(batch) + sum(n for _, n in plan)
+            dur = cost.step_s(flops, kv_read, tokens, len(batch) + len(plan)) + load_s
+        else:
+            dur = cost.step_s(flops, kv_read) + load_s
         self.stats.steps += 1
         self.stats.busy_s += dur
         return dur

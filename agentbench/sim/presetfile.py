@@ -99,6 +99,17 @@ class _Figures(_Model):
     kv_capacity_tokens: _Count | None = Field(None, description="KV cache capacity in "
                                               "tokens as the engine reports it (instead of "
                                               "the memory figures).")
+    expert_weight_bytes: _NonNegative | None = Field(
+        None, description="Mixture of experts: bytes of the routed experts (part of "
+        "weight_bytes); a step reads only the experts its tokens route to.")
+    routed_experts: _Count | None = Field(None, description="Mixture of experts: routed "
+                                          "experts per MoE layer.")
+    experts_per_token: _Count | None = Field(None, description="Mixture of experts: routed "
+                                             "experts each token uses.")
+    sequence_kv_bytes: _NonNegative | None = Field(
+        None, description="KV bytes a sequence holds whatever its length (sliding-window "
+        "layers at their window, linear-attention states); kv_bytes_per_token then counts "
+        "the full-attention layers only.")
 
 
 class _Seconds(_Figure):
@@ -184,6 +195,21 @@ class PresetFile(_Model):
                 return f"figures.{k}", "not read by a fitted preset (step_model): remove it"
             if not fitted and not given:
                 return f"figures.{k}", "missing (a preset without step_model needs it)"
+        moe = ("expert_weight_bytes", "routed_experts", "experts_per_token")
+        given_moe = [k for k in moe if getattr(self.figures, k) is not None]
+        for k in (*moe, "sequence_kv_bytes"):
+            if fitted and getattr(self.figures, k) is not None:
+                return f"figures.{k}", "not read by a fitted preset (step_model): remove it"
+        if given_moe and len(given_moe) < len(moe):
+            missing = next(k for k in moe if k not in given_moe)
+            return f"figures.{missing}", "missing (a mixture of experts gives " \
+                "expert_weight_bytes, routed_experts and experts_per_token)"
+        f = self.figures
+        if given_moe and f.experts_per_token.value > f.routed_experts.value:  # type: ignore[union-attr]
+            return "figures.experts_per_token", "more than routed_experts"
+        if given_moe and f.weight_bytes is not None \
+                and f.expert_weight_bytes.value > f.weight_bytes.value:  # type: ignore[union-attr]
+            return "figures.expert_weight_bytes", "more than weight_bytes (it is a part of it)"
         if fitted and self.figures.kv_capacity_tokens is None:
             return "figures.kv_capacity_tokens", "missing (a fitted preset says its KV " \
                 "capacity)"

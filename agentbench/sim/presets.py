@@ -20,13 +20,15 @@ from agentbench.sim.cost import StepFit, seconds_per_byte, seconds_per_flop, ste
 #: folder of the shipped preset files
 PRESET_DIR = Path(__file__).resolve().parent / "preset_files"
 #: the shipped presets, in the order ``serve-sim --list-presets`` shows them
-BUILTIN = ("h200-llama3-70b", "h100-llama3-8b", "instant")
+BUILTIN = ("h200-llama3-70b", "h100-llama3-8b", "h200x8-deepseek-v3", "gb200x8-deepseek-v3",
+           "h200-gpt-oss-120b", "instant")
 #: the figures of a preset (its numeric fields), in file order
 FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "peak_flops",
            "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes", "gpu_memory_utilization",
            "activation_reserve_bytes", "step_overhead_s", "max_num_batched_tokens",
            "max_num_seqs", "cpu_load_s_per_token", "shared_load_s_per_token",
-           "natural_output_tokens", "kv_capacity_tokens")
+           "natural_output_tokens", "kv_capacity_tokens", "expert_weight_bytes",
+           "routed_experts", "experts_per_token", "sequence_kv_bytes")
 #: the figures only the roofline reads: a fitted preset (``step_fit``) has none of them
 ROOFLINE_ONLY = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes",
                  "peak_flops", "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes",
@@ -102,6 +104,16 @@ class Preset:
     gpus: int | None = None
     #: how the fit was made and its residuals (a preset file's step_model.fit)
     fit_summary: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    #: a mixture-of-experts model: bytes of its routed experts (part of weight_bytes), the
+    #: experts per MoE layer and the experts each token uses; a step reads the experts its
+    #: tokens route to (cost.py); 0: a dense model, every weight read once per step
+    expert_weight_bytes: float = 0.0
+    routed_experts: int = 0
+    experts_per_token: int = 0
+    #: KV bytes a sequence holds whatever its length (sliding-window layers at their
+    #: window, linear-attention or state-space layers' state): reserved per running
+    #: request and read at each of its decode steps; 0: every layer is full attention
+    sequence_kv_bytes: float = 0.0
 
     @property
     def s_per_flop(self) -> float:

@@ -136,6 +136,9 @@ class SharedTier(Strict):
     load_s_per_token: float | None = Field(
         None, ge=0, description="Simulated seconds to load one cached token from the tier into "
         "an instance (instead of recomputing it); None: the preset's figure.")
+    latency_s: float = Field(
+        0.0, ge=0, le=60, description="Fixed cost of each load from the tier (a lookup and "
+        "an RDMA read's setup), beside the per-token time.")
 
 
 Router = Literal["round_robin", "session_affinity", "least_loaded", "cache_aware", "random"]
@@ -236,6 +239,9 @@ class SimulatedEndpoint(Strict):
     cpu_offload_blocks: int = Field(
         0, ge=0, description="Per-instance CPU offload tier capacity in blocks (write-through, "
         "LRU); 0: none.")
+    cpu_offload_latency_s: float = Field(
+        0.0, ge=0, le=60, description="Fixed cost of each load from the CPU tier, beside the "
+        "preset's per-token time.")
     nvme_tier: NvmeTier | None = Field(
         None, description="Optional per-instance NVMe tier (behind the CPU one).")
     shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")

@@ -65,7 +65,8 @@ class Cluster:
             nvme = nvme_spec(cfg, self.preset)
             self.instances = [
                 Instance(i, self.preset, cfg.block_size, self.cache_blocks,
-                         cfg.cpu_offload_blocks, self.shared, load, cfg.speedup, nvme)
+                         cfg.cpu_offload_blocks, self.shared, load, cfg.speedup, nvme,
+                         tier_latency(cfg))
                 for i in range(cfg.instances)]
         self.router = Router(cfg.router, cfg.instances, cfg.cache_aware_max_imbalance,
                              cfg.seed)
@@ -102,7 +103,7 @@ class Cluster:
             for _ in range(pool.instances):
                 out.append(Instance(len(out), p, cfg.block_size, blocks,
                                     cfg.cpu_offload_blocks, self.shared, load, cfg.speedup,
-                                    nvme_spec(cfg, p)))
+                                    nvme_spec(cfg, p), tier_latency(cfg)))
                 out[-1].role = role
         self.preset = presets[0]
         self.pd = PD(d, presets[0], cfg.block_size, cfg.seed, cfg.cache_aware_max_imbalance)
@@ -285,6 +286,12 @@ class Cluster:
                                     self.arrive, r, j)
             end_prev = end
             busy = True
+
+
+def tier_latency(cfg: SimulatedEndpoint) -> tuple[float, float]:
+    """Seconds per load from the CPU and the shared tier."""
+    tier = cfg.shared_tier
+    return cfg.cpu_offload_latency_s, tier.latency_s if tier is not None else 0.0
 
 
 def nvme_spec(cfg: SimulatedEndpoint, preset: Preset) -> tuple[int, float, float] | None:

@@ -35,8 +35,10 @@ class Instance:
     def __init__(self, index: int, preset: Preset, block_size: int, cache_blocks: int,
                  cpu_blocks: int = 0, shared: PrefixCache | None = None,
                  shared_load_s_per_token: float | None = None, speedup: float = 1.0,
-                 nvme: tuple[int, float, float] | None = None) -> None:
-        """``nvme``: an NVMe tier's (blocks, seconds per token, seconds per load)."""
+                 nvme: tuple[int, float, float] | None = None,
+                 latency: tuple[float, float] = (0.0, 0.0)) -> None:
+        """``nvme``: an NVMe tier's (blocks, seconds per token, seconds per load);
+        ``latency``: seconds per load from the CPU and the shared tier."""
         self.index = index
         self.speedup = speedup
         self.preset = preset
@@ -46,6 +48,7 @@ class Instance:
         self.nvme = PrefixCache(nvme[0], "nvme") if nvme is not None else None
         self.nvme_load, self.nvme_latency = (nvme[1], nvme[2]) if nvme is not None \
             else (0.0, 0.0)
+        self.cpu_latency, self.shared_latency = latency
         self.shared = shared
         self.shared_load = (preset.shared_load_s_per_token if shared_load_s_per_token is None
                             else shared_load_s_per_token)
@@ -268,6 +271,10 @@ class Instance:
                     + r.shared_hit_tokens * self.shared_load
                 if r.nvme_hit_tokens:
                     own += r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
+                if self.cpu_latency and r.cpu_hit_tokens:
+                    own += self.cpu_latency
+                if self.shared_latency and r.shared_hit_tokens:
+                    own += self.shared_latency
                 if own:
                     self._count_loads(r)
                 r.load_s = own
@@ -278,8 +285,10 @@ class Instance:
     def _count_loads(self, r: SimRequest) -> None:
         """Seconds ``r`` spent loading from each tier (``stats.load_s``)."""
         ls = self.stats.load_s
-        ls["cpu"] += r.cpu_hit_tokens * self.preset.cpu_load_s_per_token
-        ls["shared"] += r.shared_hit_tokens * self.shared_load
+        ls["cpu"] += r.cpu_hit_tokens * self.preset.cpu_load_s_per_token \
+            + (self.cpu_latency if r.cpu_hit_tokens else 0.0)
+        ls["shared"] += r.shared_hit_tokens * self.shared_load \
+            + (self.shared_latency if r.shared_hit_tokens else 0.0)
         if r.nvme_hit_tokens:
             ls["nvme"] += r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
 

@@ -21,7 +21,7 @@ from agentbench.sim.cost import StepFit, seconds_per_byte, seconds_per_flop, ste
 PRESET_DIR = Path(__file__).resolve().parent / "preset_files"
 #: the shipped presets, in the order ``serve-sim --list-presets`` shows them
 BUILTIN = ("h200-llama3-70b", "h100-llama3-8b", "h200x8-deepseek-v3", "gb200x8-deepseek-v3",
-           "h200-gpt-oss-120b", "instant")
+           "h200-gpt-oss-120b", "gb200-gpt-oss-120b", "instant")
 #: the figures of a preset (its numeric fields), in file order
 FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "peak_flops",
            "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes", "gpu_memory_utilization",
@@ -29,6 +29,10 @@ FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "
            "max_num_seqs", "cpu_load_s_per_token", "shared_load_s_per_token",
            "natural_output_tokens", "kv_capacity_tokens", "expert_weight_bytes",
            "routed_experts", "experts_per_token", "sequence_kv_bytes")
+#: the figures a roofline preset may leave out: the engine-reported capacity, a mixture
+#: of experts' and a hybrid-attention model's
+OPTIONAL = ("kv_capacity_tokens", "expert_weight_bytes", "routed_experts",
+            "experts_per_token", "sequence_kv_bytes")
 #: the figures only the roofline reads: a fitted preset (``step_fit``) has none of them
 ROOFLINE_ONLY = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes",
                  "peak_flops", "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes",

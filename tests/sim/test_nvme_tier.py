@@ -78,3 +78,28 @@ def test_without_an_nvme_tier_nothing_changes_in_metrics() -> None:
     tiers = {lab.get("tier") for n, lab, _ in samples("m", cl.instances)
              if n == "agentbench_sim_prefix_cache_hits_by_tier_total"}
     assert tiers == {"gpu", "cpu", "shared"}
+
+
+def test_a_load_from_the_shared_and_cpu_tiers_pays_their_latency() -> None:
+    cl = _cluster(instances=2, router="round_robin", cpu_offload_blocks=1000,
+                  cpu_offload_latency_s=0.004,
+                  shared_tier={"capacity_blocks": 10_000, "load_s_per_token": 1e-6,
+                               "latency_s": 0.01})
+    a = list(range(1, 101))
+    _, t = _send(cl, a, 0.0)  # instance 0 computes and writes through
+    r, t = _send(cl, a, t + 1)  # instance 1: from the shared store
+    assert r.instance == 1 and r.shared_hit_tokens == 100 * BS
+    assert r.load_s == pytest.approx(100 * BS * 1e-6 + 0.01, rel=1e-12)
+    b = list(range(501, 531))
+    _send(cl, b + [9999], t + 1)  # instance 0 again
+    # push a out of instance 0's GPU (400 blocks) but not out of its CPU tier
+    _, t = _send(cl, list(range(2000, 2390)), t + 2)  # instance 1
+    _, t = _send(cl, list(range(3000, 3390)), t + 3)  # instance 0
+    _, t = _send(cl, list(range(4000, 4010)), t + 4)  # instance 1
+    r, _ = _send(cl, a, t + 5)  # instance 0: a from its CPU tier
+    assert r.instance == 0 and r.cpu_hit_tokens > 0
+    per = get_preset("h200-llama3-70b").cpu_load_s_per_token
+    assert r.load_s == pytest.approx(r.cpu_hit_tokens * per + 0.004
+                                     + r.shared_hit_tokens * 1e-6
+                                     + (0.01 if r.shared_hit_tokens else 0.0), rel=1e-12)
+    assert cl.instances[1].stats.load_s["shared"] == pytest.approx(100 * BS * 1e-6 + 0.01)

@@ -17,7 +17,14 @@ from agentbench.replay import run
 from agentbench.scenario.loading import load_scenario
 from agentbench.scenario.model import Scenario
 from agentbench.sim.presetfile import load_preset_file, parse_preset, preset_yaml
-from agentbench.sim.presets import BUILTIN, FIGURES, PRESET_DIR, PRESETS, get_preset
+from agentbench.sim.presets import (
+    BUILTIN,
+    FIGURES,
+    OPTIONAL,
+    PRESET_DIR,
+    PRESETS,
+    get_preset,
+)
 
 _L70 = 2 * 80 * 8 * 128 * 1  # Llama-3-70B FP8 KV bytes per token (an int)
 _L8 = 2 * 32 * 8 * 128 * 1
@@ -44,7 +51,7 @@ REFERENCE: dict[str, dict[str, object]] = {
 }
 
 
-@pytest.mark.parametrize("name", BUILTIN)
+@pytest.mark.parametrize("name", list(REFERENCE))
 def test_shipped_files_hold_the_presets_figures(name: str) -> None:
     """Same values and types (an integer KV size keeps the step times' integer
     arithmetic), every figure with a source, provenance printed by ``describe``."""
@@ -58,7 +65,7 @@ def test_shipped_files_hold_the_presets_figures(name: str) -> None:
     assert p.gpus == (0 if name == "instant" else 1)  # GPUs one instance runs on
     # a roofline preset: every figure but the engine-reported capacity, no fit
     assert [k for k, _ in p.provenance.figures] == [f for f in FIGURES
-                                                    if f != "kv_capacity_tokens"]
+                                                    if f not in OPTIONAL]
     assert p.step_fit is None and p.kv_capacity_tokens is None and p.scheduler == "paged"
     assert all(src for _, src in p.provenance.figures)
     prov = p.provenance
@@ -66,6 +73,23 @@ def test_shipped_files_hold_the_presets_figures(name: str) -> None:
     assert prov.date == "2026-11-29"
     text = p.describe()
     assert prov.notes[0] in text and prov.sources[0] in text and prov.hardware in text
+
+
+@pytest.mark.parametrize(("name", "gpus", "moe", "windows"), [
+    ("h200x8-deepseek-v3", 8, True, False), ("gb200x8-deepseek-v3", 8, True, False),
+    ("h200-gpt-oss-120b", 1, True, True), ("gb200-gpt-oss-120b", 1, True, True)])
+def test_the_moe_and_hybrid_presets_source_every_figure(name: str, gpus: int, moe: bool,
+                                                       windows: bool) -> None:
+    p = load_preset_file(PRESET_DIR / f"{name}.yaml")
+    assert p == PRESETS[name] and p.gpus == gpus and p.scheduler == "paged"
+    given = [k for k, _ in p.provenance.figures]
+    required = [f for f in FIGURES if f not in OPTIONAL]
+    assert given[:len(required)] == required and all(src for _, src in p.provenance.figures)
+    assert ("routed_experts" in given) == moe and ("sequence_kv_bytes" in given) == windows
+    assert p.expert_weight_bytes < p.weight_bytes and p.experts_per_token < p.routed_experts
+    prov = p.provenance
+    assert prov.engine and prov.model and prov.hardware and prov.sources and prov.notes
+    assert prov.sources[0] in p.describe()
 
 
 def test_the_folder_holds_the_shipped_presets() -> None:

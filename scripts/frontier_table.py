@@ -8,49 +8,25 @@ the same command prints the same table, byte for byte, on any machine.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from agentbench.metrics import summarize  # noqa: E402
-from agentbench.replay import run  # noqa: E402
-from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
+from simtables import main, md, variant_runs
 
 
 def table(path: Path) -> str:
-    base = load_scenario(path)
     rows: list[list[str]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for sc in expand_variants(base):
-            if sc.clock_mode != "virtual":
-                raise SystemExit(f"{path}: {sc.name} is not in virtual time")
-            sc.output.dir, sc.output.run_id = tmp, sc.name
-            s = summarize(run(sc, progress=False).run_dir, write=False)
-            name = sc.name.removeprefix(f"{base.name}-")
-            for r in s["agentx"]:
-                st = s["stages"][r["stage"]]
-                rows.append([name, r["stage"], f"{st['load']['in_flight_mean']:,.1f}",
-                             f"{r['total_tok_s_per_gpu']:,.0f}",
-                             f"{r['interactivity_tok_s_p50']:,.1f}",
-                             f"{r['ttft_ms_p50'] / 1e3:,.2f} s",
-                             f"{r['e2e_ms_p50'] / 1e3:,.1f} s",
-                             f"{r['hit_rate_actual']:.1%}"])
+    for name, _, _, s in variant_runs(path):
+        for r in s["agentx"]:
+            st = s["stages"][r["stage"]]
+            rows.append([name, r["stage"], f"{st['load']['in_flight_mean']:,.1f}",
+                         f"{r['total_tok_s_per_gpu']:,.0f}",
+                         f"{r['interactivity_tok_s_p50']:,.1f}",
+                         f"{r['ttft_ms_p50'] / 1e3:,.2f} s", f"{r['e2e_ms_p50'] / 1e3:,.1f} s",
+                         f"{r['hit_rate_actual']:.1%}"])
     head = ["variant", "agents", "in flight", "tok/s per GPU", "tok/s per user", "P50 TTFT",
             "P50 E2E", "hit rate"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenario", type=Path)
-    print(table(ap.parse_args().scenario))
+    return "\n".join(md(head, rows))
 
 
 if __name__ == "__main__":
-    main()
+    main(table, __doc__)

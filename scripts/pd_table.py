@@ -9,23 +9,15 @@ the same tables, byte for byte, on any machine.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from simtables import main, md, variant_runs
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from agentbench.metrics import summarize  # noqa: E402
-from agentbench.replay import run  # noqa: E402
-from agentbench.results.schema import REQUESTS_FILE, SERVER_METRICS_FILE  # noqa: E402
-from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
-from agentbench.sim.timeline import PARTS  # noqa: E402
+from agentbench.results.schema import REQUESTS_FILE, SERVER_METRICS_FILE
+from agentbench.sim.timeline import PARTS
 
 TRANSFER = "agentbench_sim_kv_transfer_"
 
@@ -70,39 +62,18 @@ def _where(name: str, s: dict[str, Any], metrics: pd.DataFrame) -> list[str]:
     return [*row, f"{gb:,.0f} GB ({last[TRANSFER + 'tokens_total'] / 1e6:,.1f}M tokens)"]
 
 
-def _md(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-            *["| " + " | ".join(r) + " |" for r in rows]]
-
-
 def tables(path: Path) -> str:
-    base = load_scenario(path)
     rows: list[list[str]] = []
     where: list[list[str]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for sc in expand_variants(base):
-            if sc.clock_mode != "virtual":
-                raise SystemExit(f"{path}: {sc.name} is not in virtual time")
-            sc.output.dir, sc.output.run_id = tmp, sc.name
-            rd = run(sc, progress=False).run_dir
-            name = sc.name.removeprefix(f"{base.name}-")
-            summary = summarize(rd, write=False)
-            rows += _rows(name, sc, summary, pd.read_parquet(rd / REQUESTS_FILE))
-            where.append(_where(name, summary,
-                                pd.read_parquet(rd / SERVER_METRICS_FILE)))
+    for name, sc, rd, summary in variant_runs(path):
+        rows += _rows(name, sc, summary, pd.read_parquet(rd / REQUESTS_FILE))
+        where.append(_where(name, summary, pd.read_parquet(rd / SERVER_METRICS_FILE)))
     head = ["variant", "stage", "requests", "hit rate", "P50 TTFT", "P99 TTFT", "P99 ITL",
             "P99.9 ITL", "tok/s per GPU", "tok/s per user", "goodput"]
-    lines = _md(head, rows) + [""]
-    lines += _md(["variant", *(f"{p.replace('_', ' ')} (s)" for p in PARTS), "KV moved"],
-                 where)
+    lines = md(head, rows) + [""]
+    lines += md(["variant", *(f"{p.replace('_', ' ')} (s)" for p in PARTS), "KV moved"], where)
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenario", type=Path)
-    print(tables(ap.parse_args().scenario))
-
-
 if __name__ == "__main__":
-    main()
+    main(tables, __doc__)

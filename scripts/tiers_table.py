@@ -9,22 +9,14 @@ the same tables, byte for byte, on any machine.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from simtables import main, md, variant_runs
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from agentbench.metrics import summarize  # noqa: E402
-from agentbench.replay import run  # noqa: E402
-from agentbench.results.schema import SERVER_METRICS_FILE  # noqa: E402
-from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
-from agentbench.sim.presets import get_preset  # noqa: E402
+from agentbench.results.schema import SERVER_METRICS_FILE
+from agentbench.sim.presets import get_preset
 
 TIERS = ("gpu", "cpu", "nvme", "shared")
 
@@ -64,39 +56,20 @@ def _tiers(name: str, c: dict[tuple[str, str], float], kvb: float) -> list[str]:
     return cells
 
 
-def _md(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-            *["| " + " | ".join(r) + " |" for r in rows]]
-
-
 def tables(path: Path) -> str:
-    base = load_scenario(path)
     rows: list[list[str]] = []
     tiers: list[list[str]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for sc in expand_variants(base):
-            if sc.clock_mode != "virtual":
-                raise SystemExit(f"{path}: {sc.name} is not in virtual time")
-            sc.output.dir, sc.output.run_id = tmp, sc.name
-            rd = run(sc, progress=False).run_dir
-            name = sc.name.removeprefix(f"{base.name}-")
-            rows.append(_row(name, summarize(rd, write=False)))
-            kvb = float(get_preset(sc.endpoints[0].preset).kv_bytes_per_token)
-            tiers.append(_tiers(name, _counters(pd.read_parquet(rd / SERVER_METRICS_FILE)),
-                                kvb))
-    lines = _md(["variant", "requests", "hit rate", "P50 TTFT", "P99 TTFT", "tok/s per GPU",
-                 "goodput", "tier loads per request"], rows) + [""]
-    lines += _md(["variant", "prompt tokens from GPU / CPU / NVMe / shared",
-                  "CPU: loaded; stored", "NVMe: loaded; stored", "shared: loaded; stored"],
-                 tiers)
+    for name, sc, rd, summary in variant_runs(path):
+        rows.append(_row(name, summary))
+        kvb = float(get_preset(sc.endpoints[0].preset).kv_bytes_per_token)
+        tiers.append(_tiers(name, _counters(pd.read_parquet(rd / SERVER_METRICS_FILE)), kvb))
+    lines = md(["variant", "requests", "hit rate", "P50 TTFT", "P99 TTFT", "tok/s per GPU",
+                "goodput", "tier loads per request"], rows) + [""]
+    lines += md(["variant", "prompt tokens from GPU / CPU / NVMe / shared",
+                 "CPU: loaded; stored", "NVMe: loaded; stored", "shared: loaded; stored"],
+                tiers)
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenario", type=Path)
-    print(tables(ap.parse_args().scenario))
-
-
 if __name__ == "__main__":
-    main()
+    main(tables, __doc__)

@@ -8,18 +8,10 @@ prints the same table, byte for byte, on any machine.
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from agentbench.metrics import summarize  # noqa: E402
-from agentbench.replay import run  # noqa: E402
-from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
+from simtables import main, md, variant_runs
 
 
 def _row(name: str, sc: Any, s: dict[str, Any]) -> list[str]:
@@ -39,24 +31,8 @@ def _row(name: str, sc: Any, s: dict[str, Any]) -> list[str]:
 def table(path: Path) -> str:
     head = ["variant", "GPUs", "agents", "requests", "hit rate (potential)", "P50 TTFT",
             "P50 E2E", "throughput", "per GPU", "self-hosted $/Mtok"]
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for sc in expand_variants(load_scenario(path)):
-            if sc.clock_mode != "virtual":
-                raise SystemExit(f"{path}: {sc.name} is not in virtual time")
-            sc.output.dir, sc.output.run_id = tmp, sc.name
-            rows.append(_row(sc.name.removeprefix(f"{load_scenario(path).name}-"), sc,
-                             summarize(run(sc, progress=False).run_dir, write=False)))
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenario", type=Path)
-    print(table(ap.parse_args().scenario))
+    return "\n".join(md(head, [_row(name, sc, s) for name, sc, _, s in variant_runs(path)]))
 
 
 if __name__ == "__main__":
-    main()
+    main(table, __doc__)

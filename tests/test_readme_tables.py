@@ -1,5 +1,5 @@
-"""The README's simulated tables are what their commands print, byte for byte (virtual
-time makes them deterministic)."""
+"""The simulated tables quoted in the README and docs/simulator.md are what their commands
+print, byte for byte (virtual time makes them deterministic)."""
 
 from __future__ import annotations
 
@@ -13,72 +13,42 @@ import pytest
 from tests.helpers import ROOT
 
 
-def _readme_table(scenario: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    at = text.index(f"`python scripts/whatif_table.py\nscenarios/{scenario}`") \
-        if f"`python scripts/whatif_table.py\nscenarios/{scenario}`" in text \
-        else text.index(f"`python scripts/whatif_table.py scenarios/{scenario}`")
-    m = re.compile(r"^\| variant \|.*?(?=\n\n)", re.S | re.M).search(text, at)
-    assert m is not None
+def _quoted(doc: str, script: str, scenario: str, tables: int = 1) -> str:
+    """The ``tables`` Markdown tables (separated by one blank line) after the first
+    mention of ``python scripts/SCRIPT scenarios/SCENARIO`` in ``doc`` (the command may
+    wrap onto the next line)."""
+    text = (ROOT / doc).read_text()
+    cmd = re.compile(rf"`python\s+scripts/{re.escape(script)}\s+scenarios/"
+                     rf"{re.escape(scenario)}`")
+    found = cmd.search(text)
+    assert found is not None, (doc, script, scenario)
+    table = r"^\| variant \|.*?"
+    m = re.compile(r"\n\n".join([table] * tables) + r"(?=\n\n)", re.S | re.M).search(
+        text, found.end())
+    assert m is not None, (doc, scenario)
     return m.group(0)
 
 
-def _printed(scenario: str) -> str:
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "whatif_table.py"),
+def _printed(script: str, scenario: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / script),
                           str(ROOT / "scenarios" / scenario)], capture_output=True, text=True,
                          check=True, timeout=900)
     return out.stdout.strip()
 
 
 def test_shared_kv_what_if_table(weka_dir: Path) -> None:
-    assert _printed("shared-kv-what-if.yaml") == _readme_table("shared-kv-what-if.yaml")
+    assert _printed("whatif_table.py", "shared-kv-what-if.yaml") == \
+        _quoted("README.md", "whatif_table.py", "shared-kv-what-if.yaml")
 
 
 @pytest.mark.slow
-def test_scale_out_table() -> None:
-    assert _printed("scale-out.yaml") == _readme_table("scale-out.yaml")
-
-
-@pytest.mark.slow
-def test_pd_ratio_tables() -> None:
-    """docs/simulator.md's P:D split tables are what scripts/pd_table.py prints."""
-    text = (ROOT / "docs" / "simulator.md").read_text()
-    at = text.index("`python scripts/pd_table.py scenarios/pd-ratio.yaml`")
-    m = re.compile(r"^\| variant \| stage \|.*?\n\n\| variant \|.*?(?=\n\n)", re.S | re.M
-                   ).search(text, at)
-    assert m is not None
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "pd_table.py"),
-                          str(ROOT / "scenarios" / "pd-ratio.yaml")], capture_output=True,
-                         text=True, check=True, timeout=900)
-    assert out.stdout.strip() == m.group(0)
-
-
-@pytest.mark.slow
-def test_kv_tiers_tables() -> None:
-    """docs/simulator.md's KV tiers tables are what scripts/tiers_table.py prints."""
-    text = (ROOT / "docs" / "simulator.md").read_text()
-    at = text.index("scripts/tiers_table.py scenarios/kv-tiers.yaml`")
-    m = re.compile(r"^\| variant \| requests \|.*?\n\n\| variant \|.*?(?=\n\n)", re.S | re.M
-                   ).search(text, at)
-    assert m is not None
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "tiers_table.py"),
-                          str(ROOT / "scenarios" / "kv-tiers.yaml")], capture_output=True,
-                         text=True, check=True, timeout=900)
-    assert out.stdout.strip() == m.group(0)
-
-
-@pytest.mark.slow
-def test_moe_frontier_and_hybrid_tables() -> None:
-    """docs/simulator.md's MoE frontier and hybrid-attention tables are what their
-    scripts print."""
-    text = (ROOT / "docs" / "simulator.md").read_text()
-    for script, scenario, head in (
-            ("frontier_table.py", "moe-frontier.yaml", r"\| variant \| agents \|"),
-            ("whatif_table.py", "hybrid-attention.yaml", r"\| variant \| GPUs \|")):
-        at = text.index(f"scripts/{script} scenarios/{scenario}`")
-        m = re.compile(rf"^{head}.*?(?=\n\n)", re.S | re.M).search(text, at)
-        assert m is not None, scenario
-        out = subprocess.run([sys.executable, str(ROOT / "scripts" / script),
-                              str(ROOT / "scenarios" / scenario)], capture_output=True,
-                             text=True, check=True, timeout=900)
-        assert out.stdout.strip() == m.group(0), scenario
+@pytest.mark.parametrize(("doc", "script", "scenario", "tables"), [
+    ("README.md", "whatif_table.py", "scale-out.yaml", 1),
+    ("docs/simulator.md", "pd_table.py", "pd-ratio.yaml", 2),
+    ("docs/simulator.md", "tiers_table.py", "kv-tiers.yaml", 2),
+    ("docs/simulator.md", "frontier_table.py", "moe-frontier.yaml", 1),
+    ("docs/simulator.md", "whatif_table.py", "hybrid-attention.yaml", 1),
+])
+def test_a_quoted_table_is_what_its_script_prints(doc: str, script: str, scenario: str,
+                                                  tables: int) -> None:
+    assert _printed(script, scenario) == _quoted(doc, script, scenario, tables)

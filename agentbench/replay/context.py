@@ -98,6 +98,19 @@ class RunContext:
             if self.on_run_stopped is not None:
                 self.on_run_stopped()
 
+    def standstill(self, trees: int) -> None:
+        """A lane ran ``trees`` session trees in a row without the clock moving: every
+        request failed at once, so on a virtual clock the stage would never reach its
+        duration. The run stops, saying so."""
+        if self.stopped_reason is None:
+            self.stopped_reason = (
+                f"simulated time stood still: {trees} sessions in a row ended without the "
+                "clock moving (every request failed at once; see requests.parquet "
+                "error_message): the run stopped")
+            self.stop()
+            if self.on_run_stopped is not None:
+                self.on_run_stopped()
+
     def outcome(self) -> dict[str, Any]:
         """What run.json says about endpoints given up (nothing when none was)."""
         out: dict[str, Any] = {}

@@ -124,6 +124,11 @@ class TreeSource:
         return spec, copy, ordinal
 
 
+#: session trees in a row one lane may end without the clock moving before the run stops
+#: (only requests that all fail at once do that; on a virtual clock nothing else would
+#: ever end the stage)
+STANDSTILL_TREES = 200
+
 #: the collector's first threshold during a run: a streamed request allocates dozens of
 #: containers (reads, records, rows), so the default 700 starts a young collection every
 #: few requests and an older one every few dozen; a higher threshold makes them rarer
@@ -299,6 +304,7 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
                          lambda: source.profile_start_ns() is not None,
                          gated=gated)
               if warm else None)
+        still = 0  # trees in a row that ended without the clock moving
         try:
             while not ctx.stopping:
                 item = source.next(max_sessions)
@@ -312,7 +318,11 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
                                                if w.start_by == "time" else None)
                              if warm and first else None)
                 first = False
+                t0 = ctx.timers.now_ns()
                 await TreeRun(ctx, spec, copy, i, warm_turn, ordinal, lw).run()
+                still = still + 1 if ctx.timers.now_ns() == t0 else 0
+                if still >= STANDSTILL_TREES:
+                    ctx.standstill(still)
         finally:
             if lw is not None:
                 lw.close()

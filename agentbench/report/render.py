@@ -341,11 +341,15 @@ def _where_section(named: Sequence[tuple[str, dict[str, Any]]], key: str) -> lis
     chart = charts.where_time_goes(named)
     if chart is None:
         return []
-    return [Section("Where time goes (simulated)", text=[
-        "Mean per successful request, from the simulator's own stamps: waiting for an "
-        "instance, prefill steps, tier loads, and with prefill/decode disaggregation the KV "
-        "transfer and the wait for a decode instance, then decode (docs/metrics.md)."],
-        figures=[(f"{key}where_time_goes.png", "where time goes", chart)])]
+    left = [lab for lab, s in named if not (s.get("overall") or {}).get("time_breakdown")]
+    text = ["Mean per successful request, from the simulator's own stamps: waiting for an "
+            "instance, prefill steps, tier loads, and with prefill/decode disaggregation the "
+            "KV transfer and the wait for a decode instance, then decode (docs/metrics.md)."]
+    if left:
+        text.append(f"Not shown: {', '.join(left)} (no simulator stamps: a real endpoint, "
+                    "the HTTP simulator, or no successful request).")
+    return [Section("Where time goes (simulated)", text=text,
+                    figures=[(f"{key}where_time_goes.png", "where time goes", chart)])]
 
 
 def sections_for(runs: Sequence[Run]) -> list[Section]:

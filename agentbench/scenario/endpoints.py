@@ -160,8 +160,8 @@ class KvLink(Strict):
         "the part that outlasts the prefill adds to the request's time; False: the whole "
         "transfer starts when the prefill ends.")
     kv_bytes_per_token: float | None = Field(
-        None, gt=0, description="KV bytes per token moved (layers x KV heads x head dim x "
-        "2 x dtype bytes, or the latent size for MLA); None: the prefill preset's.")
+        None, gt=0, le=1e9, description="KV bytes per token moved (layers x KV heads x head "
+        "dim x 2 x dtype bytes, or the latent size for MLA); None: the prefill preset's.")
 
 
 class Pool(Strict):
@@ -204,8 +204,14 @@ class NvmeTier(Strict):
     latency_s: float = Field(
         0.0001, ge=0, le=60, description="Fixed cost of each load (a read's latency).")
     load_s_per_token: float | None = Field(
-        None, ge=0, description="Seconds per token loaded, instead of the bandwidth (a "
-        "fitted preset records no KV bytes per token).")
+        None, ge=0, le=1.0, description="Seconds per token loaded, instead of the bandwidth "
+        "(a fitted preset records no KV bytes per token).")
+
+    @model_validator(mode="after")
+    def _one_speed(self) -> NvmeTier:
+        if self.load_s_per_token is not None and "bandwidth_gbps" in self.model_fields_set:
+            raise ValueError("give bandwidth_gbps or load_s_per_token, not both")
+        return self
 
 
 def is_preset_path(ref: str) -> bool:
@@ -270,6 +276,9 @@ class SimulatedEndpoint(Strict):
 
     @model_validator(mode="after")
     def _pools(self) -> SimulatedEndpoint:
+        if self.cpu_offload_latency_s and not self.cpu_offload_blocks:
+            raise ValueError("cpu_offload_latency_s is set but there is no CPU tier (set "
+                             "cpu_offload_blocks)")
         d = self.disaggregation
         if d is None:
             return self

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentbench.scenario.model import SimulatedEndpoint
-from agentbench.sim.disagg import PD
+from agentbench.sim.disagg import PD, Transfer
 from agentbench.sim.engine import Instance, SimRequest, context_error, first_fit_error
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset
@@ -48,8 +48,9 @@ class Cluster:
         load = tier.load_s_per_token if tier is not None else None
         #: prefill and decode pools (None: every instance does both)
         self.pd: PD | None = None
-        #: requests between a prefill and a decode instance (their KV on the link), by id
-        self.in_transit: dict[int, SimRequest] = {}
+        #: requests between a prefill and a decode instance (their KV on the link) and
+        #: their transfers, by the request's id
+        self.in_transit: dict[int, tuple[SimRequest, Transfer]] = {}
         self.instances: list[Instance]
         if cfg.disaggregation is not None:
             self.instances = self._pools(cfg, load)
@@ -105,6 +106,9 @@ class Cluster:
                                     cfg.cpu_offload_blocks, self.shared, load, cfg.speedup,
                                     nvme_spec(cfg, p), tier_latency(cfg)))
                 out[-1].role = role
+        if presets[0].kv_bytes_per_token != presets[1].kv_bytes_per_token:
+            raise ValueError("the prefill and decode pools' presets disagree on KV bytes per "
+                             "token: both pools serve one model")
         self.preset = presets[0]
         self.pd = PD(d, presets[0], cfg.block_size, cfg.seed, cfg.cache_aware_max_imbalance)
         return out
@@ -158,8 +162,14 @@ class Cluster:
     def route(self, req: SimRequest, at: float | None = None) -> int:
         """``submit``'s first half: the instance ``req`` goes to (its arrival set)."""
         pd = self.pd
-        why = context_error(req, self.max_context_tokens) or first_fit_error(
-            self.instances[-1 if pd is not None else 0], req)
+        why = context_error(req, self.max_context_tokens)
+        if why is None and pd is None:
+            why = first_fit_error(self.instances[0], req)
+        elif why is None:
+            req.handoff = True  # what the prefill instance holds: the prompt
+            why = first_fit_error(self.instances[0], req, "a prefill instance")
+            req.handoff = False
+            why = why or first_fit_error(self.instances[-1], req, "a decode instance")
         if why is not None:
             raise SimRejected(why)
         req.arrival = req.sent_at = self.now() if at is None else at
@@ -191,16 +201,19 @@ class Cluster:
         assert pd is not None
         out = []
         for r in handed:
-            j, _ = pd.hand_over(r, now, self.instances)
-            self.in_transit[id(r)] = r
+            j, t = pd.hand_over(r, now, self.instances)
+            self.in_transit[id(r)] = (r, t)
             out.append((r, j))
         return out
 
     def arrive(self, req: SimRequest, index: int) -> None:
         """A request's KV reached decode instance ``index``: queue it there (unless the
         client went away meanwhile)."""
-        if self.in_transit.pop(id(req), None) is None:
+        got = self.in_transit.pop(id(req), None)
+        if got is None:
             return
+        assert self.pd is not None
+        self.pd.arrived(got[1], self.instances[index])
         self.instances[index].add(req)
         if self._wake:
             self._wake[index].set()
@@ -233,7 +246,7 @@ class Cluster:
                     inst.abort(req)
                     if req.on_progress is not None:
                         req.on_progress(req)
-        for req in list(self.in_transit.values()):
+        for req, _ in list(self.in_transit.values()):
             self.abort(req)
             if req.on_progress is not None:
                 req.on_progress(req)

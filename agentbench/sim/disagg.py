@@ -118,7 +118,17 @@ class PD:
         held = decode[j].gpu.match(req.hashes, req.match_limit) if keeps else 0
         t = transfer(req.prompt_tokens - held * self.block_size, self.kvb, self.cfg.link,
                      prefill_s)
-        ds = decode[j].stats
+        req.prefill_start, req.prefill_end = req.admitted_at, now
+        req.handoff, req.kv_ready = False, True
+        req.instance, req.admitted_at, req.reserved, req.pinned = -1, None, 0, None
+        req.computed = 0
+        req.arrival = now + t.exposed_s
+        return self.n_prefill + j, t
+
+    def arrived(self, t: Transfer, decode: Instance) -> None:
+        """Count a transfer that reached ``decode`` (one cut short by the client going
+        away, or by the run's end, is not counted)."""
+        ds = decode.stats
         ds.kv_in_tokens += t.tokens
         ds.kv_in_bytes += t.bytes
         ds.kv_in_wait_s += t.exposed_s
@@ -128,9 +138,3 @@ class PD:
         st.bytes += t.bytes
         st.wire_s += t.wire_s
         st.exposed_s += t.exposed_s
-        req.prefill_start, req.prefill_end = req.admitted_at, now
-        req.handoff, req.kv_ready = False, True
-        req.instance, req.admitted_at, req.reserved, req.pinned = -1, None, 0, None
-        req.computed = 0
-        req.arrival = now + t.exposed_s
-        return self.n_prefill + j, t

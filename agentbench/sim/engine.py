@@ -437,11 +437,16 @@ def context_error(req: SimRequest, max_context_tokens: int | None) -> str | None
             "messages or completion.")
 
 
-def first_fit_error(inst: Instance, req: SimRequest) -> str | None:
-    """Why ``req`` can never run on ``inst`` (None when it can)."""
+def first_fit_error(inst: Instance, req: SimRequest, what: str = "an instance"
+                    ) -> str | None:
+    """Why ``req`` can never run on ``inst`` (None when it can); ``what`` names the
+    instance in the message."""
     need = inst.blocks_needed(req)
     if need > inst.gpu.capacity:
+        out = 0 if req.handoff else req.output_tokens
+        seq = getattr(inst, "seq_blocks", 0)
+        fixed = f", {seq:,} for the preset's sequence_kv_bytes" if seq else ""
         return (f"This request needs {need:,} KV blocks ({req.prompt_tokens:,} prompt + "
-                f"{req.output_tokens:,} output tokens) but an instance holds "
+                f"{out:,} output tokens{fixed}) but {what} holds "
                 f"{inst.gpu.capacity:,} blocks of {inst.block_size} tokens.")
     return None

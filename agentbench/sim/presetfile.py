@@ -210,6 +210,15 @@ class PresetFile(_Model):
         if given_moe and f.weight_bytes is not None \
                 and f.expert_weight_bytes.value > f.weight_bytes.value:  # type: ignore[union-attr]
             return "figures.expert_weight_bytes", "more than weight_bytes (it is a part of it)"
+        seq = f.sequence_kv_bytes
+        hbm, util, wb, act = (f.hbm_bytes, f.gpu_memory_utilization, f.weight_bytes,
+                              f.activation_reserve_bytes)
+        if seq is not None and hbm is not None and util is not None and wb is not None \
+                and act is not None:
+            free = hbm.value * util.value - wb.value - act.value
+            if seq.value >= free:
+                return "figures.sequence_kv_bytes", f"{seq.value:,.0f} bytes a sequence: " \
+                    f"not less than the whole KV cache ({free:,.0f} bytes)"
         if fitted and self.figures.kv_capacity_tokens is None:
             return "figures.kv_capacity_tokens", "missing (a fitted preset says its KV " \
                 "capacity)"
@@ -351,43 +360,53 @@ def preset_yaml(preset: Preset) -> str:
 def check_presets(scenario: Any, source: str) -> None:
     """Read every preset the scenario's simulated endpoints name (their own, their P/D
     pools'), variants included, so a bad one (an unknown name, a broken file, a pool
-    preset P/D cannot use) is one ``InputError`` line (naming ``source``, the scenario)
-    before any run folder is made."""
+    preset P/D cannot use, pools of different models) is one ``InputError`` line (naming
+    ``source``, the scenario, and the key that named the preset) before any run folder
+    is made."""
     from agentbench.scenario.loading import expand_variants
+
+    for sc in expand_variants(scenario):
+        for i, e in enumerate(sc.endpoints):
+            if e.kind == "simulated":
+                _check_endpoint(e, source, f"endpoints[{i}]")
+
+
+def _check_endpoint(e: Any, source: str, where: str) -> None:
     from agentbench.sim.cluster import nvme_spec
     from agentbench.sim.disagg import kv_bytes_per_token
     from agentbench.sim.presets import get_preset
 
-    for sc in expand_variants(scenario):
-        for i, e in enumerate(sc.endpoints):
-            if e.kind != "simulated":
-                continue
-            d = e.disaggregation
-            refs = [("preset", e.preset)] + ([] if d is None else [
-                (f"disaggregation.{n}.preset", pool.preset or e.preset)
-                for n, pool in (("prefill", d.prefill), ("decode", d.decode))])
-            for key, ref in refs:
-                try:
-                    preset = get_preset(ref)
-                    if e.nvme_tier is not None and (d is None or key != "preset"):
-                        if preset.scheduler != "paged":
-                            raise InputError(f"preset {preset.name} is a "
-                                             f"{preset.scheduler} one; nvme_tier needs "
-                                             "paged (vLLM-like) presets")
-                        nvme_spec(e, preset)
-                    if d is not None and key != "preset":
-                        if preset.scheduler != "paged":
-                            raise InputError(f"preset {preset.name} is a {preset.scheduler} "
-                                             "one; disaggregation needs paged (vLLM-like) "
-                                             "presets")
-                        if key.endswith("prefill.preset"):
-                            kv_bytes_per_token(d.link, preset)
-                except KeyError as err:
-                    raise InputError(str(err.args[0]), source=source,
-                                     where=f"endpoints[{i}]", field=key) from None
-                except ValueError as err:
-                    raise InputError(str(err), source=source, where=f"endpoints[{i}]",
-                                     field=key) from None
-                except InputError as err:
-                    raise InputError(err.one_line(), source=source,
-                                     where=f"endpoints[{i}]", field=key) from None
+    d = e.disaggregation
+    # (role, the key that named the preset, the preset)
+    refs = [("", "preset", e.preset)] if d is None else [
+        (n, "preset" if pool.preset is None else f"disaggregation.{n}.preset",
+         pool.preset or e.preset) for n, pool in (("prefill", d.prefill),
+                                                  ("decode", d.decode))]
+    got = {}
+    for role, key, ref in refs:
+        try:
+            preset = got[role] = get_preset(ref)
+            if (e.nvme_tier is not None or d is not None) and preset.scheduler != "paged":
+                what = "disaggregation" if d is not None else "nvme_tier"
+                raise InputError(f"preset {preset.name} is a {preset.scheduler} one; {what} "
+                                 "needs paged (vLLM-like) presets")
+            if e.nvme_tier is not None:
+                nvme_spec(e, preset)
+            if role == "prefill":
+                kv_bytes_per_token(d.link, preset)
+        except KeyError as err:
+            raise InputError(str(err.args[0]), source=source, where=where,
+                             field=key) from None
+        except ValueError as err:
+            raise InputError(str(err), source=source, where=where, field=key) from None
+        except InputError as err:
+            raise InputError(err.one_line(), source=source, where=where,
+                             field=key) from None
+    if d is not None:
+        p, q = got["prefill"], got["decode"]
+        if p.kv_bytes_per_token != q.kv_bytes_per_token:
+            raise InputError(
+                f"the prefill pool's preset {p.name} holds {p.kv_bytes_per_token:,} KV bytes "
+                f"per token and the decode pool's {q.name} {q.kv_bytes_per_token:,}: both "
+                "pools serve one model, so their presets must agree", source=source,
+                where=where, field="disaggregation")

@@ -173,6 +173,9 @@ def test_a_request_aborted_on_the_link_never_reaches_a_decode_instance() -> None
     req, decode_load = run_on("virtual", main())
     assert req.aborted and decode_load == 0 and not cl.in_transit
     assert cl.instances[1].stats.requests_admitted == 0
+    # a transfer cut short is not counted as KV moved
+    assert cl.pd is not None and cl.pd.stats.transfers == 0
+    assert cl.instances[1].stats.kv_in_bytes == cl.instances[1].stats.kv_in_wait_s == 0
 
 
 def test_a_tier_load_is_paid_on_the_prefill_side_only() -> None:
@@ -246,3 +249,47 @@ def test_the_wall_clock_driver_moves_requests_too() -> None:
     assert cl.pd is not None and cl.pd.stats.tokens == 200 * BS + 5
     assert cl.instances[0].stats.generation_tokens == 0
     assert cl.instances[req.instance].stats.generation_tokens == 6
+
+
+def test_pools_of_two_models_or_a_base_preset_they_cannot_use_are_one_line() -> None:
+    from agentbench.errors import InputError
+    from agentbench.scenario.loading import validate_data
+    from agentbench.sim.presetfile import check_presets
+    from tests.helpers import ROOT
+
+    def check(endpoint: dict[str, Any]) -> str:
+        sc = validate_data({
+            "name": "pd", "endpoints": [{"kind": "simulated", **endpoint}],
+            "trace": {"kind": "synth", "profile": "codex", "sessions": 2},
+            "load": {"kind": "lanes", "concurrency": 1}, "limits": {"max_requests": 2}},
+            "pd.yaml")
+        with pytest.raises(InputError) as got:
+            check_presets(sc, "pd.yaml")
+        return got.value.one_line()
+
+    other = str(ROOT / "scenarios" / "presets" / "gpt-oss-120b-all-full.yaml")
+    line = check({"disaggregation": {"prefill": {"preset": other}, "decode": {}}})
+    assert "field 'disaggregation'" in line and "must agree" in line
+    # the pools use the endpoint's own preset: the error names the key that set it
+    tiny = str(ROOT / "scenarios" / "presets" / "vllm-cpu-tiny.yaml")
+    line = check({"preset": tiny, "disaggregation": {"prefill": {}, "decode": {}}})
+    assert "field 'preset'" in line and "no KV bytes per token" in line
+    line = check({"preset": tiny, "nvme_tier": {"capacity_blocks": 10}})
+    assert "field 'preset'" in line and "nvme_tier.load_s_per_token" in line
+
+
+def test_a_request_too_large_for_the_decode_pool_says_which_pool() -> None:
+    from agentbench.sim.cluster import SimRejected
+
+    cl = Cluster(SimulatedEndpoint(kind="simulated", block_size=BS, cache_blocks=None,
+                                   disaggregation={"prefill": {"instances": 1},
+                                                   "decode": {"instances": 1,
+                                                              "preset": "h200-llama3-70b"}}))
+    cl.instances[1].gpu.capacity = 100  # a decode instance far smaller than the prefill one
+    req = cl.make_hashed(list(range(1, 201)), 200 * BS + 5, max_tokens=8, ignore_eos=True)
+    with pytest.raises(SimRejected, match="but a decode instance holds 100 blocks"):
+        cl.submit(req)
+    cl.instances[0].gpu.capacity = 150
+    with pytest.raises(SimRejected, match=r"\(3,205 prompt \+ 0 output tokens\) but a "
+                                          "prefill instance holds 150"):
+        cl.submit(req)

@@ -103,3 +103,11 @@ def test_a_preset_file_gives_all_three_moe_figures_or_none() -> None:
     with pytest.raises(InputError, match="expert_weight_bytes': more than weight_bytes"):
         parse_preset(_file(expert_weight_bytes=7.0e11), "p.yaml")
     assert parse_preset(_file(), "p.yaml") == DS
+
+
+def test_a_window_larger_than_the_kv_cache_is_refused() -> None:
+    text = (PRESET_DIR / "h200-gpt-oss-120b.yaml").read_text().replace(
+        "value: 4718592", "value: 2.0e+12")
+    with pytest.raises(InputError, match="sequence_kv_bytes': 2,000,000,000,000 bytes a "
+                                         "sequence: not less than the whole KV cache"):
+        parse_preset(text, "p.yaml")

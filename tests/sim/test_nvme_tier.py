@@ -103,3 +103,20 @@ def test_a_load_from_the_shared_and_cpu_tiers_pays_their_latency() -> None:
                                      + r.shared_hit_tokens * 1e-6
                                      + (0.01 if r.shared_hit_tokens else 0.0), rel=1e-12)
     assert cl.instances[1].stats.load_s["shared"] == pytest.approx(100 * BS * 1e-6 + 0.01)
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ({"nvme_tier": {"capacity_blocks": 10, "bandwidth_gbps": 100, "load_s_per_token": 1e-6}},
+     "give bandwidth_gbps or load_s_per_token, not both"),
+    ({"nvme_tier": {"capacity_blocks": 10, "load_s_per_token": 2.0**70}},
+     "less than or equal to 1"),
+    ({"cpu_offload_latency_s": 0.25}, "there is no CPU tier"),
+    ({"disaggregation": {"prefill": {}, "decode": {},
+                         "link": {"kv_bytes_per_token": 2.0**70}}},
+     "less than or equal to 1000000000"),
+])
+def test_a_tier_setting_that_cannot_hold_is_refused(extra: dict[str, Any], says: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=says):
+        SimulatedEndpoint.model_validate({"kind": "simulated", **extra})

@@ -105,6 +105,10 @@ def test_a_run_without_the_parts_reads_as_before(runs: dict[str, Path],
     assert load(d).requests["sim_queue_ns"].isna().all()
     html, _ = render([d], tmp_path / "rep")
     assert "Where time goes" not in html.read_text()
+    # beside a run that has them: the chart, and a note naming the run left out
+    html, _ = render([runs["pd"], d], tmp_path / "rep2")
+    text = html.read_text()
+    assert "Where time goes (simulated)" in text and "Not shown: " in text
 
 
 def test_only_a_finished_simulated_request_has_parts() -> None:

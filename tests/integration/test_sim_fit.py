@@ -59,21 +59,24 @@ def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
     # of 75-79% seen in CI came from a client reading one step's tokens >1 ms apart (fixed
     # in the fit, docs/simulator.md "Why it misses"); the grid's timings still disagree
     # now and then (18.5% on a first attempt in a clean-clone CI run on 2026-12-02, 5.8%
-    # on its retry, every window kind about equally off): the measurement is then taken
-    # again, once, and both are shown
-    tries: list[dict[str, float]] = []
+    # on its retry, every window kind about equally off), and so does the held-out run
+    # (llama.cpp, 2026-12-02 05:50-06:25, three runs in a row, one with the code of
+    # 02:30: throughput +38% to +46%, E2E p50 1,540-1,654 ms against 917 ms measured at
+    # 02:30, 0.5-5 s stalls inside streams): the whole measurement is then taken again,
+    # once, and both are shown
+    tries: list[dict[str, Any]] = []
     for attempt in range(2):
         out = results_dir(tmp_path_factory, f"sim-fit-{engine}-{attempt}")
         result = _measure()(engine, Path(out), repeats=1, held=("weka",), pin=PIN[engine])
         fits = result["fits"]
         assert set(fits) == {"run", "grid", "run+grid"}
         res = fits["grid"]["residuals"]
-        tries.append(res)
-        if res["ttft_median"] < 0.15 and res["decode_median"] < 0.3:
+        rows = fits["grid"]["held_out"]["weka"]
+        misses = {m: (round(rows[m]["error"], 3), limit)
+                  for m, limit in MARGINS[engine].items() if abs(rows[m]["error"]) > limit}
+        explained = res["ttft_median"] < 0.15 and res["decode_median"] < 0.3
+        tries.append({"residuals": res, "held_out_misses": misses})
+        if explained and not misses:
             break
-    else:
-        raise AssertionError(f"the grid fit does not explain its own windows: {tries}")
-    rows = fits["grid"]["held_out"]["weka"]
-    misses = {m: (round(rows[m]["error"], 3), limit) for m, limit in MARGINS[engine].items()
-              if abs(rows[m]["error"]) > limit}
-    assert not misses, misses
+    assert explained, f"the grid fit does not explain its own windows: {tries}"
+    assert not misses, tries

@@ -274,6 +274,18 @@ class SimulatedEndpoint(Strict):
         None, description="Separate prefill and decode pools joined by a KV link; "
         "`instances` is then their sum (set it only to that) and `router` is unused.")
 
+    def pools(self) -> list[tuple[str, str, str, int]]:
+        """(role, key, preset, instances) of each group of instances: one ("", "preset",
+        ...) without disaggregation, else the prefill pool and the decode pool; ``key``
+        names the setting the preset came from (a pool without its own runs the
+        endpoint's)."""
+        d = self.disaggregation
+        if d is None:
+            return [("", "preset", self.preset, self.instances)]
+        return [(role, "preset" if pool.preset is None else f"disaggregation.{role}.preset",
+                 pool.preset or self.preset, pool.instances)
+                for role, pool in (("prefill", d.prefill), ("decode", d.decode))]
+
     @model_validator(mode="after")
     def _pools(self) -> SimulatedEndpoint:
         if self.cpu_offload_latency_s and not self.cpu_offload_blocks:

@@ -293,26 +293,24 @@ def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
             raise _SetError(key, f"{'.'.join(parts[:j])} is not a mapping or list")
 
 
-def _resolve_preset(holder: Any, base_dir: Path) -> str | None:
-    """A preset file named by ``holder.preset`` (``sim/preset_files``' format), made
-    absolute relative to the scenario's folder; the problem when there is no such file
-    (None: found, or a shipped preset's name, or no preset)."""
+def _preset_file(ref: str | None, base_dir: Path) -> tuple[str | None, str | None]:
+    """A preset reference with a preset file (``sim/preset_files``' format) made absolute
+    relative to the scenario's folder (a shipped preset's name, or None, as it is), and
+    the problem when there is no such file."""
     from agentbench.scenario.endpoints import is_preset_path
 
-    ref_s = holder.preset
-    if ref_s is None or not is_preset_path(ref_s):
-        return None
+    if ref is None or not is_preset_path(ref):
+        return ref, None
     try:
-        ref = Path(ref_s).expanduser()
-        cand = ref if ref.is_absolute() else base_dir / ref
+        path = Path(ref).expanduser()
+        cand = path if path.is_absolute() else base_dir / path
         found = cand.is_file()
     except (OSError, ValueError, RuntimeError):  # ~nouser, a NUL byte, too long
         found = False
     if not found:
-        return (f"no such preset file: {ref_s} (relative paths are relative to the "
-                f"scenario's folder {base_dir})")
-    holder.preset = str(cand.resolve())
-    return None
+        return ref, (f"no such preset file: {ref} (relative paths are relative to the "
+                     f"scenario's folder {base_dir})")
+    return str(cand.resolve()), None
 
 
 def _variant(sc: Any, v: Any) -> Any:
@@ -408,7 +406,7 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
                 holders += [(pool, ("endpoints", str(i), "disaggregation", name, "preset"))
                             for name, pool in (("prefill", d.prefill), ("decode", d.decode))]
             for holder, key in holders:
-                missing = _resolve_preset(holder, base_dir)
+                holder.preset, missing = _preset_file(holder.preset, base_dir)
                 if missing is not None:
                     problems.append((".".join(key), lines.get(key), missing))
         if e.kind == "simulated" and sc.clock_mode == "virtual" and e.speedup != 1:
@@ -434,15 +432,10 @@ def _variant_presets(key: str, value: Any, base_dir: Path, where: str,
                 for k, x in value.items()}
     if key.rsplit(".", 1)[-1] != "preset" or not isinstance(value, str):
         return value
-
-    class _Ref:
-        preset: str | None = value
-
-    ref = _Ref()
-    missing = _resolve_preset(ref, base_dir)
+    resolved, missing = _preset_file(value, base_dir)
     if missing is not None:
         problems.append((where, None, missing))
-    return ref.preset
+    return resolved
 
 
 def load_scenario(path: str | Path, *, check: bool = True,

@@ -92,19 +92,21 @@ class Cluster:
         assert d is not None
         out: list[Instance] = []
         presets = []
-        for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
-            p = self.preset if pool.preset is None else get_preset(
-                pool.preset, max_num_batched_tokens=cfg.max_num_batched_tokens,
+        latency = tier_latency(cfg)
+        for role, key, ref, n in cfg.pools():
+            p = self.preset if key == "preset" else get_preset(
+                ref, max_num_batched_tokens=cfg.max_num_batched_tokens,
                 max_num_seqs=cfg.max_num_seqs)
             if p.scheduler != "paged":
                 raise ValueError(f"preset {p.name}: disaggregation needs a paged (vLLM-like) "
                                  f"preset, not a {p.scheduler} one")
             presets.append(p)
             blocks = cfg.cache_blocks or p.cache_blocks(cfg.block_size)
-            for _ in range(pool.instances):
+            nvme = nvme_spec(cfg, p)
+            for _ in range(n):
                 out.append(Instance(len(out), p, cfg.block_size, blocks,
                                     cfg.cpu_offload_blocks, self.shared, load, cfg.speedup,
-                                    nvme_spec(cfg, p), tier_latency(cfg)))
+                                    nvme, latency))
                 out[-1].role = role
         if presets[0].kv_bytes_per_token != presets[1].kv_bytes_per_token:
             raise ValueError("the prefill and decode pools' presets disagree on KV bytes per "
@@ -315,11 +317,8 @@ def nvme_spec(cfg: SimulatedEndpoint, preset: Preset) -> tuple[int, float, float
         return None
     per_token = t.load_s_per_token
     if per_token is None:
-        kvb = preset.kv_bytes_per_token
-        if not kvb or kvb != kvb:  # 0 or NaN: a fitted preset records no model shape
-            raise ValueError(f"preset {preset.name} gives no KV bytes per token: set "
-                             "nvme_tier.load_s_per_token")
-        per_token = kvb / (t.bandwidth_gbps * 1e9 / 8)
+        per_token = preset.model_kv_bytes("nvme_tier.load_s_per_token") \
+            / (t.bandwidth_gbps * 1e9 / 8)
     return t.capacity_blocks, per_token, t.latency_s
 
 

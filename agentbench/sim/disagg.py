@@ -56,11 +56,7 @@ def kv_bytes_per_token(link: KvLink, preset: Preset) -> float:
     preset has none: then the link must say)."""
     if link.kv_bytes_per_token is not None:
         return link.kv_bytes_per_token
-    kvb = preset.kv_bytes_per_token
-    if not kvb or kvb != kvb:  # 0 or NaN: a fitted preset records no model shape
-        raise ValueError(f"preset {preset.name} gives no KV bytes per token: set "
-                         "disaggregation.link.kv_bytes_per_token")
-    return float(kvb)
+    return preset.model_kv_bytes("disaggregation.link.kv_bytes_per_token")
 
 
 def transfer(tokens: int, kvb: float, link: KvLink, prefill_s: float) -> Transfer:

@@ -145,8 +145,7 @@ class Instance:
         k = gpu.match(hashes, limit, hint)
         if k:
             gpu.pin(hashes, k)
-        need = -(-(req.prompt_tokens + (0 if req.handoff else req.output_tokens))
-                 // self.block_size) - k + self.seq_blocks
+        need = self.blocks_needed(req) - k
         # as vLLM, evict only when that makes room: free + evictable blocks, where the blocks
         # on a running request's (or this one's) cached path, those above a pinned block
         # (``gpu.held``), cannot be evicted
@@ -267,30 +266,32 @@ class Instance:
             waiting.popleft()
             self.prefilling.append(r)
             if not r.kv_ready:  # a moved KV's tier loads were its prefill instance's
-                own = r.cpu_hit_tokens * p.cpu_load_s_per_token \
-                    + r.shared_hit_tokens * self.shared_load
-                if r.nvme_hit_tokens:
-                    own += r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
-                if self.cpu_latency and r.cpu_hit_tokens:
-                    own += self.cpu_latency
-                if self.shared_latency and r.shared_hit_tokens:
-                    own += self.shared_latency
-                if own:
-                    self._count_loads(r)
-                r.load_s = own
+                r.load_s = own = self._tier_loads(r)
                 load_s += own
             budget, flops, kv_read = self._chunks((r,), budget, flops, kv_read, plan)
         return flops, kv_read, load_s
 
-    def _count_loads(self, r: SimRequest) -> None:
-        """Seconds ``r`` spent loading from each tier (``stats.load_s``)."""
-        ls = self.stats.load_s
-        ls["cpu"] += r.cpu_hit_tokens * self.preset.cpu_load_s_per_token \
-            + (self.cpu_latency if r.cpu_hit_tokens else 0.0)
-        ls["shared"] += r.shared_hit_tokens * self.shared_load \
-            + (self.shared_latency if r.shared_hit_tokens else 0.0)
+    def _tier_loads(self, r: SimRequest) -> float:
+        """Seconds ``r``'s loads from the CPU, NVMe and shared tiers take (each tier's
+        per-token time, plus its latency when it loads anything), each tier's part
+        counted in ``stats.load_s``."""
+        cpu_s = r.cpu_hit_tokens * self.preset.cpu_load_s_per_token
+        shared_s = r.shared_hit_tokens * self.shared_load
+        own = cpu_s + shared_s
+        nvme_s = 0.0
         if r.nvme_hit_tokens:
-            ls["nvme"] += r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
+            nvme_s = r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
+            own += nvme_s
+        if self.cpu_latency and r.cpu_hit_tokens:
+            own += self.cpu_latency
+        if self.shared_latency and r.shared_hit_tokens:
+            own += self.shared_latency
+        if own:
+            ls = self.stats.load_s
+            ls["cpu"] += cpu_s + (self.cpu_latency if r.cpu_hit_tokens else 0.0)
+            ls["shared"] += shared_s + (self.shared_latency if r.shared_hit_tokens else 0.0)
+            ls["nvme"] += nvme_s
+        return own
 
     def _chunks(self, reqs: Sequence[SimRequest], budget: int, flops: float, kv_read: float,
                 plan: list[tuple[SimRequest, int]]) -> tuple[int, float, float]:
@@ -354,11 +355,8 @@ class Instance:
             if r.on_progress is not None:
                 r.on_progress(r)
         st.generation_tokens += emitted
-        if handed:
-            ids = set(map(id, handed))
-            self.prefilling = [r for r in self.prefilling if id(r) not in ids]
-        if started:
-            ids = set(map(id, started))
+        if started or handed:  # their prefills are over
+            ids = set(map(id, started)) | set(map(id, handed))
             self.prefilling = [r for r in self.prefilling if id(r) not in ids]
             new = [r for r in started if r.finished_at is None]
             if new:
@@ -444,7 +442,7 @@ def first_fit_error(inst: Instance, req: SimRequest, what: str = "an instance"
     need = inst.blocks_needed(req)
     if need > inst.gpu.capacity:
         out = 0 if req.handoff else req.output_tokens
-        seq = getattr(inst, "seq_blocks", 0)
+        seq = inst.seq_blocks
         fixed = f", {seq:,} for the preset's sequence_kv_bytes" if seq else ""
         return (f"This request needs {need:,} KV blocks ({req.prompt_tokens:,} prompt + "
                 f"{out:,} output tokens{fixed}) but {what} holds "

@@ -73,7 +73,7 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
                  "Count of successfully processed requests.", rows))
     fam("agentbench_sim_cache_evictions_total", "counter", "GPU KV blocks evicted (LRU).",
         lambda i: i.gpu.evictions)
-    decode = [i for i in instances if getattr(i, "role", "") == "decode"]
+    decode = [i for i in instances if i.role == "decode"]
     for name, help_, attr in (
             ("agentbench_sim_kv_transfer_tokens_total",
              "P/D: tokens whose KV moved to this decode instance.", "kv_in_tokens"),
@@ -81,17 +81,17 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
              "P/D: KV bytes moved to this decode instance.", "kv_in_bytes"),
             ("agentbench_sim_kv_transfer_wait_seconds_total",
              "P/D: seconds requests waited for their KV to reach this decode instance.",
-             "kv_in_wait_s")):
-        if decode:
-            fams.append((name, "counter", help_, [
-                ({"model_name": model, "instance": str(i.index), "role": "decode"},
-                 float(getattr(i.stats, attr))) for i in decode]))
+             "kv_in_wait_s")) if decode else ():
+        fams.append((name, "counter", help_, [
+            ({"model_name": model, "instance": str(i.index), "role": "decode"},
+             float(getattr(i.stats, attr))) for i in decode]))
     return fams
 
 
 def _tiers(inst: Instance) -> tuple[str, ...]:
     """The tiers behind an instance's GPU cache (cpu, nvme, shared), in load order."""
-    return tuple(t for t in ("cpu", "nvme", "shared") if getattr(inst, t, None) is not None)
+    return tuple(t for t, c in (("cpu", inst.cpu), ("nvme", inst.nvme), ("shared", inst.shared))
+                 if c is not None)
 
 
 def _tier_families(model: str, instances: Sequence[Instance]) -> list[

@@ -377,13 +377,8 @@ def _check_endpoint(e: Any, source: str, where: str) -> None:
     from agentbench.sim.presets import get_preset
 
     d = e.disaggregation
-    # (role, the key that named the preset, the preset)
-    refs = [("", "preset", e.preset)] if d is None else [
-        (n, "preset" if pool.preset is None else f"disaggregation.{n}.preset",
-         pool.preset or e.preset) for n, pool in (("prefill", d.prefill),
-                                                  ("decode", d.decode))]
     got = {}
-    for role, key, ref in refs:
+    for role, key, ref, _ in e.pools():
         try:
             preset = got[role] = get_preset(ref)
             if (e.nvme_tier is not None or d is not None) and preset.scheduler != "paged":

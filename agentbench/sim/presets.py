@@ -136,6 +136,14 @@ class Preset:
             - self.activation_reserve_bytes
         return max(0, int(free // self.kv_bytes_per_token))
 
+    def model_kv_bytes(self, setting: str) -> float:
+        """The model's KV bytes per token; a fitted preset records no model shape (0):
+        a ``ValueError`` naming ``setting``, the scenario key that must say instead."""
+        kvb = self.kv_bytes_per_token
+        if not kvb or kvb != kvb:  # 0, or NaN
+            raise ValueError(f"preset {self.name} gives no KV bytes per token: set {setting}")
+        return float(kvb)
+
     def cache_blocks(self, block_size: int) -> int:
         """KV capacity in blocks of ``block_size`` tokens."""
         return max(1, self.cache_tokens() // block_size)
@@ -197,13 +205,11 @@ def get_preset(name: str, **overrides: object) -> Preset:
 
 
 def modeled_gpus(cfg: Any) -> int | None:
-    """The GPUs a simulated endpoint models: its instances x its preset's GPUs per
-    instance; None when the preset does not say."""
-    d = getattr(cfg, "disaggregation", None)
-    pools = [(cfg.preset, int(cfg.instances))] if d is None else [
-        (pool.preset or cfg.preset, pool.instances) for pool in (d.prefill, d.decode)]
+    """The GPUs a simulated endpoint models: over its groups of instances (its P/D pools,
+    or all of them), instances x the preset's GPUs per instance; None when a preset does
+    not say."""
     total = 0
-    for ref, n in pools:
+    for _, _, ref, n in cfg.pools():
         gpus = get_preset(str(ref)).gpus
         if gpus is None:
             return None

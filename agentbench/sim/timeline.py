@@ -6,7 +6,8 @@ routing to its last token.
                  request_s included)
     prefill      admitted -> prefill done, less its tier loads (steps shared with other
                  requests' chunks and decodes included)
-    tier_load    its own loads from the CPU and shared tiers, in the step that admitted it
+    tier_load    its own loads from the CPU, NVMe and shared tiers, in the step that
+                 admitted it
     transfer     P/D: prefill done -> its KV on the decode instance (the exposed part)
     decode_queue P/D: KV arrived -> admitted on the decode instance
     decode       first token -> last token; P/D: decode admission -> last token (the

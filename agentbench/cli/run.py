@@ -68,9 +68,13 @@ def run(
                                "print its figures over the runs with 95% intervals (wall "
                                "clock: the same seed; virtual time: seed + i)."),
     ray: str | None = typer.Option(
-        None, "--ray", metavar="ADDRESS", help="Run the variants side by side as Ray tasks: "
-        "'local' (a Ray started here), 'auto' (the cluster `ray start` began here) or a "
-        "cluster address; simulated variants in virtual time only (docs/scale.md)."),
+        None, "--ray", metavar="ADDRESS", help="Run on a Ray cluster: 'local' (a Ray "
+        "started here), 'auto' (the cluster `ray start` began here) or a cluster address. "
+        "Simulated variants in virtual time run side by side as Ray tasks; a variant that "
+        "measures an endpoint sends its load from Ray actors on every node (docs/scale.md)."),
+    workers_per_node: int = typer.Option(
+        1, "--workers-per-node", min=1, help="With --ray: load workers (one process, one "
+        "CPU each) on each Ray node for a variant that measures an endpoint."),
 ) -> None:
     """Replay a scenario against its endpoints, write results/<run-id>/, print a summary.
 
@@ -109,10 +113,13 @@ def run(
     from agentbench.experiment import run_experiment
 
     if ray is not None and workers != "1":
-        raise InputError("--ray and --workers: choose one (Ray runs each variant in one "
-                         "process)", source="agentbench run")
+        raise InputError("--ray and --workers: choose one (with --ray, --workers-per-node "
+                         "sets the load workers on each node)", source="agentbench run")
+    if ray is None and workers_per_node != 1:
+        raise InputError("--workers-per-node needs --ray", source="agentbench run")
     result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
-                            progress=progress, workers=workers, ray=ray, repeat=repeat)
+                            progress=progress, workers=workers, ray=ray,
+                            workers_per_node=workers_per_node, repeat=repeat)
     for line in result.failed:
         typer.echo(f"failed: {line}", err=True)
     for line in result.invalid:
@@ -141,6 +148,8 @@ class _RunPrinter:
         typer.echo(format_summary(run.summary))
         if (auto := run.info.get("workers_auto")) is not None:
             typer.echo(f"workers       {run.info['workers']} (--workers auto: {auto['why']})")
+        if (placed := run.info.get("ray")) is not None:
+            typer.echo(ray_line(placed))
         typer.echo(f"results: {run.run_dir}")
         if run.warning is not None:
             typer.echo(f"warning: {run.run_dir.name}: {run.warning}", err=True)
@@ -159,6 +168,21 @@ class _RunPrinter:
             typer.echo(f"warning: {w}", err=True)
         typer.echo("report: agentbench report " + " ".join(str(r.run_dir)
                                                            for r in result.runs))
+
+
+def ray_line(placed: dict[str, Any]) -> str:
+    """Where the load came from: workers per node, the largest clock offset and its bound,
+    the nodes lost."""
+    ws = placed.get("workers") or []
+    nodes = {w["node"] for w in ws}
+    off = max((abs(w["clock_offset_ns"]) for w in ws), default=0) / 1e6
+    rtt = max((w["clock_rtt_ns"] for w in ws), default=0) / 2e6
+    line = (f"ray           {len(ws)} load workers on {len(nodes)} nodes; clock offsets to "
+            f"this host up to {off:.3f} ms (each within {rtt:.3f} ms)")
+    for x in placed.get("lost") or []:
+        line += (f"; LOST worker {x['worker']} on {x['hostname']} {x['node'][:8]} at "
+                 f"{x['at_s']:.1f} s ({x['requests_cut']} requests in flight cut)")
+    return line
 
 
 @app.command()

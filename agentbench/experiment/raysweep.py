@@ -7,9 +7,9 @@ for them, tells the listener as each ends, and compares them as a local run does
 variants that run in virtual time (every endpoint ``kind: simulated``, no ``clock: wall``,
 no ``server:``) are sent: their run folders are then the same, byte for byte, as when the
 variants run one after another here, since nothing in them depends on the host or on what
-else runs (``scripts/same_runs.py`` checks it). Variants against real endpoints stay on
-this host, one after another: running them side by side would measure them against each
-other.
+else runs (``scripts/same_runs.py`` checks it). Variants against real endpoints run from
+this host, one after another (side by side they would measure each other), each with its
+lanes spread over Ray actors on the cluster's nodes (:mod:`agentbench.replay.raylanes`).
 
 A task runs in the driver's working folder (the scenario file's path made absolute), so it
 writes where a local run would; on a node without that folder ``output.dir`` is made
@@ -109,25 +109,37 @@ def _task(sc: Any, scenario_path: str | None, cwd: str) -> Any:
 
 
 def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
-               tell: Any, of: int) -> list[Any]:
-    """Every variant as a Ray task; their runs in the variants' order, each told to
-    ``tell`` (``variant_started`` once the cluster is joined, ``run_started`` and
-    ``variant_done`` as it ends; ``of``: the scenario's variant count)."""
-    for sc in variants:
-        why = why_not_remote(sc)
-        if why is not None:
-            raise InputError(f"variant {sc.name!r} cannot run on Ray: {why}; Ray runs "
-                             "simulated variants in virtual time (run it without --ray)",
-                             field="--ray")
+               tell: Any, of: int, per_node: int = 1, progress: bool | None = False,
+               traces: dict[str, Any] | None = None) -> list[Any]:
+    """Every variant on the Ray cluster at ``address``; their runs in the variants' order.
+    Variants in virtual time run side by side as Ray tasks; each variant that measures
+    an endpoint runs on this host, one after another first, its lanes on Ray actors
+    (``per_node`` on each node: :mod:`agentbench.replay.raylanes`). ``tell`` hears
+    ``variant_started``, ``run_started`` and ``variant_done`` (``of``: the scenario's
+    variant count)."""
+    from agentbench.experiment.run import run_variant
+    from agentbench.replay.raylanes import ray_lanes
+
+    if per_node < 1:
+        raise InputError(f"workers per node must be at least 1, not {per_node}",
+                         field="--workers-per-node")
     ray = connect(address)
-    for sc in variants:
+    executor = ray_lanes(ray, per_node)
+    runs: list[Any] = [None] * len(variants)
+    remote = [i for i, sc in enumerate(variants) if why_not_remote(sc) is None]
+    for i, sc in enumerate(variants):
+        if i in remote:
+            continue
         tell.variant_started(sc, of)
+        runs[i] = run_variant(sc, scenario_path=scenario_path, listener=tell,
+                              progress=progress, executor=executor, traces=traces)
+    for i in remote:
+        tell.variant_started(variants[i], of)
     task = ray.remote(num_cpus=1, max_retries=0)(_task)
     path = None if scenario_path is None else str(Path(scenario_path).resolve())
     cwd = str(Path.cwd())
-    refs = [task.remote(sc, path, cwd) for sc in variants]
-    index = {ref: i for i, ref in enumerate(refs)}
-    runs: list[Any] = [None] * len(refs)
+    refs = [task.remote(variants[i], path, cwd) for i in remote]
+    index = {ref: i for i, ref in zip(remote, refs, strict=True)}
     pending = list(refs)
     while pending:
         done, pending = ray.wait(pending, num_returns=1)

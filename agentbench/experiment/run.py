@@ -110,15 +110,17 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
                    listener: Listener | None = None, progress: bool | None = False,
                    workers: int | str | None = 1, executor: Any = None,
                    traces: dict[str, Trace] | None = None,
-                   ray: str | None = None, repeat: int = 1) -> ExperimentResult:
+                   ray: str | None = None, workers_per_node: int = 1,
+                   repeat: int = 1) -> ExperimentResult:
     """Run every variant of ``scenario`` (a validated ``Scenario``, or a path to its YAML
     file) one after another and compare them; return their runs and verdicts.
 
     ``workers`` and ``executor`` choose what runs the lanes of each run
     (``agentbench.replay.run_scenario``); ``traces`` (optional) caches traces across
     calls by trace spec and seed. ``ray``: the address of a Ray cluster (``local`` starts
-    one here) on which the variants run side by side as tasks, each as it would here
-    (simulated variants in virtual time only: ``agentbench.experiment.raysweep``).
+    one here): variants in virtual time run there side by side as tasks, each as it would
+    here; a variant that measures an endpoint has its lanes on Ray actors,
+    ``workers_per_node`` on each node (``agentbench.experiment.raysweep``).
     ``repeat``: run each variant that many times (``repeat_of``) and give its figures
     over the runs with 95% intervals (``result.repeats``); the comparison then takes each
     variant's first run."""
@@ -139,7 +141,7 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
         from agentbench.experiment.raysweep import run_remote
 
         result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
-                                 len(scenario.variants))
+                                 len(scenario.variants), workers_per_node, progress, traces)
     firsts: list[VariantRun] = [] if ray is None else result.runs
     for sc in expand_variants(scenario) if ray is None else ():
         tell.variant_started(sc, len(scenario.variants))

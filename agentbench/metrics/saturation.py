@@ -56,16 +56,19 @@ def stage_figures(d: Derived, m: np.ndarray) -> dict[str, Any] | None:
 
 def verdict(d: Derived, time_kind: str, stage_lanes: dict[str, int | None] | None = None,
             lag_p50_ms: float = LAG_P50_MS, lag_p99_ms: float = LAG_P99_MS,
-            in_flight_ratio: float = IN_FLIGHT_RATIO) -> dict[str, Any] | None:
+            in_flight_ratio: float = IN_FLIGHT_RATIO,
+            mask: np.ndarray | None = None) -> dict[str, Any] | None:
     """``{saturated, reasons, figures, thresholds, advice}``: saturated when any stage's
     lag p50 or p99 is above its threshold or its in-flight ratio below
-    ``in_flight_ratio``; None in virtual time (no client delay exists there)."""
+    ``in_flight_ratio``; None in virtual time (no client delay exists there). ``mask``:
+    only those requests (one node's)."""
     if time_kind == "virtual":
         return None
     figures: dict[str, Any] = {}
     reasons: list[str] = []
     for i, stage in enumerate(d.stages):
-        f = stage_figures(d, d.measured & (d.stage_code == i))
+        m = d.measured & (d.stage_code == i)
+        f = stage_figures(d, m if mask is None else m & mask)
         if f is None:
             continue
         lanes = (stage_lanes or {}).get(stage)
@@ -90,6 +93,21 @@ def verdict(d: Derived, time_kind: str, stage_lanes: dict[str, int | None] | Non
                            "schedule_lag_p99_ms": lag_p99_ms,
                            "in_flight_ratio": in_flight_ratio},
             "advice": ADVICE if reasons else None}
+
+
+def by_node(d: Derived, run: dict[str, Any], time_kind: str) -> dict[str, Any] | None:
+    """The verdict of each Ray node's requests (run.json ``ray.workers``: worker ``w`` of
+    ``W`` numbers its requests ``w, w + W, ...``), keyed ``hostname node-id[:8]``; None
+    for a run not sent from Ray workers. Lanes are shared between nodes, so the in-flight
+    ratio is each node's own."""
+    workers = (run.get("ray") or {}).get("workers") or []
+    if not workers or time_kind == "virtual":
+        return None
+    who = d.df["request_id"].to_numpy(dtype=np.int64) % len(workers)
+    nodes: dict[str, list[int]] = {}
+    for w in workers:
+        nodes.setdefault(f"{w['hostname']} {str(w['node'])[:8]}", []).append(int(w["worker"]))
+    return {node: verdict(d, time_kind, mask=np.isin(who, ws)) for node, ws in nodes.items()}
 
 
 def warning(v: dict[str, Any] | None) -> str | None:

@@ -309,6 +309,14 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
                                                      _stage_lanes(rr.run))
     if (warn := saturation.warning(summary["client_saturated"])) is not None:
         summary["time_base"]["warnings"].append(warn)
+    nodes = saturation.by_node(d, rr.run, rr.time_base.kind)
+    if nodes is not None:  # lanes on Ray nodes: each node's own verdict
+        summary["client_saturated_by_node"] = nodes
+        late = [k for k, v in nodes.items() if v and v["saturated"]]
+        if late:
+            summary["time_base"]["warnings"].append(
+                f"client saturated on Ray node{'s' if len(late) > 1 else ''} "
+                f"{', '.join(late)} (summary.json client_saturated_by_node)")
     if (warn := _overrun(rr.run)) is not None:
         summary["time_base"]["warnings"].append(warn)
     summary["validity"] = validity(rr.run, summary["stages"], d)

@@ -6,9 +6,9 @@ its lanes wrote and how its client kept up. Two implementations:
 
 - :class:`InProcess`: every lane in this event loop (virtual-clock runs always);
 - :class:`Processes`: lanes sharded over worker processes (``--workers N``,
-  :mod:`agentbench.replay.workers`), one tree sequence and one request budget.
-
-Another executor (lanes on other hosts) is one new module implementing :class:`Executor`.
+  :mod:`agentbench.replay.workers`), one tree sequence and one request budget;
+- ``RayLanes`` (:mod:`agentbench.replay.raylanes`): the same over Ray actors on several
+  hosts (``--ray`` for a variant that measures a real endpoint).
 """
 
 from __future__ import annotations
@@ -115,16 +115,22 @@ class Processes:
         await self.fleet.close(interrupt=interrupt)
 
     def finish(self, run_dir: Path, info: dict[str, Any], writer: ResultsWriter) -> None:
-        fleet = self.fleet
-        for c in fleet.closed:
-            if c.get("write_error") and writer.failure is None:
-                writer.failure = ResultsWriteError(str(run_dir), c["write_error"])
-        try:
-            info["requests_written"] = fleet.merge(run_dir)
-        except OSError as err:
-            if writer.failure is None:
-                writer.failure = ResultsWriteError(str(run_dir), err.strerror or str(err))
-        info["idle_pulled_in_ns"] = max(
-            [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
-        info["client_health"] = {"parent": info["client_health"],
-                                 "workers": [c["client_health"] for c in fleet.closed]}
+        finish_workers(self.fleet, run_dir, info, writer)
+
+
+def finish_workers(fleet: Any, run_dir: Path, info: dict[str, Any],
+                   writer: ResultsWriter) -> None:
+    """Workers' rows merged into the run folder (``fleet.merge``), their write errors, idle
+    gaps pulled in and health (``fleet.closed``) into ``info``."""
+    for c in fleet.closed:
+        if c.get("write_error") and writer.failure is None:
+            writer.failure = ResultsWriteError(str(run_dir), c["write_error"])
+    try:
+        info["requests_written"] = fleet.merge(run_dir)
+    except OSError as err:
+        if writer.failure is None:
+            writer.failure = ResultsWriteError(str(run_dir), err.strerror or str(err))
+    info["idle_pulled_in_ns"] = max(
+        [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
+    info["client_health"] = {"parent": info["client_health"],
+                             "workers": [c["client_health"] for c in fleet.closed]}

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from agentbench.replay.context import merged_outcomes
-from agentbench.replay.stages import TreeSource
 from agentbench.replay.workers import (
     _STATS,
     Shared,
@@ -32,7 +31,7 @@ class Fleet:
         self.n = n
         self.mp: Any = multiprocessing.get_context(start_method())
         self.shared = Shared(self.mp, n)
-        self.source = TreeSource([], scenario.limits.recycle, self.shared.src, self.shared.lock)
+        self.source = self.shared.tree_source([], scenario.limits.recycle)
         self.dir = run_dir / WORKERS_DIR
         self.specs = [WorkerSpec(w, n, scenario, trace, found, t0_ns, str(self.dir / f"w{w}"),
                                  os.getpid()) for w in range(n)]
@@ -86,9 +85,7 @@ class Fleet:
     async def run_stage(self, k: int, stage: Any, start_ns: int) -> int:
         """Run stage ``k`` in every worker from ``start_ns``; return requests sent."""
         self.source.restart()
-        with self.shared.lock:
-            self.shared.flags[0] = 0
-            self.shared.flags[1] = 0
+        self.shared.new_stage()
         for c in self.conns:
             c.send(("stage", k, stage, start_ns))
         done = await self._all("done")
@@ -106,7 +103,7 @@ class Fleet:
         """Ask every worker to finish (``interrupt``: cancel what is in flight, as Ctrl-C
         does) and wait until each wrote its files; a worker that hangs is killed."""
         if interrupt:
-            self.shared.flags[2] = 1
+            self.shared.interrupt()
         for c in self.conns:
             with contextlib.suppress(OSError, ValueError):
                 c.send(("close",))

@@ -117,6 +117,46 @@ class Shared:
     def total(self, i: int) -> int:
         return sum(self.stats[w * _STATS + i] for w in range(self.n))
 
+    def tree_source(self, specs: list[Any], recycle: bool) -> TreeSource:
+        """The one tree sequence, drawn from by every worker."""
+        return TreeSource(specs, recycle, self.src, self.lock)
+
+    def new_stage(self) -> None:
+        """The budget unspent and the stop flag down, before a stage starts."""
+        with self.lock:
+            self.flags[0] = 0
+            self.flags[1] = 0
+
+    def interrupt(self) -> None:
+        self.flags[2] = 1
+
+    def interrupted(self) -> bool:
+        return bool(self.flags[2])
+
+    def stopped(self) -> bool:
+        return bool(self.flags[1])
+
+    def publish(self, w: int, values: list[int]) -> None:
+        """Worker ``w``'s progress counters (``_STATS`` of them; a TTFT of 0: unchanged)."""
+        i = w * _STATS
+        for j, v in enumerate(values):
+            if j < _STATS - 1 or v:
+                self.stats[i + j] = v
+
+
+class PipeLink:
+    """A worker's messages to and from its parent over a ``multiprocessing`` pipe."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        self.conn.send(msg)
+
+    def listen(self, loop: asyncio.AbstractEventLoop,
+               inbox: asyncio.Queue[tuple[Any, ...]]) -> None:
+        _listen(loop, self.conn, inbox)
+
 
 @dataclass
 class WorkerSpec:
@@ -125,9 +165,9 @@ class WorkerSpec:
     scenario: Any
     trace: Any
     endpoints: list[dict[str, Any]]  # endpoints.opened() of each endpoint
-    t0_ns: int
+    t0_ns: int  # the run's start on this worker's clock
     out_dir: str
-    parent_pid: int
+    parent_pid: int | None  # None: not a child process (a Ray actor)
 
 
 # ---------------------------------------------------------------- worker side
@@ -147,10 +187,14 @@ def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; see the module doc
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # a forked child must not wake the parent's loop
-    run_on(WALL, _worker(spec, conn, shared))  # the parent's kind of loop (workers: wall)
+    run_on(WALL, run_worker(spec, PipeLink(conn), shared))  # the parent's kind of loop
 
 
-async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
+async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
+    """One worker's part of the run: its lanes of each stage the parent sends, until it
+    says close. ``link`` carries the messages (``send``, ``listen``); ``shared`` is what
+    every worker shares (:class:`Shared`, or its remote counterpart for lanes on other
+    hosts, :mod:`agentbench.replay.raylanes`)."""
     from agentbench.replay.endpoints import close_endpoint
     from agentbench.replay.timers import Timers
     from agentbench.replay.tree import tree_specs
@@ -158,7 +202,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-    _listen(loop, conn, inbox)
+    link.listen(loop, inbox)
     sc, trace = spec.scenario, spec.trace
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     _write_part_file(Path(spec.out_dir))
@@ -179,7 +223,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     ctx: Any = None
     try:
         ctx = _worker_context(spec, shared, writer, timers, endpoints)
-        source = TreeSource(tree_specs(trace), sc.limits.recycle, shared.src, shared.lock)
+        source = shared.tree_source(tree_specs(trace), sc.limits.recycle)
         bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg)))
         bg.append(asyncio.ensure_future(health.watch(stop_bg)))
         bg.append(asyncio.ensure_future(_watch(spec, shared, ctx, asyncio.current_task(),
@@ -187,7 +231,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
         gc_old = quiet_gc()
         frozen = True
         gc.callbacks.append(health.gc_callback)
-        conn.send(("ready",))
+        link.send(("ready",))
         shard = Shard(spec.index, spec.count)
         while True:
             msg = await inbox.get()
@@ -195,7 +239,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
                 break
             _, k, stage, start_ns = msg
             await run_stage(ctx, sc, stage, k, source, trace, shard, start_ns)
-            conn.send(("done", k, ctx.requests_sent, ctx.outcome()))
+            link.send(("done", k, ctx.requests_sent, ctx.outcome()))
         status = "completed"
     except asyncio.CancelledError:
         status = "interrupted"
@@ -212,7 +256,7 @@ async def _worker(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
         writer.close()
         _publish(spec.index, shared, ctx)
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("closed", {"worker": spec.index, "pid": os.getpid(), "status": status,
+            link.send(("closed", {"worker": spec.index, "pid": os.getpid(), "status": status,
                                   "requests_written": writer.kept,
                                   "write_error": (writer.failure.reason
                                                   if writer.failure else None),
@@ -232,7 +276,7 @@ def _write_part_file(out_dir: Path) -> None:
     os.replace(tmp, out_dir / PART_FILE)
 
 
-def _worker_context(spec: WorkerSpec, shared: Shared, writer: Any, timers: Any,
+def _worker_context(spec: WorkerSpec, shared: Any, writer: Any, timers: Any,
                     endpoints: list[Any]) -> Any:
     """The worker's run context: its own connections to the endpoints the parent opened
     (appended to ``endpoints``, closed by the caller), prompt caches and router."""
@@ -281,17 +325,18 @@ def _listen(loop: asyncio.AbstractEventLoop, conn: Any,
     loop.add_reader(fd, readable)
 
 
-async def _watch(spec: WorkerSpec, shared: Shared, ctx: Any, main: asyncio.Task[Any] | None,
+async def _watch(spec: WorkerSpec, shared: Any, ctx: Any, main: asyncio.Task[Any] | None,
                  stop: asyncio.Event) -> None:
     """Every 10 ms: follow the shared flags (stop: the budget is spent; interrupt: Ctrl-C
     in the parent, or the parent is gone), publish progress, re-check the idle-gap cap."""
     tick = 0
     while not stop.is_set():
-        if shared.flags[2] or os.getppid() != spec.parent_pid:
+        if shared.interrupted() or (spec.parent_pid is not None
+                                    and os.getppid() != spec.parent_pid):
             if main is not None:
                 main.cancel()
             return
-        if shared.flags[1] and not ctx.stopping:
+        if shared.stopped() and not ctx.stopping:
             ctx.stop()
         _publish(spec.index, shared, ctx, with_ttft=tick % 25 == 0)
         if not ctx.timers.inflight:
@@ -301,13 +346,12 @@ async def _watch(spec: WorkerSpec, shared: Shared, ctx: Any, main: asyncio.Task[
             await asyncio.wait_for(stop.wait(), _POLL_S)
 
 
-def _publish(w: int, shared: Shared, ctx: Any, with_ttft: bool = True) -> None:
+def _publish(w: int, shared: Any, ctx: Any, with_ttft: bool = True) -> None:
     if ctx is None:
         return
-    s, i = shared.stats, w * _STATS
     wr = ctx.writer
-    s[i], s[i + 1], s[i + 2], s[i + 3] = wr.n_requests, wr.n_errors, ctx.trees_done, \
-        ctx.sessions_done
-    s[i + 4] = ctx.timers.inflight
+    ttft = 0
     if with_ttft and wr.recent_ttft_ms:
-        s[i + 5] = int(statistics.median(wr.recent_ttft_ms) * 1000)
+        ttft = int(statistics.median(wr.recent_ttft_ms) * 1000)
+    shared.publish(w, [wr.n_requests, wr.n_errors, ctx.trees_done, ctx.sessions_done,
+                       ctx.timers.inflight, ttft])

@@ -1,7 +1,7 @@
 """Variants as Ray tasks on a local two-node Ray cluster (``run_experiment(..., ray=...)``,
 ``agentbench run --ray``): the run folders are the same as when the variants run one after
-another in this process, the tasks spread over both nodes, and what cannot run there (a
-real endpoint) is refused in one line."""
+another in this process and the tasks spread over both nodes (a variant that measures an
+endpoint sends its load from Ray actors instead: tests/replay/test_ray_lanes.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from agentbench.errors import InputError
 from tests.helpers import ROOT
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
@@ -82,20 +81,3 @@ def test_a_sweep_on_two_ray_nodes_gives_the_local_run_folders(cluster: Any,
     assert same.returncode == 0, same.stdout + same.stderr
     assert "3 run folders before, 3 after, 0 differ" in same.stdout
     assert remote.comparison.headlines == local.comparison.headlines
-
-
-def test_a_variant_against_a_real_endpoint_is_refused(cluster: Any, tmp_path: Path) -> None:
-    from agentbench.experiment import run_experiment
-    from agentbench.scenario.loading import load_scenario
-
-    path = tmp_path / "real.yaml"
-    path.write_text("""
-name: real
-endpoints: [{kind: openai, url: 'http://127.0.0.1:9', model: m}]
-trace: {kind: synth, profile: codex, sessions: 2}
-load: {kind: lanes, concurrency: 1}
-limits: {max_requests: 2}
-variants: [{name: a}, {name: b, set: {seed: 4}}]
-""")
-    with pytest.raises(InputError, match="measures a real endpoint"):
-        run_experiment(load_scenario(path), scenario_path=path, ray=cluster.address)

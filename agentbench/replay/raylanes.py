@@ -1,0 +1,493 @@
+"""Lanes on Ray actors over several hosts: the executor of a run that measures a real
+endpoint under ``agentbench run --ray ADDRESS`` (docs/scale.md, "Load from several
+hosts"). It is ``--workers`` (:mod:`agentbench.replay.workers`) with Ray in place of one
+host's processes and shared memory:
+
+- placement: ``workers_per_node`` actors on every live node with a CPU (never more than
+  the node's CPUs, nor in all than the load's lanes), each pinned to its node; worker ``w``
+  of ``W`` runs lanes ``w, w + W, ...``, so a lane and each of its trees stay on one actor;
+- one tree sequence, one request budget: a coordinator actor on the driver's node holds the
+  sequence's state, the stage's budget and the flags. A worker draws a tree (or, under
+  ``max_requests``, a request) in one round trip to it; progress and flags travel in the
+  background every 10 ms;
+- one time base: before the run, each worker's clock offset to the driver is measured,
+  best of ``CLOCK_TRIES`` round trips (``offset = remote - midpoint``, at most half the
+  round trip wrong); the worker stamps ``perf_counter_ns() - (t0 + offset)``, so its rows
+  land on the driver's time base. Offsets and round trips go to run.json ``ray``;
+- records: each worker journals its rows under ``<run>/workers/w<k>/`` (so the run folder
+  must be on a filesystem every node mounts; checked before the run), merged raw at the
+  end as ``--workers`` does, so every percentile is exact;
+- a lost node: its workers' finished rows are in their journals (recovered at the merge),
+  the requests they had in flight (as last published) are counted as cut, and run.json
+  ``ray.lost`` names the worker, node and when; the others go on. Every worker lost stops
+  the run with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from agentbench.errors import InputError
+from agentbench.replay.context import merged_outcomes
+from agentbench.replay.stages import TreeSource, max_lanes
+from agentbench.replay.workers import _STATS, WorkerSpec, run_worker
+from agentbench.results.spool import WORKERS_DIR, merge_parts
+
+#: round trips per worker to measure its clock offset (the one with the least round trip
+#: counts)
+CLOCK_TRIES = 9
+_POLL_S = 0.2
+_LOOPBACK = ("127.", "localhost", "[::1]", "::1", "0.0.0.0")
+
+
+class Coordinator:
+    """What every worker shares (a Ray actor on the driver's node): the tree sequence's
+    state (a :class:`TreeSource` over tree numbers), the stage's request budget, the flags
+    (stop, interrupt) and each worker's progress counters."""
+
+    def __init__(self, n_trees: int, recycle: bool, n_workers: int) -> None:
+        self.source = TreeSource(list(range(n_trees)), recycle)  # type: ignore[arg-type]
+        self.sent = 0
+        self.stop = False
+        self.interrupt = False
+        self.stats = [0] * (n_workers * _STATS)
+        self.n = n_workers
+
+    def tree(self, op: str, *args: Any) -> Any:
+        return getattr(self.source, op)(*args)
+
+    def take(self, limit: int) -> int:
+        if self.sent >= limit:
+            return -1
+        self.sent += 1
+        if self.sent >= limit:
+            self.stop = True
+        return self.sent
+
+    def stop_all(self) -> None:
+        self.stop = True
+
+    def new_stage(self) -> None:
+        self.source.restart()
+        self.sent = 0
+        self.stop = False
+
+    def raise_interrupt(self) -> None:
+        self.interrupt = True
+
+    def publish(self, w: int, values: list[int]) -> tuple[bool, bool, bool]:
+        """Worker ``w``'s counters in; (stop, interrupt, another worker has requests in
+        flight) out."""
+        i = w * _STATS
+        for j, v in enumerate(values):
+            if j < _STATS - 1 or v:
+                self.stats[i + j] = v
+        busy = any(self.stats[k * _STATS + 4] for k in range(self.n) if k != w)
+        return self.stop, self.interrupt, busy
+
+    def snapshot(self) -> list[int]:
+        return list(self.stats)
+
+
+class RemoteTreeSource(TreeSource):
+    """The worker's view of the coordinator's tree sequence: the same methods, each one
+    round trip (``lane_warm`` is sent without waiting; Ray keeps one caller's calls to an
+    actor in order)."""
+
+    def __init__(self, specs: list[Any], recycle: bool, coord: Any) -> None:
+        super().__init__(specs, recycle)
+        self.coord = coord
+
+    def _call(self, op: str, *args: Any) -> Any:
+        import ray
+
+        return ray.get(self.coord.tree.remote(op, *args))
+
+    def restart(self) -> None:
+        self._call("restart")
+
+    def lane_warm(self, lanes: int, now_ns: int) -> None:
+        self.coord.tree.remote("lane_warm", lanes, now_ns)
+
+    def start_profiling(self, now_ns: int) -> int:
+        return int(self._call("start_profiling", now_ns))
+
+    def profile_start_ns(self) -> int | None:
+        out = self._call("profile_start_ns")
+        return None if out is None else int(out)
+
+    def next(self, limit: int | None = None) -> Any:
+        return self._spec(self._call("next", limit))
+
+    def at(self, pos: int) -> Any:
+        return self._spec(self._call("at", pos))
+
+    def _spec(self, item: Any) -> Any:
+        return None if item is None else (self.specs[item[0]], item[1], item[2])
+
+
+class RemoteShared:
+    """A worker's side of :class:`Coordinator`, with the interface of
+    :class:`agentbench.replay.workers.Shared`. Counters go out and flags come back in one
+    call per publish, never waited for: a worker reads the flags of its last answered
+    publish (at most ~10 ms and one round trip old)."""
+
+    def __init__(self, coord: Any) -> None:
+        self.coord = coord
+        self.flags = (False, False, False)  # stop, interrupt, busy elsewhere
+        self.pending: Any = None
+
+    def tree_source(self, specs: list[Any], recycle: bool) -> TreeSource:
+        return RemoteTreeSource(specs, recycle, self.coord)
+
+    def take(self, limit: int) -> int:
+        import ray
+
+        return int(ray.get(self.coord.take.remote(limit)))
+
+    def stop_all(self) -> None:
+        self.coord.stop_all.remote()
+
+    def _answered(self) -> None:
+        import ray
+
+        if self.pending is not None and ray.wait([self.pending], timeout=0)[0]:
+            with contextlib.suppress(Exception):
+                self.flags = tuple(ray.get(self.pending))
+            self.pending = None
+
+    def busy_elsewhere(self, me: int) -> bool:
+        return bool(self.flags[2])
+
+    def interrupted(self) -> bool:
+        self._answered()
+        return bool(self.flags[1])
+
+    def stopped(self) -> bool:
+        return bool(self.flags[0])
+
+    def publish(self, w: int, values: list[int]) -> None:
+        self._answered()
+        if self.pending is None:
+            self.pending = self.coord.publish.remote(w, values)
+
+
+class ActorLink:
+    """A worker actor's messages: to the driver through a queue it polls, from the driver
+    into the worker's event loop (which runs in another thread of the actor)."""
+
+    def __init__(self) -> None:
+        self.out: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.inbox: asyncio.Queue[tuple[Any, ...]] | None = None
+        self.early: list[tuple[Any, ...]] = []
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        self.out.put(msg)
+
+    def listen(self, loop: asyncio.AbstractEventLoop,
+               inbox: asyncio.Queue[tuple[Any, ...]]) -> None:
+        with self.lock:
+            self.loop, self.inbox = loop, inbox
+            for msg in self.early:
+                loop.call_soon_threadsafe(inbox.put_nowait, msg)
+            self.early = []
+
+    def post(self, msg: tuple[Any, ...]) -> None:
+        with self.lock:
+            if self.loop is None or self.inbox is None:
+                self.early.append(msg)
+            else:
+                self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)
+
+
+class LoadWorker:
+    """One worker, a Ray actor (threaded: ``run`` holds one thread for the whole run while
+    ``post``, ``poll`` and ``clock`` answer on others)."""
+
+    def __init__(self) -> None:
+        self.link = ActorLink()
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"node": ray.get_runtime_context().get_node_id(),
+                "hostname": socket.gethostname(), "pid": os.getpid()}
+
+    def clock(self) -> int:
+        return time.perf_counter_ns()
+
+    def sees(self, path: str) -> bool:
+        return Path(path).is_dir()
+
+    def run(self, spec: WorkerSpec, coord: Any) -> str:
+        from agentbench.replay.clock import WALL, run_on
+
+        run_on(WALL, run_worker(spec, self.link, RemoteShared(coord)))
+        return "done"
+
+    def post(self, msg: tuple[Any, ...]) -> None:
+        self.link.post(msg)
+
+    def poll(self, timeout: float) -> list[tuple[Any, ...]]:
+        out = []
+        with contextlib.suppress(queue.Empty):
+            out.append(self.link.out.get(timeout=timeout))
+            while True:
+                out.append(self.link.out.get_nowait())
+        return out
+
+
+def plan_nodes(nodes: list[dict[str, Any]], per_node: int, lanes: int | None) -> list[str]:
+    """The node of each worker: ``per_node`` on every live node with a CPU (capped by its
+    CPUs), taken node by node in turn, at most ``lanes`` in all."""
+    live = [(n["NodeID"], int(n.get("Resources", {}).get("CPU", 0))) for n in nodes
+            if n.get("Alive")]
+    live = [(node, min(per_node, cpus)) for node, cpus in live if cpus >= 1]
+    out: list[str] = []
+    for k in range(per_node):
+        out += [node for node, n in live if k < n]
+    return out if lanes is None else out[:max(1, lanes)]
+
+
+class _Counters:
+    """The coordinator's counters as last fetched, for ``FleetView``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.stats = [0] * (n * _STATS)
+
+    def total(self, i: int) -> int:
+        return sum(self.stats[w * _STATS + i] for w in range(self.n))
+
+
+class RayLanes:
+    """The executor (:class:`agentbench.replay.executor.Executor`) of lanes on Ray actors;
+    ``ray``: the connected module; ``run``: the run (scenario, trace, endpoints, t0, folder,
+    run.json ``info``)."""
+
+    def __init__(self, ray: Any, per_node: int, run: Any) -> None:
+        from agentbench.replay.endpoints import opened
+
+        self.ray, self.per_node = ray, per_node
+        self.scenario, self.trace, self.t0, self.run_dir = \
+            run.scenario, run.trace, run.t0, Path(run.run_dir).resolve()
+        self.info = run.info
+        self.found = [opened(e) for e in run.endpoints]
+        self.workers = 0
+        self.actors: list[Any] = []
+        self.places: list[dict[str, Any]] = []
+        self.specs: list[WorkerSpec] = []
+        self.inboxes: list[asyncio.Queue[tuple[Any, ...]]] = []
+        self.lost: list[dict[str, Any]] = []
+        self.closed: list[dict[str, Any]] = []
+        self.outcomes: list[dict[str, Any]] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.counters_now = _Counters(0)
+        self.profile: int | None = None
+
+    # ------------------------------------------------------------------ start
+
+    async def start(self) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray, sc = self.ray, self.scenario
+        nodes = plan_nodes(ray.nodes(), self.per_node, max_lanes(sc.load))
+        if not nodes:
+            raise InputError("the Ray cluster has no live node with a CPU", field="--ray")
+        self.workers = n = len(nodes)
+        self.counters_now = _Counters(n)
+        here = ray.get_runtime_context().get_node_id()
+        self.coord = ray.remote(Coordinator).options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+        ).remote(len(self.trace_specs()), sc.limits.recycle, n)
+        worker = ray.remote(LoadWorker)
+        self.actors = [worker.options(
+            num_cpus=1, max_concurrency=4, max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+            for node in nodes]
+        self.places = list(await asyncio.gather(*(a.where.remote() for a in self.actors)))
+        self._check_reach(ray.nodes(), here)
+        for w, (a, place) in enumerate(zip(self.actors, self.places, strict=True)):
+            if not await a.sees.remote(str(self.run_dir)):
+                raise InputError(f"Ray node {place['hostname']} ({place['node'][:12]}) does not "
+                                 f"see the run folder {self.run_dir}: output.dir must be on a "
+                                 "filesystem every node mounts", field="--ray")
+            place.update(worker=w, **await self._offset(a))
+        out = self.run_dir / WORKERS_DIR
+        self.specs = [WorkerSpec(w, n, sc, self.trace, self.found,
+                                 self.t0 + self.places[w]["clock_offset_ns"],
+                                 str(out / f"w{w}"), None) for w in range(n)]
+        self.info["workers"] = n
+        self.info["ray"] = {"workers_per_node": self.per_node,
+                            "clock_tries": CLOCK_TRIES, "workers": self.places, "lost": []}
+        self.runs = [a.run.remote(spec, self.coord)
+                     for a, spec in zip(self.actors, self.specs, strict=True)]
+        self.inboxes = [asyncio.Queue() for _ in range(n)]
+        self.tasks = [asyncio.ensure_future(self._follow(w)) for w in range(n)]
+        self.tasks.append(asyncio.ensure_future(self._refresh()))
+        await self._all("ready")
+
+    def trace_specs(self) -> list[Any]:
+        from agentbench.replay.tree import tree_specs
+
+        return tree_specs(self.trace)
+
+    def _check_reach(self, nodes: list[dict[str, Any]], here: str) -> None:
+        """A loopback endpoint with workers on another host is refused in one line (they
+        would measure connection errors)."""
+        ip = {n["NodeID"]: n.get("NodeManagerAddress") for n in nodes}
+        others = {p["hostname"] for p in self.places if ip.get(p["node"]) != ip.get(here)}
+        for e in self.found:
+            url = str(e.get("base_url") or e.get("url") or "")
+            host = url.split("://", 1)[-1]
+            if others and host.startswith(_LOOPBACK):
+                raise InputError(f"endpoint {url} is on this host's loopback, which Ray "
+                                 f"workers on {', '.join(sorted(others))} cannot reach: give "
+                                 "an address every node can reach", field="--ray")
+
+    async def _offset(self, actor: Any) -> dict[str, int]:
+        """The actor's ``perf_counter_ns`` minus the driver's, from the round trip of
+        ``CLOCK_TRIES`` that took least: at most half that round trip wrong."""
+        best: tuple[int, int] | None = None
+        for _ in range(CLOCK_TRIES):
+            t1 = time.perf_counter_ns()
+            remote = await actor.clock.remote()
+            t2 = time.perf_counter_ns()
+            if best is None or t2 - t1 < best[0]:
+                best = (t2 - t1, remote - (t1 + t2) // 2)
+        assert best is not None
+        return {"clock_offset_ns": best[1], "clock_rtt_ns": best[0]}
+
+    # ------------------------------------------------------------ messages
+
+    async def _follow(self, w: int) -> None:
+        """Worker ``w``'s messages into its inbox; ``("eof",)`` once its actor is gone."""
+        while True:
+            try:
+                msgs = await self.actors[w].poll.remote(_POLL_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the actor (or its node) is gone
+                self._lose(w, e)
+                self.inboxes[w].put_nowait(("eof",))
+                return
+            for m in msgs:
+                self.inboxes[w].put_nowait(m)
+                if m[0] == "closed":
+                    return
+
+    def _lose(self, w: int, err: BaseException) -> None:
+        if any(x["worker"] == w for x in self.lost) or \
+                any(c.get("worker") == w for c in self.closed):
+            return
+        place = self.places[w]
+        cut = self.counters_now.stats[w * _STATS + 4]
+        self.lost.append({"worker": w, "node": place["node"], "hostname": place["hostname"],
+                          "at_s": round((time.perf_counter_ns() - self.t0) / 1e9, 3),
+                          "requests_cut": int(cut),
+                          "error": " ".join(str(err).split())[:300]})
+        self.info["ray"]["lost"] = self.lost
+
+    def _live(self) -> list[int]:
+        gone = {x["worker"] for x in self.lost}
+        return [w for w in range(self.workers) if w not in gone]
+
+    async def _all(self, kind: str) -> list[tuple[Any, ...]]:
+        out = []
+        for w in self._live():
+            msg = await self.inboxes[w].get()
+            if msg[0] == "closed":
+                self.closed.append(msg[1])
+            if msg[0] == "eof":
+                continue
+            if msg[0] != kind:
+                raise RuntimeError(f"Ray worker {w} stopped ({msg[0]}) while waiting for "
+                                   f"{kind!r}")
+            out.append(msg)
+        return out
+
+    async def _refresh(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self.counters_now.stats = await self.coord.snapshot.remote()
+            await asyncio.sleep(0.1)
+
+    # ------------------------------------------------------------ executor
+
+    def counters(self) -> Any:
+        from agentbench.replay.fleet import FleetView
+
+        return FleetView(self.counters_now)  # type: ignore[arg-type]
+
+    async def run_stage(self, k: int, stage: Any, start_ns: int) -> int | None:
+        await self.coord.new_stage.remote()
+        for w in self._live():
+            self.actors[w].post.remote(("stage", k, stage, start_ns))
+        done = await self._all("done")
+        self.outcomes = [m[3] for m in done]
+        out = await self.coord.tree.remote("profile_start_ns")
+        return None if out is None else int(out)
+
+    def unreachable(self) -> dict[str, Any]:
+        out = merged_outcomes(self.outcomes)
+        if self.workers and not self._live():
+            out["stopped_reason"] = (f"every Ray load worker was lost ({len(self.lost)}; "
+                                     "run.json ray.lost)")
+        return out
+
+    async def close(self, interrupt: bool) -> None:
+        if not self.actors:
+            return
+        if interrupt:
+            with contextlib.suppress(Exception):
+                await self.coord.raise_interrupt.remote()
+        for w in self._live():
+            with contextlib.suppress(Exception):
+                self.actors[w].post.remote(("close",))
+        t_end = time.monotonic() + 60
+        for w in self._live():
+            while not any(c.get("worker") == w for c in self.closed):
+                try:
+                    msg = await asyncio.wait_for(self.inboxes[w].get(),
+                                                 max(0.1, t_end - time.monotonic()))
+                except TimeoutError:
+                    break
+                if msg[0] == "closed":
+                    self.closed.append(msg[1])
+                if msg[0] in ("closed", "eof"):
+                    break
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.gather(*self.runs, return_exceptions=True), 10)
+        for t in self.tasks:
+            t.cancel()
+        for a in [*self.actors, self.coord]:
+            with contextlib.suppress(Exception):
+                self.ray.kill(a)
+
+    def merge(self, run_dir: Path) -> int:
+        return merge_parts(run_dir, [Path(s.out_dir) for s in self.specs])
+
+    def finish(self, run_dir: Path, info: dict[str, Any], writer: Any) -> None:
+        from agentbench.replay.executor import finish_workers
+
+        finish_workers(self, run_dir, info, writer)
+        info["ray"]["lost"] = self.lost
+
+
+def ray_lanes(ray: Any, per_node: int = 1) -> Any:
+    """An executor factory (``run_scenario(..., executor=...)``) for lanes on the Ray
+    cluster ``ray`` is connected to, ``per_node`` workers on each node."""
+    if per_node < 1:
+        raise InputError(f"workers per node must be at least 1, not {per_node}",
+                         field="--workers-per-node")
+    return lambda _n, run: RayLanes(ray, per_node, run)

@@ -1,0 +1,208 @@
+"""Load from Ray actors on several nodes (``agentbench run --ray`` for a variant that
+measures an endpoint; ``agentbench.replay.raylanes``), on a local three-node Ray cluster
+against agentbench's fast server: the same request set as one process, clock offsets
+recorded and within their bound, every row on one time base, a verdict per node, and a
+node lost mid-run handled (its finished rows kept, the run read and reported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentbench.errors import InputError
+from agentbench.replay.raylanes import RayLanes, plan_nodes
+from tests.helpers import fastserver
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
+
+pytestmark = pytest.mark.timeout(300)
+
+#: every tree of the trace once (no budget, no recycling): the request set is the trace's
+SCENARIO = """
+name: lanes
+seed: 5
+endpoints: [{{kind: openai, url: '{url}', model: m, ignore_eos: true}}]
+trace: {{kind: synth, profile: codex, sessions: 9, transform: {{scale: 0.05}}}}
+load: {{kind: lanes, concurrency: 6}}
+timing: {{time_scale: 0.0, idle_cap_s: null}}
+limits: {{recycle: false}}
+output: {{dir: out}}
+server_metrics: {{enabled: false}}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=1)
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    try:
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with fastserver("--tokens", "16", "--per-event", "--step", "0.002") as url:
+        yield url
+
+
+def _run(folder: Path, text: str, **kw: Any) -> Any:
+    from agentbench.experiment import run_experiment
+
+    folder.mkdir()
+    (folder / "s.yaml").write_text(text)
+    here = Path.cwd()
+    os.chdir(folder)
+    try:
+        run = run_experiment(folder / "s.yaml", **kw).runs[0]
+        run.run_dir = folder / run.run_dir
+        return run
+    finally:
+        os.chdir(here)
+
+
+def _requests(run: Any) -> Any:
+    import agentbench
+
+    return agentbench.load(run.run_dir).requests
+
+
+def _key(df: Any) -> Counter[tuple[Any, ...]]:
+    cols = ["session_id", "turn", "copy", "prompt_tokens", "expected_input_tokens",
+            "expected_output_tokens", "potential_cached_tokens", "status"]
+    return Counter(map(tuple, df[cols].itertuples(index=False)))
+
+
+def test_lanes_on_three_nodes_send_what_one_process_sends(cluster: Any, server: str,
+                                                          tmp_path: Path) -> None:
+    text = SCENARIO.format(url=server)
+    local = _run(tmp_path / "local", text)
+    remote = _run(tmp_path / "ray", text, ray=cluster.address)
+    one, many = _requests(local), _requests(remote)
+    assert len(many) == len(one) > 50
+    assert _key(many) == _key(one)
+    assert many["request_id"].is_unique
+    info = json.loads((remote.run_dir / "run.json").read_text())
+    placed = info["ray"]
+    assert info["workers"] == 3 and len({w["node"] for w in placed["workers"]}) == 3
+    assert placed["lost"] == []
+    assert info["requests_written"] == len(many)
+    # every worker sent requests (request id w, w + 3, ...), on one time base: each row
+    # inside its stage's window as the driver measured it
+    assert set(many["request_id"] % 3) == {0, 1, 2}
+    st = info["stages"][0]
+    assert (many["sent_ns"] >= st["start_ns"]).all()
+    assert (many["end_ns"] <= st["end_ns"]).all()
+    # one host, one CLOCK_MONOTONIC: the true offset is 0, so the measured one is within
+    # half its round trip (a wrong sign, clock or midpoint breaks this)
+    for w in placed["workers"]:
+        assert 0 < w["clock_rtt_ns"] < 1_000_000_000
+        assert abs(w["clock_offset_ns"]) <= w["clock_rtt_ns"] // 2 + 1
+    verdicts = remote.summary["client_saturated_by_node"]
+    assert len(verdicts) == 3
+    assert all(v is not None and v["figures"] for v in verdicts.values())
+    assert sum(f["requests"] for v in verdicts.values() for f in v["figures"].values()) == \
+        remote.summary["client_saturated"]["figures"][info["stages"][0]["label"]]["requests"]
+
+
+def test_a_node_lost_mid_run_keeps_its_rows(cluster: Any, tmp_path: Path) -> None:
+    # slow enough (about 1.3 s a request) that the node goes while its lanes have work
+    with fastserver("--tokens", "64", "--per-event", "--step", "0.02") as url:
+        text = SCENARIO.format(url=url).replace("recycle: false", "recycle: true, "
+                                                "max_requests: 80")
+        extra = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        out: dict[str, Any] = {}
+
+        def go() -> None:
+            try:
+                out["run"] = _run(tmp_path / "kill", text, ray=cluster.address)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                out["error"] = e
+
+        t = threading.Thread(target=go)
+        t.start()
+        parts = tmp_path / "kill" / "out"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until each of the 4 workers wrote a row
+            spools = list(parts.glob("*/workers/w*/requests.parquet*"))
+            if len(spools) >= 4:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)
+        cluster.remove_node(extra)
+        t.join(240)
+    assert not t.is_alive()
+    assert "error" not in out, out.get("error")
+    run = out["run"]
+    info = json.loads((run.run_dir / "run.json").read_text())
+    assert info["status"] == "completed"
+    (lost,) = info["ray"]["lost"]
+    assert lost["node"] == extra.node_id
+    assert lost["at_s"] > 0 and lost["requests_cut"] >= 0
+    df = _requests(run)
+    assert df["request_id"].is_unique
+    w = lost["worker"]
+    assert (df["request_id"] % 4 == w).sum() > 0  # its finished rows were kept
+    assert len(df) == info["requests_written"]
+    # the run still reads and reports
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["report", str(run.run_dir), "-o", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "r" / "report.html").stat().st_size > 10_000
+
+
+def test_workers_are_spread_node_by_node_within_cpus_and_lanes() -> None:
+    nodes = [{"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0}},
+             {"NodeID": "b", "Alive": True, "Resources": {"CPU": 1.0}},
+             {"NodeID": "c", "Alive": False, "Resources": {"CPU": 8.0}},
+             {"NodeID": "d", "Alive": True, "Resources": {}}]
+    assert plan_nodes(nodes, 2, None) == ["a", "b", "a"]
+    assert plan_nodes(nodes, 3, 2) == ["a", "b"]
+    assert plan_nodes(nodes, 1, None) == ["a", "b"]
+    assert plan_nodes(nodes[2:], 1, None) == []
+
+
+def test_a_loopback_endpoint_is_refused_when_workers_are_on_another_host() -> None:
+    lanes = RayLanes.__new__(RayLanes)
+    lanes.found = [{"base_url": "http://127.0.0.1:8000"}]
+    lanes.places = [{"node": "n1", "hostname": "here"}, {"node": "n2", "hostname": "gpu-7"}]
+    nodes = [{"NodeID": "n1", "NodeManagerAddress": "10.0.0.1"},
+             {"NodeID": "n2", "NodeManagerAddress": "10.0.0.2"}]
+    with pytest.raises(InputError, match="gpu-7 cannot reach"):
+        lanes._check_reach(nodes, "n1")
+    nodes[1]["NodeManagerAddress"] = "10.0.0.1"  # both on this host: fine
+    lanes._check_reach(nodes, "n1")
+    lanes.found = [{"base_url": "http://10.0.0.9:8000"}]
+    nodes[1]["NodeManagerAddress"] = "10.0.0.2"
+    lanes._check_reach(nodes, "n1")
+
+
+def test_cli_refuses_workers_per_node_without_ray(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--url", "http://127.0.0.1:9", "--model", "m",
+                                   "--workers-per-node", "2"])
+    assert res.exit_code != 0
+    assert "--workers-per-node needs --ray" in res.output
+    assert len(res.output.strip().splitlines()) == 1

@@ -134,3 +134,6 @@ def finish_workers(fleet: Any, run_dir: Path, info: dict[str, Any],
         [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
     info["client_health"] = {"parent": info["client_health"],
                              "workers": [c["client_health"] for c in fleet.closed]}
+    # CPU seconds of each worker process (with a Ray actor's own threads), by worker
+    info["workers_cpu_s"] = [c.get("cpu_s") for c in sorted(fleet.closed,
+                                                            key=lambda c: c["worker"])]

@@ -7,9 +7,10 @@ host's processes and shared memory:
   the node's CPUs, nor in all than the load's lanes), each pinned to its node; worker ``w``
   of ``W`` runs lanes ``w, w + W, ...``, so a lane and each of its trees stay on one actor;
 - one tree sequence, one request budget: a coordinator actor on the driver's node holds the
-  sequence's state, the stage's budget and the flags. A worker draws a tree (or, under
-  ``max_requests``, a request) in one round trip to it; progress and flags travel in the
-  background every 10 ms;
+  sequence's state, the stage's budget and the flags. A worker draws a tree in one round
+  trip to it, and leases requests of the budget (``max_requests``) a share at a time
+  (every leased request is sent, so the stage sends its budget exactly); progress and
+  flags travel in the background every 100 ms;
 - one time base: before the run, each worker's clock offset to the driver is measured,
   best of ``CLOCK_TRIES`` round trips (``offset = remote - midpoint``, at most half the
   round trip wrong); the worker stamps ``perf_counter_ns() - (t0 + offset)``, so its rows
@@ -44,6 +45,8 @@ from agentbench.results.spool import WORKERS_DIR, merge_parts
 #: round trips per worker to measure its clock offset (the one with the least round trip
 #: counts)
 CLOCK_TRIES = 9
+#: the most requests of a stage's budget one lease hands a worker
+LEASE_MAX = 64
 _POLL_S = 0.2
 _LOOPBACK = ("127.", "localhost", "[::1]", "::1", "0.0.0.0")
 
@@ -64,13 +67,16 @@ class Coordinator:
     def tree(self, op: str, *args: Any) -> Any:
         return getattr(self.source, op)(*args)
 
-    def take(self, limit: int) -> int:
-        if self.sent >= limit:
-            return -1
-        self.sent += 1
-        if self.sent >= limit:
-            self.stop = True
-        return self.sent
+    def lease(self, limit: int) -> tuple[int, bool]:
+        """Requests of the stage's ``limit`` for one worker to send: a share of what is
+        left (half of it spread over the workers, at most ``LEASE_MAX``, at least one), and
+        whether that emptied the budget; (0, True) once it is spent."""
+        left = limit - self.sent
+        if left <= 0:
+            return 0, True
+        n = max(1, min(LEASE_MAX, left // (2 * self.n)))
+        self.sent += n
+        return n, self.sent >= limit
 
     def stop_all(self) -> None:
         self.stop = True
@@ -137,21 +143,42 @@ class RemoteTreeSource(TreeSource):
 class RemoteShared:
     """A worker's side of :class:`Coordinator`, with the interface of
     :class:`agentbench.replay.workers.Shared`. Counters go out and flags come back in one
-    call per publish, never waited for: a worker reads the flags of its last answered
-    publish (at most ~10 ms and one round trip old)."""
+    call per publish, every 100 ms, never waited for: a worker reads the flags of its last
+    answered publish (at most ~200 ms old). A Ray call costs the actor it reaches about
+    1 ms of CPU (measured: 100 calls/s took 10% of a core), so publishing every 10 ms as
+    worker processes do would take a tenth of a worker's CPU."""
+
+    publish_ticks = 10
 
     def __init__(self, coord: Any) -> None:
         self.coord = coord
         self.flags = (False, False, False)  # stop, interrupt, busy elsewhere
         self.pending: Any = None
+        self.leased, self.last_lease = 0, False
+
+    def stage_begins(self) -> None:
+        """A new stage: no lease yet (what the last stage left is not this one's)."""
+        self.leased, self.last_lease = 0, False
 
     def tree_source(self, specs: list[Any], recycle: bool) -> TreeSource:
         return RemoteTreeSource(specs, recycle, self.coord)
 
     def take(self, limit: int) -> int:
+        """One request of the stage's budget (``Shared.take``'s answer: the count after it,
+        ``limit`` for the last one, -1 once spent), from this worker's lease; a spent lease
+        asks the coordinator for the next (one round trip per lease, not per request).
+        Every leased request is sent, so the stage sends its budget exactly; a worker stops
+        once its lease is spent and the budget has none left."""
         import ray
 
-        return int(ray.get(self.coord.take.remote(limit)))
+        if self.leased <= 0:
+            if self.last_lease:
+                return -1
+            self.leased, self.last_lease = ray.get(self.coord.lease.remote(limit))
+            if self.leased <= 0:
+                return -1
+        self.leased -= 1
+        return limit if self.leased == 0 and self.last_lease else 0
 
     def stop_all(self) -> None:
         self.coord.stop_all.remote()
@@ -168,7 +195,6 @@ class RemoteShared:
         return bool(self.flags[2])
 
     def interrupted(self) -> bool:
-        self._answered()
         return bool(self.flags[1])
 
     def stopped(self) -> bool:

@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import signal
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ class Shared:
     """What the parent and its workers share: the tree sequence, the stage's request
     budget and flags (sent, stop, interrupt), and per-worker progress counters."""
 
+    #: a worker publishes its counters every this many 10 ms ticks (shared memory: each)
+    publish_ticks = 1
+
     def __init__(self, mp: Any, n: int) -> None:
         self.lock = mp.Lock()
         self.src = mp.RawArray("q", STATE_SLOTS)  # TreeSource state
@@ -129,6 +133,9 @@ class Shared:
 
     def interrupt(self) -> None:
         self.flags[2] = 1
+
+    def stage_begins(self) -> None:
+        """A worker starts a stage (nothing to do: the parent reset the flags)."""
 
     def interrupted(self) -> bool:
         return bool(self.flags[2])
@@ -238,6 +245,7 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
             if msg[0] != "stage":
                 break
             _, k, stage, start_ns = msg
+            shared.stage_begins()
             await run_stage(ctx, sc, stage, k, source, trace, shard, start_ns)
             link.send(("done", k, ctx.requests_sent, ctx.outcome()))
         status = "completed"
@@ -258,6 +266,8 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
         with contextlib.suppress(OSError, ValueError):
             link.send(("closed", {"worker": spec.index, "pid": os.getpid(), "status": status,
                                   "requests_written": writer.kept,
+                                  # CPU of this process (a Ray actor's own threads too)
+                                  "cpu_s": round(time.process_time(), 3),
                                   "write_error": (writer.failure.reason
                                                   if writer.failure else None),
                                   "idle_pulled_in_ns": timers.pulled_in_ns,
@@ -328,8 +338,10 @@ def _listen(loop: asyncio.AbstractEventLoop, conn: Any,
 async def _watch(spec: WorkerSpec, shared: Any, ctx: Any, main: asyncio.Task[Any] | None,
                  stop: asyncio.Event) -> None:
     """Every 10 ms: follow the shared flags (stop: the budget is spent; interrupt: Ctrl-C
-    in the parent, or the parent is gone), publish progress, re-check the idle-gap cap."""
+    in the parent, or the parent is gone), publish progress (every ``shared.publish_ticks``
+    ticks), re-check the idle-gap cap."""
     tick = 0
+    every = shared.publish_ticks
     while not stop.is_set():
         if shared.interrupted() or (spec.parent_pid is not None
                                     and os.getppid() != spec.parent_pid):
@@ -338,7 +350,8 @@ async def _watch(spec: WorkerSpec, shared: Any, ctx: Any, main: asyncio.Task[Any
             return
         if shared.stopped() and not ctx.stopping:
             ctx.stop()
-        _publish(spec.index, shared, ctx, with_ttft=tick % 25 == 0)
+        if tick % every == 0:
+            _publish(spec.index, shared, ctx, with_ttft=tick % (25 * every) == 0)
         if not ctx.timers.inflight:
             ctx.timers.check_idle()
         tick += 1

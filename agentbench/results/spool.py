@@ -128,13 +128,22 @@ def _checkpoint(step: str) -> None:
     would)."""
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth dictionary-encoding in parquet: strings (few distinct values per
+    run). Not the per-token lists, where trying a dictionary over hundreds of thousands of
+    stamps took 0.4 s of a 0.9 s virtual-time run (600 requests) and made the file larger
+    (benchmarks/virtual_bench.py)."""
+    return [f.name for f in schema if pa.types.is_string(f.type)
+            or pa.types.is_large_string(f.type) or pa.types.is_dictionary(f.type)]
+
+
 def commit_table(out: Path, table: pa.Table, consumed: Iterable[Path]) -> None:
     """Replace ``out`` with ``table`` and remove ``consumed`` (the files whose rows
     ``table`` took in) as one step: a kill anywhere leaves the old state or a commit that
     :func:`finish_commits` completes."""
     tmp = out.with_name(out.name + ".tmp")
     try:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, use_dictionary=dictionary_columns(table.schema))
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()  # a half-written file would only take space: the sources stay

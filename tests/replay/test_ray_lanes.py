@@ -120,6 +120,30 @@ def test_lanes_on_three_nodes_send_what_one_process_sends(cluster: Any, server: 
         remote.summary["client_saturated"]["figures"][info["stages"][0]["label"]]["requests"]
 
 
+def test_the_request_budget_is_sent_exactly(cluster: Any, server: str,
+                                            tmp_path: Path) -> None:
+    text = SCENARIO.format(url=server).replace("recycle: false",
+                                               "recycle: true, max_requests: 157")
+    df = _requests(_run(tmp_path / "budget", text, ray=cluster.address))
+    assert len(df) == 157 and df["request_id"].is_unique
+    assert (df["status"] == "ok").all()
+
+
+def test_leases_share_out_the_budget_and_end_it() -> None:
+    from agentbench.replay.raylanes import LEASE_MAX, Coordinator
+
+    c = Coordinator(4, True, 2)
+    got = []
+    while (n := c.lease(1000))[0]:
+        got.append(n)
+    assert sum(k for k, _ in got) == 1000
+    assert got[0] == (LEASE_MAX, False) and got[-1] == (1, True)
+    assert [last for _, last in got].count(True) == 1
+    assert c.lease(1000) == (0, True)
+    c.new_stage()
+    assert c.lease(3) == (1, False)
+
+
 def test_a_node_lost_mid_run_keeps_its_rows(cluster: Any, tmp_path: Path) -> None:
     # slow enough (about 1.3 s a request) that the node goes while its lanes have work
     with fastserver("--tokens", "64", "--per-event", "--step", "0.02") as url:

@@ -27,8 +27,10 @@ def report(
 @app.command()
 @guarded
 def gate(
-    baseline: Path = typer.Argument(..., help="Baseline results folder."),
-    candidate: Path = typer.Argument(..., help="Candidate results folder."),
+    runs: list[Path] = typer.Argument(..., metavar="BASELINE... CANDIDATE", help="Baseline "
+                                      "results folder(s), then the candidate's. Several "
+                                      "baselines (identical re-runs, e.g. run --repeat 3): "
+                                      "the run is the unit (docs/ci.md)."),
     rules: Path | None = typer.Option(None, "--rules", help="Rules YAML; default: built-in."),
     confidence: float | None = typer.Option(None, "--confidence",
                                             help="Confidence level (default 0.95)."),
@@ -43,15 +45,21 @@ def gate(
     from agentbench.report.gate import evaluate, format_markdown, format_table, load_rules
     from agentbench.scenario.fingerprint import parse_allow
 
+    if len(runs) < 2:
+        raise InputError("give a baseline and a candidate results folder (several "
+                         "baselines before the candidate)", source="agentbench gate")
+    *baselines, candidate = runs
+
     allowed = parse_allow(allow)
     rule_list, opts = load_rules(rules)
     if confidence is not None:
         if not 0.5 <= confidence < 1:
             raise InputError("must be in [0.5, 1)", source="--confidence")
         opts.confidence = confidence
-    result = evaluate(baseline, candidate, rule_list, opts, allowed)
+    result = evaluate(list(baselines), candidate, rule_list, opts, allowed)
     typer.echo(format_table(result))
     md_path = markdown or candidate / "gate.md"
-    md_path.write_text(format_markdown(result, str(baseline), str(candidate)))
+    md_path.write_text(format_markdown(result, ", ".join(map(str, baselines)),
+                                       str(candidate)))
     typer.echo(f"markdown: {md_path}")
     raise typer.Exit(0 if result.passed else 1)

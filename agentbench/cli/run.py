@@ -177,8 +177,12 @@ def ray_line(placed: dict[str, Any]) -> str:
     nodes = {w["node"] for w in ws}
     off = max((abs(w["clock_offset_ns"]) for w in ws), default=0) / 1e6
     rtt = max((w["clock_rtt_ns"] for w in ws), default=0) / 2e6
-    line = (f"ray           {len(ws)} load workers on {len(nodes)} nodes; clock offsets to "
-            f"this host up to {off:.3f} ms (each within {rtt:.3f} ms)")
+    per = placed.get("workers_per_node")
+    capped = (f" (--workers-per-node {per} capped by the nodes' CPUs and the lanes)"
+              if per and len(ws) < per * len(nodes) else "")
+    line = (f"ray           {len(ws)} load worker{'s' * (len(ws) != 1)} on {len(nodes)} "
+            f"node{'s' * (len(nodes) != 1)}{capped}; clock offsets to this host up to "
+            f"{off:.3f} ms (each within {rtt:.3f} ms)")
     for x in placed.get("lost") or []:
         line += (f"; LOST worker {x['worker']} on {x['hostname']} {x['node'][:8]} at "
                  f"{x['at_s']:.1f} s ({x['requests_cut']} requests in flight cut)")

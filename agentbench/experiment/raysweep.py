@@ -44,8 +44,12 @@ def connect(address: str) -> Any:
             ray.init(address=None if address == LOCAL else address, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as e:
-            raise InputError(f"cannot join the Ray cluster at {address!r}: "
-                             f"{' '.join(str(e).split())[:300]}", field="--ray") from None
+            why = " ".join(str(e).split())[:300]
+            hint = ("" if address in (LOCAL, "auto") else
+                    " (a cluster begun by `ray start` may want token authentication: set "
+                    "RAY_AUTH_MODE=token, or use --ray auto on its head node)")
+            raise InputError(f"cannot join the Ray cluster at {address!r}: {why}{hint}",
+                             field="--ray") from None
     return ray
 
 

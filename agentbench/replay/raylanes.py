@@ -280,7 +280,7 @@ def plan_nodes(nodes: list[dict[str, Any]], per_node: int, lanes: int | None) ->
             if n.get("Alive")]
     live = [(node, min(per_node, cpus)) for node, cpus in live if cpus >= 1]
     out: list[str] = []
-    for k in range(per_node):
+    for k in range(max((n for _, n in live), default=0)):
         out += [node for node, n in live if k < n]
     return out if lanes is None else out[:max(1, lanes)]
 
@@ -352,9 +352,12 @@ class RayLanes:
         out = self.run_dir / WORKERS_DIR
         self.specs = [WorkerSpec(w, n, sc, self.trace, self.found,
                                  self.t0 + self.places[w]["clock_offset_ns"],
-                                 str(out / f"w{w}"), None) for w in range(n)]
+                                 str(out / f"w{w}"), None,
+                                 {"pid": os.getpid(), "host": {"hostname": socket.gethostname()}})
+                      for w in range(n)]
         self.info["workers"] = n
         self.info["ray"] = {"workers_per_node": self.per_node,
+                            "nodes": len(set(nodes)),
                             "clock_tries": CLOCK_TRIES, "workers": self.places, "lost": []}
         self.runs = [a.run.remote(spec, self.coord)
                      for a, spec in zip(self.actors, self.specs, strict=True)]
@@ -474,6 +477,12 @@ class RayLanes:
     async def close(self, interrupt: bool) -> None:
         if not self.actors:
             return
+        if len(self.inboxes) < self.workers:  # stopped while starting: nothing ran yet
+            for a in [*self.actors, getattr(self, "coord", None)]:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(a)
+            self.actors = []
+            return
         if interrupt:
             with contextlib.suppress(Exception):
                 await self.coord.raise_interrupt.remote()
@@ -507,7 +516,8 @@ class RayLanes:
         from agentbench.replay.executor import finish_workers
 
         finish_workers(self, run_dir, info, writer)
-        info["ray"]["lost"] = self.lost
+        if "ray" in info:
+            info["ray"]["lost"] = self.lost
 
 
 def ray_lanes(ray: Any, per_node: int = 1) -> Any:

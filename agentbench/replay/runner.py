@@ -256,6 +256,9 @@ class _Run:
         sc, info, timers = self.scenario, self.info, self.timers
         executor = self.executor = make(self.n_workers, self)
         await executor.start()
+        if not self.virtual:  # the executor may have placed its workers (Ray: run.json ray)
+            self.n_workers = info["workers"] = executor.workers
+            write_run_json(self.run_dir, info, self.secrets)
         counters = executor.counters()
         self.bar = bar = Progress(plan_of(sc, self.specs, len(stages_of(sc.load))),
                                   timers.now_ns, enabled=progress)

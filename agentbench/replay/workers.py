@@ -175,6 +175,8 @@ class WorkerSpec:
     t0_ns: int  # the run's start on this worker's clock
     out_dir: str
     parent_pid: int | None  # None: not a child process (a Ray actor)
+    #: a Ray worker's driver (``pid``, ``host.hostname``): its part lives as long as that
+    owner: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- worker side
@@ -212,7 +214,7 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
     link.listen(loop, inbox)
     sc, trace = spec.scenario, spec.trace
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
-    _write_part_file(Path(spec.out_dir))
+    _write_part_file(Path(spec.out_dir), spec.owner)
     writer = ResultsWriter(Path(spec.out_dir))
     main = asyncio.current_task()
     if main is not None:  # a disk that refuses the results stops this worker
@@ -274,13 +276,16 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
                                   "client_health": health.summary()}))
 
 
-def _write_part_file(out_dir: Path) -> None:
+def _write_part_file(out_dir: Path, owner: dict[str, Any] | None = None) -> None:
     """Who writes this part folder: a recovery merges it only once this process is gone
     (``agentbench.results.spool.live_part``)."""
     import json
     import socket
 
-    part = {"pid": os.getpid(), "status": "running", "host": {"hostname": socket.gethostname()}}
+    part: dict[str, Any] = {"pid": os.getpid(), "status": "running",
+                            "host": {"hostname": socket.gethostname()}}
+    if owner is not None:
+        part["owner"] = owner
     tmp = out_dir / (PART_FILE + ".tmp")
     tmp.write_text(json.dumps(part))
     os.replace(tmp, out_dir / PART_FILE)

@@ -165,8 +165,10 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
             raise InputError(f"the run is still in progress (pid {run.get('pid')}"
                              f"{f' on {host}' if host else ''}); {hint}", source=str(d))
         if (part := live_part(d)) is not None:
+            host = other_host(part)
             raise InputError(f"a worker of the run still writes its rows (pid "
-                             f"{part.get('pid')}); {hint}", source=str(d))
+                             f"{part.get('pid')}{f' on {host}' if host else ''}); {hint}",
+                             source=str(d))
     try:
         return recover(d, force=force)
     except OSError as e:

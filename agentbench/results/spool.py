@@ -243,7 +243,12 @@ def other_host(run: dict[str, object]) -> str | None:
 
 
 def writer_alive(run: dict[str, object]) -> bool:
-    """Whether the process that writes this run (run.json ``pid`` on this host) still runs."""
+    """Whether the process that writes this run (run.json ``pid`` on this host) still runs.
+    A worker part written for a Ray driver (``owner``: the driver's pid and host) lives as
+    long as that driver: Ray ends a driver's actors with it."""
+    owner = run.get("owner")
+    if isinstance(owner, dict):
+        return writer_alive({**owner, "status": run.get("status")})
     pid = run.get("pid")
     if run.get("status") != "running" or not isinstance(pid, int):
         return False

@@ -203,6 +203,39 @@ def test_workers_are_spread_node_by_node_within_cpus_and_lanes() -> None:
     assert plan_nodes(nodes, 3, 2) == ["a", "b"]
     assert plan_nodes(nodes, 1, None) == ["a", "b"]
     assert plan_nodes(nodes[2:], 1, None) == []
+    assert plan_nodes(nodes, 10**20, None) == ["a", "b", "a", "a", "a"]  # at once
+
+
+def test_a_ray_workers_part_lives_as_long_as_its_driver() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from agentbench.results.spool import writer_alive
+
+    here = {"hostname": socket.gethostname()}
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    part = {"pid": 1, "status": "running", "host": {"hostname": "gpu-node-7"}}
+    assert writer_alive(part)  # another host's process: not ours to judge
+    part["owner"] = {"pid": int(gone.stdout), "host": here}
+    assert not writer_alive(part)  # its driver is gone, so Ray ended it
+    part["owner"] = {"pid": os.getpid(), "host": here}
+    assert writer_alive(part)
+
+
+async def test_stopping_while_workers_start_closes_cleanly() -> None:
+    killed: list[Any] = []
+
+    class FakeRay:
+        def kill(self, actor: Any) -> None:
+            killed.append(actor)
+
+    lanes = RayLanes.__new__(RayLanes)
+    lanes.ray, lanes.actors, lanes.coord, lanes.workers = FakeRay(), ["a0", "a1"], "c", 2
+    lanes.inboxes = []
+    await lanes.close(interrupt=True)
+    assert killed == ["a0", "a1", "c"] and lanes.actors == []
 
 
 def test_a_loopback_endpoint_is_refused_when_workers_are_on_another_host() -> None:

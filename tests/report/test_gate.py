@@ -410,3 +410,62 @@ def test_a_run_that_served_nothing_is_not_passed(runs: dict[str, Path],
     assert code == 2 and "the candidate has no successful measured request" in out
     code, out = _gate(str(empty), str(empty))
     assert code == 2 and "the baseline has no successful measured request" in out
+
+
+def test_several_baselines_make_the_run_the_unit(runs: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    md = tmp_path / "g.md"
+    code, out = _gate(str(runs["base"]), str(runs["rerun"]), str(runs["plus2"]),
+                      str(runs["planted"]), "--markdown", str(md))
+    assert code == 1, out
+    ttft = next(line for line in out.splitlines() if line.startswith("ttft_p50"))
+    assert "FAIL" in ttft
+    assert "mean of 3 baseline runs" in out
+    code, out = _gate(str(runs["base"]), str(runs["planted"]), str(runs["rerun"]),
+                      "--markdown", str(md))
+    # a baseline that itself moved 30% widens the run-to-run spread: a clean candidate
+    # passes, and the detectable change says how little such baselines can tell
+    assert code == 0, out
+    assert "baseline runs: a change near the threshold is not caught" in out
+    rules, opts = parse_rules({"ttft_p50": {"max_increase": "5%"},
+                               "itl_p50": {"max_increase": "5%"}})
+    res = evaluate([runs["base"], runs["rerun"]], runs["plus2"], rules, opts)
+    assert res.baselines == 2
+    assert all(not r.point and r.detectable is not None for r in res.results)
+    assert "2 baseline runs" in res.results[0].note
+
+
+def test_the_run_level_bound_is_the_t_prediction_interval() -> None:
+    from agentbench.report.gate import Rule, run_level
+
+    rule = Rule("ttft_p50", "max_increase", "rel", 0.0, "max_increase: 0%")
+    # changes against the mean 100: 0, +2%, -2%; s = 2%; t(0.95, 2) = 2.920; sqrt(4/3)
+    assert run_level(rule, [100.0, 102.0, 98.0], 0.95) == pytest.approx(
+        2.919986 * 0.02 * (4 / 3) ** 0.5, rel=1e-5)
+    drop = Rule("throughput", "max_drop", "pt", 0.0, "max_drop: 0pt")
+    assert run_level(drop, [0.5, 0.5, 0.5], 0.95) == 0.0
+
+
+def test_identical_candidates_fail_at_the_stated_rate() -> None:
+    """Draws of k baseline runs and one identical candidate, run to run noise of 3%: a
+    zero-threshold rule fails in 1 - confidence of trials; a 10% regression against a 5%
+    threshold on 1% noise is caught in most (85% measured with three baselines: the
+    spread of three runs is itself uncertain, which the t bound pays for)."""
+    from agentbench.report.gate import Rule, _change, run_level
+
+    rule = Rule("ttft_p50", "max_increase", "rel", 0.0, "max_increase: 0%")
+    rng = np.random.default_rng(7)
+    for k in (2, 3, 5):
+        fails = 0
+        for _ in range(4000):
+            v = rng.normal(100, 3, k + 1)
+            base = list(v[:k])
+            change = float(_change(rule, np.mean(base), v[k]))
+            fails += change - run_level(rule, base, 0.95) > rule.threshold
+        assert 0.035 < fails / 4000 < 0.065, (k, fails)
+    caught = 0
+    for _ in range(1000):
+        base = list(rng.normal(100, 1, 3))
+        change = float(_change(rule, np.mean(base), rng.normal(110, 1)))
+        caught += change - run_level(rule, base, 0.95) > 0.05
+    assert 800 < caught < 950

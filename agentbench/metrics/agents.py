@@ -110,24 +110,30 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S * f
     trees["makespan_s"] = np.where(np.isfinite(span), span, np.nan)  # never sent: unknown
     trees["llm_wait_s"] = np.nan
+    trees["slowdown"] = np.nan
     trees["completed"] = (trees["failed"] == 0) & (not roots_expected)
     root_status = pd.Series([None] * len(trees), dtype=object)
     roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
                      .to_numpy(dtype=bool)] if not sessions.empty else sessions
     if not roots.empty:
-        s = roots[["stage", "tree_id", "makespan_ns", "llm_wait_ns", "status", "endpoint",
-                   "lane"]].rename(columns={"endpoint": "root_endpoint"})
+        s = roots[["stage", "tree_id", "makespan_ns", "llm_wait_ns", "recorded_llm_ns",
+                   "status", "endpoint", "lane"]].rename(columns={"endpoint": "root_endpoint"})
         trees = trees.merge(s, on=["stage", "tree_id"], how="left")
         mk = trees["makespan_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S * f
         trees["makespan_s"] = np.where(np.isnan(mk), trees["makespan_s"], mk)
         trees["llm_wait_s"] = trees["llm_wait_ns"].to_numpy(dtype=np.float64,
                                                             na_value=np.nan) / NS_PER_S * f
+        # the agent's LLM time against the trace's own for the same requests (>1: slower)
+        rec = trees["recorded_llm_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S
+        with np.errstate(divide="ignore", invalid="ignore"):
+            trees["slowdown"] = np.where(rec > 0, trees["llm_wait_s"].to_numpy() / rec, np.nan)
         root_status = trees["status"].astype(object)
         has_root = trees["status"].notna().to_numpy()
         trees["completed"] = np.where(has_root, (trees["status"] == R.OK).to_numpy(),
                                       trees["completed"].to_numpy()) & (trees["failed"] == 0)
         trees["endpoint"] = trees["root_endpoint"].fillna(trees["endpoint"])
-        trees = trees.drop(columns=["makespan_ns", "llm_wait_ns", "root_endpoint"])
+        trees = trees.drop(columns=["makespan_ns", "llm_wait_ns", "recorded_llm_ns",
+                                    "root_endpoint"])
     failed = (trees["errors"] > 0).to_numpy() | (root_status == R.ERROR).to_numpy()
     trees["outcome"] = np.where(failed, "failed", np.where(trees["completed"].to_numpy(),
                                                            "completed", "cut"))
@@ -172,7 +178,7 @@ def _empty_trees() -> pd.DataFrame:
     cols: dict[str, Any] = {c: pd.Series(dtype=np.float64) for c in (
         "requests", "failed", "errors", "cancelled", "good", "ttft_p50_ms", "input_tokens",
         "output_tokens", "cached_tokens", "prompt_tokens_with_cache", "potential_tokens",
-        "expected_input_tokens", "makespan_s", "llm_wait_s")}
+        "expected_input_tokens", "makespan_s", "llm_wait_s", "slowdown")}
     return pd.DataFrame({"stage": pd.Series(dtype=str), "tree_id": pd.Series(dtype=str),
                          "endpoint": pd.Series(dtype=str), **cols,
                          "completed": pd.Series(dtype=bool), "outcome": pd.Series(dtype=str),

@@ -70,7 +70,7 @@ def _block_lines(b: dict[str, Any], simulated: bool = False) -> list[str]:
         f"agents        {a['trees']:,} trees: {a['completed']:,} completed, "
         f"{a.get('failed', 0):,} failed, {a.get('cut', 0):,} cut by the run's bound; "
         f"completed: makespan p50 {_n(a['makespan_s']['p50'], ',.1f')} s, LLM wait p50 "
-        f"{_n(a['llm_wait_s']['p50'], ',.1f')} s",
+        f"{_n(a['llm_wait_s']['p50'], ',.1f')} s" + _slowdown(a.get("slowdown")),
         f"goodput       requests {_pct(g['requests'])}, agents {_pct(g['agents'])}"
         + (f" of {g['agents_judged']:,} completed or failed" if "agents_judged" in g else "")
         + f" (SLOs: {', '.join(f'{k} {v:g}' for k, v in g['slos'].items()) or 'none'})"
@@ -308,3 +308,10 @@ def _warmth_lines(rows: list[dict[str, Any]]) -> list[str]:
              for r in rows]
     return ["TTFT by cache  " + ", ".join(parts)]
 
+
+def _slowdown(d: dict[str, Any] | None) -> str:
+    """``, Nx the trace's LLM time (p50; p90)``, when the trace recorded it."""
+    if not d or d.get("p50") is None:
+        return ""
+    return (f", {d['p50']:,.2f}x the trace's LLM time (p50; p90 "
+            f"{_n(d.get('p90'), ',.2f')}x)")

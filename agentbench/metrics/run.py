@@ -109,7 +109,7 @@ class Run:
     def agents(self) -> pd.DataFrame:
         """One row per measured session tree (an agent with its subagents): requests,
         failed, good, good_share, outcome, met_slos, missed, makespan_s, llm_wait_s,
-        ttft_p50_ms, tokens (summary.json ``trees``, docs/metrics.md)."""
+        slowdown, ttft_p50_ms, tokens (summary.json ``trees``, docs/metrics.md)."""
         import pandas as pd
 
         return pd.DataFrame(self.summary.get("trees") or {})

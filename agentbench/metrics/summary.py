@@ -158,6 +158,8 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
             # makespan and LLM wait of completed trees: a cut tree's are not an agent's
             "makespan_s": dist(done["makespan_s"].to_numpy(dtype=np.float64)),
             "llm_wait_s": dist(done["llm_wait_s"].to_numpy(dtype=np.float64)),
+            # LLM wait over the trace's recorded LLM time of the same requests
+            "slowdown": dist(done["slowdown"].to_numpy(dtype=np.float64)),
             "llm_wait_share": ratio(float(np.nansum(done["llm_wait_s"])),
                                     float(done["makespan_s"][done["llm_wait_s"].notna()]
                                           .sum())) if len(done) else None,
@@ -244,7 +246,7 @@ def _gpus_source(run: dict[str, Any]) -> str:
 
 TREE_COLUMNS = ("stage", "tree_id", "endpoint", "requests", "failed", "good", "good_share",
                 "completed", "outcome", "met_slos", "missed", "makespan_s", "llm_wait_s",
-                "ttft_p50_ms", "input_tokens", "output_tokens", "cached_tokens",
+                "slowdown", "ttft_p50_ms", "input_tokens", "output_tokens", "cached_tokens",
                 "potential_tokens", "agent_fraction")
 
 

@@ -62,12 +62,19 @@ class SessionState:
     start_ns: int | None = None
     end_ns: int | None = None
     llm_wait_ns: int = 0
+    #: the trace's own LLM time (api_s) of the requests in ``llm_wait_ns``; None once one
+    #: of them has none
+    recorded_llm_ns: int | None = 0
     input_tokens: int = 0
     output_tokens: int = 0
     errors: int = 0
     cancelled: bool = False
     overflowed: bool = False  # ended at a context overflow (its later turns not sent)
     phases: set[str] = field(default_factory=set)
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
 
 
 class TreeRun:
@@ -154,7 +161,10 @@ class TreeRun:
                     if ends:
                         last_end, last_id = max(ends)
                         if last_end > own_target:
-                            st.llm_wait_ns += self.states[last_id].llm_wait_ns
+                            kid = self.states[last_id]
+                            st.llm_wait_ns += kid.llm_wait_ns
+                            st.recorded_llm_ns = _plus(st.recorded_llm_ns,
+                                                       kid.recorded_llm_ns)
                         target = max(own_target, last_end)
                 if ctx.stopping:
                     break
@@ -331,6 +341,9 @@ class TreeRun:
             st.errors += 1
         if row["sent_ns"] is not None and row["end_ns"] is not None:
             st.llm_wait_ns += row["end_ns"] - row["sent_ns"]
+            api = st.session.turns[row["turn"]].api_s
+            st.recorded_llm_ns = _plus(st.recorded_llm_ns,
+                                       None if api is None else round(api * 1e9))
         st.input_tokens += row["prompt_tokens"] or 0
         st.output_tokens += row["completion_tokens"] or 0
         if ctx.on_request is not None:
@@ -368,6 +381,8 @@ class TreeRun:
                 "turns_done": st.turns_done, "start_ns": st.start_ns, "end_ns": st.end_ns,
                 "makespan_ns": makespan,
                 "llm_wait_ns": st.llm_wait_ns if is_root and st.turns_done else None,
+                "recorded_llm_ns": (st.recorded_llm_ns if is_root and st.turns_done
+                                    else None),
                 "input_tokens": st.input_tokens, "output_tokens": st.output_tokens,
                 "status": status,
             })

@@ -89,6 +89,9 @@ SESSIONS_SCHEMA = pa.schema([
     pa.field("end_ns", pa.int64()),         # last turn ended (own turns)
     pa.field("makespan_ns", pa.int64()),    # roots: first turn sent -> whole tree ended
     pa.field("llm_wait_ns", pa.int64()),    # roots: sum of E2E on the tree's critical path
+    # roots: the trace's recorded LLM time (api_s) of the same requests; null when a turn
+    # on that path has none (docs/metrics.md, "Slowdown against the trace")
+    pa.field("recorded_llm_ns", pa.int64()),
     pa.field("input_tokens", pa.int64(), nullable=False),
     pa.field("output_tokens", pa.int64(), nullable=False),
     pa.field("status", pa.string(), nullable=False),  # ok | error | cancelled | incomplete

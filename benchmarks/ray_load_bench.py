@@ -77,7 +77,7 @@ def one(name: str, url: str, out: Path, args: argparse.Namespace, **kw: Any) -> 
 
 
 def round_trips(ray: Any, n: int = 300) -> list[float]:
-    from agentbench.replay.raylanes import Coordinator
+    from agentbench.replay.raynode import Coordinator
 
     coord = ray.remote(Coordinator).options(num_cpus=0).remote(64, True, 2)
     ray.get(coord.tree.remote("restart"))

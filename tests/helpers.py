@@ -272,3 +272,22 @@ def key_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         for i, v in enumerate(node):
             out += key_paths(v, (*path, i))
     return out
+
+
+@contextlib.contextmanager
+def local_ray_cluster(nodes: int) -> Iterator[Any]:
+    """A Ray cluster of ``nodes`` one-CPU nodes on this machine (``ray.cluster_utils``),
+    shut down (with this process's Ray connection) on exit."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(nodes - 1):
+        c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    try:
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()

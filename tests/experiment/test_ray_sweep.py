@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, local_ray_cluster
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
 
@@ -41,17 +41,8 @@ variants:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    try:
+    with local_ray_cluster(2) as c:
         yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
 
 
 def _run(folder: Path, **kw: Any) -> Any:

@@ -19,7 +19,7 @@ import pytest
 
 from agentbench.errors import InputError
 from agentbench.replay.raylanes import RayLanes, plan_nodes
-from tests.helpers import fastserver
+from tests.helpers import fastserver, local_ray_cluster
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
 
@@ -41,18 +41,8 @@ server_metrics: {{enabled: false}}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    c.add_node(num_cpus=1)
-    c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    try:
+    with local_ray_cluster(3) as c:
         yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +120,7 @@ def test_the_request_budget_is_sent_exactly(cluster: Any, server: str,
 
 
 def test_leases_share_out_the_budget_and_end_it() -> None:
-    from agentbench.replay.raylanes import LEASE_MAX, Coordinator
+    from agentbench.replay.raynode import LEASE_MAX, Coordinator
 
     c = Coordinator(4, True, 2)
     got = []

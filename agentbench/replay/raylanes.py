@@ -110,7 +110,11 @@ class RayLanes:
         self.counters_now = _Counters(n)
         here = ray.get_runtime_context().get_node_id()
         self.coord = ray.remote(Coordinator).options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+            # on the driver's own node (it goes only with the driver): a node lost is never
+            # the one holding the sequence and the budget; soft only when the driver is
+            # not a node of the cluster (a client)
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                here, soft=here not in {x["NodeID"] for x in ray.nodes() if x.get("Alive")}),
         ).remote(len(self.trace_specs()), sc.limits.recycle, n)
         worker = ray.remote(LoadWorker)
         self.actors = [worker.options(
@@ -133,6 +137,7 @@ class RayLanes:
                       for w in range(n)]
         self.info["workers"] = n
         self.info["ray"] = {"workers_per_node": self.per_node,
+                            "coordinator_node": await self.coord.node.remote(),
                             "nodes": len(set(nodes)),
                             "clock_tries": CLOCK_TRIES, "workers": self.places, "lost": []}
         self.runs = [a.run.remote(spec, self.coord)
@@ -191,9 +196,10 @@ class RayLanes:
                 if m[0] == "closed":
                     return
 
-    def _lose(self, w: int, err: BaseException) -> None:
+    def _lose(self, w: int, err: BaseException, closed: bool = False) -> None:
+        """Worker ``w`` is gone: its actor died (or, ``closed``, it stopped by itself)."""
         if any(x["worker"] == w for x in self.lost) or \
-                any(c.get("worker") == w for c in self.closed):
+                (not closed and any(c.get("worker") == w for c in self.closed)):
             return
         place = self.places[w]
         cut = self.counters_now.stats[w * _STATS + 4]
@@ -213,6 +219,10 @@ class RayLanes:
             msg = await self.inboxes[w].get()
             if msg[0] == "closed":
                 self.closed.append(msg[1])
+                if kind != "closed":  # it stopped by itself: lost, the others go on
+                    self._lose(w, RuntimeError(f"worker stopped ({msg[1].get('status')}): "
+                                               f"{msg[1].get('error')}"), closed=True)
+                    continue
             if msg[0] == "eof":
                 continue
             if msg[0] != kind:

@@ -34,6 +34,11 @@ class Coordinator:
         self.stats = [0] * (n_workers * _STATS)
         self.n = n_workers
 
+    def node(self) -> str:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def tree(self, op: str, *args: Any) -> Any:
         return getattr(self.source, op)(*args)
 
@@ -203,7 +208,8 @@ class ActorLink:
             if self.loop is None or self.inbox is None:
                 self.early.append(msg)
             else:
-                self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)
+                with contextlib.suppress(RuntimeError):  # the worker's loop has closed
+                    self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)
 
 
 class LoadWorker:

@@ -227,6 +227,7 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
     stop_bg = asyncio.Event()
     bg: list[asyncio.Task[Any]] = []
     status = "crashed"
+    error: str | None = None
     frozen = False
     gc_old = (0, 0, 0)
     ctx: Any = None
@@ -253,6 +254,9 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
         status = "completed"
     except asyncio.CancelledError:
         status = "interrupted"
+    except Exception as err:  # said in the closed message, then raised as before
+        error = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+        raise
     finally:
         if frozen:
             restore_gc(gc_old)
@@ -267,6 +271,7 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
         _publish(spec.index, shared, ctx)
         with contextlib.suppress(OSError, ValueError):
             link.send(("closed", {"worker": spec.index, "pid": os.getpid(), "status": status,
+                                  "error": error,
                                   "requests_written": writer.kept,
                                   # CPU of this process (a Ray actor's own threads too)
                                   "cpu_s": round(time.process_time(), 3),

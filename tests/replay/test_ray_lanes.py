@@ -168,6 +168,8 @@ def test_a_node_lost_mid_run_keeps_its_rows(cluster: Any, tmp_path: Path) -> Non
     assert info["status"] == "completed"
     (lost,) = info["ray"]["lost"]
     assert lost["node"] == extra.node_id
+    # the tree sequence and the budget stay on the driver's node, never on one lost
+    assert info["ray"]["coordinator_node"] == cluster.head_node.node_id
     assert lost["at_s"] > 0 and lost["requests_cut"] >= 0
     df = _requests(run)
     assert df["request_id"].is_unique

@@ -122,11 +122,9 @@ def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
     ``variant_started``, ``run_started`` and ``variant_done`` (``of``: the scenario's
     variant count)."""
     from agentbench.experiment.run import run_variant
-    from agentbench.replay.raylanes import ray_lanes
+    from agentbench.replay.raylanes import check_per_node, ray_lanes
 
-    if per_node < 1:
-        raise InputError(f"workers per node must be at least 1, not {per_node}",
-                         field="--workers-per-node")
+    check_per_node(per_node)
     ray = connect(address)
     executor = ray_lanes(ray, per_node)
     runs: list[Any] = [None] * len(variants)

@@ -14,6 +14,7 @@ from typing import Any
 from agentbench.replay.context import merged_outcomes
 from agentbench.replay.workers import (
     _STATS,
+    Counters,
     Shared,
     WorkerSpec,
     _listen,
@@ -135,7 +136,7 @@ class Fleet:
 
 
 class _WriterView:
-    def __init__(self, shared: Shared) -> None:
+    def __init__(self, shared: Counters) -> None:
         self._s = shared
 
     @property
@@ -153,7 +154,7 @@ class _WriterView:
 
 
 class _TimersView:
-    def __init__(self, shared: Shared) -> None:
+    def __init__(self, shared: Counters) -> None:
         self._s = shared
 
     @property
@@ -164,7 +165,7 @@ class _TimersView:
 class FleetView:
     """The counters ``Progress`` reads, summed over the workers."""
 
-    def __init__(self, shared: Shared) -> None:
+    def __init__(self, shared: Counters) -> None:
         self._s = shared
         self.writer = _WriterView(shared)
         self.timers = _TimersView(shared)

@@ -39,7 +39,7 @@ from agentbench.errors import InputError
 from agentbench.replay.context import merged_outcomes
 from agentbench.replay.raynode import Coordinator, LoadWorker
 from agentbench.replay.stages import max_lanes
-from agentbench.replay.workers import _STATS, WorkerSpec
+from agentbench.replay.workers import _STATS, Counters, WorkerSpec
 from agentbench.results.spool import WORKERS_DIR, merge_parts
 
 #: round trips per worker to measure its clock offset (the one with the least round trip
@@ -61,17 +61,6 @@ def plan_nodes(nodes: list[dict[str, Any]], per_node: int, lanes: int | None) ->
     return out if lanes is None else out[:max(1, lanes)]
 
 
-class _Counters:
-    """The coordinator's counters as last fetched, for ``FleetView``."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.stats = [0] * (n * _STATS)
-
-    def total(self, i: int) -> int:
-        return sum(self.stats[w * _STATS + i] for w in range(self.n))
-
-
 class RayLanes:
     """The executor (:class:`agentbench.replay.executor.Executor`) of lanes on Ray actors;
     ``ray``: the connected module; ``run``: the run (scenario, trace, endpoints, t0, folder,
@@ -83,6 +72,7 @@ class RayLanes:
         self.ray, self.per_node = ray, per_node
         self.scenario, self.trace, self.t0, self.run_dir = \
             run.scenario, run.trace, run.t0, Path(run.run_dir).resolve()
+        self.n_trees = len(run.specs)
         self.info = run.info
         self.found = [opened(e) for e in run.endpoints]
         self.workers = 0
@@ -94,8 +84,7 @@ class RayLanes:
         self.closed: list[dict[str, Any]] = []
         self.outcomes: list[dict[str, Any]] = []
         self.tasks: list[asyncio.Task[Any]] = []
-        self.counters_now = _Counters(0)
-        self.profile: int | None = None
+        self.counters_now = Counters([], 0)  # the coordinator's, as last fetched
 
     # ------------------------------------------------------------------ start
 
@@ -103,26 +92,27 @@ class RayLanes:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         ray, sc = self.ray, self.scenario
-        nodes = plan_nodes(ray.nodes(), self.per_node, max_lanes(sc.load))
+        cluster = ray.nodes()
+        nodes = plan_nodes(cluster, self.per_node, max_lanes(sc.load))
         if not nodes:
             raise InputError("the Ray cluster has no live node with a CPU", field="--ray")
         self.workers = n = len(nodes)
-        self.counters_now = _Counters(n)
+        self.counters_now = Counters([0] * (n * _STATS), n)
         here = ray.get_runtime_context().get_node_id()
         self.coord = ray.remote(Coordinator).options(
             # on the driver's own node (it goes only with the driver): a node lost is never
             # the one holding the sequence and the budget; soft only when the driver is
             # not a node of the cluster (a client)
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-                here, soft=here not in {x["NodeID"] for x in ray.nodes() if x.get("Alive")}),
-        ).remote(len(self.trace_specs()), sc.limits.recycle, n)
+                here, soft=here not in {x["NodeID"] for x in cluster if x.get("Alive")}),
+        ).remote(self.n_trees, sc.limits.recycle, n)
         worker = ray.remote(LoadWorker)
         self.actors = [worker.options(
             num_cpus=1, max_concurrency=4, max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
             for node in nodes]
         self.places = list(await asyncio.gather(*(a.where.remote() for a in self.actors)))
-        self._check_reach(ray.nodes(), here)
+        self._check_reach(cluster, here)
         for w, (a, place) in enumerate(zip(self.actors, self.places, strict=True)):
             if not await a.sees.remote(str(self.run_dir)):
                 raise InputError(f"Ray node {place['hostname']} ({place['node'][:12]}) does not "
@@ -135,22 +125,16 @@ class RayLanes:
                                  str(out / f"w{w}"), None,
                                  {"pid": os.getpid(), "host": {"hostname": socket.gethostname()}})
                       for w in range(n)]
-        self.info["workers"] = n
         self.info["ray"] = {"workers_per_node": self.per_node,
                             "coordinator_node": await self.coord.node.remote(),
                             "nodes": len(set(nodes)),
-                            "clock_tries": CLOCK_TRIES, "workers": self.places, "lost": []}
+                            "clock_tries": CLOCK_TRIES, "workers": self.places, "lost": self.lost}
         self.runs = [a.run.remote(spec, self.coord)
                      for a, spec in zip(self.actors, self.specs, strict=True)]
         self.inboxes = [asyncio.Queue() for _ in range(n)]
         self.tasks = [asyncio.ensure_future(self._follow(w)) for w in range(n)]
         self.tasks.append(asyncio.ensure_future(self._refresh()))
         await self._all("ready")
-
-    def trace_specs(self) -> list[Any]:
-        from agentbench.replay.tree import tree_specs
-
-        return tree_specs(self.trace)
 
     def _check_reach(self, nodes: list[dict[str, Any]], here: str) -> None:
         """A loopback endpoint with workers on another host is refused in one line (they
@@ -207,7 +191,6 @@ class RayLanes:
                           "at_s": round((time.perf_counter_ns() - self.t0) / 1e9, 3),
                           "requests_cut": int(cut),
                           "error": " ".join(str(err).split())[:300]})
-        self.info["ray"]["lost"] = self.lost
 
     def _live(self) -> list[int]:
         gone = {x["worker"] for x in self.lost}
@@ -242,7 +225,7 @@ class RayLanes:
     def counters(self) -> Any:
         from agentbench.replay.fleet import FleetView
 
-        return FleetView(self.counters_now)  # type: ignore[arg-type]
+        return FleetView(self.counters_now)
 
     async def run_stage(self, k: int, stage: Any, start_ns: int) -> int | None:
         await self.coord.new_stage.remote()
@@ -302,14 +285,17 @@ class RayLanes:
         from agentbench.replay.executor import finish_workers
 
         finish_workers(self, run_dir, info, writer)
-        if "ray" in info:
-            info["ray"]["lost"] = self.lost
 
 
 def ray_lanes(ray: Any, per_node: int = 1) -> Any:
     """An executor factory (``run_scenario(..., executor=...)``) for lanes on the Ray
     cluster ``ray`` is connected to, ``per_node`` workers on each node."""
+    check_per_node(per_node)
+    return lambda _n, run: RayLanes(ray, per_node, run)
+
+
+def check_per_node(per_node: int) -> None:
+    """``--workers-per-node`` must be at least 1 (checked before joining a cluster)."""
     if per_node < 1:
         raise InputError(f"workers per node must be at least 1, not {per_node}",
                          field="--workers-per-node")
-    return lambda _n, run: RayLanes(ray, per_node, run)

@@ -15,24 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from agentbench.replay.stages import TreeSource
-from agentbench.replay.workers import _STATS, WorkerSpec, run_worker
+from agentbench.replay.workers import _STATS, Counters, WorkerSpec, run_worker
 
 #: the most requests of a stage's budget one lease hands a worker
 LEASE_MAX = 64
 
 
-class Coordinator:
+class Coordinator(Counters):
     """What every worker shares (a Ray actor on the driver's node): the tree sequence's
     state (a :class:`TreeSource` over tree numbers), the stage's request budget, the flags
     (stop, interrupt) and each worker's progress counters."""
 
     def __init__(self, n_trees: int, recycle: bool, n_workers: int) -> None:
+        super().__init__([0] * (n_workers * _STATS), n_workers)
         self.source = TreeSource(list(range(n_trees)), recycle)  # type: ignore[arg-type]
         self.sent = 0
         self.stop = False
         self.interrupt = False
-        self.stats = [0] * (n_workers * _STATS)
-        self.n = n_workers
 
     def node(self) -> str:
         import ray
@@ -64,15 +63,11 @@ class Coordinator:
     def raise_interrupt(self) -> None:
         self.interrupt = True
 
-    def publish(self, w: int, values: list[int]) -> tuple[bool, bool, bool]:
+    def publish(self, w: int, values: list[int]) -> tuple[bool, bool, bool]:  # type: ignore[override]
         """Worker ``w``'s counters in; (stop, interrupt, another worker has requests in
         flight) out."""
-        i = w * _STATS
-        for j, v in enumerate(values):
-            if j < _STATS - 1 or v:
-                self.stats[i + j] = v
-        busy = any(self.stats[k * _STATS + 4] for k in range(self.n) if k != w)
-        return self.stop, self.interrupt, busy
+        super().publish(w, values)
+        return self.stop, self.interrupt, self.busy_elsewhere(w)
 
     def snapshot(self) -> list[int]:
         return list(self.stats)

@@ -83,7 +83,29 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
     return max(1, n)
 
 
-class Shared:
+class Counters:
+    """Each of ``n`` workers' progress counters, ``_STATS`` per worker in ``stats`` (shared
+    memory between processes, or a list in the Ray coordinator and the driver's copy)."""
+
+    def __init__(self, stats: Any, n: int) -> None:
+        self.stats, self.n = stats, n
+
+    def total(self, i: int) -> int:
+        return sum(self.stats[w * _STATS + i] for w in range(self.n))
+
+    def busy_elsewhere(self, me: int) -> bool:
+        """Another worker has requests in flight (as last published)."""
+        return any(self.stats[w * _STATS + 4] for w in range(self.n) if w != me)
+
+    def publish(self, w: int, values: list[int]) -> None:
+        """Worker ``w``'s progress counters (``_STATS`` of them; a TTFT of 0: unchanged)."""
+        i = w * _STATS
+        for j, v in enumerate(values):
+            if j < _STATS - 1 or v:
+                self.stats[i + j] = v
+
+
+class Shared(Counters):
     """What the parent and its workers share: the tree sequence, the stage's request
     budget and flags (sent, stop, interrupt), and per-worker progress counters."""
 
@@ -91,11 +113,10 @@ class Shared:
     publish_ticks = 1
 
     def __init__(self, mp: Any, n: int) -> None:
+        super().__init__(mp.RawArray("q", n * _STATS), n)
         self.lock = mp.Lock()
         self.src = mp.RawArray("q", STATE_SLOTS)  # TreeSource state
         self.flags = mp.RawArray("q", 3)  # requests sent this stage, stop, interrupt
-        self.stats = mp.RawArray("q", n * _STATS)
-        self.n = n
 
     def take(self, limit: int) -> int:
         """One request of the stage's budget: the count after it, or -1 if spent; the last
@@ -113,13 +134,6 @@ class Shared:
         """Raise the stop flag: every worker ends the stage (every endpoint unreachable)."""
         with self.lock:
             self.flags[1] = 1
-
-    def busy_elsewhere(self, me: int) -> bool:
-        """Another worker has requests in flight (as last published, <= 10 ms old)."""
-        return any(self.stats[w * _STATS + 4] for w in range(self.n) if w != me)
-
-    def total(self, i: int) -> int:
-        return sum(self.stats[w * _STATS + i] for w in range(self.n))
 
     def tree_source(self, specs: list[Any], recycle: bool) -> TreeSource:
         """The one tree sequence, drawn from by every worker."""
@@ -142,13 +156,6 @@ class Shared:
 
     def stopped(self) -> bool:
         return bool(self.flags[1])
-
-    def publish(self, w: int, values: list[int]) -> None:
-        """Worker ``w``'s progress counters (``_STATS`` of them; a TTFT of 0: unchanged)."""
-        i = w * _STATS
-        for j, v in enumerate(values):
-            if j < _STATS - 1 or v:
-                self.stats[i + j] = v
 
 
 class PipeLink:

@@ -186,13 +186,14 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
             # every rule would be n/a and the gate would pass a run that served nothing
             raise InputError(f"the {which} has no successful measured request: nothing to "
                              "gate (see its summary for why)", source=str(r.path))
-    out = GateResult(options=opts, baselines=len(bases))
+    out = GateResult(options=opts)
     out.warnings = check_comparable([r.records.run for r in [*bases, runs[1]]], allow)
     out.exact = all(r.records.time_base.kind == VIRTUAL for r in runs)
     if out.exact and len(bases) > 1:
         out.warnings.append("virtual time: the first baseline is compared exactly, the "
                             "others add nothing (identical by design)")
-        out.baselines = 1
+        bases = bases[:1]
+    out.baselines = len(bases)
     tds = []
     if not out.exact and len(bases) == 1:
         for r in runs:
@@ -204,9 +205,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
         c = m.value(runs[1].summary["overall"])
         got = [m.value(b.summary["overall"]) for b in bases]
         values = [float(v) for v in got if v is not None]
-        if out.exact or len(bases) == 1:
-            values = values[:1]
-        b = float(np.mean(values)) if values and None not in got else None
+        b = float(np.mean(values)) if None not in got else None
         if b is None or c is None or (rule.kind == "rel" and b == 0):
             out.results.append(RuleResult(rule, b, c, None, None, "n/a",
                                           "value missing in a run", point=point))

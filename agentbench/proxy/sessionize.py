@@ -25,7 +25,10 @@ once look the same as a parent and its subagent: give them session keys and
 ``subagents="off"``, or the parent header.
 
 Times: ``t`` = arrival - the session's first arrival; ``think_s`` = arrival - the end of
-the session's previous response (0 for a first turn); ``api_s`` = end - arrival;
+the session's previous response (for a child's first turn: of its parent's ``parent_turn``,
+or the parent's first arrival when it has none, which is when replay starts the child; 0
+for a root's first turn), so a fork recorded after its sibling continuation replays after
+it too; ``api_s`` = end - arrival;
 ``start_s`` = the session's first arrival - the recording's first arrival.
 """
 
@@ -174,7 +177,7 @@ def sessionize(calls: Sequence[Call], *, subagents: str = "infer",
         first = s.calls[0].arrival_ns
         turns = []
         for k, c in enumerate(s.calls):
-            think = 0 if k == 0 else max(0, c.arrival_ns - s.calls[k - 1].end_ns)
+            think = max(0, c.arrival_ns - _ready_ns(s, k))
             turns.append(Turn(
                 turn=k, t=(c.arrival_ns - first) / NS, think_s=think / NS,
                 api_s=max(0, c.end_ns - c.arrival_ns) / NS, input_tokens=c.input_tokens,
@@ -191,6 +194,19 @@ def sessionize(calls: Sequence[Call], *, subagents: str = "infer",
     trace = Trace(out, name=name)
     trace.validate()
     return trace, rows
+
+
+def _ready_ns(s: _S, k: int) -> int:
+    """When turn ``k`` of ``s`` could be sent at the earliest: the previous response's end;
+    for a child's first turn, the end of its parent's ``parent_turn`` (the parent's first
+    arrival without one); a root's first turn, its own arrival."""
+    if k:
+        return s.calls[k - 1].end_ns
+    if s.parent is None:
+        return s.calls[0].arrival_ns
+    if s.parent_turn is None:
+        return s.parent.calls[0].arrival_ns
+    return s.parent.calls[s.parent_turn].end_ns
 
 
 def _tree_order(groups: list[_S]) -> list[_S]:

@@ -2,9 +2,11 @@
 turns in order, forks and spawns started when their parent reaches ``parent_turn``, a parent
 turn with ``join_turn`` waiting for its children, background children running beside it.
 
-A join turn is sent at ``max(children ended, its own timing target)``: in recorded traces
-the join turn's think time already covers the subagents' run, so it is not added again
-after them.
+A join turn is sent at the latest of its own timing target and, for each child joined
+there, that child's end plus the pause the trace recorded between the child's last
+response and the join turn (``join_pause``): in recorded traces the join turn's think time
+already covers the subagents' run, so it is not added again after them, and a child that
+runs longer than recorded pushes the join turn back without losing the pause after it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from agentbench.replay.context import RunContext, StageOver
 from agentbench.replay.endpoints import LiveEndpoint
 from agentbench.replay.overflow import CONTEXT_OVERFLOW
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
-from agentbench.replay.schedule import turn_target_ns
+from agentbench.replay.schedule import NS, turn_target_ns
 from agentbench.replay.warmup import LaneWarmup
 from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
@@ -36,6 +38,21 @@ class TreeSpec:
     sessions: list[Session]
     children_after: dict[str, dict[int | None, list[Session]]]  # parent id -> parent_turn ->
     joins: dict[str, dict[int, list[str]]]  # parent id -> join turn -> child ids
+    join_pause: dict[str, float] = field(default_factory=dict)  # child id -> seconds
+
+
+def join_pause_s(parent: Session, child: Session) -> float | None:
+    """The recorded pause between ``child``'s last response and its parent's join turn, in
+    seconds (at least 0), from the sessions' ``start_s``, turn ``t`` and ``api_s``; None
+    when the trace lacks the child's last ``api_s`` or the turns."""
+    if child.join_turn is None or child.join_turn >= len(parent.turns) or not child.turns:
+        return None
+    last = child.turns[-1]
+    if last.api_s is None:
+        return None
+    child_end = child.start_s + last.t + last.api_s
+    join_at = parent.start_s + parent.turns[child.join_turn].t
+    return max(0.0, join_at - child_end)
 
 
 def tree_specs(trace: Trace) -> list[TreeSpec]:
@@ -43,13 +60,18 @@ def tree_specs(trace: Trace) -> list[TreeSpec]:
     for sessions in trace.trees():
         after: dict[str, dict[int | None, list[Session]]] = {}
         joins: dict[str, dict[int, list[str]]] = {}
+        pauses: dict[str, float] = {}
+        by_id = {s.session_id: s for s in sessions}
         for s in sessions[1:]:
             assert s.parent_id is not None
             after.setdefault(s.parent_id, {}).setdefault(s.parent_turn, []).append(s)
             if s.join_turn is not None:
                 joins.setdefault(s.parent_id, {}).setdefault(s.join_turn, []).append(
                     s.session_id)
-        out.append(TreeSpec(sessions[0], sessions, after, joins))
+                pause = join_pause_s(by_id[s.parent_id], s)
+                if pause:
+                    pauses[s.session_id] = pause
+        out.append(TreeSpec(sessions[0], sessions, after, joins, pauses))
     return out
 
 
@@ -156,7 +178,8 @@ class TreeRun:
                 joined = [started[c] for c in joins.get(k, []) if c in started]
                 if joined:
                     await asyncio.gather(*joined, return_exceptions=True)
-                    ends = [(t.result(), cid) for cid, t in started.items()
+                    ends = [(t.result() + self._pause_ns(cid), cid)
+                            for cid, t in started.items()
                             if t in joined and not t.cancelled() and t.exception() is None]
                     if ends:
                         last_end, last_id = max(ends)
@@ -198,6 +221,11 @@ class TreeRun:
                 # background children (and any not joined) finish with the session
                 await asyncio.gather(*started.values(), return_exceptions=True)
         return st.end_ns if st.end_ns is not None else ready_ns
+
+    def _pause_ns(self, child_id: str) -> int:
+        """The recorded pause after joined child ``child_id``, scaled as think times are."""
+        pause = self.spec.join_pause.get(child_id)
+        return int(round(pause * self.ctx.time_scale * NS)) if pause else 0
 
     def _phase(self, sess: Session, k: int) -> tuple[str, bool]:
         """Warmup or measure, and whether the request counts toward the lane's warmup: the

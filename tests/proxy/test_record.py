@@ -176,7 +176,6 @@ def test_think_times_and_start(recording: tuple[Path, list[Sent]]) -> None:
     trace = native.read(out)
     for s, name in ((trace.sessions[0], "parent"), (trace.sessions[1], "sub")):
         truth = [x for x in log if x.agent == name]
-        assert s.turns[0].think_s == 0
         for k in range(1, len(truth)):
             gap = truth[k].sent - truth[k - 1].received
             assert gap - THINK_BELOW_S <= s.turns[k].think_s <= gap + THINK_ABOVE_S, (name, k)
@@ -184,6 +183,11 @@ def test_think_times_and_start(recording: tuple[Path, list[Sent]]) -> None:
             assert s.turns[k].api_s is not None and s.turns[k].api_s <= api + THINK_BELOW_S
     parent = [x for x in log if x.agent == "parent"]
     sub = [x for x in log if x.agent == "sub"]
+    assert trace.sessions[0].turns[0].think_s == 0
+    # a child's first think time counts from the end of its parent's parent_turn (2), when
+    # replay starts it
+    gap = sub[0].sent - parent[2].received
+    assert gap - THINK_BELOW_S <= trace.sessions[1].turns[0].think_s <= gap + THINK_ABOVE_S
     # the join turn's think time covers the whole subagent
     assert trace.sessions[0].turns[3].think_s >= sub[-1].received - sub[0].sent
     # the proxy stamps arrivals: the subagent's first arrived after it was sent, the

@@ -7,6 +7,7 @@ import pytest
 
 from agentbench.proxy.calls import Call
 from agentbench.proxy.sessionize import sessionize
+from agentbench.replay.tree import join_pause_s
 
 MS = 1_000_000
 
@@ -55,6 +56,27 @@ def test_branch_from_an_earlier_turn_is_a_fork() -> None:
              call(2, 35, 40, [1, 2, 10, 12], 30), call(3, 50, 60, [1, 2, 10, 11, 20, 5], 40)]
     assert shape(calls) == [("root", None, None, None, [0, 1, 3]),
                             ("fork", "0", 0, 2, [2])]
+
+
+def test_fork_keeps_its_delay_after_the_sibling_continuation() -> None:
+    # the fork (call 2) branched from turn 0 after the continuation (call 1) was sent: its
+    # first think time counts from turn 0's end, so replay sends it after its sibling too,
+    # and the parent's join turn keeps the 10 ms it waited after the fork ended
+    calls = [call(0, 0, 10, [1, 2], 10), call(1, 20, 30, [1, 2, 10, 11], 20),
+             call(2, 35, 40, [1, 2, 10, 12], 30), call(3, 50, 60, [1, 2, 10, 11, 20, 5], 40)]
+    trace, _ = sessionize(calls)
+    root, fork = trace.sessions
+    assert [t.think_s for t in root.turns] == [0.0, 0.010, 0.020]
+    assert fork.turns[0].think_s == 0.025 > root.turns[1].think_s
+    assert join_pause_s(root, fork) == pytest.approx(0.010)
+
+
+def test_spawn_first_think_counts_from_its_parent_turn() -> None:
+    calls = [call(0, 0, 10, [1], 10), call(1, 20, 30, [1, 10, 2], 20),
+             call(2, 35, 40, [7], 70), call(3, 60, 70, [1, 10, 2, 20, 3], 30)]
+    trace, _ = sessionize(calls)
+    assert trace.sessions[1].parent_turn == 1
+    assert trace.sessions[1].turns[0].think_s == 0.005  # 35 - 30 ms
 
 
 def test_subagent_between_parent_calls_joins_when_parent_resumes() -> None:

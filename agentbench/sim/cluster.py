@@ -175,11 +175,14 @@ class Cluster:
         if why is not None:
             raise SimRejected(why)
         req.arrival = req.sent_at = self.now() if at is None else at
-        if self.driver is not None:
-            self.driver.sync(req.arrival)  # routing reads every instance's state
         if pd is not None:
+            if self.driver is not None:
+                self.driver.sync(req.arrival)  # P/D routing reads every instance's state
             return pd.route(req, self.instances)
-        return self.router.choose(req, self.instances)
+        index = self.router.choose(req, self.instances)  # reads loads and caches only
+        if self.driver is not None:
+            self.driver.sync_one(index, req.arrival)  # the arrival changes its course
+        return index
 
     def place(self, req: SimRequest, index: int) -> Instance:
         """``submit``'s second half: queue ``req`` on instance ``index`` (from ``route``)."""

@@ -61,14 +61,22 @@ class TimerDriver:
     def sync(self, t: float) -> None:
         """Bring every instance's state up to simulated time ``t`` (before it is read)."""
         for i, run in enumerate(self.runs):
-            if run is None:
-                continue
-            end = decoderuns.cut(self.cluster.instances[i], run, t, True, ns=True)
-            self.runs[i] = None
-            h = self.handles[i]
-            if h is not None:
-                h.cancel()
-            self.handles[i] = self.loop.call_at(end, self._done, i, end)
+            if run is not None:
+                self.sync_one(i, t)
+
+    def sync_one(self, i: int, t: float) -> None:
+        """Cut instance ``i``'s decode run at ``t`` (before its state is read or changed):
+        an arrival routed to it. Routing itself reads no run: a run changes neither an
+        instance's load nor its caches (``decoderuns``)."""
+        run = self.runs[i]
+        if run is None:
+            return
+        end = decoderuns.cut(self.cluster.instances[i], run, t, True, ns=True)
+        self.runs[i] = None
+        h = self.handles[i]
+        if h is not None:
+            h.cancel()
+        self.handles[i] = self.loop.call_at(end, self._done, i, end)
 
     def wake(self, i: int) -> None:
         if self.handles[i] is None:

@@ -45,6 +45,22 @@ def _ident(salt: int, keys: npt.NDArray[np.int64] | list[int], tail: bool = Fals
         return splitmix64(splitmix64(k + s))
 
 
+def _seg_idents(salt: int, segs: list[Segment]) -> list[np.uint64]:
+    """``_ident`` of each segment (its key, as a tail or not; the shared prefix's own), in
+    one pass over arrays."""
+    if not segs:
+        return []
+    keys = np.array([s.key for s in segs], dtype=np.int64).view(np.uint64)
+    tails = np.array([s.tail for s in segs], dtype=bool)
+    with np.errstate(over="ignore"):
+        base = np.uint64(salt) * _GOLD
+        out = splitmix64(splitmix64(keys + np.where(tails, base + _TAIL, base)))
+    shared = [i for i, s in enumerate(segs) if s.shared]
+    if shared:
+        out[shared] = _SHARED
+    return list(out)
+
+
 class _Weights:
     """Fixed odd random weights per segment position (grown on demand)."""
 
@@ -61,6 +77,8 @@ class _Weights:
 
 
 WEIGHTS = _Weights()
+#: the shared prefix's identity
+_SHARED = _ident(SHARED_PREFIX_SALT, [0])[0]
 
 
 @dataclass(slots=True)
@@ -107,9 +125,9 @@ class SegmentPrompt:
             head_i.append(_ROLE)
             head_n.append(1)
         if self.shared_prefix:
-            head_i.append(_ident(SHARED_PREFIX_SALT, [0])[0])
+            head_i.append(_SHARED)
             head_n.append(self.shared_prefix)
-        rest_i = [self._seg_ident(s) for s in segs]
+        rest_i = _seg_idents(self.salt, segs)
         rest_n = [s.n for s in segs]
         if self.chat:
             rest_i += [_END, _PRIMER]
@@ -120,11 +138,6 @@ class SegmentPrompt:
                                np.full(keep, bs, dtype=np.int64),
                                np.array(rest_n, dtype=np.int64)])
         return SimPrompt(int(lens.sum()), self._hashes(idents, lens))
-
-    def _seg_ident(self, s: Segment) -> np.uint64:
-        if s.shared:
-            return _ident(SHARED_PREFIX_SALT, [0])[0]
-        return _ident(self.salt, [s.key], tail=s.tail)[0]
 
     def _hashes(self, idents: U64, lens: npt.NDArray[np.int64]) -> list[int]:
         """Hashes of every full engine block; blocks inside the token prefix shared with the

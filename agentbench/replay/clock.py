@@ -27,6 +27,10 @@ VIRTUAL = "virtual"
 #: how long the virtual loop waits on real I/O (a signal, a thread) when nothing at all is
 #: scheduled before it calls the run stuck
 STALL_S = 60.0
+#: while callbacks are ready, real I/O (the self-pipe: signal and thread wake-ups, whose
+#: callbacks are queued already) is polled every this many loop turns; always before the
+#: clock advances
+POLL_EVERY = 64
 
 
 class VirtualClockStalled(RuntimeError):
@@ -41,6 +45,7 @@ class _JumpSelector(selectors.BaseSelector):
     def __init__(self) -> None:
         self._inner = selectors.DefaultSelector()
         self.loop: VirtualEventLoop | None = None
+        self._skipped = 0
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self._inner.register(fileobj, events, data)
@@ -61,6 +66,11 @@ class _JumpSelector(selectors.BaseSelector):
         self._inner.close()
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout == 0:  # callbacks are ready: look at real I/O only now and then
+            self._skipped += 1
+            if self._skipped < POLL_EVERY:
+                return []
+        self._skipped = 0
         ready = self._inner.select(0)
         if ready or timeout == 0:
             return ready

@@ -61,9 +61,12 @@ def test_ctrl_c_leaves_finished_requests_on_disk(fast_server, weka_dir, tmp_path
     out = tmp_path / "res"
     sc = write_scenario(tmp_path / "s.yaml", fast_server, out, weka_dir,
                         "limits: {duration_s: 600}")
+    # SIGINT as a terminal delivers it, even when the test run itself was started in the
+    # background of a script (which leaves SIGINT ignored in every child)
     proc = subprocess.Popen([sys.executable, "-m", "agentbench.cli", "run", str(sc),
                              "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     spool = out / "r" / (records.REQUESTS_FILE + ".spool.arrows")
     deadline = time.monotonic() + 60
     while not (spool.exists() and spool.stat().st_size > 0):  # first batch of rows written

@@ -26,7 +26,7 @@ def load_scenario_trace(spec: Any, seed: int) -> Trace:
             raise InputError("set trace.skip_bad, not a reader option",
                              field="trace.options.skip_bad")
         trace = read_trace(spec.source, format=spec.format, skip_bad=spec.skip_bad,
-                           **spec.options)
+                           sessions=spec.filters.sessions, **spec.options)
     tf = spec.transform
     if tf.max_context_tokens is not None:
         trace = transform.truncate(trace, tf.max_context_tokens)

@@ -175,3 +175,38 @@ def test_truncated_json_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="invalid JSON") as e:
         read_trace(f, format="weka")
     assert e.value.where and e.value.where.startswith("line 1")
+
+
+def _folder(tmp_path: Path, ids: dict[str, str]) -> Path:
+    """One file per entry, ``file stem -> document id``; ``broken`` is not JSON."""
+    d = tmp_path / "weka"
+    d.mkdir()
+    for stem, sid in ids.items():
+        body = {**doc([req(0, 2, api=1.0)]), "id": sid}
+        (d / f"{stem}.json").write_text(json.dumps(body))
+    (d / "broken.json").write_text("{not json")
+    return d
+
+
+def test_a_session_filter_reads_only_the_files_it_names(tmp_path: Path) -> None:
+    from agentbench.scenario.model import TraceSource
+    from agentbench.traces.load import load_scenario_trace
+
+    d = _folder(tmp_path, {"a": "a", "b": "b", "c": "c"})
+    with pytest.raises(InputError, match="broken"):  # read whole, the bad file is named
+        read_trace(d, format="weka")
+    tr = read_trace(d, format="weka", sessions=["c", "a"])  # the bad file is never opened
+    assert [s.session_id for s in tr.sessions] == ["a", "c"]
+    spec = TraceSource.model_validate({"kind": "file", "source": str(d), "format": "weka",
+                                       "filters": {"sessions": ["c"]}})
+    assert [s.session_id for s in load_scenario_trace(spec, 0).sessions] == ["c"]
+
+
+def test_a_filter_whose_files_do_not_match_reads_the_whole_folder(tmp_path: Path) -> None:
+    d = _folder(tmp_path, {"a": "a", "b": "other"})  # b.json holds session "other"
+    for wanted in (["b"], ["a", "missing"]):
+        with pytest.raises(InputError, match="broken"):
+            read_trace(d, format="weka", sessions=wanted)
+    (d / "broken.json").unlink()
+    tr = read_trace(d, format="weka", sessions=["other"])
+    assert {s.session_id for s in tr.sessions} == {"a", "other"}  # the filter picks later

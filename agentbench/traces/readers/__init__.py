@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +35,8 @@ READERS: dict[str, str] = {
 #: readers of a file or a folder of files, whose ``read`` takes ``skip_bad``
 FOLDER_READERS = frozenset({"weka", "mooncake", "sharegpt", "bailian", "copilot",
                             "openai-log", "tracelab"})
+#: folder readers of one file per root session, whose ``read`` takes ``sessions``
+PER_ROOT_FILES = frozenset({"weka"})
 #: bad files a one-line error lists before "(+N more)"; ``lines()`` lists them all
 _LISTED = 10
 
@@ -77,13 +79,16 @@ class BadTraceFiles(InputError):
 
 
 def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool = False,
-               **options: Any) -> Trace:
+               sessions: Collection[str] | None = None, **options: Any) -> Trace:
     """Read ``source`` (file, folder, Hugging Face dataset id, ``builtin:NAME`` or
     ``cache:NAME``; see ``traces.sources``) as ``format``. Whatever
     the bytes, a bad trace is an ``InputError`` naming it, never a traceback.
 
     In a folder, every bad file is named (``BadTraceFiles``); with ``skip_bad`` they are
-    left out instead and listed, one line each, in the trace's ``skipped``."""
+    left out instead and listed, one line each, in the trace's ``skipped``. ``sessions``
+    (the root sessions a filter will keep) lets a folder of one file per root read only
+    theirs (``weka``: when every one is a file of that name holding it); the trace may
+    still hold others."""
     if not isinstance(skip_bad, bool):
         raise InputError(f"expected true or false, got {skip_bad!r}", field="skip_bad")
     if isinstance(source, str) and source.startswith(("builtin:", "cache:")):
@@ -100,6 +105,8 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
         module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
         if fmt in FOLDER_READERS:
             options["skip_bad"] = skip_bad
+        if fmt in PER_ROOT_FILES and sessions is not None:
+            options["sessions"] = list(sessions)
         trace: Trace = module.read(source, **options)
     except InputError:
         raise
@@ -140,11 +147,13 @@ def as_input_error(e: BaseException, source: str) -> InputError:
 
 
 def read_files(path: Path, suffixes: tuple[str, ...], read_one: Callable[[Path], T], *,
-               skip_bad: bool) -> tuple[list[T], list[str]]:
-    """``read_one`` of every trace file of ``path`` (a folder, or one file), and the one-line
-    reasons of the files skipped. A folder's bad files are all named in one
-    ``BadTraceFiles``; with ``skip_bad`` they are skipped unless none is left."""
-    files = trace_files(path, suffixes)
+               skip_bad: bool, files: list[Path] | None = None) -> tuple[list[T], list[str]]:
+    """``read_one`` of every trace file of ``path`` (a folder, or one file), or of ``files``
+    of that folder, and the one-line reasons of the files skipped. A folder's bad files are
+    all named in one ``BadTraceFiles``; with ``skip_bad`` they are skipped unless none is
+    left."""
+    if files is None:
+        files = trace_files(path, suffixes)
     if not path.is_dir():
         return [read_one(files[0])], []
     out: list[T] = []

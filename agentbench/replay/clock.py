@@ -14,6 +14,9 @@ nanosecond for runs shorter than ~10 simulated days).
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import heapq
+import itertools
 import selectors
 import time
 from collections.abc import Callable, Coroutine
@@ -85,14 +88,43 @@ class _JumpSelector(selectors.BaseSelector):
         return []
 
 
+class _FifoTimer(asyncio.TimerHandle):
+    """A timer that, due at the same time as another, runs after the ones scheduled before
+    it (asyncio's heap leaves such ties in whatever order its layout gives, so unrelated
+    timers could reorder two events of one instant)."""
+
+    __slots__ = ("_seq",)
+    _seq: int
+
+    def __lt__(self, other: asyncio.TimerHandle) -> bool:
+        w, o = self._when, other._when  # type: ignore[attr-defined]
+        return w < o or (w == o and self._seq < other._seq)  # type: ignore[attr-defined]
+
+
 class VirtualEventLoop(asyncio.SelectorEventLoop):
-    """An event loop on simulated time (see the module doc)."""
+    """An event loop on simulated time (see the module doc). Callbacks due at one instant
+    run in the order they were scheduled, so a run's events keep their order whatever
+    other timers exist."""
 
     def __init__(self) -> None:
         sel = _JumpSelector()
         super().__init__(sel)
         sel.loop = self
         self._vnow_ns = 0
+        self._timer_seq = itertools.count()
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = _FifoTimer(when, callback, args, self, context)
+        timer._seq = next(self._timer_seq)
+        if timer._source_traceback:  # type: ignore[attr-defined]
+            del timer._source_traceback[-1]  # type: ignore[attr-defined]
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
 
     def time(self) -> float:
         return self._vnow_ns / 1e9

@@ -24,7 +24,7 @@ from agentbench.sim.engine import Instance, SimRequest
 
 #: steps computed ahead at a time by ``TimerDriver`` (arrivals elsewhere usually cut a run
 #: short); ``run_virtual`` computes a run up to the step that finishes a request
-RUN_STEPS = 32
+RUN_STEPS = 256
 UNBOUNDED = 1 << 62
 
 

@@ -141,3 +141,45 @@ def test_clock_dependent_defaults_survive_variants() -> None:
     assert a.server_metrics.interval_for("virtual") == 10
     assert a.server_metrics.interval_for("wall") == 1
     assert c.server_metrics.interval_for("virtual") == 2
+
+
+def test_callbacks_due_at_one_instant_run_in_the_order_scheduled() -> None:
+    import asyncio
+    import random
+
+    from agentbench.replay.clock import VIRTUAL, run_on
+
+    rng = random.Random(5)
+    plan = [(rng.choice([1.0, 2.0, 2.5, 7.0]), i) for i in range(400)]
+    ran: list[tuple[float, int]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        for when, i in plan:
+            loop.call_at(when, ran.append, (when, i))
+        loop.call_at(8.0, done.set_result, None)
+        await done
+
+    run_on(VIRTUAL, main())
+    # asyncio's own heap leaves ties in whatever order its layout gives
+    assert ran == sorted(plan)
+
+
+def test_decode_run_length_does_not_change_a_pd_run(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two prefills that end in one step reach their decode instance at one instant; the
+    order they queue in there must not depend on how many steps the other instances'
+    decode runs cover (it once did, through the loop's timer heap)."""
+    from agentbench.scenario.loading import expand_variants
+    from agentbench.sim import virtual
+
+    sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
+              if v.name.endswith("codex-p2d6"))
+    dirs = []
+    for steps in (32, 256):
+        monkeypatch.setattr(virtual, "RUN_STEPS", steps)
+        v = sc.model_copy(deep=True)
+        v.output.dir, v.output.run_id = str(tmp_path), f"steps-{steps}"
+        dirs.append(run(v, progress=False).run_dir)
+    _same_run(*dirs)

@@ -5,7 +5,8 @@
 Run folders are matched by run id without its timestamp suffix. The parquet tables must be
 equal row for row and column for column (names, types, values); run.json and summary.json
 must be equal except for what differs between any two runs of one scenario: the run id,
-wall-clock times, host, process id, git commit and the client's own health readings.
+wall-clock times, host, process id, git commit, output folder and the client's own health
+readings.
 Exit 0 when every folder matches, 1 with the first differences otherwise.
 """
 
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 # keys whose values differ between two runs of the same scenario and seed by design
 VOLATILE = {"run_id", "git_commit", "host", "start_wall", "end_wall", "pid",
-            "wall_duration_ns", "client_health", "results_dir", "path"}
+            "wall_duration_ns", "client_health", "results_dir", "path", "dir"}
 TABLES = ("requests.parquet", "sessions.parquet", "server_metrics.parquet")
 
 

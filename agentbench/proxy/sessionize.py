@@ -26,8 +26,8 @@ once look the same as a parent and its subagent: give them session keys and
 
 Times: ``t`` = arrival - the session's first arrival; ``think_s`` = arrival - the end of
 the session's previous response (for a child's first turn: of its parent's ``parent_turn``,
-or the parent's first arrival when it has none, which is when replay starts the child; 0
-for a root's first turn), so a fork recorded after its sibling continuation replays after
+or the parent's own start when it has none, which is when replay starts the child; 0 for
+a root's first turn), so a fork recorded after its sibling continuation replays after
 it too; ``api_s`` = end - arrival;
 ``start_s`` = the session's first arrival - the recording's first arrival.
 """
@@ -197,15 +197,16 @@ def sessionize(calls: Sequence[Call], *, subagents: str = "infer",
 
 
 def _ready_ns(s: _S, k: int) -> int:
-    """When turn ``k`` of ``s`` could be sent at the earliest: the previous response's end;
-    for a child's first turn, the end of its parent's ``parent_turn`` (the parent's first
-    arrival without one); a root's first turn, its own arrival."""
+    """When replay starts turn ``k`` of ``s`` (its think time counts from there): the
+    previous response's end; for a child's first turn, the end of its parent's
+    ``parent_turn``, or without one the parent's own start (where the parent's first think
+    time counts from, up the tree); a root's first turn, its own arrival."""
     if k:
         return s.calls[k - 1].end_ns
     if s.parent is None:
         return s.calls[0].arrival_ns
     if s.parent_turn is None:
-        return s.parent.calls[0].arrival_ns
+        return _ready_ns(s.parent, 0)
     return s.parent.calls[s.parent_turn].end_ns
 
 

@@ -65,13 +65,17 @@ def turn_target_ns(strategy: str, turn: Turn, *, prev: Turn | None, ready_ns: in
     ``ready_ns`` is when it may go at the earliest: the previous response ended (turn 0: the
     session's start), and every child joined here ended.
     - think-only: ``ready + think_s x time_scale``;
-    - original: recorded start-to-start, ``session_start + (t - t_first) x time_scale``;
+    - original: recorded start-to-start, ``session_start + (t - t_first) x time_scale``,
+      where ``session_start`` is when the session's first turn was due (that turn, with no
+      previous one, as think-only: a child's first think time counts from its start);
     - api-scaled: ``prev_sent + (prev api_s x api_scale + think_s) x time_scale``.
     A session is sequential: no target comes before ``ready_ns``.
     """
     if strategy == "think-only":
         return ready_ns + int(round(turn.think_s * time_scale * NS))
     if strategy == "original":
+        if prev is None:
+            return ready_ns + int(round(turn.think_s * time_scale * NS))
         target = session_start_ns + int(round((turn.t - first_t) * time_scale * NS))
         return max(target, ready_ns)
     if strategy == "api-scaled":

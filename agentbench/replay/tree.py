@@ -174,6 +174,8 @@ class TreeRun:
                     time_scale=ctx.time_scale, api_scale=ctx.api_scale)
                 if k == first and first > 0:  # a warm start sends its turn at once
                     own_target = ready_ns
+                if k == first:  # ``original`` spacing counts from when this turn was due
+                    session_start = own_target
                 target = own_target
                 joined = [started[c] for c in joins.get(k, []) if c in started]
                 if joined:

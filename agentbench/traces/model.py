@@ -29,6 +29,19 @@ HashIds = npt.NDArray[np.int64]
 #: before anything is sized by it, not a MemoryError later. A list of hash ids is bounded
 #: by it too, as ``ceil(MAX_TOKENS / block_size)`` ids at most.
 MAX_TOKENS = 10_000_000
+#: The longest recorded time (``t``, ``think_s``, ``api_s``, ``start_s``) a trace may hold:
+#: about 32 years, so a garbled one (``1e300``) is an error naming its field, not an
+#: overflow or a replay that waits for ages.
+MAX_SECONDS = 1e9
+
+
+def check_seconds(v: float, name: str, **where: str) -> None:
+    """A recorded time must be finite, non-negative and at most ``MAX_SECONDS``."""
+    if not 0 <= v < math.inf:  # also NaN
+        raise InputError(f"expected a finite non-negative time, got {v}", field=name, **where)
+    if v > MAX_SECONDS:
+        raise InputError(f"{v:g} s is over the {MAX_SECONDS:g} s a recorded time may be",
+                         field=name, **where)
 
 
 def as_hash_ids(values: Sequence[int] | npt.ArrayLike) -> HashIds:
@@ -97,8 +110,8 @@ class Turn:
                 field="hash_ids",
             )
         for name, v in (("t", self.t), ("think_s", self.think_s), ("api_s", self.api_s)):
-            if v is not None and not 0 <= v < math.inf:  # also NaN
-                raise InputError(f"expected a finite non-negative time, got {v}", field=name)
+            if v is not None:
+                check_seconds(v, name)
         if self.cached_tokens is not None and not 0 <= self.cached_tokens <= self.input_tokens:
             raise InputError(
                 f"cached_tokens {self.cached_tokens} outside [0, {self.input_tokens}]",
@@ -114,7 +127,8 @@ class Session:
     parent's start); ``join_turn`` the parent's turn that waits for it (None: runs in
     the background). ``scope`` names the hash scope: equal hash ids mean equal blocks
     only within one scope. ``start_s`` is the recorded start, seconds from the trace
-    start (informational for end-to-start replay; used by ``original`` timing).
+    start: with turn ``t`` and ``api_s`` it gives the pause a parent took after a joined
+    child's last response (``agentbench.replay.tree.join_pause_s``).
     """
 
     session_id: str
@@ -236,9 +250,7 @@ class Trace:
                         and s.join_turn <= s.parent_turn):
                     raise InputError("join_turn must come after parent_turn", source=s.source,
                                      where=where, field="join_turn")
-            if not 0 <= s.start_s < math.inf:
-                raise InputError(f"expected a finite non-negative time, got {s.start_s}",
-                                 source=s.source, where=where, field="start_s")
+            check_seconds(s.start_s, "start_s", source=s.source, where=where)
             for i, turn in enumerate(s.turns):
                 if turn.turn != i:
                     raise InputError(f"turn index {turn.turn} at position {i}",

@@ -79,6 +79,17 @@ def test_spawn_first_think_counts_from_its_parent_turn() -> None:
     assert trace.sessions[1].turns[0].think_s == 0.005  # 35 - 30 ms
 
 
+def test_grandchild_started_before_any_turn_of_its_parent_ended() -> None:
+    # c is b's child from b's start (parent_turn None): replay starts it where b starts,
+    # at the end of a's turn 0, so its think time counts from there, as b's does
+    calls = [call(0, 0, 10, [1], 10, key="a"), call(1, 15, 40, [2], 20, key="b", parent="a"),
+             call(2, 20, 25, [3], 30, key="c", parent="b"), call(3, 50, 60, [1], 40, key="a")]
+    trace, _ = sessionize(calls)
+    a, b, c = trace.sessions
+    assert (b.parent_turn, c.parent_turn) == (0, None)
+    assert (b.turns[0].think_s, c.turns[0].think_s) == (0.005, 0.010)
+
+
 def test_subagent_between_parent_calls_joins_when_parent_resumes() -> None:
     calls = [call(0, 0, 10, [1], 10), call(1, 20, 30, [1, 10, 2], 20),
              call(2, 35, 40, [7], 70), call(3, 45, 50, [7, 70, 8], 80),  # subagent

@@ -1,6 +1,7 @@
 """A joined subagent's recorded pause survives replay (docs/architecture.md#replay): the
 parent's join turn goes at the later of its own think target and the child's end plus the
-pause the trace recorded after the child, in virtual time where both are exact."""
+pause the trace recorded after the child, in virtual time where both are exact; and a
+recorded fork sent after its sibling continuation replays after it, in every strategy."""
 
 from __future__ import annotations
 
@@ -42,14 +43,15 @@ def _trace(child_api: float | None, child_out: int) -> Trace:
     return Trace([root, child], name="join")
 
 
-def _replay(tmp_path: Path, trace: Trace, name: str) -> dict[str, dict[str, int]]:
+def _replay(tmp_path: Path, trace: Trace, name: str,
+            timing: dict[str, object] | None = None) -> dict[str, dict[str, int]]:
     path = native.write(trace, tmp_path / f"{name}.parquet")
     sc = Scenario.model_validate({
         "name": name, "seed": 1, "clock": "virtual",
         "endpoints": [{"kind": "simulated", "preset": "h100-llama3-8b", "instances": 1}],
         "trace": {"kind": "file", "source": str(path), "format": "native"},
         "load": {"kind": "lanes", "concurrency": 1},
-        "timing": {"strategy": "think-only"},
+        "timing": timing or {"strategy": "think-only"},
         "limits": {"max_sessions": 1, "recycle": False},
         "output": {"dir": str(tmp_path), "run_id": name}})
     run_dir = run(sc, progress=False).run_dir
@@ -81,3 +83,29 @@ def test_join_pause_from_the_recorded_times(api: float | None, want: float | Non
     root, child = _trace(child_api=api, child_out=4).sessions
     # a pause recorded as negative (the child ended after the join turn) counts as none
     assert join_pause_s(root, child) == want
+
+
+@pytest.mark.parametrize("strategy", ["think-only", "original", "api-scaled"])
+def test_a_fork_recorded_after_its_sibling_replays_after_it(tmp_path: Path,
+                                                             strategy: str) -> None:
+    from agentbench.proxy.calls import Call
+    from agentbench.proxy.sessionize import sessionize
+
+    ms = 1_000_000
+
+    def call(i: int, start: int, end: int, prefixes: list[int], reply: int) -> Call:
+        return Call(index=i, path="/v1/chat/completions", model="m", stream=True, status=200,
+                    arrival_ns=start * ms, first_byte_ns=start * ms + ms, end_ns=end * ms,
+                    input_tokens=100, output_tokens=10, cached_tokens=None,
+                    usage_reported=True, counted_input_tokens=100, hash_ids=[i, 1],
+                    block_size=64, prefixes=prefixes, reply=reply, session_key=None,
+                    parent_key=None)
+
+    # turn 0 ends at 10 ms; its continuation goes at 20 ms, a fork from turn 0 at 35 ms
+    trace, _ = sessionize([call(0, 0, 10, [1, 2], 10), call(1, 20, 30, [1, 2, 10, 11], 20),
+                           call(2, 35, 40, [1, 2, 10, 12], 30),
+                           call(3, 50, 60, [1, 2, 10, 11, 20, 5], 40)])
+    root, fork = trace.sessions
+    assert fork.relation == "fork" and fork.parent_turn == 0
+    rows = _replay(tmp_path, trace, strategy, {"strategy": strategy, "time_scale": 100})
+    assert rows[f"{fork.session_id}#0"]["sent_ns"] > rows[f"{root.session_id}#1"]["sent_ns"]

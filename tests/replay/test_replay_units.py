@@ -266,6 +266,11 @@ def test_turn_targets() -> None:
     assert schedule.turn_target_ns("api-scaled", cur, **kw) == 500 + 3_500_000_000
     # never before the previous response ended
     assert schedule.turn_target_ns("original", cur, **{**kw, "ready_ns": 9 * 10**9}) == 9 * 10**9
+    # a session's first turn (no previous one) waits its think time in every strategy: a
+    # child's counts from its start
+    for strategy in ("think-only", "original", "api-scaled"):
+        first = schedule.turn_target_ns(strategy, cur, **{**kw, "prev": None})
+        assert first == 1_000 + 1_500_000_000, strategy
 
 
 def test_warmup_start_is_seeded() -> None:

@@ -118,3 +118,19 @@ def test_a_plain_parquet_file_is_not_a_native_trace(tmp_path: Path) -> None:
     pq.write_table(pa.table({"a": [1]}), p)
     with pytest.raises(InputError, match="not an agentbench native trace"):
         native.read(p)
+
+
+@pytest.mark.parametrize("field", ["t", "think_s", "api_s", "start_s"])
+@pytest.mark.parametrize("value", [1e300, 2e9, float("nan"), -1.0])
+def test_a_recorded_time_out_of_range_names_its_field(field: str, value: float) -> None:
+    turn = Turn(0, 0.0, 0.0, 1.0, 64, 4, np.arange(1, dtype=np.int64), 64)
+    sess = Session("s", None, "root", None, None, None, "src", "s", 0.0, [turn])
+    if field == "start_s":
+        sess.start_s = value
+    else:
+        setattr(turn, field, value)
+    with pytest.raises(InputError) as e:
+        Trace([sess]).validate()
+    assert e.value.field == field and "\n" not in str(e.value)
+    turn.t = turn.think_s = turn.api_s = sess.start_s = 1e9  # the longest allowed (32 years)
+    Trace([sess]).validate()

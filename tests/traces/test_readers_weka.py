@@ -207,6 +207,10 @@ def test_a_filter_whose_files_do_not_match_reads_the_whole_folder(tmp_path: Path
     for wanted in (["b"], ["a", "missing"]):
         with pytest.raises(InputError, match="broken"):
             read_trace(d, format="weka", sessions=wanted)
+    # a named file that is bad: the folder is read whole, its bad files named as usual
+    tr = read_trace(d, format="weka", sessions=["broken"], skip_bad=True)
+    assert {s.session_id for s in tr.sessions} == {"a", "other"}
+    assert len(tr.skipped) == 1 and "broken" in tr.skipped[0]
     (d / "broken.json").unlink()
     tr = read_trace(d, format="weka", sessions=["other"])
     assert {s.session_id for s in tr.sessions} == {"a", "other"}  # the filter picks later

@@ -54,7 +54,9 @@ def read(source: str | Path, *, skip_bad: bool = False,
          **options: Any) -> Trace:
     """Read one Weka trace file or a folder of them (one root session per file). With
     ``sessions`` (roots a filter keeps), a folder where each is the file of its name is
-    read for those files alone (a 710-file folder took 7 s whole); otherwise whole."""
+    read for those files alone (a 710-file folder took 7 s whole), and the other files
+    are not opened; otherwise, or when one of those files is bad, whole (the bad files
+    are then named as without a filter)."""
     reject_unknown(options, "weka")
     _check_subagent_start(subagent_start)
     path = Path(source)
@@ -66,10 +68,13 @@ def read(source: str | Path, *, skip_bad: bool = False,
         wanted = set(sessions)
         files = [f for f in trace_files(path, (".json",)) if f.stem in wanted]
         if len(files) == len(wanted):
-            per_file, skipped = read_files(path, (".json",), read_one, skip_bad=skip_bad,
-                                           files=files)
-            if {ss[0].session_id for ss in per_file} == wanted:
-                return _trace(per_file, path, skipped)
+            try:
+                per_file, _ = read_files(path, (".json",), read_one, skip_bad=False,
+                                         files=files)
+            except InputError:
+                per_file = []
+            if per_file and {ss[0].session_id for ss in per_file} == wanted:
+                return _trace(per_file, path, [])
     per_file, skipped = read_files(path, (".json",), read_one, skip_bad=skip_bad)
     return _trace(per_file, path, skipped)
 

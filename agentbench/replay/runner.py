@@ -40,7 +40,7 @@ from agentbench.replay.stages import (
     stages_of,
 )
 from agentbench.replay.timers import Timers
-from agentbench.replay.tree import tree_specs
+from agentbench.replay.treespec import tree_specs
 from agentbench.results.rundir import (
     make_run_dir,
     release_space,

@@ -14,7 +14,8 @@ from typing import Any
 
 from agentbench.replay.context import RunContext, StageOver
 from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
-from agentbench.replay.tree import TreeRun, TreeSpec
+from agentbench.replay.tree import TreeRun
+from agentbench.replay.treespec import TreeSpec
 from agentbench.replay.warmup import LaneWarmup
 from agentbench.results.writer import ResultsWriter
 from agentbench.traces.model import Trace

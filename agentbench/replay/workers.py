@@ -213,7 +213,7 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
     hosts, :mod:`agentbench.replay.raylanes`)."""
     from agentbench.replay.endpoints import close_endpoint
     from agentbench.replay.timers import Timers
-    from agentbench.replay.tree import tree_specs
+    from agentbench.replay.treespec import tree_specs
     from agentbench.results.writer import ResultsWriter
 
     loop = asyncio.get_running_loop()

@@ -7,7 +7,7 @@ import pytest
 
 from agentbench.proxy.calls import Call
 from agentbench.proxy.sessionize import sessionize
-from agentbench.replay.tree import join_pause_s
+from agentbench.replay.treespec import join_pause_s
 
 MS = 1_000_000
 

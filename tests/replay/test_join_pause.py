@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from agentbench.replay import run
-from agentbench.replay.tree import join_pause_s
+from agentbench.replay.treespec import join_pause_s
 from agentbench.scenario.model import Scenario
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import native

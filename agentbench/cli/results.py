@@ -16,10 +16,15 @@ def report(
     runs: list[Path] = typer.Argument(..., help="Results folder(s); several: a comparison."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output folder; default: "
                                        "the run's folder (one run) or ./report (several)."),
+    reference: Path | None = typer.Option(
+        None, "--reference", "-r", help="The run the others are compared against (one of "
+        "RUNS, or a name within them); default: the first given."),
 ) -> None:
     """Render report.html (self-contained) and report.md for one run or a comparison."""
     from agentbench.report.render import render
 
+    if reference is not None:
+        runs = _reference_first(runs, reference)
     html, md = render(runs, output)
     typer.echo(f"wrote {html} and {md}")
 
@@ -63,3 +68,19 @@ def gate(
                                        str(candidate)))
     typer.echo(f"markdown: {md_path}")
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _reference_first(runs: list[Path], reference: Path) -> list[Path]:
+    """``runs`` with ``reference`` first: the same folder, or the one run whose folder name
+    starts with, or contains, the name given (``--reference shared-tier``)."""
+    same = [r for r in runs if r.resolve() == reference.resolve()]
+    if not same:
+        name = reference.name
+        same = [r for r in runs if r.name.startswith(name)] or \
+            [r for r in runs if name in r.name]
+    if len(same) != 1:
+        what = "none" if not same else ", ".join(r.name for r in same)
+        raise InputError(f"--reference {reference} matches {what} of the runs given; name "
+                         "exactly one", source="agentbench report")
+    return [same[0], *[r for r in runs if r is not same[0]]]
+

@@ -190,3 +190,22 @@ def test_chart_axes_fit_the_points_they_draw() -> None:
     assert 30 < lo < 36.5 and 37.8 < hi < 45
     assert _span([5.0, 100.0]) == (0.0, pytest.approx(112.0))
     assert _span([0.0, 0.0]) == (0.0, 1.0)
+
+
+def test_reference_picks_the_run_others_are_compared_against(tmp_path: Path) -> None:
+    runs = [write_demo_run(tmp_path / n, seed=i, hit=h, name=n, trees=3, turns=4)
+            for i, (h, n) in enumerate(((0.95, "kv-affinity"), (0.1, "kv-round-robin"),
+                                        (0.9, "kv-shared-tier")))]
+    args = ["report", *map(str, runs), "-o", str(tmp_path / "cmp")]
+    res = CliRunner().invoke(app, [*args, "--reference", "round-robin"])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "cmp" / "report.md").read_text()
+    assert "Reference: round-robin" in md  # labels drop the prefix the runs share
+    assert "shared-tier vs round-robin" in md and "affinity vs round-robin" in md
+    same = CliRunner().invoke(app, [*args, "-r", str(runs[2])])  # a folder given works too
+    assert same.exit_code == 0 and "Reference: shared-tier" in (
+        tmp_path / "cmp" / "report.md").read_text()
+    for bad in ("kv-", "nothing"):  # several, or none: one line, exit 2
+        res = CliRunner().invoke(app, [*args, "-r", bad])
+        assert res.exit_code == 2 and "name exactly one" in res.output
+        assert res.output.count("\n") == 1

@@ -1,7 +1,8 @@
 """The gate on a real engine (docs/ci.md, "On a real engine"): identical runs of a 10-tree
 scenario against llama.cpp's llama-server (the shipped tiny model), and one with the
 server on 1 thread instead of 2. With three baseline runs (the run as the unit), identical
-candidates pass at about the stated rate and the 1-thread server fails; the tree
+candidates pass at about the stated rate and the 1-thread server fails (in at least 8 of
+the 10 baseline triplets); the tree
 bootstrap's A/A pairs are counted beside it, for the comparison docs/ci.md quotes."""
 
 from __future__ import annotations
@@ -73,4 +74,7 @@ def test_three_baselines_pass_identical_runs_and_fail_a_one_thread_server(
     # 20 correlated trials of five rules at 95%: a handful of false alarms is the stated
     # rate; a method that ignores run-to-run spread fails far more of them
     assert false_alarms <= 6, failed_rules
-    assert all(r.status == "FAIL" for r in through)
+    # three baselines: the bound is about 3.4 standard deviations of the runs, so one fast
+    # outlier among the five identical runs (seen: 12,686 against 10.9-11.7k tok/s) can hide
+    # a 34% drop from the triplets it is in (docs/ci.md, "On a real engine")
+    assert sum(r.status == "FAIL" for r in through) >= 8, through

@@ -83,4 +83,3 @@ def _reference_first(runs: list[Path], reference: Path) -> list[Path]:
         raise InputError(f"--reference {reference} matches {what} of the runs given; name "
                          "exactly one", source="agentbench report")
     return [same[0], *[r for r in runs if r is not same[0]]]
-

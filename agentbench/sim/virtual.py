@@ -60,9 +60,8 @@ class TimerDriver:
 
     def sync(self, t: float) -> None:
         """Bring every instance's state up to simulated time ``t`` (before it is read)."""
-        for i, run in enumerate(self.runs):
-            if run is not None:
-                self.sync_one(i, t)
+        for i in range(len(self.runs)):
+            self.sync_one(i, t)
 
     def sync_one(self, i: int, t: float) -> None:
         """Cut instance ``i``'s decode run at ``t`` (before its state is read or changed):

@@ -128,7 +128,7 @@ class Session:
     the background). ``scope`` names the hash scope: equal hash ids mean equal blocks
     only within one scope. ``start_s`` is the recorded start, seconds from the trace
     start: with turn ``t`` and ``api_s`` it gives the pause a parent took after a joined
-    child's last response (``agentbench.replay.tree.join_pause_s``).
+    child's last response (``agentbench.replay.treespec.join_pause_s``).
     """
 
     session_id: str

@@ -1,9 +1,10 @@
-"""The gate on a real engine (docs/ci.md, "On a real engine"): identical runs of a 10-tree
-scenario against llama.cpp's llama-server (the shipped tiny model), and one with the
-server on 1 thread instead of 2. With three baseline runs (the run as the unit), identical
-candidates pass at about the stated rate and the 1-thread server fails (in at least 8 of
-the 10 baseline triplets); the tree
-bootstrap's A/A pairs are counted beside it, for the comparison docs/ci.md quotes."""
+"""The gate on a real engine (docs/ci.md, "On a real engine"): after one warm-up run that
+is discarded, five identical runs of a 10-tree scenario against llama.cpp's llama-server
+(the shipped tiny model), and one with the server on 1 thread instead of 2. With three
+baseline runs (the run as the unit), identical candidates pass at about the stated rate;
+with all five as baselines the 1-thread server fails. How many of the ten baseline
+triplets catch it depends on the host's run-to-run spread, so it is printed (docs/ci.md
+quotes it) rather than asserted, as are the tree bootstrap's A/A pairs."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     need(find_llama_vocab(), "no llama vocab GGUF: run `bash scripts/ci_engines.sh llama`")
     out = results_dir(tmp_path_factory, "gate-llama")
     two, one = _scenario(out, 2), _scenario(out, 1)
+    # the first run on a host fresh from other work has been the slowest (CI, 2026-12-04:
+    # 8,472 tok/s, then 9,462, 10,410, 10,152, 10,555): it warms the host and is dropped
+    run_scenario_on_port(two, out, free_port(), 8091)
     same = [run_scenario_on_port(two, out, free_port(), 8091).run_dir
             for _ in range(IDENTICAL)]
     slow = [run_scenario_on_port(one, out, free_port(), 8091).run_dir]
@@ -62,6 +66,7 @@ def test_three_baselines_pass_identical_runs_and_fail_a_one_thread_server(
                 failed_rules += [r.rule.metric for r in res.results if r.status == "FAIL"]
         res = evaluate([same[i] for i in base], slow, rules, opts)
         caught.append({r.rule.metric: r for r in res.results})
+    five = {r.rule.metric: r for r in evaluate(same, slow, rules, opts).results}
     tree_pairs = [evaluate(same[a], same[b], rules, opts).passed
                   for a, b in itertools.combinations(range(IDENTICAL), 2)]
     through = [c["throughput_per_gpu"] for c in caught]
@@ -69,12 +74,15 @@ def test_three_baselines_pass_identical_runs_and_fail_a_one_thread_server(
           f"failed ({failed_rules}); 1-thread server failed throughput_per_gpu in "
           f"{sum(r.status == 'FAIL' for r in through)} of {len(through)} (drops "
           f"{[round(100 * r.change, 1) for r in through]}%, detectable "
-          f"{[round(100 * r.detectable, 1) for r in through]}%); tree bootstrap, one "
+          f"{[round(100 * r.detectable, 1) for r in through]}%); five baselines: "
+          f"{five['throughput_per_gpu'].status} (drop "
+          f"{100 * five['throughput_per_gpu'].change:.1f}%, detectable "
+          f"{100 * five['throughput_per_gpu'].detectable:.1f}%); tree bootstrap, one "
           f"baseline: {tree_pairs.count(False)} of {len(tree_pairs)} identical pairs failed")
     # 20 correlated trials of five rules at 95%: a handful of false alarms is the stated
     # rate; a method that ignores run-to-run spread fails far more of them
     assert false_alarms <= 6, failed_rules
-    # three baselines: the bound is about 3.4 standard deviations of the runs, so one fast
-    # outlier among the five identical runs (seen: 12,686 against 10.9-11.7k tok/s) can hide
-    # a 34% drop from the triplets it is in (docs/ci.md, "On a real engine")
-    assert sum(r.status == "FAIL" for r in through) >= 8, through
+    # five baselines: the bound is t(0.95, 4) x s x sqrt(6/5), about 2.3 standard
+    # deviations of the runs (three give 3.4): a ~30% drop stays beyond 5% + bound while
+    # the runs' spread is under about 10% (docs/ci.md, "On a real engine")
+    assert five["throughput_per_gpu"].status == "FAIL", five["throughput_per_gpu"]

@@ -115,7 +115,8 @@ def _measure(engine: str, out_root: Path, path: Path, raw: dict[str, Any], sc: A
              repeats: int, grid_context: int | None, held: tuple[str, ...], reuse: bool,
              cores: list[int] | None) -> dict[str, Any]:
     from agentbench.experiment.enginefacts import engine_facts
-    from agentbench.experiment.simfit import fit_runs, fitted_preset
+    from agentbench.experiment.fitpreset import fitted_preset
+    from agentbench.experiment.simfit import fit_runs
     from agentbench.metrics.run import load
     from agentbench.sim.presetfile import preset_yaml
 
@@ -149,6 +150,7 @@ def _measure(engine: str, out_root: Path, path: Path, raw: dict[str, Any], sc: A
             continue
         fit = fit_runs(dirs)
         facts.token_ratio = fit.facts.token_ratio
+        facts.long_prompt_ratio = fit.facts.long_prompt_ratio
         fit.facts = facts
         preset = fitted_preset(fit, name=f"{engine}-{how}-fitted",
                                model="tiny random Llama 512x8",
@@ -208,12 +210,26 @@ def held_out_errors(runs: dict[str, list[Path]], preset_path: Path, out: Path, h
                             "error": err(statistics.median(pred), med),  # type: ignore
                             "spread": max(abs(err(v, med)) for v in meas),  # type: ignore
                             "target": TARGETS[metric]}
+        rows["refused"] = {"measured": [sorted(refused(c.run_dir)) for c in checks],
+                           "predicted": [sorted(refused(c.sim_dir)) for c in checks]}
         rows["per_request"] = {k: statistics.median(c.per_request.get(k, math.nan)
                                                     for c in checks)
                                for k in ("ttft_median", "e2e_median",
                                          "cached_share_median_pt")}
         res[name] = rows
     return res
+
+
+def refused(run_dir: Path) -> set[str]:
+    """The requests of a run refused as longer than the context window (session, copy,
+    turn), as the engine or the simulator refused them."""
+    import pandas as pd
+
+    r = pd.read_parquet(run_dir / "requests.parquet",
+                        columns=["session_id", "copy", "turn", "error_type"])
+    r = r[r["error_type"] == "context_overflow"]
+    return {f"{s}/{c}/{t}" for s, c, t in zip(r["session_id"], r["copy"], r["turn"],
+                                              strict=True)}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -231,7 +247,7 @@ def fit_table(engine: str, how: str, fit: dict[str, Any]) -> str:
         "engine spread | target | within |", "|---|---|---|---|---|---|---|---|"]
     for name, rows in fit["held_out"].items():
         for metric, r in rows.items():
-            if metric == "per_request":
+            if metric in ("per_request", "refused"):
                 continue
             share = metric == "hit_rate"
             meas = f"{100 * r['measured_median']:.1f}%" if share else \
@@ -242,6 +258,13 @@ def fit_table(engine: str, how: str, fit: dict[str, Any]) -> str:
             lines.append(f"| {name} | {metric} | {meas} | {pred} | {f(r['error'], share)} | "
                          f"±{f(r['spread'], share)[1:]} | {tgt} | {'yes' if ok else 'no'} |")
     for name, rows in fit["held_out"].items():
+        ref = rows.get("refused") or {}
+        if any(ref.get("measured") or []) or any(ref.get("predicted") or []):
+            same = sum(m == p for m, p in zip(ref["measured"], ref["predicted"], strict=True))
+            lines.append(f"\n{name}: refused as longer than the context window, per run: "
+                         f"engine {[len(m) for m in ref['measured']]}, simulator "
+                         f"{[len(p) for p in ref['predicted']]}, the same requests in "
+                         f"{same} of {len(ref['measured'])} runs")
         pr = rows.get("per_request") or {}
         lines.append(f"\n{name}, request by request (median |error|): TTFT "
                      f"{pr.get('ttft_median', math.nan):.1%}, E2E "

@@ -64,6 +64,10 @@ def fit(
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
                                                       min=1),
+    max_context_tokens: int | None = typer.Option(
+        None, "--max-context-tokens", min=1, max=1 << 40, help="The context window the "
+        "engine refuses a longer request beyond (vLLM's --max-model-len), in its own "
+        "tokens (default: as the runs' server command says; else none)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="Profile this running "
                                         "OpenAI-compatible endpoint first (a grid of "
@@ -86,7 +90,8 @@ def fit(
     write it as a preset file, with the engine's capacity and limits and the fit's
     residuals (docs/simulator.md)."""
     from agentbench.errors import InputError
-    from agentbench.experiment.simfit import fit_runs, fitted_preset, format_fit
+    from agentbench.experiment.fitpreset import fitted_preset
+    from agentbench.experiment.simfit import fit_runs, format_fit
     from agentbench.sim.presetfile import parse_preset, preset_yaml
     from agentbench.transport.apis import APIS
 
@@ -122,7 +127,8 @@ def fit(
                                hardware=hardware, scheduler=scheduler,
                                kv_capacity_tokens=kv_capacity_tokens,
                                max_num_seqs=max_num_seqs,
-                               max_num_batched_tokens=max_num_batched_tokens)
+                               max_num_batched_tokens=max_num_batched_tokens,
+                               max_context_tokens=max_context_tokens)
     except InputError as e:
         if endpoint is None:
             raise

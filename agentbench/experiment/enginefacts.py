@@ -20,8 +20,13 @@ class EngineFacts:
     block_size: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    #: the context window the engine enforces per request, in its own tokens
+    max_context_tokens: int | None = None
     #: the engine's prompt tokens per token of the simulator's count (its tokenizer)
     token_ratio: float = 1.0
+    #: the same on the longest prompts, the lowest there (None: ``token_ratio``): it
+    #: converts the context window, so a prompt the engine served is not refused
+    long_prompt_ratio: float | None = None
     engine_version: str | None = None  # as the engine's log says it (vLLM's banner)
     longest_prompt: float = 0.0  # the longest prompt fitted on, the simulator's tokens
     sources: dict[str, str] = field(default_factory=dict)
@@ -79,14 +84,24 @@ def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
                          max_num_batched_tokens="the server command's -b (n_batch; "
                          "llama-server's default 2048)",
                          block_size="llama.cpp reuses a prompt token by token")
+        # each of the -np slots holds n_ctx / np tokens and refuses a longer prompt,
+        # unless the slots share one unified KV buffer (-kvu)
+        unified = any(a in ("-kvu", "--kv-unified") for a in argv)
+        if n_ctx and (unified or slots):
+            f.max_context_tokens = n_ctx if unified else n_ctx // slots  # type: ignore[operator]
+            f.sources["max_context_tokens"] = (
+                "the server command's -c (n_ctx), the slots sharing it (-kvu)" if unified
+                else "the server command's -c (n_ctx) / -np (slots): one slot's context")
     elif "vllm" in text:
         f.family = "vllm"
         f.max_num_seqs = _int(_flag(argv, "--max-num-seqs"))
         f.max_num_batched_tokens = _int(_flag(argv, "--max-num-batched-tokens"))
         f.block_size = _int(_flag(argv, "--block-size"))
+        f.max_context_tokens = _int(_flag(argv, "--max-model-len"))
         for k, what in (("max_num_seqs", "--max-num-seqs"),
                         ("max_num_batched_tokens", "--max-num-batched-tokens"),
-                        ("block_size", "--block-size")):
+                        ("block_size", "--block-size"),
+                        ("max_context_tokens", "--max-model-len")):
             if getattr(f, k) is not None:
                 f.sources[k] = f"the server command's {what}"
         if any(str(k).startswith("VLLM_CPU") for k in server.get("env") or {}):

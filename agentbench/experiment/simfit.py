@@ -27,7 +27,6 @@ slots from ``-np``, the step budget from ``--max-num-batched-tokens`` / ``-b``.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,6 +96,7 @@ def run_timeline(run_dir: str | Path, budget: int | None = None
     facts.engine_version = log_version(Path(run_dir) / "server.log")
     t = _Timeline(rec, run.time_base.factor / 1e9, str(run_dir))
     facts.token_ratio = t.token_ratio
+    facts.long_prompt_ratio = t.long_ratio
     facts.longest_prompt = float((t.new + t.cached).max())
     # the step budget in the simulator's tokens
     t.chunk_prefills(max(1.0, (budget or facts.max_num_batched_tokens or 2048)
@@ -130,6 +130,8 @@ class _Timeline:
         # here about 2.1x; the coefficients must be per token as the simulator counts them)
         ratio = np.where(expected > 0, prompt / np.maximum(expected, 1.0), 1.0)
         self.token_ratio = float(np.median(ratio))
+        long = expected >= 0.5 * expected.max()  # the longest prompts, at least one
+        self.long_ratio = float(ratio[long].min()) if long.any() else self.token_ratio
         prompt, cached = prompt / ratio, cached / ratio
         self.new = np.maximum(prompt - cached, 1.0)  # the last prompt token is computed
         self.cached = np.maximum(prompt - self.new, 0.0)
@@ -297,100 +299,17 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
                          "distinct windows")
     merged = facts[0]
     merged.longest_prompt = max(f.longest_prompt for f in facts)
+    merged.long_prompt_ratio = min((f.long_prompt_ratio for f in facts
+                                    if f.long_prompt_ratio is not None), default=None)
     for f in facts[1:]:  # the first run's facts, gaps filled by the others'
         for k in ("kv_capacity_tokens", "block_size", "max_num_seqs",
-                  "max_num_batched_tokens", "engine_version"):
+                  "max_num_batched_tokens", "max_context_tokens", "engine_version"):
             if getattr(merged, k) is None and getattr(f, k) is not None:
                 setattr(merged, k, getattr(f, k))
                 merged.sources[k] = f.sources.get(k, "")
     return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
                      residuals=residuals(w, pred), observations=len(w.y),
                      inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w)
-
-
-# ------------------------------------------------------------------ the preset
-
-def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
-                  engine_version: str | None = None, model: str = "unknown model",
-                  hardware: str = "unknown hardware", scheduler: str | None = None,
-                  kv_capacity_tokens: int | None = None, max_num_seqs: int | None = None,
-                  max_num_batched_tokens: int | None = None,
-                  natural_output_tokens: int = 256) -> Any:
-    """The ``Preset`` of a fit: its coefficients, the engine's capacity and limits (given
-    here, else from the runs), provenance naming the runs and the residuals."""
-    from agentbench.sim.presets import ROOFLINE_ONLY, Preset, Provenance
-
-    f = fit.facts
-    family = f.family
-    given = {"kv_capacity_tokens": kv_capacity_tokens, "max_num_seqs": max_num_seqs,
-             "max_num_batched_tokens": max_num_batched_tokens}
-    vals: dict[str, int] = {}
-    src: dict[str, str] = {}
-    defaults = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
-    ratio = f.token_ratio
-    per = "" if abs(ratio - 1) < 0.01 else \
-        f", / {ratio:.3f} engine tokens per simulator token"
-    for k, v in given.items():
-        tokens = k != "max_num_seqs"  # counted in the engine's tokens: converted
-        if v is not None:
-            vals[k], src[k] = v, "set by sim fit's option"
-        elif getattr(f, k) is not None:
-            vals[k], src[k] = getattr(f, k), f.sources.get(k, "the runs")
-        else:
-            vals[k] = 0
-        if tokens and vals[k] and per:
-            vals[k] = max(1, round(vals[k] / ratio))
-            src[k] += per
-        if vals[k]:
-            continue
-        if k in defaults:
-            vals[k], src[k] = defaults[k], f"assumption: not stated by the runs ({family})"
-        else:
-            raise InputError("the runs do not say the engine's KV capacity: pass "
-                             "--kv-capacity-tokens", field="--kv-capacity-tokens")
-    if vals["kv_capacity_tokens"] < f.longest_prompt:
-        raise InputError(f"{vals['kv_capacity_tokens']:,} tokens of KV (agentbench's count) "
-                         f"cannot hold the longest prompt fitted on ({f.longest_prompt:,.0f}): "
-                         "every request would be refused; --kv-capacity-tokens is in the "
-                         "engine's tokens", field="kv_capacity_tokens")
-    llama = family == "llama.cpp" or "llama" in (engine or "").lower().replace("-", ".")
-    sched = scheduler or ("slots" if llama else "paged")
-    fitted = f"fitted by sim fit on {len(fit.inputs)} run(s), {fit.observations} windows"
-    figures = [("max_num_batched_tokens", src["max_num_batched_tokens"]),
-               ("max_num_seqs", src["max_num_seqs"]),
-               ("cpu_load_s_per_token", "assumption: no CPU offload tier"),
-               ("shared_load_s_per_token", "assumption: no shared tier"),
-               ("natural_output_tokens", "assumption: mean output when not forced"),
-               ("kv_capacity_tokens", src["kv_capacity_tokens"])]
-    figures += [(k, fitted) for k in TERMS]
-    notes = ["residuals on the fitted windows (|predicted / measured - 1|): "
-             + ", ".join(f"{k} {v:.3f}" for k, v in fit.residuals.items())]
-    if per:
-        notes.append(f"token counts: the engine's tokenizer counted {ratio:.3f} tokens per "
-                     "token of agentbench's count of the same text; the coefficients, "
-                     "capacity and step budget are per agentbench token, as the simulator "
-                     "counts")
-    if f.block_size:
-        notes.append(f"the engine's KV block size: {f.block_size} "
-                     f"({f.sources.get('block_size', 'the runs')})")
-    prov = Provenance(engine=engine or family,
-                      engine_version=engine_version or f.engine_version, model=model,
-                      hardware=hardware, date=dt.date.today().isoformat(),
-                      sources=tuple(fit.inputs), notes=tuple(notes), figures=tuple(figures))
-    zero = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread, as a preset file's
-    c = fit.coef
-    return Preset(name=name, summary=f"{engine or family} fitted to {len(fit.inputs)} run(s)",
-                  provenance=prov, cpu_load_s_per_token=0.0, shared_load_s_per_token=0.0,
-                  natural_output_tokens=natural_output_tokens,
-                  kv_capacity_tokens=vals["kv_capacity_tokens"],
-                  max_num_seqs=vals["max_num_seqs"],
-                  max_num_batched_tokens=vals["max_num_batched_tokens"],
-                  step_fit=StepFit(**c), scheduler=sched,
-                  fit_summary={"method": "non-negative least squares on request windows, "
-                               "rows weighted 1/measured (agentbench sim fit)",
-                               "observations": fit.observations, "inputs": fit.inputs,
-                               "residuals": fit.residuals},
-                  **zero)
 
 
 def format_fit(fit: FitResult) -> str:

@@ -40,7 +40,9 @@ class Cluster:
                                          max_num_batched_tokens=cfg.max_num_batched_tokens,
                                          max_num_seqs=cfg.max_num_seqs)
         self.block_size = cfg.block_size
-        self.max_context_tokens: int | None = getattr(cfg, "max_context_tokens", None)
+        #: the endpoint's own context window, else the preset's (the engine's, when fitted)
+        self.max_context_tokens: int | None = getattr(cfg, "max_context_tokens", None) \
+            or self.preset.max_context_tokens
         self.speedup = cfg.speedup
         self.cache_blocks = cfg.cache_blocks or self.preset.cache_blocks(cfg.block_size)
         tier = cfg.shared_tier

@@ -110,6 +110,11 @@ class _Figures(_Model):
         None, description="KV bytes a sequence holds whatever its length (sliding-window "
         "layers at their window, linear-attention states); kv_bytes_per_token then counts "
         "the full-attention layers only.")
+    max_context_tokens: _Count | None = Field(
+        None, description="The context window the engine enforces per request, in the "
+        "simulator's tokens (vLLM's --max-model-len; a llama.cpp slot's share of -c): a "
+        "request whose prompt plus max_tokens exceeds it is refused with HTTP 400, as the "
+        "engine refuses it. Absent: only the KV capacity limits a request.")
 
 
 class _Seconds(_Figure):

@@ -28,11 +28,12 @@ FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "
            "activation_reserve_bytes", "step_overhead_s", "max_num_batched_tokens",
            "max_num_seqs", "cpu_load_s_per_token", "shared_load_s_per_token",
            "natural_output_tokens", "kv_capacity_tokens", "expert_weight_bytes",
-           "routed_experts", "experts_per_token", "sequence_kv_bytes")
+           "routed_experts", "experts_per_token", "sequence_kv_bytes",
+           "max_context_tokens")
 #: the figures a roofline preset may leave out: the engine-reported capacity, a mixture
-#: of experts' and a hybrid-attention model's
+#: of experts' and a hybrid-attention model's, the engine's context window
 OPTIONAL = ("kv_capacity_tokens", "expert_weight_bytes", "routed_experts",
-            "experts_per_token", "sequence_kv_bytes")
+            "experts_per_token", "sequence_kv_bytes", "max_context_tokens")
 #: the figures only the roofline reads: a fitted preset (``step_fit``) has none of them
 ROOFLINE_ONLY = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes",
                  "peak_flops", "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes",
@@ -118,6 +119,11 @@ class Preset:
     #: window, linear-attention or state-space layers' state): reserved per running
     #: request and read at each of its decode steps; 0: every layer is full attention
     sequence_kv_bytes: float = 0.0
+    #: the context window the engine enforces per request, in the simulator's tokens (a
+    #: longer request is refused with HTTP 400, as the engine refuses it: vLLM's
+    #: --max-model-len, a llama.cpp slot's share of -c); None: only the KV capacity limits
+    #: a request. A simulated endpoint's own max_context_tokens takes precedence.
+    max_context_tokens: int | None = None
 
     @property
     def s_per_flop(self) -> float:

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from agentbench.cli import app
 from agentbench.errors import InputError
 from agentbench.experiment.enginefacts import engine_facts
+from agentbench.experiment.fitpreset import fitted_preset
 from agentbench.experiment.simcheck import sim_check
-from agentbench.experiment.simfit import fit_runs, fitted_preset
+from agentbench.experiment.simfit import fit_runs
 from agentbench.replay import run
 from agentbench.scenario.model import Scenario
 from agentbench.sim.cost import StepFit
@@ -98,6 +99,62 @@ def test_engine_facts_come_from_the_server_command_and_metrics() -> None:
     assert "cache_config_info" in vllm.sources["kv_capacity_tokens"]
     none = engine_facts({"endpoints": [{"kind": "openai"}]}, None)
     assert none.kv_capacity_tokens is None and none.family == "openai"
+    assert none.max_context_tokens is None
+
+
+def test_the_engines_context_window_comes_from_its_command() -> None:
+    """The window each engine refuses a longer prompt beyond: a llama.cpp slot's share of
+    -c (the whole -c when the slots share one buffer), vLLM's --max-model-len; unsaid
+    (vLLM's default is the model's own), no window."""
+    def window(cmd: str) -> int | None:
+        return engine_facts({"server": {"command": cmd}}, None).max_context_tokens
+
+    llama = "python -m agentbench.engines llama-server -- -c 24576 -np 4 -t 2"
+    assert window(llama) == 6144
+    assert window(llama + " -kvu") == window(llama + " --kv-unified") == 24576
+    assert window("llama-server -c 8192") is None  # slots not said: llama.cpp decides
+    assert window("vllm serve m --max-model-len 4096") == 4096
+    assert window("vllm serve m --max-model-len=2048") == 2048
+    assert window("vllm serve m") is None
+
+
+def test_a_fitted_preset_refuses_what_its_engine_refused(runs: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """The context window goes from the engine's facts into the preset (in the
+    simulator's tokens) and its file, and the simulator refuses a longer request with the
+    engine's message; a simulated endpoint's own window takes precedence."""
+    from agentbench.scenario.endpoints import SimulatedEndpoint
+    from agentbench.sim.cluster import Cluster, SimRejected
+
+    fit = fit_runs([runs["fit"]])
+    # the engine counted 2.1 of its tokens per simulator token in the median, 2.0 on the
+    # longest prompts: the window is converted at the latter, so that a long prompt the
+    # engine served is not refused
+    fit.facts.max_context_tokens, fit.facts.token_ratio = 4096, 2.1
+    fit.facts.long_prompt_ratio = 2.0
+    fit.facts.sources["max_context_tokens"] = "the server command's --max-model-len"
+    preset = fitted_preset(fit, name="windowed", kv_capacity_tokens=4_000_000)
+    assert preset.max_context_tokens == 2048  # 4,096 of the engine's tokens, 2 per ours
+    assert preset.kv_capacity_tokens == round(4_000_000 / 2.1)  # at the median ratio
+    assert "--max-model-len" in preset.provenance.source_of("max_context_tokens")
+    path = tmp_path / "windowed.yaml"
+    path.write_text(preset_yaml(preset))
+    assert load_preset_file(path).max_context_tokens == 2048
+
+    def refused(n: int, **endpoint: object) -> str | None:
+        cl = Cluster(SimulatedEndpoint.model_validate(
+            {"kind": "simulated", "preset": str(path), **endpoint}))
+        try:
+            cl.submit(cl.make_hashed([], n, max_tokens=48, ignore_eos=True))
+        except SimRejected as e:
+            return str(e)
+        return None
+
+    assert refused(2000) is None  # 2,000 + 48 output tokens: the whole window
+    assert "maximum context length is 2048 tokens" in (refused(2001) or "")
+    assert refused(2001, max_context_tokens=8192) is None
+    # a preset without a window refuses nothing on length
+    assert load_preset_file(runs["truth"]).max_context_tokens is None
 
 
 def test_cli_writes_a_preset_and_keeps_an_existing_one(runs: dict[str, Path],

@@ -1,0 +1,120 @@
+"""A fitted simulator preset (``agentbench sim fit``, docs/simulator.md): the step model a
+fit found (``simfit``), with the engine's capacity and limits (the KV capacity, slots, step
+budget and context window, as ``sim fit``'s options give them or the runs say, converted
+to the simulator's tokens) and provenance naming the runs and the fit's residuals."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from agentbench.errors import InputError
+from agentbench.experiment.enginefacts import EngineFacts
+from agentbench.experiment.simfit import TERMS, FitResult
+from agentbench.sim.cost import StepFit
+
+
+def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
+                  engine_version: str | None = None, model: str = "unknown model",
+                  hardware: str = "unknown hardware", scheduler: str | None = None,
+                  kv_capacity_tokens: int | None = None, max_num_seqs: int | None = None,
+                  max_num_batched_tokens: int | None = None,
+                  max_context_tokens: int | None = None,
+                  natural_output_tokens: int = 256) -> Any:
+    """The ``Preset`` of a fit: its coefficients, the engine's capacity and limits (given
+    here, else from the runs), provenance naming the runs and the residuals."""
+    from agentbench.sim.presets import ROOFLINE_ONLY, Preset, Provenance
+
+    f = fit.facts
+    family = f.family
+    vals, src = _limits(f, {"kv_capacity_tokens": kv_capacity_tokens,
+                            "max_num_seqs": max_num_seqs,
+                            "max_num_batched_tokens": max_num_batched_tokens,
+                            "max_context_tokens": max_context_tokens})
+    window = vals.get("max_context_tokens")
+    llama = family == "llama.cpp" or "llama" in (engine or "").lower().replace("-", ".")
+    sched = scheduler or ("slots" if llama else "paged")
+    fitted = f"fitted by sim fit on {len(fit.inputs)} run(s), {fit.observations} windows"
+    figures = [("max_num_batched_tokens", src["max_num_batched_tokens"]),
+               ("max_num_seqs", src["max_num_seqs"]),
+               ("cpu_load_s_per_token", "assumption: no CPU offload tier"),
+               ("shared_load_s_per_token", "assumption: no shared tier"),
+               ("natural_output_tokens", "assumption: mean output when not forced"),
+               ("kv_capacity_tokens", src["kv_capacity_tokens"])]
+    if window is not None:
+        figures.append(("max_context_tokens", src["max_context_tokens"]))
+    figures += [(k, fitted) for k in TERMS]
+    notes = ["residuals on the fitted windows (|predicted / measured - 1|): "
+             + ", ".join(f"{k} {v:.3f}" for k, v in fit.residuals.items())]
+    ratio = f.token_ratio
+    if abs(ratio - 1) >= 0.01:
+        notes.append(f"token counts: the engine's tokenizer counted {ratio:.3f} tokens per "
+                     "token of agentbench's count of the same text; the coefficients, "
+                     "capacity and step budget are per agentbench token, as the simulator "
+                     "counts")
+    if f.block_size:
+        notes.append(f"the engine's KV block size: {f.block_size} "
+                     f"({f.sources.get('block_size', 'the runs')})")
+    prov = Provenance(engine=engine or family,
+                      engine_version=engine_version or f.engine_version, model=model,
+                      hardware=hardware, date=dt.date.today().isoformat(),
+                      sources=tuple(fit.inputs), notes=tuple(notes), figures=tuple(figures))
+    zero = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread, as a preset file's
+    c = fit.coef
+    return Preset(name=name, summary=f"{engine or family} fitted to {len(fit.inputs)} run(s)",
+                  provenance=prov, cpu_load_s_per_token=0.0, shared_load_s_per_token=0.0,
+                  natural_output_tokens=natural_output_tokens,
+                  kv_capacity_tokens=vals["kv_capacity_tokens"],
+                  max_num_seqs=vals["max_num_seqs"],
+                  max_num_batched_tokens=vals["max_num_batched_tokens"],
+                  max_context_tokens=window, step_fit=StepFit(**c), scheduler=sched,
+                  fit_summary={"method": "non-negative least squares on request windows, "
+                               "rows weighted 1/measured (agentbench sim fit)",
+                               "observations": fit.observations, "inputs": fit.inputs,
+                               "residuals": fit.residuals},
+                  **zero)
+
+
+def _limits(f: EngineFacts, given: dict[str, int | None]) -> tuple[dict[str, int],
+                                                                    dict[str, str]]:
+    """The engine's capacity and limits, each ``given`` (sim fit's options) else as the
+    runs say, in the simulator's tokens, with their sources; the step budget and slots
+    default; the context window is left out when nothing says it (no window)."""
+    vals: dict[str, int] = {}
+    src: dict[str, str] = {}
+    defaults = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
+    ratio = f.token_ratio
+    per = "" if abs(ratio - 1) < 0.01 else \
+        f", / {ratio:.3f} engine tokens per simulator token"
+    for k, v in given.items():
+        tokens = k != "max_num_seqs"  # counted in the engine's tokens: converted
+        if v is not None:
+            vals[k], src[k] = v, "set by sim fit's option"
+        elif getattr(f, k) is not None:
+            vals[k], src[k] = getattr(f, k), f.sources.get(k, "the runs")
+        else:
+            vals[k] = 0
+        if tokens and vals[k] and per:
+            if k == "max_context_tokens":  # the window: at the longest prompts' ratio
+                r = f.long_prompt_ratio or ratio
+                vals[k] = max(1, round(vals[k] / r))
+                src[k] += f", / {r:.3f} engine tokens per simulator token (the longest " \
+                    "prompts' lowest)"
+                continue
+            vals[k] = max(1, round(vals[k] / ratio))
+            src[k] += per
+        if vals[k]:
+            continue
+        if k == "max_context_tokens":
+            del vals[k]
+        elif k in defaults:
+            vals[k], src[k] = defaults[k], f"assumption: not stated by the runs ({f.family})"
+        else:
+            raise InputError("the runs do not say the engine's KV capacity: pass "
+                             "--kv-capacity-tokens", field="--kv-capacity-tokens")
+    if vals["kv_capacity_tokens"] < f.longest_prompt:
+        raise InputError(f"{vals['kv_capacity_tokens']:,} tokens of KV (agentbench's count) "
+                         f"cannot hold the longest prompt fitted on ({f.longest_prompt:,.0f}): "
+                         "every request would be refused; --kv-capacity-tokens is in the "
+                         "engine's tokens", field="kv_capacity_tokens")
+    return vals, src

@@ -23,7 +23,8 @@ def serve_sim(
     speedup: float = typer.Option(1.0, "--speedup", help="Divide simulated durations by this."),
     max_context_tokens: int | None = typer.Option(
         None, "--max-context-tokens", help="Context window: longer requests get HTTP 400 "
-        "with vLLM's 'maximum context length' message."),
+        "with vLLM's 'maximum context length' message (default: the preset's, if it "
+        "gives one)."),
     block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens."),
     cache_blocks: int | None = typer.Option(None, "--cache-blocks",
                                             help="GPU KV blocks per instance (default: preset)."),

@@ -266,7 +266,8 @@ class SimulatedEndpoint(Strict):
     max_context_tokens: int | None = Field(
         None, gt=0, description="The model's context window: a request whose prompt plus "
         "max_tokens exceeds it is refused with HTTP 400 and vLLM's 'maximum context length' "
-        "message; None: only the KV capacity limits a request.")
+        "message; None: the preset's (figures.max_context_tokens), and without one only the "
+        "KV capacity limits a request.")
     context_overflow_phrases: list[str] | None = Field(
         None, description="As for an openai endpoint: error phrases that count as a context "
         "overflow; None: the engines' own.")

@@ -221,13 +221,13 @@ def held_out_errors(runs: dict[str, list[Path]], preset_path: Path, out: Path, h
 
 
 def refused(run_dir: Path) -> set[str]:
-    """The requests of a run refused as longer than the context window (session, copy,
-    turn), as the engine or the simulator refused them."""
+    """The requests of a run that failed (session, copy, turn): refused as longer than the
+    context window, or for any other reason, by the engine or the simulator."""
     import pandas as pd
 
     r = pd.read_parquet(run_dir / "requests.parquet",
-                        columns=["session_id", "copy", "turn", "error_type"])
-    r = r[r["error_type"] == "context_overflow"]
+                        columns=["session_id", "copy", "turn", "status"])
+    r = r[r["status"] == "error"]
     return {f"{s}/{c}/{t}" for s, c, t in zip(r["session_id"], r["copy"], r["turn"],
                                               strict=True)}
 
@@ -261,7 +261,7 @@ def fit_table(engine: str, how: str, fit: dict[str, Any]) -> str:
         ref = rows.get("refused") or {}
         if any(ref.get("measured") or []) or any(ref.get("predicted") or []):
             same = sum(m == p for m, p in zip(ref["measured"], ref["predicted"], strict=True))
-            lines.append(f"\n{name}: refused as longer than the context window, per run: "
+            lines.append(f"\n{name}: requests failed (refused), per run: "
                          f"engine {[len(m) for m in ref['measured']]}, simulator "
                          f"{[len(p) for p in ref['predicted']]}, the same requests in "
                          f"{same} of {len(ref['measured'])} runs")

@@ -97,7 +97,7 @@ def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
         f.max_num_seqs = _int(_flag(argv, "--max-num-seqs"))
         f.max_num_batched_tokens = _int(_flag(argv, "--max-num-batched-tokens"))
         f.block_size = _int(_flag(argv, "--block-size"))
-        f.max_context_tokens = _int(_flag(argv, "--max-model-len"))
+        f.max_context_tokens = _int(_flag(argv, "--max-model-len", "--max_model_len"))
         for k, what in (("max_num_seqs", "--max-num-seqs"),
                         ("max_num_batched_tokens", "--max-num-batched-tokens"),
                         ("block_size", "--block-size"),

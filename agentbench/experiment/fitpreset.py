@@ -94,13 +94,20 @@ def _limits(f: EngineFacts, given: dict[str, int | None]) -> tuple[dict[str, int
             vals[k], src[k] = getattr(f, k), f.sources.get(k, "the runs")
         else:
             vals[k] = 0
-        if tokens and vals[k] and per:
-            if k == "max_context_tokens":  # the window: at the longest prompts' ratio
-                r = f.long_prompt_ratio or ratio
+        if k == "max_context_tokens" and vals[k]:  # at the longest prompts' ratio
+            r = f.long_prompt_ratio or ratio
+            if abs(r - 1) >= 0.01:
                 vals[k] = max(1, round(vals[k] / r))
                 src[k] += f", / {r:.3f} engine tokens per simulator token (the longest " \
                     "prompts' lowest)"
-                continue
+            if vals[k] < f.longest_prompt:
+                raise InputError(f"a context window of {vals[k]:,} tokens (agentbench's "
+                                 "count) is shorter than the longest prompt fitted on "
+                                 f"({f.longest_prompt:,.0f}), which the engine served; "
+                                 "--max-context-tokens is in the engine's tokens",
+                                 field="max_context_tokens")
+            continue
+        if tokens and vals[k] and per:
             vals[k] = max(1, round(vals[k] / ratio))
             src[k] += per
         if vals[k]:

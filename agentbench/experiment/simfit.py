@@ -297,19 +297,32 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
     if not np.all(np.isfinite(coef)) or not np.any(coef > 0):
         raise InputError("the fit found no positive step time: the runs hold too few "
                          "distinct windows")
+    merged = merge_facts(facts)
+    return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
+                     residuals=residuals(w, pred), observations=len(w.y),
+                     inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w)
+
+
+def merge_facts(facts: Sequence[EngineFacts]) -> EngineFacts:
+    """What several runs against one engine say of it: the first run's facts, gaps filled
+    by the others'; the longest prompt of all, the lowest long-prompt token ratio, and the
+    smallest of differing context windows (runs against differently started engines)."""
     merged = facts[0]
     merged.longest_prompt = max(f.longest_prompt for f in facts)
     merged.long_prompt_ratio = min((f.long_prompt_ratio for f in facts
                                     if f.long_prompt_ratio is not None), default=None)
+    windows = sorted({w for f in facts if (w := f.max_context_tokens) is not None})
+    if len(windows) > 1:  # runs against differently started engines: the smallest holds
+        merged.max_context_tokens = windows[0]
+        merged.sources["max_context_tokens"] = (
+            f"the smallest of the runs' windows ({', '.join(f'{w:,}' for w in windows)})")
     for f in facts[1:]:  # the first run's facts, gaps filled by the others'
         for k in ("kv_capacity_tokens", "block_size", "max_num_seqs",
                   "max_num_batched_tokens", "max_context_tokens", "engine_version"):
             if getattr(merged, k) is None and getattr(f, k) is not None:
                 setattr(merged, k, getattr(f, k))
                 merged.sources[k] = f.sources.get(k, "")
-    return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
-                     residuals=residuals(w, pred), observations=len(w.y),
-                     inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w)
+    return merged
 
 
 def format_fit(fit: FitResult) -> str:

@@ -265,9 +265,9 @@ class SimulatedEndpoint(Strict):
     seed: int = Field(0, ge=0, description="Seed of the random router.")
     max_context_tokens: int | None = Field(
         None, gt=0, description="The model's context window: a request whose prompt plus "
-        "max_tokens exceeds it is refused with HTTP 400 and vLLM's 'maximum context length' "
-        "message; None: the preset's (figures.max_context_tokens), and without one only the "
-        "KV capacity limits a request.")
+        "output (max_tokens when forced) exceeds it is refused with HTTP 400 and vLLM's "
+        "'maximum context length' message; None: the preset's (figures.max_context_tokens), "
+        "and without one only the KV capacity limits a request.")
     context_overflow_phrases: list[str] | None = Field(
         None, description="As for an openai endpoint: error phrases that count as a context "
         "overflow; None: the engines' own.")

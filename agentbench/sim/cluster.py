@@ -40,9 +40,7 @@ class Cluster:
                                          max_num_batched_tokens=cfg.max_num_batched_tokens,
                                          max_num_seqs=cfg.max_num_seqs)
         self.block_size = cfg.block_size
-        #: the endpoint's own context window, else the preset's (the engine's, when fitted)
-        self.max_context_tokens: int | None = getattr(cfg, "max_context_tokens", None) \
-            or self.preset.max_context_tokens
+        self.max_context_tokens: int | None = getattr(cfg, "max_context_tokens", None)
         self.speedup = cfg.speedup
         self.cache_blocks = cfg.cache_blocks or self.preset.cache_blocks(cfg.block_size)
         tier = cfg.shared_tier
@@ -71,6 +69,9 @@ class Cluster:
                          cfg.cpu_offload_blocks, self.shared, load, cfg.speedup, nvme,
                          tier_latency(cfg))
                 for i in range(cfg.instances)]
+        if self.max_context_tokens is None:  # the presets' windows (P/D: the smaller)
+            self.max_context_tokens = min((w for i in self.instances
+                                           if (w := i.preset.max_context_tokens)), default=None)
         self.router = Router(cfg.router, cfg.instances, cfg.cache_aware_max_imbalance,
                              cfg.seed)
         self.hasher = PromptHasher(cfg.block_size)

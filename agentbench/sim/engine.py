@@ -425,7 +425,8 @@ _NOTHING: tuple[()] = ()  # no step planned
 
 def context_error(req: SimRequest, max_context_tokens: int | None) -> str | None:
     """vLLM's refusal of a request longer than the model's context window (prompt plus
-    max_tokens), or None when it fits (or there is no window)."""
+    output: ``max_tokens`` when the client forces the length, else the simulated length,
+    at most ``max_tokens``), or None when it fits (or there is no window)."""
     total = req.prompt_tokens + req.output_tokens
     if max_context_tokens is None or total <= max_context_tokens:
         return None

@@ -113,7 +113,7 @@ class _Figures(_Model):
     max_context_tokens: _Count | None = Field(
         None, description="The context window the engine enforces per request, in the "
         "simulator's tokens (vLLM's --max-model-len; a llama.cpp slot's share of -c): a "
-        "request whose prompt plus max_tokens exceeds it is refused with HTTP 400, as the "
+        "request whose prompt plus output exceeds it is refused with HTTP 400, as the "
         "engine refuses it. Absent: only the KV capacity limits a request.")
 
 

@@ -150,7 +150,8 @@ async def models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": [{
         "id": cluster.cfg.model, "object": "model", "created": cluster.created,
         "owned_by": "agentbench-sim", "root": cluster.preset.name,
-        "max_model_len": cluster.cache_blocks * cluster.block_size}]})
+        "max_model_len": cluster.max_context_tokens
+        or cluster.cache_blocks * cluster.block_size}]})
 
 
 async def reset_prefix_cache(request: web.Request) -> web.Response:

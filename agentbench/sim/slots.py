@@ -192,6 +192,8 @@ class SlotInstance(Instance):
         self.unified = unified
         self.kv_tokens = cache_blocks * block_size
         self.n_ctx_slot = self.kv_tokens if unified else self.kv_tokens // n
+        if preset.max_context_tokens and not unified:  # a slot holds the engine's window
+            self.n_ctx_slot = max(self.n_ctx_slot, preset.max_context_tokens)
         self.slots = [Slot(i, last_used=(-1.0, -i)) for i in range(n)]
         ram = ram_default(preset, self.kv_tokens) if ram_tokens is None else ram_tokens
         self.ram = None if ram == 0 else RamCache(None if ram < 0 else ram, block_size)

@@ -21,7 +21,7 @@ from agentbench.replay import run
 from agentbench.scenario.model import Scenario
 from agentbench.sim.cost import StepFit
 from agentbench.sim.presetfile import load_preset_file, parse_preset, preset_yaml
-from tests.helpers import serve_sim
+from tests.helpers import ROOT, serve_sim
 from tests.sim.test_fitted_preset import FIT, TEXT
 
 TRUE = TEXT.replace("value: 24576", "value: 4000000")
@@ -130,16 +130,16 @@ def test_a_fitted_preset_refuses_what_its_engine_refused(runs: dict[str, Path],
     # the engine counted 2.1 of its tokens per simulator token in the median, 2.0 on the
     # longest prompts: the window is converted at the latter, so that a long prompt the
     # engine served is not refused
-    fit.facts.max_context_tokens, fit.facts.token_ratio = 4096, 2.1
+    fit.facts.max_context_tokens, fit.facts.token_ratio = 50_000, 2.1
     fit.facts.long_prompt_ratio = 2.0
     fit.facts.sources["max_context_tokens"] = "the server command's --max-model-len"
     preset = fitted_preset(fit, name="windowed", kv_capacity_tokens=4_000_000)
-    assert preset.max_context_tokens == 2048  # 4,096 of the engine's tokens, 2 per ours
+    assert preset.max_context_tokens == 25_000  # 50,000 of the engine's tokens, 2 per ours
     assert preset.kv_capacity_tokens == round(4_000_000 / 2.1)  # at the median ratio
     assert "--max-model-len" in preset.provenance.source_of("max_context_tokens")
     path = tmp_path / "windowed.yaml"
     path.write_text(preset_yaml(preset))
-    assert load_preset_file(path).max_context_tokens == 2048
+    assert load_preset_file(path).max_context_tokens == 25_000
 
     def refused(n: int, **endpoint: object) -> str | None:
         cl = Cluster(SimulatedEndpoint.model_validate(
@@ -150,9 +150,9 @@ def test_a_fitted_preset_refuses_what_its_engine_refused(runs: dict[str, Path],
             return str(e)
         return None
 
-    assert refused(2000) is None  # 2,000 + 48 output tokens: the whole window
-    assert "maximum context length is 2048 tokens" in (refused(2001) or "")
-    assert refused(2001, max_context_tokens=8192) is None
+    assert refused(24_952) is None  # 24,952 + 48 output tokens: the whole window
+    assert "maximum context length is 25000 tokens" in (refused(24_953) or "")
+    assert refused(24_953, max_context_tokens=80_000) is None
     # a preset without a window refuses nothing on length
     assert load_preset_file(runs["truth"]).max_context_tokens is None
 
@@ -306,3 +306,61 @@ def test_a_client_that_reads_one_steps_tokens_apart_does_not_break_the_fit(
     for k in ("intercept_s", "prefill_token_s", "decode_token_s"):
         assert fit.coef[k] == pytest.approx(true[k], rel=0.1), (k, fit.coef)
     assert fit.coef["request_s"] < 1e-3, fit.coef
+
+
+def _refusal(cfg: dict[str, object], n: int, out: int = 30) -> str | None:
+    """Why a simulated endpoint ``cfg`` refuses a request of ``n`` prompt and ``out``
+    output tokens (None: it takes it)."""
+    from agentbench.scenario.endpoints import SimulatedEndpoint
+    from agentbench.sim.cluster import Cluster, SimRejected
+
+    cl = Cluster(SimulatedEndpoint.model_validate({"kind": "simulated", **cfg}))
+    try:
+        cl.submit(cl.make_hashed([], n, max_tokens=out, ignore_eos=True))
+    except SimRejected as e:
+        return str(e)
+    return None
+
+
+def test_a_llama_slot_holds_its_window_and_pools_keep_theirs(tmp_path: Path) -> None:
+    """The shipped llama.cpp preset: its slots' KV, converted at the median token ratio
+    (2,811 tokens), is less than its window (2,926, at the longest prompts' ratio); a slot
+    holds the window, so a 2,870-token prompt the engine served is served, and a longer
+    request is a context overflow, not a KV refusal. With P/D pools the smaller of the
+    pools' presets' windows holds."""
+    from tests.helpers import SCENARIOS
+
+    llama = {"preset": str(SCENARIOS / "presets" / "llama-cpp-tiny.yaml"), "block_size": 1}
+    assert _refusal(llama, 2870) is None
+    assert "maximum context length is 2926" in (_refusal(llama, 2900) or "")
+    text = (ROOT / "agentbench" / "sim" / "preset_files" / "h200-llama3-70b.yaml").read_text()
+    assert "max_context_tokens" not in text
+    windowed = tmp_path / "windowed.yaml"
+    windowed.write_text(text.replace("\nfigures:\n", "\nfigures:\n  max_context_tokens: "
+                                     "{value: 4096, source: test}\n", 1))
+    pools = {"prefill": {"instances": 1, "preset": str(windowed)},
+             "decode": {"instances": 1, "preset": "h200-llama3-70b"}}
+    assert "maximum context length is 4096" in (
+        _refusal({"disaggregation": pools}, 4090) or "")
+    pools["prefill"]["preset"] = "h200-llama3-70b"
+    assert _refusal({"preset": str(windowed), "disaggregation": pools}, 4090) is None
+
+
+def test_the_fit_checks_and_merges_the_window(runs: dict[str, Path]) -> None:
+    """A window shorter than a prompt the engine served is one line; runs that state
+    different windows give the smallest; a ratio off 1 on the longest prompts converts the
+    window even when the median is 1."""
+    fit = fit_runs([runs["fit"]])
+    with pytest.raises(InputError, match="shorter than the longest prompt"):
+        fitted_preset(fit, name="w", kv_capacity_tokens=4_000_000, max_context_tokens=100)
+    fit.facts.long_prompt_ratio = 0.5
+    preset = fitted_preset(fit, name="w", kv_capacity_tokens=4_000_000,
+                           max_context_tokens=40_000)
+    assert preset.max_context_tokens == 80_000 and preset.kv_capacity_tokens == 4_000_000
+    from agentbench.experiment.enginefacts import EngineFacts
+    from agentbench.experiment.simfit import merge_facts
+
+    merged = merge_facts([EngineFacts(max_context_tokens=8192),
+                          EngineFacts(max_context_tokens=4096), EngineFacts()])
+    assert merged.max_context_tokens == 4096
+    assert "8,192" in merged.sources["max_context_tokens"]

@@ -84,13 +84,20 @@ def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
                          max_num_batched_tokens="the server command's -b (n_batch; "
                          "llama-server's default 2048)",
                          block_size="llama.cpp reuses a prompt token by token")
-        # each of the -np slots holds n_ctx / np tokens and refuses a longer prompt,
-        # unless the slots share one unified KV buffer (-kvu)
-        unified = any(a in ("-kvu", "--kv-unified") for a in argv)
-        if n_ctx and (unified or slots):
-            f.max_context_tokens = n_ctx if unified else n_ctx // slots  # type: ignore[operator]
+        # without -np (or -np -1) llama-server runs 4 slots sharing one KV buffer; each of
+        # -np slots holds n_ctx / np tokens and refuses a longer prompt, unless the slots
+        # share one unified buffer (-kvu)
+        auto = slots is None
+        if auto:
+            f.max_num_seqs = slots = 4
+            f.sources["max_num_seqs"] = "llama-server's default (-np auto: 4 slots)"
+        unified = not any(a in ("-no-kvu", "--no-kv-unified") for a in argv) and (
+            auto or any(a in ("-kvu", "--kv-unified") for a in argv))
+        if n_ctx:
+            f.max_context_tokens = n_ctx if unified else n_ctx // (slots or 1)
             f.sources["max_context_tokens"] = (
-                "the server command's -c (n_ctx), the slots sharing it (-kvu)" if unified
+                "the server command's -c (n_ctx), the slots sharing it (-kvu"
+                + (", llama-server's default without -np)" if auto else ")") if unified
                 else "the server command's -c (n_ctx) / -np (slots): one slot's context")
     elif "vllm" in text:
         f.family = "vllm"

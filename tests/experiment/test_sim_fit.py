@@ -112,7 +112,10 @@ def test_the_engines_context_window_comes_from_its_command() -> None:
     llama = "python -m agentbench.engines llama-server -- -c 24576 -np 4 -t 2"
     assert window(llama) == 6144
     assert window(llama + " -kvu") == window(llama + " --kv-unified") == 24576
-    assert window("llama-server -c 8192") is None  # slots not said: llama.cpp decides
+    # without -np: llama-server's 4 slots share -c (measured: n_ctx_slot = -c, kv_unified)
+    assert window("llama-server -c 8192") == window("llama-server -c 8192 -np -1") == 8192
+    assert window("llama-server -c 8192 -no-kvu") == 2048
+    assert engine_facts({"server": {"command": "llama-server -c 8192"}}, None).max_num_seqs == 4
     assert window("vllm serve m --max-model-len 4096") == 4096
     assert window("vllm serve m --max-model-len=2048") == 2048
     assert window("vllm serve m") is None

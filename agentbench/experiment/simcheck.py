@@ -275,6 +275,15 @@ def request_errors(measured: Any, predicted: Any) -> dict[str, float]:
 
     both = ok(measured).merge(ok(predicted), on=key, suffixes=("_m", "_p"))
     out: dict[str, float] = {"matched": float(len(both))}
+
+    def failed(df: Any) -> set[tuple[str, int, int]]:  # refused, or failed otherwise
+        d = df[df["status"] == "error"]
+        return set(zip(d["session_id"].astype(str), d["copy"], d["turn"], strict=True))
+
+    fm, fp = failed(measured), failed(predicted)
+    if fm or fp:
+        out.update(failed_measured=float(len(fm)), failed_predicted=float(len(fp)),
+                   failed_both=float(len(fm & fp)))
     if not len(both):
         return out
     for name in ("ttft_ms", "e2e_ms"):
@@ -344,6 +353,10 @@ def format_check(check: SimCheck) -> str:
                  else ""]
         lines.append(f"request by request ({pr['matched']:.0f} matched), median |error|: "
                      + ", ".join(p for p in parts if p))
+    if "failed_measured" in pr:  # an engine's refusals (its context window) and others
+        lines.append(f"failed requests: measured {pr['failed_measured']:.0f}, predicted "
+                     f"{pr['failed_predicted']:.0f}, the same requests in both "
+                     f"{pr['failed_both']:.0f}")
     lines += [f"note: {n}" for n in check.notes]
     lines.append(f"predicted run: {check.sim_dir}")
     return "\n".join(lines)

@@ -367,3 +367,22 @@ def test_the_fit_checks_and_merges_the_window(runs: dict[str, Path]) -> None:
                           EngineFacts(max_context_tokens=4096), EngineFacts()])
     assert merged.max_context_tokens == 4096
     assert "8,192" in merged.sources["max_context_tokens"]
+
+
+def test_sim_check_sets_failed_requests_side_by_side(runs: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    """A preset whose window is shorter than some of the run's prompts refuses them; the
+    check says how many failed on each side and how many of them are the same requests."""
+    from agentbench.experiment.simcheck import format_check
+
+    same = sim_check(runs["held"], str(runs["truth"]), out=tmp_path / "same")
+    assert "failed_measured" not in same.per_request
+    assert "failed requests" not in format_check(same)
+    small = tmp_path / "small.yaml"
+    small.write_text(TRUE.replace("\nfigures:\n", "\nfigures:\n  max_context_tokens: "
+                                  "{value: 8000, source: test}\n", 1))
+    check = sim_check(runs["held"], str(small), out=tmp_path / "small")
+    pr = check.per_request
+    assert pr["failed_measured"] == pr["failed_both"] == 0 < pr["failed_predicted"]
+    assert f"predicted {pr['failed_predicted']:.0f}, the same requests in both 0" \
+        in format_check(check)

@@ -210,26 +210,15 @@ def held_out_errors(runs: dict[str, list[Path]], preset_path: Path, out: Path, h
                             "error": err(statistics.median(pred), med),  # type: ignore
                             "spread": max(abs(err(v, med)) for v in meas),  # type: ignore
                             "target": TARGETS[metric]}
-        rows["refused"] = {"measured": [sorted(refused(c.run_dir)) for c in checks],
-                           "predicted": [sorted(refused(c.sim_dir)) for c in checks]}
+        # failed requests per run (sim check's): the same ones when all three counts agree
+        rows["refused"] = {side: [int(c.per_request.get(f"failed_{side}", 0)) for c in checks]
+                           for side in ("measured", "predicted", "both")}
         rows["per_request"] = {k: statistics.median(c.per_request.get(k, math.nan)
                                                     for c in checks)
                                for k in ("ttft_median", "e2e_median",
                                          "cached_share_median_pt")}
         res[name] = rows
     return res
-
-
-def refused(run_dir: Path) -> set[str]:
-    """The requests of a run that failed (session, copy, turn): refused as longer than the
-    context window, or for any other reason, by the engine or the simulator."""
-    import pandas as pd
-
-    r = pd.read_parquet(run_dir / "requests.parquet",
-                        columns=["session_id", "copy", "turn", "status"])
-    r = r[r["status"] == "error"]
-    return {f"{s}/{c}/{t}" for s, c, t in zip(r["session_id"], r["copy"], r["turn"],
-                                              strict=True)}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -260,10 +249,11 @@ def fit_table(engine: str, how: str, fit: dict[str, Any]) -> str:
     for name, rows in fit["held_out"].items():
         ref = rows.get("refused") or {}
         if any(ref.get("measured") or []) or any(ref.get("predicted") or []):
-            same = sum(m == p for m, p in zip(ref["measured"], ref["predicted"], strict=True))
+            same = sum(m == p == b for m, p, b in zip(ref["measured"], ref["predicted"],
+                                                      ref["both"], strict=True))
             lines.append(f"\n{name}: requests failed (refused), per run: "
-                         f"engine {[len(m) for m in ref['measured']]}, simulator "
-                         f"{[len(p) for p in ref['predicted']]}, the same requests in "
+                         f"engine {ref['measured']}, simulator "
+                         f"{ref['predicted']}, the same requests in "
                          f"{same} of {len(ref['measured'])} runs")
         pr = rows.get("per_request") or {}
         lines.append(f"\n{name}, request by request (median |error|): TTFT "

@@ -29,9 +29,8 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
     family = f.family
     vals, src = _limits(f, {"kv_capacity_tokens": kv_capacity_tokens,
                             "max_num_seqs": max_num_seqs,
-                            "max_num_batched_tokens": max_num_batched_tokens,
-                            "max_context_tokens": max_context_tokens})
-    window = vals.get("max_context_tokens")
+                            "max_num_batched_tokens": max_num_batched_tokens})
+    window, src["max_context_tokens"] = _window(f, max_context_tokens)
     llama = family == "llama.cpp" or "llama" in (engine or "").lower().replace("-", ".")
     sched = scheduler or ("slots" if llama else "paged")
     fitted = f"fitted by sim fit on {len(fit.inputs)} run(s), {fit.observations} windows"
@@ -79,7 +78,7 @@ def _limits(f: EngineFacts, given: dict[str, int | None]) -> tuple[dict[str, int
                                                                     dict[str, str]]:
     """The engine's capacity and limits, each ``given`` (sim fit's options) else as the
     runs say, in the simulator's tokens, with their sources; the step budget and slots
-    default; the context window is left out when nothing says it (no window)."""
+    default."""
     vals: dict[str, int] = {}
     src: dict[str, str] = {}
     defaults = {"max_num_seqs": 256, "max_num_batched_tokens": 2048}
@@ -94,27 +93,12 @@ def _limits(f: EngineFacts, given: dict[str, int | None]) -> tuple[dict[str, int
             vals[k], src[k] = getattr(f, k), f.sources.get(k, "the runs")
         else:
             vals[k] = 0
-        if k == "max_context_tokens" and vals[k]:  # at the longest prompts' ratio
-            r = f.long_prompt_ratio or ratio
-            if abs(r - 1) >= 0.01:
-                vals[k] = max(1, round(vals[k] / r))
-                src[k] += f", / {r:.3f} engine tokens per simulator token (the longest " \
-                    "prompts' lowest)"
-            if vals[k] < f.longest_prompt:
-                raise InputError(f"a context window of {vals[k]:,} tokens (agentbench's "
-                                 "count) is shorter than the longest prompt fitted on "
-                                 f"({f.longest_prompt:,.0f}), which the engine served; "
-                                 "--max-context-tokens is in the engine's tokens",
-                                 field="max_context_tokens")
-            continue
         if tokens and vals[k] and per:
             vals[k] = max(1, round(vals[k] / ratio))
             src[k] += per
         if vals[k]:
             continue
-        if k == "max_context_tokens":
-            del vals[k]
-        elif k in defaults:
+        if k in defaults:
             vals[k], src[k] = defaults[k], f"assumption: not stated by the runs ({f.family})"
         else:
             raise InputError("the runs do not say the engine's KV capacity: pass "
@@ -125,3 +109,24 @@ def _limits(f: EngineFacts, given: dict[str, int | None]) -> tuple[dict[str, int
                          "every request would be refused; --kv-capacity-tokens is in the "
                          "engine's tokens", field="kv_capacity_tokens")
     return vals, src
+
+
+def _window(f: EngineFacts, given: int | None) -> tuple[int | None, str]:
+    """The engine's context window in the simulator's tokens (``given``: sim fit's option,
+    else as the runs say; None: no window), converted at the longest prompts' token ratio
+    so that no prompt the engine served is refused, and its source."""
+    window = given or f.max_context_tokens
+    if window is None:
+        return None, ""
+    src = "set by sim fit's option" if given else f.sources.get("max_context_tokens",
+                                                                "the runs")
+    r = f.long_prompt_ratio or f.token_ratio
+    if abs(r - 1) >= 0.01:
+        window = max(1, round(window / r))
+        src += f", / {r:.3f} engine tokens per simulator token (the longest prompts' lowest)"
+    if window < f.longest_prompt:
+        raise InputError(f"a context window of {window:,} tokens (agentbench's count) is "
+                         f"shorter than the longest prompt fitted on ({f.longest_prompt:,.0f}"
+                         "), which the engine served; --max-context-tokens is in the "
+                         "engine's tokens", field="max_context_tokens")
+    return window, src

@@ -88,7 +88,8 @@ def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
         # timing: exact on any host)
         refused = held["mooncake"]["refused"]
         assert refused["measured"][0], "the engine refused no prompt: the check is void"
-        assert refused["predicted"] == refused["measured"], refused
+        # as many failed on each side as on both: the same requests
+        assert refused["predicted"] == refused["measured"] == refused["both"], refused
         misses = {f"{name} {m}": (round(held[name][m]["error"], 3), limit)
                   for name, margins in (("weka", MARGINS[engine]),
                                         ("mooncake", MOONCAKE_MARGINS[engine]))

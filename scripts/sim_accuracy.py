@@ -80,20 +80,24 @@ def main() -> None:
                     "(llama.cpp with one thread) and the client on the others.")
     ap.add_argument("--reuse", action="store_true", help="Fit and check the runs an earlier "
                     "call left in OUT again, without running the engine.")
+    ap.add_argument("--without-save-probe", action="store_true", help="Leave the grid's "
+                    "save probe out of the fits (a llama.cpp preset then prices its saves "
+                    "to the host-RAM cache at 0), to see what it changes.")
     args = ap.parse_args()
     result = measure(args.engine, args.out, repeats=args.repeats,
                      grid_context=None if args.no_grid else args.grid_context,
-                     reuse=args.reuse, pin=args.pin)
+                     reuse=args.reuse, pin=args.pin, save_probe=not args.without_save_probe)
     print(table(result))
 
 
 def measure(engine: str, out_root: Path, *, repeats: int = 3,
             grid_context: int | None = 4096,
             held: tuple[str, ...] = ("weka", "mooncake"), reuse: bool = False,
-            pin: bool = False) -> dict[str, Any]:
+            pin: bool = False, save_probe: bool = True) -> dict[str, Any]:
     """Start ``engine``, run the fit run, the grid (unless ``grid_context`` is None) and
-    the held-out scenarios ``held`` ``repeats`` times; fit and check; the result (also
-    written to ``OUT/<engine>/accuracy.json``)."""
+    the held-out scenarios ``held`` ``repeats`` times; fit and check (without the grid's
+    save probe unless ``save_probe``); the result (also written to
+    ``OUT/<engine>/accuracy.json``)."""
     import os
 
     import yaml
@@ -106,16 +110,17 @@ def measure(engine: str, out_root: Path, *, repeats: int = 3,
     cores = sorted(os.sched_getaffinity(0))
     try:
         return _measure(engine, out_root, path, raw, sc, repeats, grid_context, held, reuse,
-                        cores if pin and len(cores) > 1 else None)
+                        cores if pin and len(cores) > 1 else None, save_probe)
     finally:
         os.sched_setaffinity(0, set(cores))  # this process as it was
 
 
 def _measure(engine: str, out_root: Path, path: Path, raw: dict[str, Any], sc: Any,
              repeats: int, grid_context: int | None, held: tuple[str, ...], reuse: bool,
-             cores: list[int] | None) -> dict[str, Any]:
+             cores: list[int] | None, save_probe: bool) -> dict[str, Any]:
     from agentbench.experiment.enginefacts import engine_facts
     from agentbench.experiment.fitpreset import fitted_preset
+    from agentbench.experiment.savecost import is_save_probe
     from agentbench.experiment.simfit import fit_runs
     from agentbench.metrics.run import load
     from agentbench.sim.presetfile import preset_yaml
@@ -142,6 +147,8 @@ def _measure(engine: str, out_root: Path, path: Path, raw: dict[str, Any], sc: A
         fit_dir, grid = _measure_runs(sc, path, base, out, ep, grid_context, held, repeats,
                                       runs)
     facts = engine_facts(raw, load(fit_dir).server_metrics)  # the server's own
+    if not save_probe:
+        grid = [d for d in grid if not is_save_probe(d)]
 
     result: dict[str, Any] = {"engine": engine, "fit_run": str(fit_dir), "fits": {}}
     for how, dirs in (("run", [fit_dir]), ("grid", grid),

@@ -34,9 +34,10 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
     llama = family == "llama.cpp" or "llama" in (engine or "").lower().replace("-", ".")
     sched = scheduler or ("slots" if llama else "paged")
     fitted = f"fitted by sim fit on {len(fit.inputs)} run(s), {fit.observations} windows"
+    copy_s, copy_src = _copy_cost(fit, sched)
     figures = [("max_num_batched_tokens", src["max_num_batched_tokens"]),
                ("max_num_seqs", src["max_num_seqs"]),
-               ("cpu_load_s_per_token", "assumption: no CPU offload tier"),
+               ("cpu_load_s_per_token", copy_src),
                ("shared_load_s_per_token", "assumption: no shared tier"),
                ("natural_output_tokens", "assumption: mean output when not forced"),
                ("kv_capacity_tokens", src["kv_capacity_tokens"])]
@@ -61,7 +62,7 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
     zero = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread, as a preset file's
     c = fit.coef
     return Preset(name=name, summary=f"{engine or family} fitted to {len(fit.inputs)} run(s)",
-                  provenance=prov, cpu_load_s_per_token=0.0, shared_load_s_per_token=0.0,
+                  provenance=prov, cpu_load_s_per_token=copy_s, shared_load_s_per_token=0.0,
                   natural_output_tokens=natural_output_tokens,
                   kv_capacity_tokens=vals["kv_capacity_tokens"],
                   max_num_seqs=vals["max_num_seqs"],
@@ -72,6 +73,21 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                                "observations": fit.observations, "inputs": fit.inputs,
                                "residuals": fit.residuals},
                   **zero)
+
+
+def _copy_cost(fit: FitResult, scheduler: str) -> tuple[float, str]:
+    """``cpu_load_s_per_token`` and its source: for a llama.cpp-style engine, what the
+    grid's save probe measured a token saved to the host-RAM cache costs (the slots model
+    prices its saves and restores with it); otherwise no CPU tier is assumed."""
+    sv = fit.save
+    if scheduler != "slots":
+        return 0.0, "assumption: no CPU offload tier"
+    if sv is None:
+        return 0.0, ("assumption: saves to the host-RAM prompt cache cost nothing (no save "
+                     "probe among the runs: fit with the grid, sim fit --endpoint)")
+    return sv.s_per_token, (f"measured: the grid's save probe, median of {len(sv.rounds)} "
+                            f"saves of ~{sv.tokens:,.0f} tokens ({min(sv.rounds):.3g}-"
+                            f"{max(sv.rounds):.3g} s per token)")
 
 
 def _limits(f: EngineFacts, given: dict[str, int | None]) -> tuple[dict[str, int],

@@ -20,6 +20,12 @@ the overlap (a prefill is spread evenly over its own window: the one approximati
 exact when requests do not overlap). Rows are weighted by ``1 / measured``, so the fit
 minimises relative error, the measure the check reports.
 
+A llama.cpp server also stops for its host-RAM prompt cache: at each new task it saves the
+prompt of every idle slot it has not saved yet, and nothing else runs meanwhile. The grid's
+save probe (``simgrid``, trace ``sim-fit-save``) measures that cost per token saved
+(``save_cost``); its run is kept out of the windows, and the preset prices the slots
+model's copies with it (``cpu_load_s_per_token``).
+
 What the records cannot say comes from the engine where it says it: the KV capacity from
 vLLM's ``cache_config_info`` (scraped ``/metrics``) or the server command's ``-c``, the
 slots from ``-np``, the step budget from ``--max-num-batched-tokens`` / ``-b``.
@@ -38,6 +44,7 @@ import numpy.typing as npt
 
 from agentbench.errors import InputError
 from agentbench.experiment.enginefacts import EngineFacts, engine_facts, log_version
+from agentbench.experiment.savecost import SaveCost, is_save_probe, save_cost
 from agentbench.sim.cost import StepFit
 
 #: the model's terms (``StepFit.TERMS``): the step's five, then the time each request
@@ -71,7 +78,8 @@ class Windows:
 
 @dataclass
 class FitResult:
-    """The fitted coefficients, the residuals by window kind and what was fitted on."""
+    """The fitted coefficients, the residuals by window kind and what was fitted on; the
+    save probe's cost when a run of it was given."""
 
     coef: dict[str, float]
     residuals: dict[str, float]
@@ -79,6 +87,7 @@ class FitResult:
     inputs: list[str]
     facts: EngineFacts
     windows: Windows = field(repr=False)
+    save: SaveCost | None = None
 
 
 # ------------------------------------------------------------------ windows of one run
@@ -282,10 +291,16 @@ def residuals(w: Windows, pred: Matrix) -> dict[str, float]:
 
 
 def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitResult:
-    """Fit the step model to one or more finished runs against the same engine."""
+    """Fit the step model to one or more finished runs against the same engine (a run
+    of the grid's save probe gives the save cost instead)."""
     if not run_dirs:
         raise InputError("name at least one run folder to fit on")
-    timelines, facts = zip(*(run_timeline(rd, budget) for rd in run_dirs), strict=True)
+    probes = [rd for rd in run_dirs if is_save_probe(rd)]
+    steps = [rd for rd in run_dirs if rd not in probes]
+    if not steps:
+        raise InputError("name a run to fit on besides the grid's save probe")
+    save = save_cost(probes[-1]) if probes else None
+    timelines, facts = zip(*(run_timeline(rd, budget) for rd in steps), strict=True)
     lead = 0.0
     for _ in range(2):  # the second pass starts the windows where requests reach the engine
         w = Windows.join([t.windows(lead) for t in timelines])
@@ -300,7 +315,8 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
     merged = merge_facts(facts)
     return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
                      residuals=residuals(w, pred), observations=len(w.y),
-                     inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w)
+                     inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w,
+                     save=save)
 
 
 def merge_facts(facts: Sequence[EngineFacts]) -> EngineFacts:
@@ -340,6 +356,12 @@ def format_fit(fit: FitResult) -> str:
                      "agentbench's count; coefficients are per agentbench token")
     lines.append("  residuals (|predicted / measured - 1| on the fitted windows): "
                  + ", ".join(f"{k} {v:.1%}" for k, v in fit.residuals.items()))
+    if fit.save is not None:
+        sv = fit.save
+        lines.append(f"  save probe: {sv.s_per_token:.3g} s per token saved to the engine's "
+                     f"host-RAM cache (median of {len(sv.rounds)} rounds, "
+                     f"{min(sv.rounds):.3g}-{max(sv.rounds):.3g}; ~{sv.tokens:,.0f} tokens "
+                     "each)")
     if not math.isfinite(sum(fit.coef.values())):
         lines.append("  warning: a coefficient is not finite")
     return "\n".join(lines)

@@ -9,7 +9,13 @@ what a run measures:
   prompt extended by ``N`` new ones (cached ``S``), for ``S`` and ``N`` at several
   fractions of the context, repeated; a few tokens of output each;
 * **decode** (one run per concurrency ``B``): ``2 B`` single-turn requests of short and
-  long prompts, 64 output tokens each, so ``B`` decode together at a time.
+  long prompts, 64 output tokens each, so ``B`` decode together at a time;
+* **save** (one lane): what a new task costs when an idle slot holds a prompt the engine
+  has not saved yet (llama-server saves every idle slot's prompt to its host-RAM cache at
+  each new task, and the whole server waits): rounds of a cold long prompt, then a short
+  new prompt (its first token waits for the long one's save), then the short prompt
+  extended by one block (nothing left to save: the same work without the save).
+  ``simfit.save_cost`` reads it; an engine without such saves measures about 0.
 
 Every run has its own seed, so no run reuses another's prompts from the engine's cache.
 """
@@ -29,6 +35,13 @@ PREFILL_SIZES = (1 / 16, 1 / 4, 1 / 2)
 NEW_SIZES = (1 / 32, 1 / 8, 1 / 4)
 DECODE_OUTPUT = 64
 BLOCK = 16
+#: the save probe's rounds, and its long prompt as a fraction of the context window: on a
+#: virtual machine a save's first touch of memory costs many times a copy, once the memory
+#: a process freed recently is used up (2026-12-05), so several rounds, their median
+SAVE_ROUNDS = 8
+SAVE_SIZE = 1 / 2
+#: the trace name of the save probe, by which the fit knows its run
+SAVE_TRACE = "sim-fit-save"
 
 
 def _session(sid: str, sizes: list[int], output: int, next_id: list[int]) -> Any:
@@ -71,6 +84,13 @@ def grid_traces(max_context: int, concurrency: tuple[int, ...], repeats: int = 2
         dec = [_session(f"d{b}-{i}", [sizes[i // b]], DECODE_OUTPUT, next_id)
                for i in range(2 * b)]
         out[f"grid-decode-c{b}"] = (Trace(dec, f"sim-fit-decode-c{b}"), b)
+    save = []
+    for r in range(SAVE_ROUNDS):
+        save.append(_session(f"s{r}-long", [int(ctx * SAVE_SIZE)], 4, next_id))
+        # a block and a half, then one more block: the same new tokens both times (the
+        # simulator never reuses a prompt's last block, llama.cpp its last token)
+        save.append(_session(f"s{r}-short", [BLOCK * 3 // 2, BLOCK * 5 // 2], 4, next_id))
+    out["grid-save"] = (Trace(save, SAVE_TRACE), 1)
     return out
 
 

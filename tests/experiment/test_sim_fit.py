@@ -16,7 +16,7 @@ from agentbench.errors import InputError
 from agentbench.experiment.enginefacts import engine_facts
 from agentbench.experiment.fitpreset import fitted_preset
 from agentbench.experiment.simcheck import sim_check
-from agentbench.experiment.simfit import fit_runs
+from agentbench.experiment.simfit import fit_runs, format_fit
 from agentbench.replay import run
 from agentbench.scenario.model import Scenario
 from agentbench.sim.cost import StepFit
@@ -214,7 +214,7 @@ def test_an_active_profile_of_an_endpoint_fits_its_steps(truth_server: str,
     assert p.step_fit is not None and p.fit_summary is not None
     grid = sorted(d.name for d in (tmp_path / "active-grid").iterdir() if d.is_dir())
     assert grid == ["grid-decode-c1", "grid-decode-c2", "grid-decode-c4", "grid-decode-c8",
-                    "grid-prefill", "grid-probe"]
+                    "grid-prefill", "grid-probe", "grid-save"]
     # over real HTTP on a shared machine: looser than the virtual-time fit above, but a
     # fit off by half fails
     assert p.fit_summary["residuals"]["decode_median"] < 0.15, p.fit_summary
@@ -386,3 +386,80 @@ def test_sim_check_sets_failed_requests_side_by_side(runs: dict[str, Path],
     assert pr["failed_measured"] == pr["failed_both"] == 0 < pr["failed_predicted"]
     assert f"predicted {pr['failed_predicted']:.0f}, the same requests in both 0" \
         in format_check(check)
+
+
+def _grid_in_virtual_time(preset: Path, out: Path) -> list[Path]:
+    """The grid ``sim fit --endpoint`` sends, replayed on a simulated engine of ``preset``
+    in virtual time (exact, and seconds instead of minutes)."""
+    from agentbench.experiment.simgrid import grid_traces
+    from agentbench.traces.readers.native import write
+
+    dirs = []
+    for i, (name, (trace, lanes)) in enumerate(grid_traces(2048, (1, 2)).items()):
+        path = write(trace, out / f"{name}.parquet")
+        sc = Scenario.model_validate({
+            "name": name, "seed": 100 + i, "clock": "virtual",
+            "endpoints": [{"kind": "simulated", "name": "sim", "preset": str(preset),
+                           "block_size": 16}],
+            "trace": {"kind": "file", "source": str(path)},
+            "load": {"kind": "lanes", "concurrency": lanes},
+            "timing": {"strategy": "think-only", "time_scale": 0.0},
+            "limits": {"recycle": False}, "server_metrics": {"enabled": False},
+            "output": {"dir": str(out), "run_id": name}})
+        dirs.append(run(sc, progress=False).run_dir)
+    return dirs
+
+
+def test_the_save_probe_measures_what_a_slots_engine_pays_to_save(tmp_path: Path) -> None:
+    """A llama.cpp-style engine saving each idle slot's new prompt at 2e-4 s a token: the
+    grid's save probe measures it (each round's new task waits for one save), the fit keeps
+    the probe's run out of its windows, and a slots preset prices its copies with it. A
+    paged engine has no such saves: the probe reads 0 and the preset assumes none."""
+    from agentbench.experiment.savecost import is_save_probe, save_cost
+    from tests.helpers import SCENARIOS
+
+    text = (SCENARIOS / "presets" / "llama-cpp-tiny.yaml").read_text()
+    assert "cpu_load_s_per_token:\n    value: 0.0\n" in text
+    slots = tmp_path / "slots.yaml"
+    slots.write_text(text.replace("cpu_load_s_per_token:\n    value: 0.0\n",
+                                  "cpu_load_s_per_token:\n    value: 0.0002\n"))
+    dirs = _grid_in_virtual_time(slots, tmp_path / "slots")
+    probe = [d for d in dirs if is_save_probe(d)]
+    assert [d.name for d in probe] == ["grid-save"]
+    cost = save_cost(probe[0])
+    assert len(cost.rounds) == 8 and cost.tokens > 500
+    assert cost.s_per_token == pytest.approx(2e-4, rel=0.02), cost
+    fit = fit_runs(dirs)
+    without = fit_runs([d for d in dirs if d not in probe])
+    assert fit.save == cost and without.save is None
+    assert fit.observations == without.observations  # the probe's windows are left out
+    preset = fitted_preset(fit, name="s", kv_capacity_tokens=20_000, max_num_seqs=4,
+                           engine="llama.cpp")
+    assert preset.scheduler == "slots" and preset.cpu_load_s_per_token == cost.s_per_token
+    src = dict(preset.provenance.figures)["cpu_load_s_per_token"]
+    assert src.startswith("measured: the grid's save probe, median of 8 saves"), src
+    assert "s per token saved" in format_fit(fit)
+    bare = fitted_preset(without, name="s", kv_capacity_tokens=20_000, max_num_seqs=4,
+                         engine="llama.cpp")
+    assert bare.cpu_load_s_per_token == 0.0
+    assert "no save probe" in dict(bare.provenance.figures)["cpu_load_s_per_token"]
+    with pytest.raises(InputError, match="besides the grid's save probe"):
+        fit_runs(probe)
+
+    paged = tmp_path / "paged.yaml"
+    paged.write_text(TRUE)
+    pdirs = _grid_in_virtual_time(paged, tmp_path / "paged")
+    pfit = fit_runs(pdirs)
+    assert pfit.save is not None and pfit.save.s_per_token < 1e-6, pfit.save
+    assert fitted_preset(pfit, name="p", kv_capacity_tokens=4_000_000
+                         ).cpu_load_s_per_token == 0.0
+
+
+def test_a_save_probe_without_a_whole_round_is_one_line(runs: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    """A run that is not the probe is not taken for one; read as one, it is one line."""
+    from agentbench.experiment.savecost import is_save_probe, save_cost
+
+    assert not is_save_probe(runs["fit"]) and not is_save_probe(tmp_path / "missing")
+    with pytest.raises(InputError, match="no round whose three requests succeeded"):
+        save_cost(runs["fit"])

@@ -12,8 +12,10 @@ save. An engine without such saves measures about 0.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,19 +47,23 @@ def is_save_probe(run_dir: str | Path) -> bool:
     return isinstance(trace, dict) and trace.get("name") == SAVE_TRACE
 
 
-def save_cost(run_dir: str | Path) -> SaveCost:
+def save_cost(run_dir: str | Path, prefill_token_s: float = 0.0) -> SaveCost:
     """The save probe's cost per token saved (see ``SaveCost``): round ``r``'s short
     prompt (``s{r}-short``, turn 0) waited for the save of the long one before it
-    (``s{r}-long``), its extension (turn 1) did not; a round that failed is left out."""
+    (``s{r}-long``), its extension (turn 1) did not; a round that failed is left out.
+    Where the two computed different numbers of new tokens (an engine's cache reuses what
+    it can), the difference is priced at ``prefill_token_s`` (the fit's) and taken out."""
     from agentbench.metrics.run import load
 
     run = load(Path(run_dir))
     req = run.records.requests
     sec = run.time_base.factor / 1e9
     ok = req[req["status"] == "ok"]
-    by = {(str(s), int(t)): row for s, t, row in
-          zip(ok["session_id"], ok["turn"], ok.itertuples(index=False), strict=True)}
-    rounds, sizes = [], []
+    by: dict[tuple[str, int], Any] = {
+        (str(s), int(t)): row for s, t, row in
+        zip(ok["session_id"], ok["turn"], ok.itertuples(index=False), strict=True)}
+    rounds: list[float] = []
+    sizes: list[float] = []
     for (sid, turn), long in sorted(by.items()):
         if not sid.endswith("-long") or turn != 0:
             continue
@@ -65,7 +71,8 @@ def save_cost(run_dir: str | Path) -> SaveCost:
         a, b = by.get((short, 0)), by.get((short, 1))
         if a is None or b is None or any(v != v for v in (a.first_token_ns, b.first_token_ns)):
             continue
-        delay = ((a.first_token_ns - a.sent_ns) - (b.first_token_ns - b.sent_ns)) * sec
+        delay = float((a.first_token_ns - a.sent_ns) - (b.first_token_ns - b.sent_ns)) * sec \
+            - prefill_token_s * (_new_tokens(a) - _new_tokens(b))
         out = float(long.completion_tokens)
         saved = float(long.expected_input_tokens) + (out - 1.0 if out >= 1 else 0.0)
         rounds.append(max(delay, 0.0) / saved)
@@ -75,3 +82,13 @@ def save_cost(run_dir: str | Path) -> SaveCost:
                          source=str(run_dir))
     return SaveCost(s_per_token=float(np.median(rounds)), rounds=rounds,
                     tokens=float(np.median(sizes)), source=str(Path(run_dir)))
+
+
+def _new_tokens(r: Any) -> float:
+    """The prompt tokens a request computed, in the simulator's tokens (0 when its usage is
+    missing)."""
+    prompt, cached, expected = (float(v) for v in (r.prompt_tokens, r.cached_tokens,
+                                                    r.expected_input_tokens))
+    if not all(math.isfinite(v) for v in (prompt, cached, expected)) or prompt <= 0:
+        return 0.0
+    return (prompt - cached) * expected / prompt

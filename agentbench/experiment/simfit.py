@@ -299,7 +299,6 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
     steps = [rd for rd in run_dirs if rd not in probes]
     if not steps:
         raise InputError("name a run to fit on besides the grid's save probe")
-    save = save_cost(probes[-1]) if probes else None
     timelines, facts = zip(*(run_timeline(rd, budget) for rd in steps), strict=True)
     lead = 0.0
     for _ in range(2):  # the second pass starts the windows where requests reach the engine
@@ -313,6 +312,8 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
         raise InputError("the fit found no positive step time: the runs hold too few "
                          "distinct windows")
     merged = merge_facts(facts)
+    save = save_cost(probes[-1], float(coef[TERMS.index("prefill_token_s")])) \
+        if probes else None
     return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
                      residuals=residuals(w, pred), observations=len(w.y),
                      inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w,

@@ -52,6 +52,27 @@ def _int(v: Any) -> int | None:
     return n if 0 < n < 1 << 40 else None
 
 
+#: vLLM's human-readable integers (``utils/argparse_utils.human_readable_int``, 0.32):
+#: ``k``/``m``/``g``/``t`` decimal, ``K``/``M``/``G``/``T`` binary (whole numbers only)
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _human_int(v: str | None) -> int | None:
+    """``v`` as vLLM reads ``--max-model-len`` and ``--max-num-batched-tokens`` (``4096``,
+    ``4k`` = 4,000, ``4K`` = 4,096, ``25.6k``); None for ``auto``, ``-1`` or anything
+    else."""
+    if v is None:
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", v.strip())
+    if m is None:
+        return _int(v) if re.fullmatch(r"\d+", v.strip()) else None
+    number, suffix = m.groups()
+    if suffix in _BINARY:
+        return _int(int(number) * _BINARY[suffix]) if number.isdigit() else None
+    return _int(int(float(number) * _DECIMAL[suffix]))
+
+
 def log_version(path: Path) -> str | None:
     """The engine version a server log states in its first 64 KiB (vLLM: ``version
     0.11.0``), or None."""
@@ -102,9 +123,9 @@ def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
     elif "vllm" in text:
         f.family = "vllm"
         f.max_num_seqs = _int(_flag(argv, "--max-num-seqs"))
-        f.max_num_batched_tokens = _int(_flag(argv, "--max-num-batched-tokens"))
+        f.max_num_batched_tokens = _human_int(_flag(argv, "--max-num-batched-tokens"))
         f.block_size = _int(_flag(argv, "--block-size"))
-        f.max_context_tokens = _int(_flag(argv, "--max-model-len", "--max_model_len"))
+        f.max_context_tokens = _human_int(_flag(argv, "--max-model-len", "--max_model_len"))
         for k, what in (("max_num_seqs", "--max-num-seqs"),
                         ("max_num_batched_tokens", "--max-num-batched-tokens"),
                         ("block_size", "--block-size"),

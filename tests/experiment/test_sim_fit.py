@@ -120,6 +120,14 @@ def test_the_engines_context_window_comes_from_its_command() -> None:
     assert window("vllm serve m --max-model-len 4096") == 4096
     assert window("vllm serve m --max-model-len=2048") == 2048
     assert window("vllm serve m") is None
+    # vLLM's human-readable integers: k decimal, K binary; auto (or -1) is the model's own
+    assert window("vllm serve m --max-model-len=4k") == 4000
+    assert window("vllm serve m --max-model-len 4K") == 4096
+    assert window("vllm serve m --max-model-len 25.6k") == 25600
+    for unknown in ("auto", "-1", "1.5K", "4x"):
+        assert window(f"vllm serve m --max-model-len {unknown}") is None, unknown
+    assert engine_facts({"server": {"command": "vllm serve m --max-num-batched-tokens 8K"}},
+                        None).max_num_batched_tokens == 8192
 
 
 def test_a_fitted_preset_refuses_what_its_engine_refused(runs: dict[str, Path],

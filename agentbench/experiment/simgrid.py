@@ -34,6 +34,8 @@ from agentbench.errors import InputError
 PREFILL_SIZES = (1 / 16, 1 / 4, 1 / 2)
 NEW_SIZES = (1 / 32, 1 / 8, 1 / 4)
 DECODE_OUTPUT = 64
+#: the decode runs' prompts, short then long, as fractions of the context window
+DECODE_SIZES = (1 / 16, 1 / 2)
 BLOCK = 16
 #: the save probe's rounds, and its long prompt as a fraction of the context window: on a
 #: virtual machine a save's first touch of memory costs many times a copy, once the memory
@@ -80,7 +82,7 @@ def grid_traces(max_context: int, concurrency: tuple[int, ...], repeats: int = 2
                                         next_id))
     out: dict[str, tuple[Any, int]] = {"grid-prefill": (Trace(pre, "sim-fit-prefill"), 1)}
     for b in concurrency:
-        sizes = [int(ctx / 16), int(ctx / 2)]
+        sizes = [int(ctx * f) for f in DECODE_SIZES]
         dec = [_session(f"d{b}-{i}", [sizes[i // b]], DECODE_OUTPUT, next_id)
                for i in range(2 * b)]
         out[f"grid-decode-c{b}"] = (Trace(dec, f"sim-fit-decode-c{b}"), b)

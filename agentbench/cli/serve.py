@@ -22,9 +22,10 @@ def serve_sim(
                                "cache_aware or random."),
     speedup: float = typer.Option(1.0, "--speedup", help="Divide simulated durations by this."),
     max_context_tokens: int | None = typer.Option(
-        None, "--max-context-tokens", help="Context window: longer requests get HTTP 400 "
-        "with vLLM's 'maximum context length' message (default: the preset's, if it "
-        "gives one)."),
+        None, "--max-context-tokens", help="Context window: a request whose prompt plus "
+        "output passes it gets HTTP 400 with vLLM's 'maximum context length' message "
+        "(default: the preset's, if it gives one, where only a prompt leaving no room for "
+        "output is refused and a longer output is cut, as the engines do)."),
     block_size: int = typer.Option(16, "--block-size", help="KV block size in tokens."),
     cache_blocks: int | None = typer.Option(None, "--cache-blocks",
                                             help="GPU KV blocks per instance (default: preset)."),

@@ -266,8 +266,10 @@ class SimulatedEndpoint(Strict):
     max_context_tokens: int | None = Field(
         None, gt=0, description="The model's context window: a request whose prompt plus "
         "output (max_tokens when forced) exceeds it is refused with HTTP 400 and vLLM's "
-        "'maximum context length' message; None: the preset's (figures.max_context_tokens), "
-        "and without one only the KV capacity limits a request.")
+        "'maximum context length' message, as the OpenAI API does; None: the preset's "
+        "(figures.max_context_tokens), where, as vLLM 0.32 and llama.cpp do, only a prompt "
+        "leaving no room for output is refused and a longer output is cut at the window; "
+        "without one only the KV capacity limits a request.")
     context_overflow_phrases: list[str] | None = Field(
         None, description="As for an openai endpoint: error phrases that count as a context "
         "overflow; None: the engines' own.")

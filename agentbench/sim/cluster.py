@@ -18,12 +18,13 @@ from typing import Any
 
 from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim.disagg import PD, Transfer
-from agentbench.sim.engine import Instance, SimRequest, context_error, first_fit_error
+from agentbench.sim.engine import Instance, SimRequest, first_fit_error
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset
 from agentbench.sim.prompt import U64, PromptHasher
 from agentbench.sim.router import Router
 from agentbench.sim.slots import SlotInstance
+from agentbench.sim.window import context_error, fit_output
 
 
 class SimRejected(Exception):
@@ -41,6 +42,9 @@ class Cluster:
                                          max_num_seqs=cfg.max_num_seqs)
         self.block_size = cfg.block_size
         self.max_context_tokens: int | None = getattr(cfg, "max_context_tokens", None)
+        #: the endpoint's own window follows the OpenAI API (prompt plus output within it);
+        #: a preset's, the engine it was fitted to (``context_error``)
+        self.window_counts_output = self.max_context_tokens is not None
         self.speedup = cfg.speedup
         self.cache_blocks = cfg.cache_blocks or self.preset.cache_blocks(cfg.block_size)
         tier = cfg.shared_tier
@@ -167,7 +171,10 @@ class Cluster:
     def route(self, req: SimRequest, at: float | None = None) -> int:
         """``submit``'s first half: the instance ``req`` goes to (its arrival set)."""
         pd = self.pd
-        why = context_error(req, self.max_context_tokens)
+        window = self.max_context_tokens
+        why = context_error(req, window, self.window_counts_output)
+        if why is None and window is not None and not self.window_counts_output:
+            fit_output(req, window)
         if why is None and pd is None:
             why = first_fit_error(self.instances[0], req)
         elif why is None:

@@ -26,7 +26,7 @@ from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
 from agentbench.sim.request import InstanceStats, SimRequest
 
-__all__ = ["Instance", "InstanceStats", "SimRequest", "context_error", "first_fit_error"]
+__all__ = ["Instance", "InstanceStats", "SimRequest", "first_fit_error"]
 
 
 class Instance:
@@ -421,19 +421,6 @@ class Instance:
 
 
 _NOTHING: tuple[()] = ()  # no step planned
-
-
-def context_error(req: SimRequest, max_context_tokens: int | None) -> str | None:
-    """vLLM's refusal of a request longer than the model's context window (prompt plus
-    output: ``max_tokens`` when the client forces the length, else the simulated length,
-    at most ``max_tokens``), or None when it fits (or there is no window)."""
-    total = req.prompt_tokens + req.output_tokens
-    if max_context_tokens is None or total <= max_context_tokens:
-        return None
-    return (f"This model's maximum context length is {max_context_tokens} tokens. However, "
-            f"you requested {total} tokens ({req.prompt_tokens} in the messages, "
-            f"{req.output_tokens} in the completion). Please reduce the length of the "
-            "messages or completion.")
 
 
 def first_fit_error(inst: Instance, req: SimRequest, what: str = "an instance"

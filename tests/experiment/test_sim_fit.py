@@ -133,8 +133,8 @@ def test_the_engines_context_window_comes_from_its_command() -> None:
 def test_a_fitted_preset_refuses_what_its_engine_refused(runs: dict[str, Path],
                                                          tmp_path: Path) -> None:
     """The context window goes from the engine's facts into the preset (in the
-    simulator's tokens) and its file, and the simulator refuses a longer request with the
-    engine's message; a simulated endpoint's own window takes precedence."""
+    simulator's tokens) and its file, and the simulator treats a longer request as the
+    engine does; a simulated endpoint's own window takes precedence."""
     from agentbench.scenario.endpoints import SimulatedEndpoint
     from agentbench.sim.cluster import Cluster, SimRejected
 
@@ -156,15 +156,27 @@ def test_a_fitted_preset_refuses_what_its_engine_refused(runs: dict[str, Path],
     def refused(n: int, **endpoint: object) -> str | None:
         cl = Cluster(SimulatedEndpoint.model_validate(
             {"kind": "simulated", "preset": str(path), **endpoint}))
+        req = cl.make_hashed([], n, max_tokens=48, ignore_eos=True)
         try:
-            cl.submit(cl.make_hashed([], n, max_tokens=48, ignore_eos=True))
+            cl.submit(req)
         except SimRejected as e:
             return str(e)
+        out.append((req.output_tokens, req.finish_as))
         return None
 
+    out: list[tuple[int, str]] = []
     assert refused(24_952) is None  # 24,952 + 48 output tokens: the whole window
-    assert "maximum context length is 25000 tokens" in (refused(24_953) or "")
-    assert refused(24_953, max_context_tokens=80_000) is None
+    # as the engine (vLLM 0.32, llama.cpp): an output past the window is cut there, and a
+    # prompt that leaves no room for one output token is refused
+    assert refused(24_990) is None and out[-1] == (10, "length")
+    assert refused(24_999) is None and out[-1] == (1, "length")
+    why = refused(25_000) or ""
+    assert "maximum context length is 25000 tokens" in why
+    assert "your prompt contains 25000 input tokens" in why
+    assert refused(25_000, max_context_tokens=80_000) is None and out[-1] == (48, "length")
+    # an endpoint's own window follows the OpenAI API: prompt plus output within it
+    assert "you requested 25001 tokens (24953 in the messages, 48 in the completion)" in (
+        refused(24_953, max_context_tokens=25_000) or "")
     # a preset without a window refuses nothing on length
     assert load_preset_file(runs["truth"]).max_context_tokens is None
 
@@ -344,8 +356,8 @@ def test_a_llama_slot_holds_its_window_and_pools_keep_theirs(tmp_path: Path) -> 
 
     llama = {"preset": str(SCENARIOS / "presets" / "llama-cpp-tiny.yaml"), "block_size": 1}
     assert _refusal(llama, 2870) is None
-    assert _refusal(llama, 2899) is None  # with 30 output tokens: the window
-    assert "maximum context length is 2929" in (_refusal(llama, 2935) or "")
+    assert _refusal(llama, 2928) is None  # its output cut at the window, as llama.cpp's
+    assert "maximum context length is 2929" in (_refusal(llama, 2929) or "")
     text = (ROOT / "agentbench" / "sim" / "preset_files" / "h200-llama3-70b.yaml").read_text()
     assert "max_context_tokens" not in text
     windowed = tmp_path / "windowed.yaml"
@@ -354,9 +366,9 @@ def test_a_llama_slot_holds_its_window_and_pools_keep_theirs(tmp_path: Path) -> 
     pools = {"prefill": {"instances": 1, "preset": str(windowed)},
              "decode": {"instances": 1, "preset": "h200-llama3-70b"}}
     assert "maximum context length is 4096" in (
-        _refusal({"disaggregation": pools}, 4090) or "")
+        _refusal({"disaggregation": pools}, 4096) or "")
     pools["prefill"]["preset"] = "h200-llama3-70b"
-    assert _refusal({"preset": str(windowed), "disaggregation": pools}, 4090) is None
+    assert _refusal({"preset": str(windowed), "disaggregation": pools}, 4096) is None
 
 
 def test_the_fit_checks_and_merges_the_window(runs: dict[str, Path]) -> None:

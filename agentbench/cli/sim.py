@@ -90,7 +90,7 @@ def fit(
     write it as a preset file, with the engine's capacity and limits and the fit's
     residuals (docs/simulator.md)."""
     from agentbench.errors import InputError
-    from agentbench.experiment.fitpreset import fitted_preset
+    from agentbench.experiment.fitpreset import fitted_preset, save_warning
     from agentbench.experiment.simfit import fit_runs, format_fit
     from agentbench.sim.presetfile import parse_preset, preset_yaml
     from agentbench.transport.apis import APIS
@@ -139,6 +139,8 @@ def fit(
     parse_preset(text, str(out))  # what is written reads back
     _write(out, text)
     typer.echo(format_fit(result))
+    if (warn := save_warning(result, preset.scheduler)) is not None:
+        typer.echo(f"warning: {warn}", err=True)
     typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
                f"--preset {out}")
 

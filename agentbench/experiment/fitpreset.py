@@ -13,6 +13,10 @@ from agentbench.experiment.enginefacts import EngineFacts
 from agentbench.experiment.simfit import TERMS, FitResult
 from agentbench.sim.cost import StepFit
 
+#: a save probe's median round delayed its request by more than this: the engine saves
+#: (vLLM measured under 0.1 ms a round, llama-server 150-250 ms; 2026-12-05)
+SAVE_SEEN_S = 0.005
+
 
 def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                   engine_version: str | None = None, model: str = "unknown model",
@@ -52,6 +56,8 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                      "token of agentbench's count of the same text; the coefficients, "
                      "capacity and step budget are per agentbench token, as the simulator "
                      "counts")
+    if (warn := save_warning(fit, sched)) is not None:
+        notes.append(f"warning: {warn}")
     if f.block_size:
         notes.append(f"the engine's KV block size: {f.block_size} "
                      f"({f.sources.get('block_size', 'the runs')})")
@@ -75,6 +81,19 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                   **zero)
 
 
+def save_warning(fit: FitResult, scheduler: str) -> str | None:
+    """What a user should know about the save probe for a preset of ``scheduler``: that it
+    failed, or that it measured saves (a llama.cpp-style engine) a paged preset ignores."""
+    sv = fit.save
+    if fit.save_error is not None:
+        return f"{fit.save_error}: saves to a host-RAM cache are priced at 0"
+    if sv is not None and scheduler != "slots" and sv.s_per_token * sv.tokens > SAVE_SEEN_S:
+        return (f"the save probe measured {sv.s_per_token:.3g} s per token saved: the "
+                "engine stops to save idle slots, as llama-server does, but the preset is "
+                "paged and ignores that; pass --engine llama.cpp or --scheduler slots")
+    return None
+
+
 def _copy_cost(fit: FitResult, scheduler: str) -> tuple[float, str]:
     """``cpu_load_s_per_token`` and its source: for a llama.cpp-style engine, what the
     grid's save probe measured a token saved to the host-RAM cache costs (the slots model
@@ -83,8 +102,9 @@ def _copy_cost(fit: FitResult, scheduler: str) -> tuple[float, str]:
     if scheduler != "slots":
         return 0.0, "assumption: no CPU offload tier"
     if sv is None:
-        return 0.0, ("assumption: saves to the host-RAM prompt cache cost nothing (no save "
-                     "probe among the runs: fit with the grid, sim fit --endpoint)")
+        why = (f"the save probe failed: {fit.save_error}" if fit.save_error is not None
+               else "no save probe among the runs: fit with the grid, sim fit --endpoint")
+        return 0.0, f"assumption: saves to the host-RAM prompt cache cost nothing ({why})"
     return sv.s_per_token, (f"measured: the grid's save probe, median of {len(sv.rounds)} "
                             f"saves of ~{sv.tokens:,.0f} tokens ({min(sv.rounds):.3g}-"
                             f"{max(sv.rounds):.3g} s per token)")

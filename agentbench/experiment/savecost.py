@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ class SaveCost:
     """What the grid's save probe measured: seconds per token saved (the median of its
     rounds, each the first-token delay a new task met over the same task without a save,
     per token of the long prompt saved, in the simulator's tokens), every round's figure,
-    and the run it came from."""
+    and the runs it came from."""
 
     s_per_token: float
     rounds: list[float]
@@ -47,41 +48,63 @@ def is_save_probe(run_dir: str | Path) -> bool:
     return isinstance(trace, dict) and trace.get("name") == SAVE_TRACE
 
 
-def save_cost(run_dir: str | Path, prefill_token_s: float = 0.0) -> SaveCost:
-    """The save probe's cost per token saved (see ``SaveCost``): round ``r``'s short
-    prompt (``s{r}-short``, turn 0) waited for the save of the long one before it
-    (``s{r}-long``), its extension (turn 1) did not; a round that failed is left out.
-    Where the two computed different numbers of new tokens (an engine's cache reuses what
-    it can), the difference is priced at ``prefill_token_s`` (the fit's) and taken out."""
+def save_cost(run_dirs: str | Path | Sequence[str | Path],
+              coef: Mapping[str, float] | None = None) -> SaveCost:
+    """The save probe's cost per token saved (see ``SaveCost``), the rounds of every run
+    given pooled: round ``r``'s short prompt (``s{r}-short``, turn 0) waited for the save
+    of the long one before it (``s{r}-long``), its extension (turn 1) did not; a round that
+    failed is left out. Where the two computed different prompt work (an engine's cache
+    reuses what it can), the difference is priced with the fit's step terms (``coef``:
+    prefill tokens, attention pairs and KV tokens read) and taken out."""
     from agentbench.metrics.run import load
 
-    run = load(Path(run_dir))
-    req = run.records.requests
-    sec = run.time_base.factor / 1e9
-    ok = req[req["status"] == "ok"]
-    by: dict[tuple[str, int], Any] = {
-        (str(s), int(t)): row for s, t, row in
-        zip(ok["session_id"], ok["turn"], ok.itertuples(index=False), strict=True)}
+    dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
+    c = coef or {}
     rounds: list[float] = []
     sizes: list[float] = []
-    for (sid, turn), long in sorted(by.items()):
-        if not sid.endswith("-long") or turn != 0:
-            continue
-        short = sid[:-len("-long")] + "-short"
-        a, b = by.get((short, 0)), by.get((short, 1))
-        if a is None or b is None or any(v != v for v in (a.first_token_ns, b.first_token_ns)):
-            continue
-        delay = float((a.first_token_ns - a.sent_ns) - (b.first_token_ns - b.sent_ns)) * sec \
-            - prefill_token_s * (_new_tokens(a) - _new_tokens(b))
-        out = float(long.completion_tokens)
-        saved = float(long.expected_input_tokens) + (out - 1.0 if out >= 1 else 0.0)
-        rounds.append(max(delay, 0.0) / saved)
-        sizes.append(saved)
+    for run_dir in dirs:
+        run = load(Path(run_dir))
+        req = run.records.requests
+        sec = run.time_base.factor / 1e9
+        ok = req[req["status"] == "ok"]
+        by: dict[tuple[str, int], Any] = {
+            (str(s), int(t)): row for s, t, row in
+            zip(ok["session_id"], ok["turn"], ok.itertuples(index=False), strict=True)}
+        for (sid, turn), long in sorted(by.items()):
+            if not sid.endswith("-long") or turn != 0:
+                continue
+            short = sid[:-len("-long")] + "-short"
+            a, b = by.get((short, 0)), by.get((short, 1))
+            if a is None or b is None or any(v != v for v in (a.first_token_ns,
+                                                              b.first_token_ns)):
+                continue
+            delay = float((a.first_token_ns - a.sent_ns) - (b.first_token_ns - b.sent_ns)) \
+                * sec - _prefill_s(a, c) + _prefill_s(b, c)
+            out = float(long.completion_tokens)
+            saved = float(long.expected_input_tokens) + (out - 1.0 if out >= 1 else 0.0)
+            rounds.append(max(delay, 0.0) / saved)
+            sizes.append(saved)
     if not rounds:
         raise InputError("the save probe has no round whose three requests succeeded",
-                         source=str(run_dir))
+                         source=", ".join(str(d) for d in dirs))
     return SaveCost(s_per_token=float(np.median(rounds)), rounds=rounds,
-                    tokens=float(np.median(sizes)), source=str(Path(run_dir)))
+                    tokens=float(np.median(sizes)), source=", ".join(str(Path(d))
+                                                                     for d in dirs))
+
+
+def _prefill_s(r: Any, coef: Mapping[str, float]) -> float:
+    """The step model's time for a request's prompt work (``simfit``'s terms: new tokens,
+    their attention pairs over the cached and new tokens, the KV tokens read)."""
+    n = _new_tokens(r)
+    cached = max(_expected(r) - n, 0.0)
+    return (coef.get("prefill_token_s", 0.0) * n
+            + coef.get("attention_pair_s", 0.0) * n * (cached + n / 2)
+            + coef.get("kv_token_s", 0.0) * (cached + n))
+
+
+def _expected(r: Any) -> float:
+    v = float(r.expected_input_tokens)
+    return v if math.isfinite(v) else 0.0
 
 
 def _new_tokens(r: Any) -> float:

@@ -88,6 +88,7 @@ class FitResult:
     facts: EngineFacts
     windows: Windows = field(repr=False)
     save: SaveCost | None = None
+    save_error: str | None = None  # why a save probe given gave no cost
 
 
 # ------------------------------------------------------------------ windows of one run
@@ -312,12 +313,16 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
         raise InputError("the fit found no positive step time: the runs hold too few "
                          "distinct windows")
     merged = merge_facts(facts)
-    save = save_cost(probes[-1], float(coef[TERMS.index("prefill_token_s")])) \
-        if probes else None
+    save, save_error = None, None
+    if probes:  # a failed probe leaves the saves unpriced; the step fit stands
+        try:
+            save = save_cost(probes, dict(zip(TERMS, map(float, coef), strict=True)))
+        except InputError as e:
+            save_error = e.one_line()
     return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
                      residuals=residuals(w, pred), observations=len(w.y),
                      inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w,
-                     save=save)
+                     save=save, save_error=save_error)
 
 
 def merge_facts(facts: Sequence[EngineFacts]) -> EngineFacts:
@@ -363,6 +368,7 @@ def format_fit(fit: FitResult) -> str:
                      f"host-RAM cache (median of {len(sv.rounds)} rounds, "
                      f"{min(sv.rounds):.3g}-{max(sv.rounds):.3g}; ~{sv.tokens:,.0f} tokens "
                      "each)")
+
     if not math.isfinite(sum(fit.coef.values())):
         lines.append("  warning: a coefficient is not finite")
     return "\n".join(lines)

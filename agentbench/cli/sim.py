@@ -68,6 +68,9 @@ def fit(
         None, "--max-context-tokens", min=1, max=1 << 40, help="The context window the "
         "engine refuses a longer request beyond (vLLM's --max-model-len), in its own "
         "tokens (default: as the runs' server command says; else none)."),
+    no_ram_cache: bool = typer.Option(False, "--no-ram-cache", help="The engine keeps no "
+                                      "host-RAM prompt cache (llama-server --cache-ram 0; "
+                                      "default: as the runs' server command says)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out file."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="Profile this running "
                                         "OpenAI-compatible endpoint first (a grid of "
@@ -122,6 +125,9 @@ def fit(
                                           max_context=max_context, headers=headers)]
     try:
         result = fit_runs(dirs)
+        if no_ram_cache:
+            result.facts.ram_cache_tokens = 0
+            result.facts.sources["ram_cache_tokens"] = "set by sim fit's --no-ram-cache"
         preset = fitted_preset(result, name=name or out.stem, engine=engine,
                                engine_version=engine_version, model=model,
                                hardware=hardware, scheduler=scheduler,

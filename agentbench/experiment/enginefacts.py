@@ -22,6 +22,9 @@ class EngineFacts:
     max_num_batched_tokens: int | None = None
     #: the context window the engine enforces per request, in its own tokens
     max_context_tokens: int | None = None
+    #: a llama.cpp server's host-RAM prompt cache: 0 when the command turns it off
+    #: (``--cache-ram 0``); None: its default (or a size agentbench cannot convert)
+    ram_cache_tokens: int | None = None
     #: the engine's prompt tokens per token of the simulator's count (its tokenizer)
     token_ratio: float = 1.0
     #: the same on the longest prompts, the lowest there (None: ``token_ratio``): it
@@ -105,6 +108,9 @@ def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
                          max_num_batched_tokens="the server command's -b (n_batch; "
                          "llama-server's default 2048)",
                          block_size="llama.cpp reuses a prompt token by token")
+        if _flag(argv, "-cram", "--cache-ram") in ("0", "0.0"):
+            f.ram_cache_tokens = 0
+            f.sources["ram_cache_tokens"] = "the server command's --cache-ram 0 (no RAM cache)"
         # without -np (or -np -1) llama-server runs 4 slots sharing one KV buffer; each of
         # -np slots holds n_ctx / np tokens and refuses a longer prompt, unless the slots
         # share one unified buffer (-kvu)

@@ -47,6 +47,9 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                ("kv_capacity_tokens", src["kv_capacity_tokens"])]
     if window is not None:
         figures.append(("max_context_tokens", src["max_context_tokens"]))
+    ram = f.ram_cache_tokens if sched == "slots" else None
+    if ram is not None:
+        figures.append(("ram_cache_tokens", f.sources.get("ram_cache_tokens", "the runs")))
     figures += [(k, fitted) for k in TERMS]
     notes = ["residuals on the fitted windows (|predicted / measured - 1|): "
              + ", ".join(f"{k} {v:.3f}" for k, v in fit.residuals.items())]
@@ -73,7 +76,8 @@ def fitted_preset(fit: FitResult, *, name: str, engine: str | None = None,
                   kv_capacity_tokens=vals["kv_capacity_tokens"],
                   max_num_seqs=vals["max_num_seqs"],
                   max_num_batched_tokens=vals["max_num_batched_tokens"],
-                  max_context_tokens=window, step_fit=StepFit(**c), scheduler=sched,
+                  max_context_tokens=window, ram_cache_tokens=ram,
+                  step_fit=StepFit(**c), scheduler=sched,
                   fit_summary={"method": "non-negative least squares on request windows, "
                                "rows weighted 1/measured (agentbench sim fit)",
                                "observations": fit.observations, "inputs": fit.inputs,

@@ -340,7 +340,8 @@ def merge_facts(facts: Sequence[EngineFacts]) -> EngineFacts:
             f"the smallest of the runs' windows ({', '.join(f'{w:,}' for w in windows)})")
     for f in facts[1:]:  # the first run's facts, gaps filled by the others'
         for k in ("kv_capacity_tokens", "block_size", "max_num_seqs",
-                  "max_num_batched_tokens", "max_context_tokens", "engine_version"):
+                  "max_num_batched_tokens", "max_context_tokens", "ram_cache_tokens",
+                  "engine_version"):
             if getattr(merged, k) is None and getattr(f, k) is not None:
                 setattr(merged, k, getattr(f, k))
                 merged.sources[k] = f.sources.get(k, "")

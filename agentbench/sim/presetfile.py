@@ -61,6 +61,10 @@ class _Count(_Figure):
     value: int = Field(ge=1, le=1 << 40, description="A whole number, 1 or above.")
 
 
+class _Whole(_Figure):
+    value: int = Field(ge=0, le=1 << 40, description="A whole number, 0 or above.")
+
+
 class _Figures(_Model):
     """The preset's figures (``Preset``'s fields; step times from them: cost.py). The model
     shape and hardware figures are the roofline's: a fitted preset (``step_model``) has
@@ -112,9 +116,15 @@ class _Figures(_Model):
         "the full-attention layers only.")
     max_context_tokens: _Count | None = Field(
         None, description="The context window the engine enforces per request, in the "
-        "simulator's tokens (vLLM's --max-model-len; a llama.cpp slot's share of -c): a "
-        "request whose prompt plus output exceeds it is refused with HTTP 400, as the "
-        "engine refuses it. Absent: only the KV capacity limits a request.")
+        "simulator's tokens (vLLM's --max-model-len; a llama.cpp slot's share of -c): as "
+        "the engines do, a prompt that leaves no room for output is refused with HTTP 400 "
+        "and a longer output is cut at the window. Absent: only the KV capacity limits a "
+        "request.")
+    ram_cache_tokens: _Whole | None = Field(
+        None, description="A slots (llama.cpp) engine's host-RAM prompt cache in the "
+        "simulator's tokens (llama-server's --cache-ram); 0: none (--cache-ram 0). Absent: "
+        "llama-server's default, 8 GiB over the KV bytes per token (unbounded for a fitted "
+        "preset).")
 
 
 class _Seconds(_Figure):

@@ -29,11 +29,12 @@ FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "
            "max_num_seqs", "cpu_load_s_per_token", "shared_load_s_per_token",
            "natural_output_tokens", "kv_capacity_tokens", "expert_weight_bytes",
            "routed_experts", "experts_per_token", "sequence_kv_bytes",
-           "max_context_tokens")
+           "max_context_tokens", "ram_cache_tokens")
 #: the figures a roofline preset may leave out: the engine-reported capacity, a mixture
 #: of experts' and a hybrid-attention model's, the engine's context window
 OPTIONAL = ("kv_capacity_tokens", "expert_weight_bytes", "routed_experts",
-            "experts_per_token", "sequence_kv_bytes", "max_context_tokens")
+            "experts_per_token", "sequence_kv_bytes", "max_context_tokens",
+            "ram_cache_tokens")
 #: the figures only the roofline reads: a fitted preset (``step_fit``) has none of them
 ROOFLINE_ONLY = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes",
                  "peak_flops", "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes",
@@ -124,6 +125,10 @@ class Preset:
     #: --max-model-len, a llama.cpp slot's share of -c); None: only the KV capacity limits
     #: a request. A simulated endpoint's own max_context_tokens takes precedence.
     max_context_tokens: int | None = None
+    #: a slots (llama.cpp) engine's host-RAM prompt cache, in the simulator's tokens
+    #: (``--cache-ram``); 0: none (``--cache-ram 0``); None: llama-server's default
+    #: (``slots.ram_default``)
+    ram_cache_tokens: int | None = None
 
     @property
     def s_per_flop(self) -> float:

@@ -33,7 +33,8 @@ Simplified: prompts are compared by the simulator's block hashes, so an LCP coun
 blocks of ``block_size`` tokens (llama.cpp counts tokens: per request up to
 ``block_size - 1`` fewer cached tokens, and the similarity shares as much lower; with
 ``block_size: 1`` it is token by token); generated tokens never match a prompt; the RAM
-cache's limit is in tokens (``ram_tokens``; by default 8 GiB over the preset's KV bytes per
+cache's limit is in tokens (``ram_tokens``, else the preset's ``ram_cache_tokens``, 0: no
+RAM cache; by default 8 GiB over the preset's KV bytes per
 token, at least the KV size, as llama.cpp's byte limit works out; unbounded for a fitted
 preset, which has no KV bytes); copying a slot to or from RAM costs
 ``cpu_load_s_per_token`` per token, added to the step that admits the request; unified KV
@@ -195,6 +196,8 @@ class SlotInstance(Instance):
         if preset.max_context_tokens and not unified:  # a slot holds the engine's window
             self.n_ctx_slot = max(self.n_ctx_slot, preset.max_context_tokens)
         self.slots = [Slot(i, last_used=(-1.0, -i)) for i in range(n)]
+        if ram_tokens is None:  # the preset's, else llama-server's default
+            ram_tokens = preset.ram_cache_tokens
         ram = ram_default(preset, self.kv_tokens) if ram_tokens is None else ram_tokens
         self.ram = None if ram == 0 else RamCache(None if ram < 0 else ram, block_size)
         self.gpu = SlotView(self.slots, self.n_ctx_slot // block_size, block_size)

@@ -520,3 +520,47 @@ def test_a_save_probe_without_a_whole_round_is_one_line(runs: dict[str, Path],
     assert not is_save_probe(runs["fit"]) and not is_save_probe(tmp_path / "missing")
     with pytest.raises(InputError, match="no round whose three requests succeeded"):
         save_cost(runs["fit"])
+
+
+def test_a_llama_server_without_a_ram_cache_gives_a_preset_without_one(
+        tmp_path: Path) -> None:
+    """``--cache-ram 0`` turns llama-server's host-RAM prompt cache off (and with it the
+    idle-slot saves): the fitted slots preset has none, so it neither saves nor restores."""
+    from agentbench.experiment.savecost import save_cost
+    from agentbench.scenario.endpoints import SimulatedEndpoint
+    from agentbench.sim.cluster import Cluster
+    from tests.helpers import SCENARIOS
+
+    def ram(cmd: str) -> int | None:
+        return engine_facts({"server": {"command": cmd}}, None).ram_cache_tokens
+
+    assert ram("llama-server -c 8192 -np 4 --cache-ram 0") == 0
+    assert ram("llama-server -c 8192 -cram 0") == 0
+    for kept in ("llama-server -c 8192", "llama-server -c 8192 -cram 4096",
+                 "vllm serve m --cache-ram 0"):
+        assert ram(kept) is None, kept
+    text = (SCENARIOS / "presets" / "llama-cpp-tiny.yaml").read_text()
+    text = re.sub(r"(cpu_load_s_per_token:\n    value: )\S+", r"\g<1>0.0002", text)
+    off = tmp_path / "off.yaml"
+    off.write_text(text.replace("\nfigures:\n", "\nfigures:\n  ram_cache_tokens: "
+                                "{value: 0, source: '--cache-ram 0'}\n", 1))
+    preset = load_preset_file(off)
+    assert preset.ram_cache_tokens == 0
+    assert parse_preset(preset_yaml(preset)).ram_cache_tokens == 0
+    cl = Cluster(SimulatedEndpoint.model_validate({"kind": "simulated", "preset": str(off)}))
+    assert all(i.ram is None for i in cl.instances)  # type: ignore[attr-defined]
+    dirs = _grid_in_virtual_time(off, tmp_path / "grid")
+    assert save_cost([d for d in dirs if d.name == "grid-save"]).s_per_token == 0.0
+    fit = fit_runs(dirs)
+    fit.facts.ram_cache_tokens = 0
+    fit.facts.sources["ram_cache_tokens"] = "the server command's --cache-ram 0"
+    fitted = fitted_preset(fit, name="o", kv_capacity_tokens=20_000, max_num_seqs=4,
+                           engine="llama.cpp")
+    assert fitted.ram_cache_tokens == 0 and fitted.cpu_load_s_per_token < 1e-8
+    assert "--cache-ram 0" in fitted.provenance.source_of("ram_cache_tokens")
+    out = tmp_path / "cli.yaml"
+    res = CliRunner().invoke(app, ["sim", "fit", *map(str, dirs), "-o", str(out),
+                                   "--kv-capacity-tokens", "20000", "--engine", "llama.cpp",
+                                   "--no-ram-cache"])
+    assert res.exit_code == 0, res.output
+    assert load_preset_file(out).ram_cache_tokens == 0

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from agentbench.errors import InputError
+from agentbench.sim.cost import FittedCost, StepFit
 
 
 @dataclass
@@ -59,7 +60,7 @@ def save_cost(run_dirs: str | Path | Sequence[str | Path],
     from agentbench.metrics.run import load
 
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
-    c = coef or {}
+    c = FittedCost(StepFit(**coef)) if coef else None
     rounds: list[float] = []
     sizes: list[float] = []
     for run_dir in dirs:
@@ -92,14 +93,14 @@ def save_cost(run_dirs: str | Path | Sequence[str | Path],
                                                                      for d in dirs))
 
 
-def _prefill_s(r: Any, coef: Mapping[str, float]) -> float:
-    """The step model's time for a request's prompt work (``simfit``'s terms: new tokens,
-    their attention pairs over the cached and new tokens, the KV tokens read)."""
+def _prefill_s(r: Any, cost: FittedCost | None) -> float:
+    """The simulator's step-model time (``FittedCost``) for a request's prompt work: its new
+    tokens after its cached ones, and the KV tokens they read."""
+    if cost is None:
+        return 0.0
     n = _new_tokens(r)
     cached = max(_expected(r) - n, 0.0)
-    return (coef.get("prefill_token_s", 0.0) * n
-            + coef.get("attention_pair_s", 0.0) * n * (cached + n / 2)
-            + coef.get("kv_token_s", 0.0) * (cached + n))
+    return cost.prefill_flops(n, cached) + (cached + n) * cost.kv_s
 
 
 def _expected(r: Any) -> float:

@@ -313,13 +313,14 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
         raise InputError("the fit found no positive step time: the runs hold too few "
                          "distinct windows")
     merged = merge_facts(facts)
+    fitted = dict(zip(TERMS, map(float, coef), strict=True))
     save, save_error = None, None
     if probes:  # a failed probe leaves the saves unpriced; the step fit stands
         try:
-            save = save_cost(probes, dict(zip(TERMS, map(float, coef), strict=True)))
+            save = save_cost(probes, fitted)
         except InputError as e:
             save_error = e.one_line()
-    return FitResult(coef=dict(zip(TERMS, map(float, coef), strict=True)),
+    return FitResult(coef=fitted,
                      residuals=residuals(w, pred), observations=len(w.y),
                      inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w,
                      save=save, save_error=save_error)
@@ -369,7 +370,6 @@ def format_fit(fit: FitResult) -> str:
                      f"host-RAM cache (median of {len(sv.rounds)} rounds, "
                      f"{min(sv.rounds):.3g}-{max(sv.rounds):.3g}; ~{sv.tokens:,.0f} tokens "
                      "each)")
-
     if not math.isfinite(sum(fit.coef.values())):
         lines.append("  warning: a coefficient is not finite")
     return "\n".join(lines)

@@ -109,7 +109,7 @@ class StepCost:
         """FLOPs of ``seqs`` decode tokens whose contexts hold ``kv_tokens`` in all."""
         return seqs * self.lin + kv_tokens * self.attn
 
-    def prefill_flops(self, n: int, pos: int) -> float:
+    def prefill_flops(self, n: float, pos: float) -> float:
         """FLOPs of a prefill chunk of ``n`` tokens after ``pos`` tokens already present."""
         return n * self.lin + n * (pos + n / 2) * self.attn
 

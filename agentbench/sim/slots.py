@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from agentbench.sim.engine import Instance, SimRequest
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
+from agentbench.sim.window import fit_output
 
 #: ``--slot-prompt-similarity`` (common.h): a slot is reused for its prefix above this share
 SIMILARITY = 0.1
@@ -239,9 +240,7 @@ class SlotInstance(Instance):
     def _admit(self, req: SimRequest, now: float) -> bool:
         """Launch ``req`` on a slot (an idle one exists): pick it, save/restore through the
         RAM cache, count its cached tokens, save the idle slots. False: unified KV full."""
-        room = max(1, self.n_ctx_slot - req.prompt_tokens)
-        if req.output_tokens > room:  # generation stops when the slot's context is full
-            req.output_tokens, req.finish_as = room, "length"
+        fit_output(req, self.n_ctx_slot)  # generation stops when the slot is full
         if self.unified:
             used = sum(r.prompt_tokens + r.output_tokens
                        for s in self.slots if (r := s.req) is not None)

@@ -35,6 +35,6 @@ def fit_output(req: SimRequest, max_context_tokens: int) -> None:
     """An engine's cut of an output that would pass the window (vLLM 0.32 lowers
     ``max_tokens`` to the room left, ``get_max_tokens``; llama.cpp stops generating when
     the slot is full): the request ends there, as a ``length`` finish."""
-    room = max_context_tokens - req.prompt_tokens
+    room = max(1, max_context_tokens - req.prompt_tokens)
     if req.output_tokens > room:
-        req.output_tokens, req.finish_as = max(1, room), "length"
+        req.output_tokens, req.finish_as = room, "length"

@@ -23,11 +23,7 @@ import numpy.typing as npt
 
 from agentbench.prompts.layout import SHARED_PREFIX_SALT, Segment, tail_layout
 from agentbench.traces.model import Turn
-from agentbench.traces.words import (
-    CHAT_TOKENS_PER_MESSAGE,
-    CHAT_TOKENS_REPLY_PRIMER,
-    splitmix64,
-)
+from agentbench.traces.words import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
 
 U64 = npt.NDArray[np.uint64]
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
@@ -37,28 +33,56 @@ _ROLE, _END, _PRIMER = (np.uint64(0xC0DE_0000_0000_0001 + i) for i in range(3))
 assert CHAT_TOKENS_PER_MESSAGE == 2 and CHAT_TOKENS_REPLY_PRIMER == 1
 
 
+_M64 = (1 << 64) - 1
+_GOLD_I, _TAIL_I = int(_GOLD), int(_TAIL)
+#: up to this many values are mixed as Python ints (faster than numpy's calls)
+_FEW = 8
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: U64) -> U64:
+    """``splitmix64`` of a uint64 array, as a new array (array arithmetic wraps without a
+    warning, so no ``errstate`` is needed; in place after the first step)."""
+    z = x + _GOLD
+    z ^= z >> _S30
+    z *= _C1
+    z ^= z >> _S27
+    z *= _C2
+    z ^= z >> _S31
+    return z
+
+
+def _mix_int(x: int) -> int:
+    """``splitmix64`` of one value as Python ints (a few segments: numpy's per-call cost
+    is more than the arithmetic)."""
+    z = (x + _GOLD_I) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _salt_base(salt: int, tail: bool) -> int:
+    return (salt * _GOLD_I + (_TAIL_I if tail else 0)) & _M64
+
+
 def _ident(salt: int, keys: npt.NDArray[np.int64] | list[int], tail: bool = False) -> U64:
     """The identity of blocks ``keys`` of one salt: equal exactly when their text is."""
-    k = np.asarray(keys, dtype=np.int64).view(np.uint64)
-    with np.errstate(over="ignore"):
-        s = np.uint64(salt) * _GOLD + (_TAIL if tail else np.uint64(0))
-        return splitmix64(splitmix64(k + s))
+    k = np.asarray(keys, dtype=np.int64)
+    base = _salt_base(salt, tail)
+    if k.size <= _FEW:
+        return np.array([_mix_int(_mix_int(((x & _M64) + base) & _M64)) for x in k.tolist()],
+                        dtype=np.uint64)
+    return _mix(_mix(k.view(np.uint64) + np.uint64(base)))
 
 
-def _seg_idents(salt: int, segs: list[Segment]) -> list[np.uint64]:
-    """``_ident`` of each segment (its key, as a tail or not; the shared prefix's own), in
-    one pass over arrays."""
-    if not segs:
-        return []
-    keys = np.array([s.key for s in segs], dtype=np.int64).view(np.uint64)
-    tails = np.array([s.tail for s in segs], dtype=bool)
-    with np.errstate(over="ignore"):
-        base = np.uint64(salt) * _GOLD
-        out = splitmix64(splitmix64(keys + np.where(tails, base + _TAIL, base)))
-    shared = [i for i, s in enumerate(segs) if s.shared]
-    if shared:
-        out[shared] = _SHARED
-    return list(out)
+def _seg_idents(salt: int, segs: list[Segment]) -> list[int]:
+    """``_ident`` of each segment (its key, as a tail or not; the shared prefix's own), as
+    Python ints."""
+    base, tail = _salt_base(salt, False), _salt_base(salt, True)
+    return [_SHARED if s.shared else
+            _mix_int(_mix_int(((int(s.key) & _M64) + (tail if s.tail else base)) & _M64))
+            for s in segs]
 
 
 class _Weights:
@@ -78,7 +102,8 @@ class _Weights:
 
 WEIGHTS = _Weights()
 #: the shared prefix's identity
-_SHARED = _ident(SHARED_PREFIX_SALT, [0])[0]
+_SHARED = int(_ident(SHARED_PREFIX_SALT, [0])[0])
+_ROLE_I, _END_I, _PRIMER_I = int(_ROLE), int(_END), int(_PRIMER)
 
 
 @dataclass(slots=True)
@@ -106,6 +131,14 @@ class SegmentPrompt:
         self._prev_idents: U64 = np.zeros(0, dtype=np.uint64)
         self._prev_lens: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._prev_hashes: list[int] = []
+        # the previous prompt's chain: _chain[i] is the sum of its segments 0..i-1, mixed
+        self._chain: U64 = np.zeros(1, dtype=np.uint64)
+        head_i = ([_ROLE_I] if chat else []) + ([_SHARED] if shared_prefix else [])
+        head_n = ([1] if chat else []) + ([shared_prefix] if shared_prefix else [])
+        self._head_i = np.array(head_i, dtype=np.uint64)
+        self._head_n = np.array(head_n, dtype=np.int64)
+        self._tail_i = [_END_I, _PRIMER_I] if chat else []
+        self._tail_n = [1, 1] if chat else []
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
         ids, bs = turn.hash_ids, turn.block_size
@@ -119,29 +152,19 @@ class SegmentPrompt:
         self._ids = ids[:n_full]
         keep, segs = tail_layout(turn, self.session_id, next_turn, n_full,
                                  self.overhead + self.shared_prefix)
-        head_i: list[np.uint64] = []
-        head_n: list[int] = []
-        if self.chat:
-            head_i.append(_ROLE)
-            head_n.append(1)
-        if self.shared_prefix:
-            head_i.append(_SHARED)
-            head_n.append(self.shared_prefix)
-        rest_i = _seg_idents(self.salt, segs)
-        rest_n = [s.n for s in segs]
-        if self.chat:
-            rest_i += [_END, _PRIMER]
-            rest_n += [1, 1]
-        idents = np.concatenate([np.array(head_i, dtype=np.uint64), self._whole[:keep],
+        rest_i = _seg_idents(self.salt, segs) + self._tail_i
+        rest_n = [s.n for s in segs] + self._tail_n
+        idents = np.concatenate([self._head_i, self._whole[:keep],
                                  np.array(rest_i, dtype=np.uint64)])
-        lens = np.concatenate([np.array(head_n, dtype=np.int64),
-                               np.full(keep, bs, dtype=np.int64),
+        lens = np.concatenate([self._head_n, np.full(keep, bs, dtype=np.int64),
                                np.array(rest_n, dtype=np.int64)])
-        return SimPrompt(int(lens.sum()), self._hashes(idents, lens))
+        return SimPrompt(int(self._head_n.sum()) + keep * bs + sum(rest_n),
+                         self._hashes(idents, lens))
 
     def _hashes(self, idents: U64, lens: npt.NDArray[np.int64]) -> list[int]:
         """Hashes of every full engine block; blocks inside the token prefix shared with the
-        previous prompt are taken from it."""
+        previous prompt are taken from it, and so is the chain of segments before the
+        first one that differs."""
         bsz = self.block_size
         ends = np.cumsum(lens)
         n_tok = int(ends[-1]) if ends.size else 0
@@ -156,17 +179,21 @@ class SegmentPrompt:
             common += int(min(pl[d], lens[d]))
         keep = min(common // bsz, n_blocks, len(self._prev_hashes))
         out = self._prev_hashes[:keep]
+        # the chain up to segment d is the previous prompt's (same segments, same places)
+        w = WEIGHTS.get(idents.size)
+        mixed = _mix(idents[d:]) * w[d:]
+        chain = np.empty(idents.size + 1, dtype=np.uint64)
+        chain[:d + 1] = self._chain[:d + 1]
+        np.cumsum(mixed, dtype=np.uint64, out=chain[d + 1:])
+        chain[d + 1:] += chain[d]
         if n_blocks > keep:
-            w = WEIGHTS.get(idents.size)
-            with np.errstate(over="ignore"):
-                mixed = splitmix64(idents) * w
-                before = np.cumsum(mixed, dtype=np.uint64) - mixed  # chain up to segment j
-                last = np.arange(keep, n_blocks, dtype=np.int64) * bsz + (bsz - 1)
-                j = np.searchsorted(ends, last, side="right")
-                starts = ends[j] - lens[j]
-                off = (last - starts + 1).astype(np.uint64)
-                inner = splitmix64(idents[j] + off * _GOLD) * w[j]
-                h = splitmix64(before[j] + inner + last.astype(np.uint64))
-            out = out + h.view(np.int64).tolist()
+            last = np.arange(keep * bsz + bsz - 1, n_blocks * bsz, bsz, dtype=np.int64)
+            j = np.searchsorted(ends, last, side="right")
+            off = (last - ends[j] + lens[j] + 1).view(np.uint64)
+            inner = _mix(idents[j] + off * _GOLD) * w[j]
+            inner += chain[j]
+            inner += last.view(np.uint64)
+            out = out + _mix(inner).view(np.int64).tolist()
         self._prev_idents, self._prev_lens, self._prev_hashes = idents, lens, out
+        self._chain = chain
         return out

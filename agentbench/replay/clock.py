@@ -34,6 +34,10 @@ STALL_S = 60.0
 #: callbacks are queued already) is polled every this many loop turns; always before the
 #: clock advances
 POLL_EVERY = 64
+#: asyncio's rule for dropping cancelled timers from the heap at once: more than this many
+#: timers, more than this fraction of them cancelled
+_MIN_SCHEDULED = 100
+_MAX_CANCELLED_FRACTION = 0.5
 
 
 class VirtualClockStalled(RuntimeError):
@@ -88,23 +92,15 @@ class _JumpSelector(selectors.BaseSelector):
         return []
 
 
-class _FifoTimer(asyncio.TimerHandle):
-    """A timer that, due at the same time as another, runs after the ones scheduled before
-    it (asyncio's heap leaves such ties in whatever order its layout gives, so unrelated
-    timers could reorder two events of one instant)."""
-
-    __slots__ = ("_seq",)
-    _seq: int
-
-    def __lt__(self, other: asyncio.TimerHandle) -> bool:
-        w, o = self._when, other._when  # type: ignore[attr-defined]
-        return w < o or (w == o and self._seq < other._seq)  # type: ignore[attr-defined]
-
-
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """An event loop on simulated time (see the module doc). Callbacks due at one instant
     run in the order they were scheduled, so a run's events keep their order whatever
-    other timers exist."""
+    other timers exist.
+
+    Its turn (``_run_once``) is asyncio's, step for step (cancelled timers dropped, real
+    I/O polled, the timers due moved to the ready queue, the callbacks ready at the turn's
+    start run), on a heap of ``(when, sequence, handle)`` entries: ties in ``when`` go by
+    the order of scheduling, compared in C rather than by a timer's ``__lt__``."""
 
     def __init__(self) -> None:
         sel = _JumpSelector()
@@ -112,19 +108,78 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         sel.loop = self
         self._vnow_ns = 0
         self._timer_seq = itertools.count()
+        self._vheap: list[tuple[float, int, asyncio.TimerHandle]] = []
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
         self._check_closed()  # type: ignore[attr-defined]
-        timer = _FifoTimer(when, callback, args, self, context)
-        timer._seq = next(self._timer_seq)
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
         if timer._source_traceback:  # type: ignore[attr-defined]
             del timer._source_traceback[-1]  # type: ignore[attr-defined]
-        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        heapq.heappush(self._vheap, (when, next(self._timer_seq), timer))
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
+
+    def _run_once(self) -> None:
+        heap = self._vheap
+        n = len(heap)
+        cancelled: int = getattr(self, "_timer_cancelled_count")  # noqa: B009 (asyncio's)
+        if n > _MIN_SCHEDULED and cancelled / n > _MAX_CANCELLED_FRACTION:
+            kept = []
+            for entry in heap:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False  # type: ignore[attr-defined]
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._vheap = heap = kept
+            self._timer_cancelled_count = 0
+        else:
+            while heap and heap[0][2]._cancelled:
+                self._timer_cancelled_count -= 1
+                heapq.heappop(heap)[2]._scheduled = False  # type: ignore[attr-defined]
+        ready: Any = self._ready  # type: ignore[attr-defined]
+        if ready or self._stopping:  # type: ignore[attr-defined]
+            timeout: float | None = 0
+        elif heap:
+            timeout = max(0, heap[0][0] - self.time())
+        else:
+            timeout = None
+        events = self._selector.select(timeout)  # type: ignore[attr-defined]
+        if events:
+            self._process_events(events)  # type: ignore[attr-defined]
+        end_time = self.time() + self._clock_resolution  # type: ignore[attr-defined]
+        pop = heapq.heappop
+        while heap and heap[0][0] < end_time:
+            handle = pop(heap)[2]
+            handle._scheduled = False  # type: ignore[attr-defined]
+            ready.append(handle)
+        if self._debug:  # type: ignore[attr-defined]
+            self._run_ready_debug(len(ready))
+            return
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if not handle._cancelled:
+                handle._run()
+
+    def _run_ready_debug(self, ntodo: int) -> None:
+        """The ready callbacks in asyncio's debug mode (the current handle kept)."""
+        for _ in range(ntodo):
+            handle = self._ready.popleft()  # type: ignore[attr-defined]
+            if handle._cancelled:
+                continue
+            self._current_handle = handle
+            try:
+                handle._run()
+            finally:
+                self._current_handle = None
+
+    def close(self) -> None:
+        super().close()
+        self._vheap.clear()
 
     def time(self) -> float:
         return self._vnow_ns / 1e9
@@ -134,8 +189,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         return self._vnow_ns
 
     def _advance(self, timeout: float) -> None:
-        sched: list[Any] = getattr(self, "_scheduled", [])
-        when = sched[0].when() if sched else self.time() + timeout
+        heap = self._vheap
+        when = heap[0][0] if heap else self.time() + timeout
         self._vnow_ns = max(self._vnow_ns, round(when * 1e9))
 
 

@@ -194,6 +194,25 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self._vnow_ns = max(self._vnow_ns, round(when * 1e9))
 
 
+class Pause:
+    """A background loop's pause: ``await pause.until_stop(s)`` returns after ``s`` seconds
+    of the run's clock, or as soon as ``stop`` is set. One waiter on the event serves
+    every pause, and ``asyncio.wait``'s timer wakes it: two callbacks a pause, where
+    ``wait_for(stop.wait(), s)`` makes a task and cancels it through an exception each time
+    (a server-metrics sample every 10 simulated seconds made a third of a virtual run's
+    callbacks that way)."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stopped = asyncio.ensure_future(stop.wait())
+
+    async def until_stop(self, seconds: float) -> None:
+        if not self._stopped.done():
+            await asyncio.wait((self._stopped,), timeout=seconds)
+
+    def close(self) -> None:
+        self._stopped.cancel()
+
+
 def run_on(clock: str, main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to completion on a fresh loop of the given clock (Ctrl-C cancels it):
     the virtual loop, or for the wall clock uvloop's when it is installed

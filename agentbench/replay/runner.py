@@ -268,7 +268,7 @@ class _Run:
                                                          10.0 if self.virtual else 1.0)))
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
         # out of the collector's full passes, which otherwise stall the loop for tens of ms
-        self.gc_old = quiet_gc()
+        self.gc_old = quiet_gc(collect=not self.virtual)
         self.frozen = True
         gc.callbacks.append(self.health.gc_callback)
         if not self.virtual:  # loop stalls are wall-clock events: none in virtual time

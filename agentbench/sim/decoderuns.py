@@ -19,7 +19,6 @@ as usual (``last_step``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -124,17 +123,25 @@ def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
     dec = inst.decoding
     st.generation_tokens += len(dec) * j
     inst._decode_ctx += len(dec) * j
-    ends: Sequence[float] | list[int] | None = None
+    ends: list[float] | list[int] | None = None
     for r in dec:
         r.generated += j
         if r.on_steps is not None:
             if ends is None:
-                ends = [float(e) for e in run.times[a + 1:upto + 1]]
-                if ns:
-                    ends = [round(e * 1e9) for e in ends]
-            r.on_steps(r, list(ends))
+                ends = _ends(run.times, a, upto, ns)
+            r.on_steps(r, ends)  # read, not kept: one list serves the batch
         elif r.on_progress is not None:
             r.on_progress(r)
+
+
+def _ends(times: Floats, a: int, upto: int, ns: bool) -> list[float] | list[int]:
+    """Steps ``a + 1..upto``'s end times (with ``ns`` rounded to integer nanoseconds as
+    ``round(t * 1e9)``: numpy's product and round-half-even are the same IEEE
+    operations)."""
+    part = times[a + 1:upto + 1]
+    if isinstance(part, np.ndarray):
+        return np.rint(part * 1e9).astype(np.int64).tolist() if ns else part.tolist()
+    return [round(e * 1e9) for e in part] if ns else [float(e) for e in part]
 
 
 def cut(inst: Instance, run: DecodeRun, t: float, ended_at_t: bool, ns: bool = False) -> float:

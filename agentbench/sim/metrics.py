@@ -27,14 +27,24 @@ if TYPE_CHECKING:
     from agentbench.sim.engine import Instance
 
 
+@functools.lru_cache(maxsize=4096)
+def _lab(model: str, index: int, key: str = "", value: str = "") -> dict[str, str]:
+    """An instance's labels (and one more, ``key``: ``value``), made once: samples are
+    taken every few simulated seconds, and their labels never change (read, not
+    modified, by everything that gets them)."""
+    out = {"model_name": model, "instance": str(index)}
+    if key:
+        out[key] = value
+    return out
+
+
 #: gauges and counters: (name, type, help, values of one instance as (extra labels, value))
 def _families(model: str, instances: Sequence[Instance]) -> list[
         tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
     fams: list[tuple[str, str, str, list[tuple[dict[str, str], float]]]] = []
 
     def fam(name: str, kind: str, help_: str, per: Callable[[Instance], float]) -> None:
-        fams.append((name, kind, help_, [({"model_name": model, "instance": str(i.index)},
-                                          per(i)) for i in instances]))
+        fams.append((name, kind, help_, [(_lab(model, i.index), per(i)) for i in instances]))
 
     fam("vllm:num_requests_running", "gauge", "Requests in model execution batches.",
         lambda i: len(i.running))
@@ -59,7 +69,7 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
         for tier, v in (("gpu", i.stats.hits_gpu), ("cpu", i.stats.hits_cpu),
                         *((("nvme", i.stats.hits_nvme),) if "nvme" in _tiers(i) else ()),
                         ("shared", i.stats.hits_shared)):
-            rows.append(({"model_name": model, "instance": str(i.index), "tier": tier}, v))
+            rows.append((_lab(model, i.index, "tier", tier), v))
     fams.append(("agentbench_sim_prefix_cache_hits_by_tier_total", "counter",
                  "Cached prompt tokens by where they were found (gpu, cpu, nvme, shared).",
                  rows))
@@ -67,8 +77,8 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
     rows = []
     for i in instances:
         for reason in ("length", "stop"):
-            rows.append(({"model_name": model, "instance": str(i.index),
-                          "finished_reason": reason}, i.stats.finished[reason]))
+            rows.append((_lab(model, i.index, "finished_reason", reason),
+                         i.stats.finished[reason]))
     fams.append(("vllm:request_success_total", "counter",
                  "Count of successfully processed requests.", rows))
     fam("agentbench_sim_cache_evictions_total", "counter", "GPU KV blocks evicted (LRU).",
@@ -83,8 +93,8 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
              "P/D: seconds requests waited for their KV to reach this decode instance.",
              "kv_in_wait_s")) if decode else ():
         fams.append((name, "counter", help_, [
-            ({"model_name": model, "instance": str(i.index), "role": "decode"},
-             float(getattr(i.stats, attr))) for i in decode]))
+            (_lab(model, i.index, "role", "decode"), float(getattr(i.stats, attr)))
+            for i in decode]))
     return fams
 
 
@@ -104,8 +114,8 @@ def _tier_families(model: str, instances: Sequence[Instance]) -> list[
              "Seconds spent loading cached KV from each tier into the GPU.", "load_s"),
             ("agentbench_sim_tier_stored_tokens_total",
              "Tokens written through to each tier (new blocks only).", "stored")):
-        rows = [({"model_name": model, "instance": str(i.index), "tier": t},
-                 float(getattr(i.stats, attr)[t])) for i in instances for t in _tiers(i)]
+        rows = [(_lab(model, i.index, "tier", t), float(getattr(i.stats, attr)[t]))
+                for i in instances for t in _tiers(i)]
         if rows:
             out.append((name, "counter", help_, rows))
     return out

@@ -51,7 +51,8 @@ class SimRequest:
     finish_reason: str | None = None
     aborted: bool = False
     on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
-    #: told of several decode steps at once (their end times) by a virtual-time driver
+    #: told of several decode steps at once (their end times) by a virtual-time driver; the
+    #: list is shared by the batch: read it, do not keep or change it
     on_steps: Callable[[SimRequest, list[Any]], None] | None = field(default=None, repr=False)
 
 

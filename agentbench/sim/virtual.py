@@ -13,9 +13,11 @@ Both advance an instance whose next steps are certain a decode run at a time
 from __future__ import annotations
 
 import asyncio
+import bisect
+import contextlib
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from agentbench.sim import decoderuns
 from agentbench.sim.cluster import Cluster, plan_next
@@ -62,6 +64,32 @@ class TimerDriver:
         """Bring every instance's state up to simulated time ``t`` (before it is read)."""
         for i in range(len(self.runs)):
             self.sync_one(i, t)
+
+    @contextlib.contextmanager
+    def sampled(self, t: float) -> Iterator[None]:
+        """The instances as a metrics sample at ``t`` reads them, without cutting their
+        decode runs where that is exact: during a run only ``generation_tokens`` of a
+        paged instance's sampled figures moves (its load, queue, KV blocks and counters
+        of prompts, hits and finishes wait for the run's last step), so the tokens of the
+        steps ended by ``t`` are added for the sample and taken back. Other instances (a
+        slots instance's KV use counts generated tokens) are synced as for any read."""
+        added: list[tuple[Instance, int]] = []
+        for i, run in enumerate(self.runs):
+            if run is None:
+                continue
+            inst = self.cluster.instances[i]
+            if type(inst) is not Instance or inst._dirty:
+                self.sync_one(i, t)
+                continue
+            m = min(bisect.bisect_right(run.times, t, 1) - 1, run.steps - 1)
+            tokens = len(inst.decoding) * (m - run.applied) if m > run.applied else 0
+            inst.stats.generation_tokens += tokens
+            added.append((inst, tokens))
+        try:
+            yield
+        finally:
+            for inst, tokens in added:
+                inst.stats.generation_tokens -= tokens
 
     def sync_one(self, i: int, t: float) -> None:
         """Cut instance ``i``'s decode run at ``t`` (before its state is read or changed):

@@ -48,8 +48,11 @@ def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]]) -> npt.NDArra
         if c is not None and m > _SHORT_TURN_BLOCKS:
             prev = turn_ids[c]
             k = min(m, len(prev))
-            diff = np.flatnonzero(ids[:k] != prev[:k])
-            run = int(diff[0]) if diff.size else k
+            if ids[:k].tobytes() == prev[:k].tobytes():  # the common case, one memcmp
+                run = k
+            else:
+                diff = np.flatnonzero(ids[:k] != prev[:k])
+                run = int(diff[0]) if diff.size else k
         if run < m:
             rest = ids[run:].tolist()
             for x in rest:

@@ -77,8 +77,8 @@ class SimTransport:
 
     def metrics_samples(self) -> list[tuple[str, dict[str, str], float]]:
         """The gauges and counters the HTTP simulator serves on /metrics, as samples."""
-        self.driver.sync(self.cluster.now())
-        return samples(self.cfg.model, self.cluster.instances)
+        with self.driver.sampled(self.cluster.now()):
+            return samples(self.cfg.model, self.cluster.instances)
 
     async def send(self, rec: RequestRecord, prompt: SimPrompt, max_tokens: int,
                    session: str, t0_ns: int = 0) -> None:

@@ -264,8 +264,10 @@ class _Run:
                                   timers.now_ns, enabled=progress)
         if bar.shown:  # a loop that draws nothing still wakes every simulated second
             self.bg.append(asyncio.ensure_future(bar.loop(counters, self.stop_bg)))
-        self.bg.append(asyncio.ensure_future(flush_loop(self.writer, self.stop_bg,
-                                                         10.0 if self.virtual else 1.0)))
+        if self.virtual:  # rows come fast in simulated time: the writer flushes as they do
+            self.writer.flush_every_s = 1.0
+        else:
+            self.bg.append(asyncio.ensure_future(flush_loop(self.writer, self.stop_bg)))
         # everything made so far (modules, trace, pools) lives for the whole run: keep it
         # out of the collector's full passes, which otherwise stall the loop for tens of ms
         self.gc_old = quiet_gc(collect=not self.virtual)

@@ -190,19 +190,15 @@ class Health:
 
 
 async def flush_loop(writer: ResultsWriter, stop: asyncio.Event,
-                      every_s: float = 1.0) -> None:
-    """Spool buffered rows to disk about once a second of wall time (in virtual time the
-    loop wakes every ``every_s`` simulated seconds and flushes when a wall second has
-    passed)."""
-    last = time.monotonic()
+                     every_s: float = 1.0) -> None:
+    """Spool buffered rows to disk every ``every_s`` seconds and once ``stop`` is set
+    (wall-clock runs; in virtual time the writer flushes as rows come in, at most once a
+    wall second: ``ResultsWriter.flush_every_s``)."""
     pause = Pause(stop)
     try:
         while not stop.is_set():
             await pause.until_stop(every_s)
-            now = time.monotonic()
-            if now - last >= 1.0 or stop.is_set():
-                writer.flush()
-                last = now
+            writer.flush()
     finally:
         pause.close()
 

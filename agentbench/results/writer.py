@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -160,6 +161,11 @@ class ResultsWriter:
         self.failure: ResultsWriteError | None = None
         self.on_failure: Callable[[ResultsWriteError], object] | None = None
         self.lost = 0  # rows dropped after a failure
+        #: spool everything buffered when a row comes this many wall seconds after the last
+        #: such flush (a virtual-time run, whose rows come fast: no flush loop to wake);
+        #: None: the run's flush loop does it
+        self.flush_every_s: float | None = None
+        self._flushed_at = time.monotonic()
 
     def add_request(self, row: dict[str, Any],
                     amend: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -194,6 +200,11 @@ class ResultsWriter:
                 spool.flush()
         except ResultsWriteError as e:
             self._failed(e)
+        if self.flush_every_s is not None:
+            now = time.monotonic()
+            if now - self._flushed_at >= self.flush_every_s:
+                self._flushed_at = now
+                self.flush()
 
     def flush(self) -> None:
         for s in self._spools.values():

@@ -193,7 +193,7 @@ class SegmentPrompt:
             inner = _mix(idents[j] + off * _GOLD) * w[j]
             inner += chain[j]
             inner += last.view(np.uint64)
-            out = out + _mix(inner).view(np.int64).tolist()
+            out.extend(_mix(inner).view(np.int64).tolist())  # ``out`` is a new list
         self._prev_idents, self._prev_lens, self._prev_hashes = idents, lens, out
         self._chain = chain
         return out

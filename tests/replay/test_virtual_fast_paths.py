@@ -1,0 +1,208 @@
+"""The virtual-time replay's fast paths give what the plain ones give:
+
+- the virtual loop's own turn (a heap of tuples, asyncio's rules for cancelled timers);
+- a simulated prompt's block hashes built incrementally, against their definition;
+- a metrics sample that reads decode runs without cutting them, against one that cuts;
+- a decode run's step ends in numpy and in Python;
+- the writer's own flushes in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentbench.prompts.segments import WEIGHTS, SegmentPrompt
+from agentbench.replay import run
+from agentbench.replay.clock import VIRTUAL, run_on
+from agentbench.results import schema as records
+from agentbench.results.writer import ResultsWriter
+from agentbench.scenario.loading import load_scenario
+from agentbench.sim import decoderuns
+from agentbench.sim.virtual import TimerDriver
+from agentbench.traces.model import Turn
+from tests.helpers import SCENARIOS
+from tests.replay.test_virtual_time import _same_run
+
+M64 = (1 << 64) - 1
+GOLD = 0x9E3779B97F4A7C15
+
+
+# ------------------------------------------------------------------ the loop's turn
+
+def test_cancelled_timers_never_run_and_the_rest_keep_their_order() -> None:
+    """Over 100 timers, most cancelled: asyncio's rule drops them from the heap at once;
+    the ones left run in time order, ties in the order scheduled."""
+    rng = random.Random(11)
+    ran: list[tuple[float, int]] = []
+    kept: list[tuple[float, int]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handles = []
+        for i in range(600):
+            when = rng.choice([1.0, 1.5, 2.0, 3.0])
+            handles.append((loop.call_at(when, ran.append, (when, i)), (when, i)))
+        for h, key in handles:
+            if rng.random() < 0.8:
+                h.cancel()
+            else:
+                kept.append(key)
+        await asyncio.sleep(5)
+
+    run_on(VIRTUAL, main())
+    assert ran == sorted(kept)
+    assert 0 < len(kept) < 600
+
+
+def test_debug_mode_runs_on_the_virtual_loop() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        await asyncio.sleep(3600)  # an hour of simulated time, at once
+        return loop.time()
+
+    assert run_on(VIRTUAL, main()) == pytest.approx(3600)
+
+
+# ------------------------------------------------------------------ prompt hashes
+
+def _mix(x: int) -> int:
+    z = (x + GOLD) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def _defined_hashes(idents: list[int], lens: list[int], bsz: int) -> list[int]:
+    """The block hashes by their definition (docs in ``prompts.segments``), one block at a
+    time: the chain of the segments before the block's last token, the position of that
+    token in its segment, and the token's place."""
+    w = [int(x) for x in WEIGHTS.get(len(idents))]
+    out = []
+    n_tok = sum(lens)
+    for b in range(n_tok // bsz):
+        last = b * bsz + bsz - 1
+        start, j = 0, 0
+        while start + lens[j] <= last:
+            start += lens[j]
+            j += 1
+        before = sum(_mix(idents[k]) * w[k] for k in range(j)) & M64
+        inner = (_mix((idents[j] + (last - start + 1) * GOLD) & M64) * w[j]) & M64
+        h = _mix((before + inner + last) & M64)
+        out.append(h - (1 << 64) if h >= 1 << 63 else h)
+    return out
+
+
+def _session(rng: random.Random, bs: int) -> list[Turn]:
+    """An agent session: a growing context, now and then a shorter one (a compaction) or
+    a changed block, tails of any length."""
+    ids: list[int] = []
+    turns = []
+    for k in range(12):
+        r = rng.random()
+        if r < 0.15 and ids:
+            ids = ids[: rng.randrange(len(ids))]
+        elif r < 0.25 and ids:
+            ids[rng.randrange(len(ids))] = rng.randrange(1 << 40)
+        ids += [rng.randrange(1 << 40) for _ in range(rng.randrange(0, 9))]
+        n = len(ids) * bs + rng.randrange(0, 3 * bs)
+        turns.append(Turn(turn=k, t=float(k), think_s=0.0, api_s=None, input_tokens=n,
+                          output_tokens=5, hash_ids=np.array(ids, dtype=np.int64),
+                          block_size=bs))
+    return turns
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
+    """Each prompt of a session, built by one builder (reusing the previous prompt's
+    hashes and chain), equals a fresh builder's and the hashes' definition."""
+    rng = random.Random(seed)
+    bs, bsz = rng.choice([(4, 4), (8, 4), (4, 8), (16, 16)])
+    chat, shared = rng.random() < 0.5, rng.choice([0, 0, 7])
+    turns = _session(rng, bs)
+    args = (rng.randrange(1, 1 << 20), f"s{seed}", 9 if chat else 0, shared, chat, bsz)
+    one = SegmentPrompt(*args)
+    for k, turn in enumerate(turns):
+        nxt = turns[k + 1] if k + 1 < len(turns) else None
+        got = one.build(turn, nxt)
+        fresh = SegmentPrompt(*args)
+        want = fresh.build(turn, nxt)
+        assert (got.tokens, got.hashes) == (want.tokens, want.hashes)
+        idents = [int(x) for x in fresh._prev_idents]
+        lens = [int(x) for x in fresh._prev_lens]
+        assert sum(lens) == got.tokens
+        assert got.hashes == _defined_hashes(idents, lens, bsz)
+
+
+# ------------------------------------------------------------------ metrics samples
+
+def test_a_sample_that_leaves_decode_runs_whole_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Samples every simulated second: reading decode runs in place gives the same run
+    folder as cutting every run at every sample."""
+    sc = load_scenario(SCENARIOS / "quickstart.yaml")
+    sc.server_metrics.interval_s = 1.0
+    dirs = []
+    for mode in ("peek", "cut"):
+        if mode == "cut":
+            def cut(self: TimerDriver, t: float) -> _Nothing:
+                self.sync(t)
+                return _Nothing()
+            monkeypatch.setattr(TimerDriver, "sampled", cut)
+        v = sc.model_copy(deep=True)
+        v.output.dir, v.output.run_id = str(tmp_path), mode
+        dirs.append(run(v, progress=False).run_dir)
+    _same_run(*dirs)
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# ------------------------------------------------------------------ decode runs, writer
+
+@pytest.mark.parametrize("ns", [False, True])
+def test_step_ends_in_numpy_are_python_s(ns: bool) -> None:
+    rng = np.random.default_rng(3)
+    times = np.cumsum(rng.uniform(1e-4, 5e-2, 300)) + rng.uniform(0, 5e4)
+    as_list = [float(x) for x in times]
+    for a, upto in ((0, 299), (17, 120), (200, 201)):
+        got = decoderuns._ends(times, a, upto, ns)
+        want = decoderuns._ends(as_list, a, upto, ns)
+        assert got == want
+        assert all(type(x) is (int if ns else float) for x in got)
+        if ns:
+            assert got == [round(e * 1e9) for e in as_list[a + 1:upto + 1]]
+
+
+def _row(i: int) -> dict[str, object]:
+    row: dict[str, object] = {f.name: None for f in records.REQUESTS_SCHEMA}
+    row.update(request_id=i, stage="s", phase="measure", endpoint="e", lane=0, tree_id="t",
+               session_id="s", relation="root", copy=0, turn=i, scheduled_ns=i,
+               expected_input_tokens=1, expected_output_tokens=1,
+               potential_cached_tokens=0, status="ok", first_token_ns=None)
+    return row
+
+
+def test_a_virtual_run_s_writer_spools_rows_as_they_come(tmp_path: Path) -> None:
+    """Without a flush loop, rows reach the spool when a row comes ``flush_every_s`` wall
+    seconds after the last flush; with it unset they wait for a full batch."""
+    for every, spooled in ((0.0, 5), (None, 0)):
+        d = tmp_path / str(every)
+        d.mkdir()
+        w = ResultsWriter(d)
+        w.flush_every_s = every
+        for i in range(5):
+            w.add_request(_row(i))
+        assert w._spools[records.REQUESTS_FILE].written == spooled
+        w.close()
+        assert w.kept == 5

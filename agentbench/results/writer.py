@@ -11,11 +11,13 @@ import contextlib
 import errno
 import os
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -29,6 +31,46 @@ __all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
 #: errors of a disk that is full (or a quota, or a file size limit): the rows that still fit
 #: are written one by one; any other write error stops the spool at once
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _as_numpy(value: Any) -> Any:
+    """orjson's hook for an ``array.array`` of integers (a row's token events): the same
+    JSON list, through numpy's fast path."""
+    if isinstance(value, array):
+        return np.frombuffer(value, dtype=_ARRAY_DTYPES[value.typecode])
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+_ARRAY_DTYPES = {"q": np.int64, "l": np.int64, "i": np.int32}
+
+
+def _batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """``pa.RecordBatch.from_pylist(rows, schema)``, with each list column whose values are
+    all ``array.array``s (or None) built from their bytes at once: pyarrow's per-element
+    conversion is the slow part of a row, most of all for integers strewn over memory."""
+    fast = [i for i, f in enumerate(schema) if pa.types.is_list(f.type)
+            and all(r[f.name] is None or isinstance(r[f.name], array) for r in rows)]
+    if not fast:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    rest = pa.schema([f for i, f in enumerate(schema) if i not in fast])
+    cols = dict(zip(rest.names, pa.RecordBatch.from_pylist(rows, schema=rest).columns,
+                    strict=True))
+    for i in fast:
+        f = schema.field(i)
+        vals = [r[f.name] for r in rows]
+        item = f.type.value_type
+        dtype = np.int64 if item == pa.int64() else np.int32
+        lens = np.fromiter((0 if v is None else len(v) for v in vals), np.int32, len(vals))
+        offsets = np.zeros(len(vals) + 1, dtype=np.int32)
+        np.cumsum(lens, out=offsets[1:])
+        parts = [np.frombuffer(v, dtype=_ARRAY_DTYPES[v.typecode]) for v in vals
+                 if v is not None and len(v)]
+        flat = np.concatenate(parts).astype(dtype, copy=False) if parts else \
+            np.zeros(0, dtype=dtype)
+        mask = pa.array([v is None for v in vals], type=pa.bool_())
+        cols[f.name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=item),
+                                                type=f.type, mask=mask)
+    return pa.RecordBatch.from_arrays([cols[n] for n in schema.names], schema=schema)
 
 
 class _Spool:
@@ -63,7 +105,8 @@ class _Spool:
                                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
                                         0o644)
             data = b"".join(b"%d %s\n" % (first + i, orjson.dumps(
-                row, option=orjson.OPT_SERIALIZE_NUMPY)) for i, row in enumerate(rows))
+                row, default=_as_numpy, option=orjson.OPT_SERIALIZE_NUMPY))
+                for i, row in enumerate(rows))
             if os.write(self._journal, data) != len(data):
                 raise OSError(errno.ENOSPC, "short write")
             self.journaled = first + len(rows)
@@ -75,7 +118,7 @@ class _Spool:
         them. After a failure rows are dropped (counted in ``lost``)."""
         if not self.rows or self.failed is not None:
             return
-        batch = pa.RecordBatch.from_pylist(self.rows, schema=self.schema)
+        batch = _batch(self.rows, self.schema)
         self.rows = []
         try:
             if self._fd is None:

@@ -9,6 +9,7 @@ nanoseconds.
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,8 @@ from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.scrape import sample_collector
 from agentbench.transport.sse import StreamResult
+
+_ONES = array("i", [1]) * 4096  # one token per event
 
 
 class SimTransport:
@@ -100,8 +103,10 @@ class SimTransport:
             rec.error_message = str(e)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        res = StreamResult()
-        ev_ns, ev_tok = res.token_event_ns, res.token_event_tokens
+        # token events in compact arrays: a row's hundreds of stamps are then one block of
+        # memory for its journal line and its spool batch, not objects strewn over the run
+        ev_ns, ev_tok = array("q"), array("i")
+        res = StreamResult(ev_ns, ev_tok)
         seen = 0
 
         def progress(r: SimRequest) -> None:
@@ -116,8 +121,9 @@ class SimTransport:
 
         def steps(r: SimRequest, ends_ns: list[int]) -> None:
             nonlocal seen
+            n = len(ends_ns)
             ev_ns.extend(ends_ns)
-            ev_tok.extend([1] * len(ends_ns))
+            ev_tok.extend(_ONES[:n] if n <= len(_ONES) else array("i", [1]) * n)
             seen = r.generated
 
         req.on_progress = progress

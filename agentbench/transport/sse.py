@@ -15,7 +15,7 @@ import itertools
 import json
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -35,8 +35,9 @@ _SEPARATORS = (b"\n\n", b"\r\r", b"\n\r")
 class StreamResult:
     """What a stream said: token-bearing event times and token counts, usage, errors."""
 
-    token_event_ns: list[int] = field(default_factory=list)
-    token_event_tokens: list[int] = field(default_factory=list)
+    # lists, or compact ``array.array``s (the in-process simulator's): the writer takes both
+    token_event_ns: MutableSequence[int] = field(default_factory=list)
+    token_event_tokens: MutableSequence[int] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None

@@ -206,3 +206,58 @@ def test_a_virtual_run_s_writer_spools_rows_as_they_come(tmp_path: Path) -> None
         assert w._spools[records.REQUESTS_FILE].written == spooled
         w.close()
         assert w.kept == 5
+
+
+def test_rows_with_compact_token_events_are_written_as_lists_would_be(tmp_path: Path) -> None:
+    """The simulator's token events come as ``array.array``s: the journal line and the
+    spooled batch are the ones plain lists give (None, empty and mixed rows included),
+    and a journal left by a killed run reads back."""
+    from array import array
+
+    import orjson
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agentbench.results import writer as wmod
+    from agentbench.results.spool import recover
+
+    rng = random.Random(2)
+    plain, compact = [], []
+    for i in range(40):
+        row = _row(i)
+        kind = i % 4
+        if kind == 0:
+            ns, tok = None, None
+        else:
+            n = 0 if kind == 1 else rng.randrange(1, 300)
+            ns = [rng.randrange(1 << 50) for _ in range(n)]
+            tok = [rng.randrange(1, 4) for _ in range(n)]
+        row.update(token_event_ns=ns, token_event_tokens=tok)
+        plain.append(row)
+        c = dict(row)
+        if ns is not None and i % 8 != 3:  # some rows keep lists: a mixed batch
+            c.update(token_event_ns=array("q", ns), token_event_tokens=array("i", tok))
+        compact.append(c)
+    assert any(isinstance(r["token_event_ns"], array) for r in compact)
+    for a, b in zip(plain, compact, strict=True):
+        assert orjson.dumps(b, default=wmod._as_numpy, option=orjson.OPT_SERIALIZE_NUMPY) \
+            == orjson.dumps(a)
+    want = pa.RecordBatch.from_pylist(plain, schema=records.REQUESTS_SCHEMA)
+    only = [r for r in compact if r["token_event_ns"] is None
+            or isinstance(r["token_event_ns"], array)]
+    assert wmod._batch(only, records.REQUESTS_SCHEMA).equals(
+        pa.RecordBatch.from_pylist([plain[r["request_id"]] for r in only],
+                                   schema=records.REQUESTS_SCHEMA))
+    assert wmod._batch(compact, records.REQUESTS_SCHEMA).equals(want)
+    # a killed run: rows only in the journal (never spooled) are recovered whole
+    w = ResultsWriter(tmp_path, flush_rows=10**6)
+    for r in compact:
+        w.add_request(r)
+    for f in w._spools.values():  # as SIGKILL leaves them: nothing closed
+        if f._journal is not None:
+            import os
+            os.close(f._journal)
+            f._journal = None
+    recover(tmp_path)
+    assert pq.read_table(tmp_path / records.REQUESTS_FILE).to_pylist() == \
+        pa.Table.from_batches([want]).to_pylist()

@@ -45,22 +45,41 @@ def timed_run(sc: Any, out: Path) -> dict[str, Any]:
             "requests_per_cpu_s": n / cpu, "sim_s_per_cpu_s": sim_s / cpu, "sim_s": sim_s}
 
 
+#: the replay speed the Ray issue asks of the shipped what-ifs (simulated requests/CPU s)
+TARGET = 5000
+
+
+def best_of(sc: Any, out: Path, repeat: int) -> dict[str, Any]:
+    """``repeat`` runs of ``sc`` (the same records each time: virtual time); the one of
+    least CPU, with the slowest one's CPU beside it (this host's speed moves between
+    runs; the least is the steadiest figure)."""
+    runs = [timed_run(sc.model_copy(deep=True), out) for _ in range(repeat)]
+    best = min(runs, key=lambda r: r["cpu_s"])
+    best["cpu_max_s"] = max(r["cpu_s"] for r in runs)
+    best["repeat"] = repeat
+    return best
+
+
 def show(r: dict[str, Any]) -> None:
+    spread = (f" (slowest of {r['repeat']}: {r['cpu_max_s']:.2f} s)"
+              if r.get("repeat", 1) > 1 else "")
     print(f"  {r['name']:<34} {r['requests']:>7,} requests in {r['sim_s']:>7,.0f} simulated s:"
-          f" wall {r['wall_s']:6.1f} s, CPU {r['cpu_s']:6.1f} s = "
-          f"{r['requests_per_cpu_s']:>6,.0f} simulated requests/CPU s, "
+          f" wall {r['wall_s']:6.2f} s, CPU {r['cpu_s']:6.2f} s{spread} = "
+          f"{r['requests_per_cpu_s']:>6,.0f} simulated requests/CPU s "
+          f"({r['requests_per_cpu_s'] / TARGET:.2f}x the {TARGET:,} target), "
           f"{r['sim_s_per_cpu_s']:>5,.0f} simulated s/CPU s")
 
 
-def scenario_runs(path: Path, out: Path) -> list[dict[str, Any]]:
+def scenario_runs(path: Path, out: Path, repeat: int = 1) -> list[dict[str, Any]]:
     rows = []
     for sc in expand_variants(load_scenario(path)):
-        rows.append(timed_run(sc, out))
+        rows.append(best_of(sc, out, repeat))
         show(rows[-1])
     return rows
 
 
-def big_run(agents: int, hours: float, gpus: int, out: Path) -> dict[str, Any]:
+def big_run(agents: int, hours: float, gpus: int, out: Path, repeat: int = 1
+            ) -> dict[str, Any]:
     """``agents`` Codex-profile agents for ``hours`` simulated hours on ``gpus`` simulated
     H200s with a shared KV tier (the scale-out scenario's shared-60 shape)."""
     sc = Scenario.model_validate({
@@ -73,7 +92,7 @@ def big_run(agents: int, hours: float, gpus: int, out: Path) -> dict[str, Any]:
         "limits": {"duration_s": hours * 3600, "on_deadline": "cancel", "recycle": True},
         "server_metrics": {"interval_s": 10},
         "hardware": {"gpus": gpus}})
-    r = timed_run(sc, out)
+    r = best_of(sc, out, repeat)
     show(r)
     return r
 
@@ -84,23 +103,26 @@ def main() -> None:
     ap.add_argument("--agents", type=int, help="one big run: concurrent agents")
     ap.add_argument("--hours", type=float, default=1.0, help="big run: simulated hours")
     ap.add_argument("--gpus", type=int, default=60, help="big run: simulated GPUs")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each scenario; the least CPU is shown (default 3)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if args.agents:
-            big_run(args.agents, args.hours, args.gpus, out)
+            big_run(args.agents, args.hours, args.gpus, out, args.repeat)
             return
         # one small run first: imports, caches and the first synthesis cost ~0.5 s once
         # per process, which the first scenario measured would otherwise carry alone
         timed_run(expand_variants(load_scenario(ROOT / "scenarios" / "quickstart.yaml"))[0],
                   out)
-        print("virtual-time runs (one process, one core; after one warm-up run):")
+        print(f"virtual-time runs (one process, one core; after one warm-up run; least CPU of "
+              f"{args.repeat} runs each):")
         t0 = time.perf_counter()
-        scenario_runs(ROOT / "scenarios" / "quickstart.yaml", out)
-        scenario_runs(ROOT / "scenarios" / "shared-kv-what-if.yaml", out)
+        scenario_runs(ROOT / "scenarios" / "quickstart.yaml", out, args.repeat)
+        scenario_runs(ROOT / "scenarios" / "shared-kv-what-if.yaml", out, args.repeat)
         print(f"  (both scenarios: {time.perf_counter() - t0:.1f} s of wall time)")
         if args.scale_out:
-            scenario_runs(ROOT / "scenarios" / "scale-out.yaml", out)
+            scenario_runs(ROOT / "scenarios" / "scale-out.yaml", out, args.repeat)
 
 
 if __name__ == "__main__":

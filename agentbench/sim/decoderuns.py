@@ -19,6 +19,7 @@ as usual (``last_step``).
 from __future__ import annotations
 
 import bisect
+from array import array
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -123,7 +124,7 @@ def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
     dec = inst.decoding
     st.generation_tokens += len(dec) * j
     inst._decode_ctx += len(dec) * j
-    ends: list[float] | list[int] | None = None
+    ends: list[float] | array[int] | None = None
     for r in dec:
         r.generated += j
         if r.on_steps is not None:
@@ -134,14 +135,16 @@ def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
             r.on_progress(r)
 
 
-def _ends(times: Floats, a: int, upto: int, ns: bool) -> list[float] | list[int]:
-    """Steps ``a + 1..upto``'s end times (with ``ns`` rounded to integer nanoseconds as
-    ``round(t * 1e9)``: numpy's product and round-half-even are the same IEEE
-    operations)."""
+def _ends(times: Floats, a: int, upto: int, ns: bool) -> list[float] | array[int]:
+    """Steps ``a + 1..upto``'s end times: floats, or with ``ns`` integer nanoseconds in an
+    ``array.array`` (``round(t * 1e9)``: numpy's product and round-half-even are the same
+    IEEE operations; a receiver that keeps arrays extends its own by a copy of bytes)."""
     part = times[a + 1:upto + 1]
     if isinstance(part, np.ndarray):
-        return np.rint(part * 1e9).astype(np.int64).tolist() if ns else part.tolist()
-    return [round(e * 1e9) for e in part] if ns else [float(e) for e in part]
+        if ns:
+            return array("q", np.rint(part * 1e9).astype(np.int64).tobytes())
+        return part.tolist()
+    return array("q", [round(e * 1e9) for e in part]) if ns else [float(e) for e in part]
 
 
 def cut(inst: Instance, run: DecodeRun, t: float, ended_at_t: bool, ns: bool = False) -> float:

@@ -3,7 +3,7 @@ them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +51,11 @@ class SimRequest:
     finish_reason: str | None = None
     aborted: bool = False
     on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
-    #: told of several decode steps at once (their end times) by a virtual-time driver; the
-    #: list is shared by the batch: read it, do not keep or change it
-    on_steps: Callable[[SimRequest, list[Any]], None] | None = field(default=None, repr=False)
+    #: told of several decode steps at once (their end times: floats, or in a virtual-time
+    #: replay integer ns in an ``array.array``) by a virtual-time driver; the sequence is
+    #: shared by the batch: read it, do not keep or change it
+    on_steps: Callable[[SimRequest, Sequence[Any]], None] | None = field(default=None,
+                                                                         repr=False)
 
 
 @dataclass

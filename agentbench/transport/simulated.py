@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentbench.prompts.layout import MESSAGE_APIS, chat_overhead
@@ -119,7 +119,7 @@ class SimTransport:
             if (r.finished_at is not None or r.aborted) and not fut.done():
                 fut.set_result(None)
 
-        def steps(r: SimRequest, ends_ns: list[int]) -> None:
+        def steps(r: SimRequest, ends_ns: Sequence[int]) -> None:
             nonlocal seen
             n = len(ends_ns)
             ev_ns.extend(ends_ns)

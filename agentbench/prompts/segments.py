@@ -144,7 +144,8 @@ class SegmentPrompt:
         ids, bs = turn.hash_ids, turn.block_size
         n_full = min(len(ids), turn.input_tokens // bs)
         have = len(self._ids)
-        if not (have <= n_full and np.array_equal(ids[:have], self._ids)):
+        # the previous turn's whole blocks lead this one's (one memcmp)
+        if not (have <= n_full and ids[:have].tobytes() == self._ids.tobytes()):
             have = 0
             self._whole = np.zeros(0, dtype=np.uint64)
         if n_full > have:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,8 +333,9 @@ class TreeRun:
                                        None if api is None else round(api * 1e9))
         st.input_tokens += row["prompt_tokens"] or 0
         st.output_tokens += row["completion_tokens"] or 0
-        if ctx.on_request is not None:
-            ctx.on_request(row)
+        if ctx.on_request is not None:  # token events as lists, as every reader gets them
+            ctx.on_request({k: v.tolist() if isinstance(v, array) else v
+                            for k, v in row.items()})
 
     def _write_sessions(self) -> None:
         tree_end = max((s.end_ns for s in self.states.values() if s.end_ns is not None),

@@ -261,3 +261,22 @@ def test_rows_with_compact_token_events_are_written_as_lists_would_be(tmp_path: 
     recover(tmp_path)
     assert pq.read_table(tmp_path / records.REQUESTS_FILE).to_pylist() == \
         pa.Table.from_batches([want]).to_pylist()
+
+
+def test_on_request_rows_carry_lists_as_the_files_do(tmp_path: Path) -> None:
+    """A library caller's ``on_request`` gets each row with its token events as lists
+    (the simulator keeps them in arrays), equal to what requests.parquet holds."""
+    import pyarrow.parquet as pq
+
+    sc = load_scenario(SCENARIOS / "quickstart.yaml")
+    sc.limits.max_requests = 20
+    sc.output.dir = str(tmp_path)
+    got: list[dict[str, object]] = []
+    res = run(sc, progress=False, on_request=got.append)
+    assert len(got) == 20
+    assert all(type(r["token_event_ns"]) is list for r in got)
+    on_disk = {r["request_id"]: r for r in pq.read_table(
+        res.run_dir / records.REQUESTS_FILE).to_pylist()}
+    for r in got:
+        assert on_disk[r["request_id"]]["token_event_ns"] == r["token_event_ns"]
+        assert on_disk[r["request_id"]]["token_event_tokens"] == r["token_event_tokens"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbench.errors import InputError
+from agentbench.scenario.endpoints import is_simulated
 
 #: an address that starts a Ray instance in this process (one node, this host's CPUs)
 LOCAL = "local"
@@ -77,7 +78,7 @@ def why_not_remote(sc: Any) -> str | None:
     wall clock), or None when it can."""
     if getattr(sc, "server", None) is not None:
         return "it starts a server (server:)"
-    if any(e.kind != "simulated" for e in sc.endpoints):
+    if not all(is_simulated(e) for e in sc.endpoints):
         return "it measures a real endpoint"
     if sc.clock == "wall":
         return "it runs on the wall clock (clock: wall)"

@@ -18,6 +18,7 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.metrics.catalog import METRICS
+from agentbench.scenario.endpoints import is_simulated
 
 #: the table's rows: catalog metric names, then the requests that succeeded
 ROWS = ("ttft_p50", "ttft_p90", "itl_p50", "e2e_p50", "tpot_p50", "throughput",
@@ -129,7 +130,7 @@ def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int 
     if not eps:
         raise InputError("the run's scenario names no endpoints", source=source)
     n = instances if instances is not None else sum(
-        int(e.get("instances") or 1) if e.get("kind") == "simulated" else 1 for e in eps)
+        int(e.get("instances") or 1) if is_simulated(e) else 1 for e in eps)
     first = eps[0]
     data["name"] = f"{scenario.get('name') or 'run'}-simcheck"
     data["endpoints"] = [{
@@ -137,7 +138,7 @@ def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int 
         "router": scenario.get("routing") or "round_robin",
         "api": first.get("api") or "chat", "model": first.get("model") or "sim",
         **({k: first[k] for k in ("block_size", "max_context_tokens")
-            if first.get("kind") == "simulated" and first.get(k) is not None}),
+            if is_simulated(first) and first.get(k) is not None}),
     }]
     if block_size is not None:
         data["endpoints"][0]["block_size"] = block_size
@@ -218,7 +219,7 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
     sim = res.runs[0]
     tb = str((run.summary.get("time_base") or {}).get("kind") or "wall")
     notes = []
-    if any(isinstance(e, dict) and e.get("kind") == "simulated"
+    if any(isinstance(e, dict) and is_simulated(e)
            for e in scenario.get("endpoints") or []):
         notes.append("the measured run was itself simulated: this sets one preset "
                      "against another")

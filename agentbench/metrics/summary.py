@@ -104,8 +104,9 @@ class ItlGroups:
 def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
           good: Mask, settings: Settings, series: pd.DataFrame, itl: npt.NDArray[np.float64],
           endpoint: str | None = None, gpus: float | None = None) -> dict[str, Any]:
-    """Every §5 metric over the measured requests selected by ``m``; ``windows`` are the
-    measured windows it spans (throughput and cost divide by their total length)."""
+    """Every metric of docs/metrics.md over the measured requests selected by ``m``;
+    ``windows`` are the measured windows it spans (throughput and cost divide by their
+    total length)."""
     okm = m & d.ok
     window_wall_s = sum(b - a for a, b in windows) / 1e9
     window_s = window_wall_s * d.time_factor  # in the run's time base

@@ -49,6 +49,7 @@ from agentbench.results.rundir import (
     write_run_json,
 )
 from agentbench.results.writer import ResultsWriter
+from agentbench.scenario.endpoints import is_simulated
 from agentbench.scenario.rules import run_rules
 from agentbench.traces.model import Trace
 from agentbench.traces.stats import potential_cached_tokens
@@ -397,7 +398,7 @@ def _cancel_on_sigterm() -> Callable[[], None] | None:
 
 
 def _modeled_gpus(cfg: Any) -> int | None:
-    if cfg.kind != "simulated":
+    if not is_simulated(cfg):
         return None
     from agentbench.sim.presets import modeled_gpus
 

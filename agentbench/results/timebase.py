@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agentbench.scenario.endpoints import is_simulated
+
 WALL = "wall"
 SIMULATED = "simulated"
 VIRTUAL = "virtual"
@@ -85,7 +87,7 @@ def _wall_base(run: dict[str, Any]) -> TimeBase:
     eps = sc.get("endpoints") if isinstance(sc, dict) else None
     if not isinstance(eps, list) or not eps or not all(isinstance(e, dict) for e in eps):
         return TimeBase(note="wall-clock time (run.json names no endpoints)")
-    sims = [e for e in eps if e.get("kind") == "simulated"]
+    sims = [e for e in eps if is_simulated(e)]
     if not sims:
         return TimeBase(note="wall-clock time (real servers)")
     speedups = sorted({_num(e.get("speedup"), 1.0) for e in sims})

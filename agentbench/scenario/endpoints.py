@@ -4,6 +4,7 @@ embedded simulator (``simulated``), and an engine process agentbench starts arou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -333,3 +334,12 @@ class Server(Strict):
     log_file: str | None = Field(
         None, description="Where the server's stdout+stderr go (relative to the scenario "
         "file); None: server.log in the run folder. A copy lands in the run folder.")
+
+
+def is_simulated(endpoint: Any) -> bool:
+    """Whether an endpoint is agentbench's serving simulator: an endpoint model, or its
+    data as run.json keeps it. Outside the scenario model and the transport opener
+    (``agentbench.transport.opener``), code asks this, never an endpoint's ``kind``."""
+    kind = (endpoint.get("kind") if isinstance(endpoint, Mapping)
+            else getattr(endpoint, "kind", None))
+    return kind == "simulated"

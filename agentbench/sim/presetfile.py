@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentbench.errors import InputError
+from agentbench.scenario.endpoints import is_simulated
 from agentbench.scenario.yamlfile import MAX_SHOWN, key_lines, one_line, read_yaml
 from agentbench.sim.cost import StepFit
 from agentbench.sim.presets import FIGURES, ROOFLINE_ONLY, Preset, Provenance
@@ -382,7 +383,7 @@ def check_presets(scenario: Any, source: str) -> None:
 
     for sc in expand_variants(scenario):
         for i, e in enumerate(sc.endpoints):
-            if e.kind == "simulated":
+            if is_simulated(e):
                 _check_endpoint(e, source, f"endpoints[{i}]")
 
 

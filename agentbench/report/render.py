@@ -69,6 +69,17 @@ def time_note(summaries: Sequence[dict[str, Any]]) -> str:
     return " (mixed time bases)" if kinds - {"wall"} else ""
 
 
+def _gpus_lines(s: dict[str, Any]) -> list[str]:
+    """Where the GPU count behind every per-GPU figure and the self-hosted cost comes
+    from (for a real endpoint, the scenario's word alone)."""
+    run = s.get("run") or {}
+    gpus, src = run.get("gpus"), run.get("gpus_source")
+    if gpus is None or not src:
+        return []
+    return [f"Per-GPU figures and self-hosted cost count {gpus:g} "
+            f"GPU{'' if gpus == 1 else 's'}: {src}."]
+
+
 def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
     s = run.summary
     o = s["overall"]
@@ -86,6 +97,7 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
                                                     "agent_goodput", "llm_wait_p50",
                                                     "cost_per_agent", "schedule_lag_p99"]))
     head.text.extend(validity_lines(s))
+    head.text.extend(_gpus_lines(s))
     out = [head]
     if s.get("agentx"):
         out.append(_agentx_section(s, label, key))

@@ -77,6 +77,26 @@ def test_one_run(three: list[Path], tmp_path: Path) -> None:
     ttft = format_value(METRICS["ttft_p50"], s["overall"]["latency"]["ttft_ms"]["p50"])
     assert f"<td>P50 TTFT</td><td>{ttft}</td>" in html
     assert f"| P50 TTFT | {ttft} |" in md
+    # where the GPU count of every per-GPU figure comes from (a real endpoint: the
+    # scenario's word, unchecked)
+    gpus = "Per-GPU figures and self-hosted cost count 1 GPU: hardware.gpus as the " \
+        "scenario states (not checked: a real endpoint"
+    assert gpus in md and gpus in html
+
+
+def test_a_simulated_run_s_report_says_its_gpus_are_what_it_models(tmp_path: Path) -> None:
+    from agentbench.replay import run
+    from agentbench.scenario.loading import load_scenario
+    from tests.helpers import SCENARIOS
+
+    sc = load_scenario(SCENARIOS / "quickstart.yaml")
+    sc.limits.max_requests = 10
+    sc.output.dir = str(tmp_path)
+    d = run(sc, progress=False).run_dir
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "count 4 GPUs: hardware.gpus, equal to what the simulated endpoints model" in md
 
 
 def test_strings_are_escaped(three: list[Path], tmp_path: Path) -> None:

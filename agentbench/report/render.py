@@ -220,7 +220,31 @@ def _curve_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Sect
         "turn index", "hit rate, %",
         "Prefix cache hit rate vs turn index (solid achieved, dashed potential)",
         percent=True)))
+    warm = _warmth_table(runs, labels, one)
+    if warm is not None:
+        sec.tables.append(warm)
     return sec
+
+
+def _warmth_table(runs: Sequence[Run], labels: Sequence[str], one: bool
+                  ) -> tuple[list[str], list[list[str]]] | None:
+    """TTFT and hit rate of cold, partly cached and warm requests: what a cache hit buys."""
+    def ms(v: Any) -> str:
+        return "" if v is None else f"{v:,.1f}"
+
+    def pct(v: Any) -> str:
+        return "" if v is None else f"{100 * v:.1f}%"
+
+    rows = [[*([] if one else [lab]), str(w["warmth"]), f"{w['requests']:,}",
+             ms(w.get("ttft_ms_p50")), ms(w.get("ttft_ms_p90")), ms(w.get("e2e_ms_p50")),
+             pct(w.get("hit_rate")), pct(w.get("potential_hit_rate"))]
+            for lab, r in zip(labels, runs, strict=True)
+            for w in r.summary.get("by_warmth") or []]
+    if not rows:
+        return None
+    head = [*([] if one else ["run"]), "requests by cache warmth", "requests",
+            "TTFT p50, ms", "TTFT p90, ms", "E2E p50, ms", "hit rate", "potential"]
+    return head, rows
 
 
 def _timeline_figure(run: Run, key: str) -> Section:
@@ -281,6 +305,14 @@ def _agents_section(run: Run, key: str) -> Section:
     sec.figures.append((f"{key}makespan.png", "makespan per agent", plots.bars(
         labels, [float(np.nan_to_num(mk[i])) for i in order], f"makespan, s{note}",
         f"Agent makespan (longest {len(order)} of {len(ids)})")))
+    g = run.summary["overall"].get("goodput") or {}
+    if g.get("agents_judged"):
+        missed = g.get("agents_missed_by") or {}
+        sec.text.append(
+            f"{g.get('good_agents', 0):,} of {g['agents_judged']:,} judged agents good "
+            f"({100 * float(g.get('agents') or 0):.1f}%)"
+            + ("; the others missed " + ", ".join(f"{k} x{v:,}" for k, v in missed.items())
+               if missed else "") + ".")
     a = run.summary["overall"]["agents"]
     sec.tables.append((["", "p50", "p90", "p99", "mean", "count"], [
         [name, *(format_value(METRICS["makespan_p50"], a[k][q])

@@ -84,19 +84,31 @@ def test_one_run(three: list[Path], tmp_path: Path) -> None:
     assert gpus in md and gpus in html
 
 
-def test_a_simulated_run_s_report_says_its_gpus_are_what_it_models(tmp_path: Path) -> None:
+def test_a_simulated_run_s_report_states_gpus_warmth_and_agents(tmp_path: Path) -> None:
+    """The quickstart's report: its GPUs are what it models, TTFT and hit rate by cache
+    warmth as summary.json has them, and how many judged agents were good."""
     from agentbench.replay import run
     from agentbench.scenario.loading import load_scenario
     from tests.helpers import SCENARIOS
 
     sc = load_scenario(SCENARIOS / "quickstart.yaml")
-    sc.limits.max_requests = 10
     sc.output.dir = str(tmp_path)
     d = run(sc, progress=False).run_dir
     res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "rep" / "report.md").read_text()
+    html = (tmp_path / "rep" / "report.html").read_text()
     assert "count 4 GPUs: hardware.gpus, equal to what the simulated endpoints model" in md
+    s = json.loads((d / R.SUMMARY_FILE).read_text())
+    warm = s["by_warmth"]
+    assert {w["warmth"] for w in warm} == {"cold", "partly cached", "warm"}
+    for w in warm:
+        row = (f"| {w['warmth']} | {w['requests']:,} | {w['ttft_ms_p50']:,.1f} | "
+               f"{w['ttft_ms_p90']:,.1f} |")
+        assert row in md
+    g = s["overall"]["goodput"]
+    line = f"{g['good_agents']:,} of {g['agents_judged']:,} judged agents good"
+    assert g["agents_judged"] == 8 and line in md and line in html
 
 
 def test_strings_are_escaped(three: list[Path], tmp_path: Path) -> None:

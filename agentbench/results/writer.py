@@ -33,15 +33,16 @@ __all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
+#: numpy's dtype of an ``array.array``'s type code (the integer ones rows carry)
+_ARRAY_DTYPES = {"q": np.int64, "l": np.int64, "i": np.int32}
+
+
 def _as_numpy(value: Any) -> Any:
     """orjson's hook for an ``array.array`` of integers (a row's token events): the same
     JSON list, through numpy's fast path."""
     if isinstance(value, array):
         return np.frombuffer(value, dtype=_ARRAY_DTYPES[value.typecode])
     raise TypeError(f"cannot serialize {type(value).__name__}")
-
-
-_ARRAY_DTYPES = {"q": np.int64, "l": np.int64, "i": np.int32}
 
 
 def _batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
@@ -59,7 +60,7 @@ def _batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
         f = schema.field(i)
         vals = [r[f.name] for r in rows]
         item = f.type.value_type
-        dtype = np.int64 if item == pa.int64() else np.int32
+        dtype = item.to_pandas_dtype()
         lens = np.fromiter((0 if v is None else len(v) for v in vals), np.int32, len(vals))
         offsets = np.zeros(len(vals) + 1, dtype=np.int32)
         np.cumsum(lens, out=offsets[1:])

@@ -130,7 +130,7 @@ def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
         if r.on_steps is not None:
             if ends is None:
                 ends = _ends(run.times, a, upto, ns)
-            r.on_steps(r, ends)  # read, not kept: one list serves the batch
+            r.on_steps(r, ends)  # read, not kept: one sequence serves the batch
         elif r.on_progress is not None:
             r.on_progress(r)
 
@@ -151,11 +151,17 @@ def cut(inst: Instance, run: DecodeRun, t: float, ended_at_t: bool, ns: bool = F
     """End the run at time ``t``: commit the steps ended before ``t`` (and those ending at
     ``t`` with ``ended_at_t``), plan the step in progress as it was planned at its start;
     return its end (the driver commits it there, as any planned step)."""
-    times = run.times
-    m = (bisect.bisect_right(times, t, 1) if ended_at_t else bisect.bisect_left(times, t, 1))
-    m = min(m - 1, run.steps - 1)
+    m = ended_steps(run, t, ended_at_t)
     apply(inst, run, m, ns)
     return _plan(inst, run, m)
+
+
+def ended_steps(run: DecodeRun, t: float, ended_at_t: bool) -> int:
+    """The run's steps ended by ``t`` (those ending at ``t`` with ``ended_at_t``), short
+    of its last: the steps a cut at ``t`` commits."""
+    times = run.times
+    m = (bisect.bisect_right(times, t, 1) if ended_at_t else bisect.bisect_left(times, t, 1))
+    return min(m - 1, run.steps - 1)
 
 
 def last_step(inst: Instance, run: DecodeRun, ns: bool = False) -> float:

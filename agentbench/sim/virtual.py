@@ -13,7 +13,6 @@ Both advance an instance whose next steps are certain a decode run at a time
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import heapq
 import math
@@ -81,7 +80,7 @@ class TimerDriver:
             if type(inst) is not Instance or inst._dirty:
                 self.sync_one(i, t)
                 continue
-            m = min(bisect.bisect_right(run.times, t, 1) - 1, run.steps - 1)
+            m = decoderuns.ended_steps(run, t, True)  # what ``sync_one``'s cut commits
             tokens = len(inst.decoding) * (m - run.applied) if m > run.applied else 0
             inst.stats.generation_tokens += tokens
             added.append((inst, tokens))

@@ -77,20 +77,8 @@ def sample_collector(sample: Callable[[], list[tuple[str, dict[str, str], float]
                      endpoint: str) -> Callable[[int], Awaitable[Rows | None]]:
     """Rows of an in-process server that hands its samples over directly (the simulator in
     virtual time: no text to render or parse)."""
-    items: dict[int, tuple[dict[str, str], list[tuple[str, str]]]] = {}
-
-    def labels(lab: dict[str, str]) -> list[tuple[str, str]]:
-        # a server hands the same label dicts every time: their item lists are made once
-        # (rows only read them); the dict is kept with its list so its id stays its own
-        got = items.get(id(lab))
-        if got is None or got[0] is not lab:
-            if len(items) >= 8192:  # a server that makes new dicts each time
-                items.clear()
-            got = items[id(lab)] = (lab, list(lab.items()))
-        return got[1]
-
     async def collect(t: int) -> Rows | None:
-        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": labels(lab),
+        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": list(lab.items()),
                  "value": v} for name, lab, v in sample()]
 
     return collect

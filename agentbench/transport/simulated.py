@@ -26,7 +26,7 @@ from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.scrape import sample_collector
 from agentbench.transport.sse import StreamResult
 
-_ONES = array("i", [1]) * 4096  # one token per event
+_ONE = array("i", [1])  # one token per event
 
 
 class SimTransport:
@@ -123,7 +123,7 @@ class SimTransport:
             nonlocal seen
             n = len(ends_ns)
             ev_ns.extend(ends_ns)
-            ev_tok.extend(_ONES[:n] if n <= len(_ONES) else array("i", [1]) * n)
+            ev_tok.extend(_ONE * n)
             seen = r.generated
 
         req.on_progress = progress

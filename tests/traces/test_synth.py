@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from agentbench.cli import app
@@ -44,18 +45,68 @@ def test_profiles_shipped() -> None:
 
 
 def test_agentx_matches_published(agentx: tuple[TraceStats, dict[str, Any]]) -> None:
+    """The figures the fit in docs/traces.md says it meets, and the two it says it misses
+    under a 256K window (input median about 97K, potential hit about 95.5%, as the Weka
+    sample's own 91K and 95.1%) at their stated size, not the published ones."""
     st, pub = agentx
     assert st.roots == N
     assert near(st.turns_per_root["p50"], pub["turns_per_session_median"], 0.10), st.turns_per_root
-    assert near(st.input_tokens["p50"], pub["input_tokens_median"], 0.10), st.input_tokens
     assert near(st.output_tokens["p50"], pub["output_tokens_median"], 0.10), st.output_tokens
+    assert 90_000 <= st.input_tokens["p50"] <= 105_000, st.input_tokens
     assert st.potential_hit_rate is not None
-    assert st.potential_hit_rate > pub["potential_hit_rate_min"], st.potential_hit_rate
+    assert 0.95 <= st.potential_hit_rate < pub["potential_hit_rate_min"], st.potential_hit_rate
     assert st.roots_with_subagents_share is not None
     assert abs(st.roots_with_subagents_share - pub["sessions_with_subagents_share"]) <= 0.05
     assert near(st.subagents_per_root_with_subagents["p50"],
                 pub["subagents_per_session_with_subagents_median"], 0.10)
     assert st.spawns > 0 and st.forks == 0
+
+
+def test_agentx_stays_inside_its_window() -> None:
+    """No request's input plus output passes the 256K window (#29: the 1M-window profile made
+    30% of requests over 256K and HTTP 400s); contexts compact at the trigger, and a first
+    context above it starts from a summary."""
+    prof = load_profile("agentx")
+    assert prof.compaction is not None and prof.compaction.window_tokens is not None
+    window = int(prof.compaction.window_tokens.value)
+    trigger = float(prof.compaction.trigger_tokens.value)
+    assert window == 262_144
+    trace = synthesize(prof, 300, 3)
+    turns = [t for s in trace.sessions for t in s.turns]
+    assert max(t.input_tokens + t.output_tokens for t in turns) <= window
+    assert max(t.input_tokens for t in turns) <= trigger
+    # the window binds: some contexts come near the trigger, some sessions compact
+    assert max(t.input_tokens for t in turns) > 0.9 * trigger
+    assert any(b.input_tokens < a.input_tokens for s in trace.sessions
+               for a, b in zip(s.turns, s.turns[1:], strict=False))
+
+
+def test_window_cuts_outputs_and_resumes_compacted() -> None:
+    """With a window, an output is cut where input + output would pass it, and a first
+    context above the trigger starts as the kept prefix plus a summary (its own hash run)."""
+    prof = _variant("agentx", subagents=None,
+                    compaction__trigger_tokens__value=30_000,
+                    compaction__window_tokens__value=31_000,
+                    root__first_message_tokens={"kind": "constant", "value": 40_000,
+                                                "source": "test"},
+                    root__output_tokens={"kind": "constant", "value": 5_000, "source": "test"},
+                    compaction__summary_tokens={"kind": "constant", "value": 5_000,
+                                                "source": "test"})
+    trace = synthesize(prof, 20, 0)
+    for s in trace.sessions:
+        first = s.turns[0]
+        # resumed compacted: the system prefix (10,757-21,317) plus the 5,000 summary, not
+        # the prefix plus the 40,000 first message
+        assert 10_757 <= first.input_tokens - 5_000 <= 21_317, first.input_tokens
+        for t in s.turns:
+            assert t.input_tokens <= 30_000
+            assert t.input_tokens + t.output_tokens <= 31_000
+            assert t.output_tokens == min(5_000, 31_000 - t.input_tokens)
+
+
+def test_window_must_hold_the_trigger() -> None:
+    with pytest.raises(ValidationError, match="inside window_tokens"):
+        _variant("agentx", compaction__window_tokens__value=200_000)
 
 
 def test_codex_matches_published(codex: tuple[TraceStats, dict[str, Any]]) -> None:

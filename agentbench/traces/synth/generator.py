@@ -164,13 +164,18 @@ def _draw_session(shape: SessionShape, rng: np.random.Generator, n: int, start: 
     first = int(np.rint(shape.first_message_tokens.sample(rng, 1)[0]))
     outputs = np.rint(shape.output_tokens.sample(rng, n)).astype(np.int64)
     tools = np.rint(shape.tool_result_tokens.sample(rng, max(n - 1, 0))).astype(np.int64)
+    if shape.early is not None:
+        m = min(int(shape.early.turns.value), n - 1)
+        tools[:m] = np.rint(shape.early.tool_result_tokens.sample(rng, m))
     inputs = np.empty(n, dtype=np.int64)
     inputs[0] = start.tokens + first
     np.cumsum(outputs[:-1] + tools, out=inputs[1:])
     inputs[1:] += inputs[0]
     seg_of = np.zeros(n, dtype=np.int64)
     seg_base = [start]
-    if comp is not None and n > 1 and inputs.max() > float(comp.trigger_tokens.value):
+    if comp is not None and comp.window_tokens is not None:
+        seg_base = _in_window(comp, rng, inputs, outputs, tools, seg_of, start, keep)
+    elif comp is not None and n > 1 and inputs.max() > float(comp.trigger_tokens.value):
         trigger = float(comp.trigger_tokens.value)
         for k in range(1, n):
             nxt = inputs[k - 1] + outputs[k - 1] + tools[k - 1]
@@ -190,6 +195,33 @@ def _draw_session(shape: SessionShape, rng: np.random.Generator, n: int, start: 
         hash_ids.extend(buf[: blocks[k]] for k in idx)
     think, api = _times(shape, rng, n)
     return _Drawn(inputs, outputs, hash_ids, think, api)
+
+
+def _in_window(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
+               outputs: IntArray, tools: IntArray, seg_of: IntArray, start: _Prefix,
+               keep: _Prefix) -> list[_Prefix]:
+    """Lay out contexts inside ``comp.window_tokens`` (in place) and return each segment's
+    base: a first context above the trigger starts from the kept prefix plus a summary (a
+    resumed conversation, compacted), a later one that would pass it is compacted, and an
+    output is cut where input + output would pass the window."""
+    trigger = float(comp.trigger_tokens.value)
+    window = int(comp.window_tokens.value)  # type: ignore[union-attr]
+    bases = [start]
+    for k in range(len(inputs)):
+        nxt = int(inputs[0]) if k == 0 else int(inputs[k - 1] + outputs[k - 1] + tools[k - 1])
+        seg = 0 if k == 0 else int(seg_of[k - 1])
+        if nxt > trigger:
+            summary = int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
+            nxt = min(keep.tokens + summary, int(trigger))
+            if k == 0:
+                bases[0] = keep
+            else:
+                seg += 1
+                bases.append(keep)
+        inputs[k] = nxt
+        seg_of[k] = seg
+        outputs[k] = min(int(outputs[k]), window - nxt)
+    return bases
 
 
 def _times(shape: SessionShape, rng: np.random.Generator, n: int) -> tuple[FloatArray, FloatArray]:

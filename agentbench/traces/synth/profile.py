@@ -179,6 +179,20 @@ class SessionShape(Strict):
     output_tokens: Dist
     tool_result_tokens: Dist
     timing: Timing
+    early: EarlyGrowth | None = Field(
+        None, description="Other tool results for a session's first turns (an agent reads "
+        "the code it will work on before it edits).")
+
+
+class EarlyGrowth(Strict):
+    """New tokens per turn for turns 1..``turns`` of a session, instead of
+    ``tool_result_tokens``."""
+
+    turns: Value
+    tool_result_tokens: Dist
+
+
+SessionShape.model_rebuild()
 
 
 class Compaction(Strict):
@@ -187,6 +201,17 @@ class Compaction(Strict):
 
     trigger_tokens: Value
     summary_tokens: Dist
+    window_tokens: Value | None = Field(
+        None, description="The model's context window. When set, no request's input plus "
+        "output passes it: a first context above the trigger starts from a summary (a "
+        "resumed conversation, compacted), and an output is cut at the window's edge.")
+
+    @model_validator(mode="after")
+    def _trigger_inside_window(self) -> Compaction:
+        if self.window_tokens is not None and not (
+                0 < float(self.trigger_tokens.value) < float(self.window_tokens.value)):
+            raise ValueError("trigger_tokens must lie inside window_tokens")
+        return self
 
 
 class Children(Strict):

@@ -124,8 +124,8 @@ def test_a_run_on_a_fitted_preset_is_deterministic_and_follows_its_fit(tmp_path:
 
 def test_request_s_delays_each_request_by_that_much(tmp_path: Path) -> None:
     """A fitted preset's time outside the steps (HTTP, tokenizing) comes before the engine
-    sees the request: with one lane nothing else moves, so every first token is exactly
-    that much later."""
+    sees the request: with one lane of an agent without subagents (the codex profile)
+    nothing else moves, so every first token is exactly that much later."""
     text = TEXT.replace("value: 24576", "value: 4000000")
     plain, slow = tmp_path / "plain.yaml", tmp_path / "slow.yaml"
     plain.write_text(text)
@@ -134,7 +134,8 @@ def test_request_s_delays_each_request_by_that_much(tmp_path: Path) -> None:
                                  "  request_s: {value: 0.05, source: fitted}\n"))
     assert parse_preset(slow.read_text()).step_fit.request_s == 0.05  # type: ignore[union-attr]
     a, b = (pq.read_table(_virtual_run(tmp_path / "out", rid, str(p), agents=1,
-                                       max_context=8000, time_scale=0.0)
+                                       max_context=8000, time_scale=0.0,
+                                       profile="codex")
                           / "requests.parquet") for rid, p in (("a", plain), ("b", slow)))
     ttft = [[f - s for f, s in zip(t.column("first_token_ns").to_pylist(),
                                    t.column("sent_ns").to_pylist(), strict=True)]

@@ -210,13 +210,14 @@ def test_preset_references_in_a_scenario(tmp_path: Path) -> None:
 
 
 def _virtual_run(out: Path, rid: str, preset: str, agents: int = 2,
-                 max_context: int = 20000, time_scale: float = 0.1) -> Path:
+                 max_context: int = 20000, time_scale: float = 0.1,
+                 profile: str = "agentx") -> Path:
     """``agents`` synthetic agents, one lane each, on one simulated instance in virtual
     time (about a second)."""
     sc = Scenario.model_validate({
         "name": "preset-file", "seed": 0, "clock": "virtual",
         "endpoints": [{"kind": "simulated", "name": "sim", "preset": preset}],
-        "trace": {"kind": "synth", "profile": "agentx", "sessions": agents,
+        "trace": {"kind": "synth", "profile": profile, "sessions": agents,
                   "transform": {"max_context_tokens": max_context}},
         "load": {"kind": "lanes", "concurrency": agents},
         "timing": {"time_scale": time_scale},

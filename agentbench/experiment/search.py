@@ -70,31 +70,9 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
     ``goal`` goodput (``requests`` or ``agents``) at or above ``target``."""
     from agentbench.experiment.run import run_variant
 
-    if not any(v is not None for v in scenario.slos.model_dump().values()):
-        raise InputError("set slos (e.g. ttft_ms) to search for the load that meets them",
-                         field="slos")
-    if goal not in ("requests", "agents"):
-        raise InputError("must be requests or agents", field="--goal")
-    if not 0 < target <= 1:
-        raise InputError("must be in (0, 1]", field="--target")
-    if scenario.variants:
-        raise InputError("search one variant at a time: remove variants, or --set the "
-                         "variant's keys", field="variants")
+    lo, hi = _search_range(scenario, lo, hi, goal, target)
     kind = scenario.load.kind
     lanes = kind == "lanes"
-    flag = "--lanes" if lanes else "--rate"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise InputError(f"the range must be finite numbers, got {lo:g}:{hi:g}", field=flag)
-    if lanes:
-        lo, hi = float(math.ceil(lo)), float(math.floor(hi))
-    if not 0 < lo <= hi:
-        raise InputError(f"the range must be 0 < low <= high, got {lo:g}:{hi:g}", field=flag)
-    from agentbench.scenario.model import MAX_LANES
-
-    if lanes and hi > MAX_LANES:
-        raise InputError(f"at most {MAX_LANES:,} lanes, got {hi:g}", field=flag)
-    if kind == "rate" and scenario.load.arrival == "trace":
-        raise InputError("an arrival: trace load has no rate to search", field="load")
     out = SearchResult(kind=kind, goal=goal, target=target)
     done: dict[float, Probe] = {}
 
@@ -163,6 +141,38 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
         out.notes.append(f"stopped after {len(out.probes)} probes (--max-probes): the answer "
                          f"lies between {out.best:g} and {out.best_failing:g}")
     return _checked(out)
+
+
+def _search_range(scenario: Any, lo: float, hi: float, goal: str, target: float
+                  ) -> tuple[float, float]:
+    """The checked range to search (lanes rounded inwards to whole lanes); one-line
+    ``InputError`` for a scenario or a range a search cannot use."""
+    if not any(v is not None for v in scenario.slos.model_dump().values()):
+        raise InputError("set slos (e.g. ttft_ms) to search for the load that meets them",
+                         field="slos")
+    if goal not in ("requests", "agents"):
+        raise InputError("must be requests or agents", field="--goal")
+    if not 0 < target <= 1:
+        raise InputError("must be in (0, 1]", field="--target")
+    if scenario.variants:
+        raise InputError("search one variant at a time: remove variants, or --set the "
+                         "variant's keys", field="variants")
+    kind = scenario.load.kind
+    lanes = kind == "lanes"
+    flag = "--lanes" if lanes else "--rate"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise InputError(f"the range must be finite numbers, got {lo:g}:{hi:g}", field=flag)
+    if lanes:
+        lo, hi = float(math.ceil(lo)), float(math.floor(hi))
+    if not 0 < lo <= hi:
+        raise InputError(f"the range must be 0 < low <= high, got {lo:g}:{hi:g}", field=flag)
+    from agentbench.scenario.model import MAX_LANES
+
+    if lanes and hi > MAX_LANES:
+        raise InputError(f"at most {MAX_LANES:,} lanes, got {hi:g}", field=flag)
+    if kind == "rate" and scenario.load.arrival == "trace":
+        raise InputError("an arrival: trace load has no rate to search", field="load")
+    return lo, hi
 
 
 def _checked(out: SearchResult) -> SearchResult:

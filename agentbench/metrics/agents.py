@@ -61,6 +61,43 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     ``roots_expected``: the run died without writing the rows of the trees in progress
     (run.json ``killed``/``crashed``), so a tree without a root row is ``cut``, never
     ``completed``."""
+    trees = _tree_totals(d, good, slos)
+    if trees.empty:
+        return _empty_trees()
+    f = d.time_factor
+    span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S * f
+    trees["makespan_s"] = np.where(np.isfinite(span), span, np.nan)  # never sent: unknown
+    trees["llm_wait_s"] = np.nan
+    trees["slowdown"] = np.nan
+    trees["completed"] = (trees["failed"] == 0) & (not roots_expected)
+    root_status = pd.Series([None] * len(trees), dtype=object)
+    roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
+                     .to_numpy(dtype=bool)] if not sessions.empty else sessions
+    if not roots.empty:
+        trees = _with_roots(trees, roots, f)
+        root_status = trees["status"].astype(object)
+    failed = (trees["errors"] > 0).to_numpy() | (root_status == R.ERROR).to_numpy()
+    trees["outcome"] = np.where(failed, "failed", np.where(trees["completed"].to_numpy(),
+                                                           "completed", "cut"))
+    share = slos.get("agent_good_share")
+    trees["good_share"] = trees["good"] / trees["requests"].where(trees["requests"] > 0)
+    enough = (trees["good"] == trees["requests"]) if share is None else \
+        (trees["good_share"] >= share - 1e-12)
+    met = trees["completed"] & enough
+    slow = pd.Series(False, index=trees.index)
+    if "agent_makespan_s" in slos:
+        slow = ~(trees["makespan_s"] <= slos["agent_makespan_s"])
+        met &= ~slow
+    trees["met_slos"] = met
+    trees["missed"] = _missed(trees, enough, slow)
+    return trees.drop(columns=["first_sent", "last_end"])
+
+
+def _tree_totals(d: Derived, good: npt.NDArray[np.bool_], slos: dict[str, float]
+                 ) -> pd.DataFrame:
+    """Per tree with a measured request: its endpoint (of its first request), request,
+    failure, error, cancellation, good and SLO-miss counts, median TTFT, token totals, and
+    first send and last end (ns)."""
     m = d.measured
     n = len(d.tree_keys)
     code = d.tree_code[m]
@@ -103,52 +140,30 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     trees["expected_input_tokens"] = total(d.expected_input[m])
     trees["first_sent"] = first_sent
     trees["last_end"] = last_end
-    trees = trees[present].reset_index(drop=True)
-    if trees.empty:
-        return _empty_trees()
-    f = d.time_factor
-    span = (trees["last_end"] - trees["first_sent"]).to_numpy(dtype=np.float64) / NS_PER_S * f
-    trees["makespan_s"] = np.where(np.isfinite(span), span, np.nan)  # never sent: unknown
-    trees["llm_wait_s"] = np.nan
-    trees["slowdown"] = np.nan
-    trees["completed"] = (trees["failed"] == 0) & (not roots_expected)
-    root_status = pd.Series([None] * len(trees), dtype=object)
-    roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
-                     .to_numpy(dtype=bool)] if not sessions.empty else sessions
-    if not roots.empty:
-        s = roots[["stage", "tree_id", "makespan_ns", "llm_wait_ns", "recorded_llm_ns",
-                   "status", "endpoint", "lane"]].rename(columns={"endpoint": "root_endpoint"})
-        trees = trees.merge(s, on=["stage", "tree_id"], how="left")
-        mk = trees["makespan_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S * f
-        trees["makespan_s"] = np.where(np.isnan(mk), trees["makespan_s"], mk)
-        trees["llm_wait_s"] = trees["llm_wait_ns"].to_numpy(dtype=np.float64,
-                                                            na_value=np.nan) / NS_PER_S * f
-        # the agent's LLM time against the trace's own for the same requests (>1: slower)
-        rec = trees["recorded_llm_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S
-        with np.errstate(divide="ignore", invalid="ignore"):
-            trees["slowdown"] = np.where(rec > 0, trees["llm_wait_s"].to_numpy() / rec, np.nan)
-        root_status = trees["status"].astype(object)
-        has_root = trees["status"].notna().to_numpy()
-        trees["completed"] = np.where(has_root, (trees["status"] == R.OK).to_numpy(),
-                                      trees["completed"].to_numpy()) & (trees["failed"] == 0)
-        trees["endpoint"] = trees["root_endpoint"].fillna(trees["endpoint"])
-        trees = trees.drop(columns=["makespan_ns", "llm_wait_ns", "recorded_llm_ns",
-                                    "root_endpoint"])
-    failed = (trees["errors"] > 0).to_numpy() | (root_status == R.ERROR).to_numpy()
-    trees["outcome"] = np.where(failed, "failed", np.where(trees["completed"].to_numpy(),
-                                                           "completed", "cut"))
-    share = slos.get("agent_good_share")
-    trees["good_share"] = trees["good"] / trees["requests"].where(trees["requests"] > 0)
-    enough = (trees["good"] == trees["requests"]) if share is None else \
-        (trees["good_share"] >= share - 1e-12)
-    met = trees["completed"] & enough
-    slow = pd.Series(False, index=trees.index)
-    if "agent_makespan_s" in slos:
-        slow = ~(trees["makespan_s"] <= slos["agent_makespan_s"])
-        met &= ~slow
-    trees["met_slos"] = met
-    trees["missed"] = _missed(trees, enough, slow)
-    return trees.drop(columns=["first_sent", "last_end"])
+    return trees[present].reset_index(drop=True)
+
+
+def _with_roots(trees: pd.DataFrame, roots: pd.DataFrame, f: float) -> pd.DataFrame:
+    """``trees`` joined with their roots' sessions rows: makespan, LLM wait and slowdown
+    from the replay's critical path, completion from the root's ``status``, the root's
+    endpoint and lane."""
+    s = roots[["stage", "tree_id", "makespan_ns", "llm_wait_ns", "recorded_llm_ns",
+               "status", "endpoint", "lane"]].rename(columns={"endpoint": "root_endpoint"})
+    trees = trees.merge(s, on=["stage", "tree_id"], how="left")
+    mk = trees["makespan_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S * f
+    trees["makespan_s"] = np.where(np.isnan(mk), trees["makespan_s"], mk)
+    trees["llm_wait_s"] = trees["llm_wait_ns"].to_numpy(dtype=np.float64,
+                                                        na_value=np.nan) / NS_PER_S * f
+    # the agent's LLM time against the trace's own for the same requests (>1: slower)
+    rec = trees["recorded_llm_ns"].to_numpy(dtype=np.float64, na_value=np.nan) / NS_PER_S
+    with np.errstate(divide="ignore", invalid="ignore"):
+        trees["slowdown"] = np.where(rec > 0, trees["llm_wait_s"].to_numpy() / rec, np.nan)
+    has_root = trees["status"].notna().to_numpy()
+    trees["completed"] = np.where(has_root, (trees["status"] == R.OK).to_numpy(),
+                                  trees["completed"].to_numpy()) & (trees["failed"] == 0)
+    trees["endpoint"] = trees["root_endpoint"].fillna(trees["endpoint"])
+    return trees.drop(columns=["makespan_ns", "llm_wait_ns", "recorded_llm_ns",
+                               "root_endpoint"])
 
 
 def _missed(trees: pd.DataFrame, enough: pd.Series, slow: pd.Series) -> list[str | None]:

@@ -131,12 +131,7 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
     potential = cache.potential_hit_rate(d.potential[m], d.expected_input[m])
     prom = cache.prometheus_hit_rate(series, windows, endpoint) if windows else \
         {"value": None}
-    n_trees = len(trees)
-    outcome = trees["outcome"].to_numpy(dtype=object) if n_trees else np.zeros(0, object)
-    completed = int((outcome == "completed").sum())
-    failed_trees = int((outcome == "failed").sum())
-    done = trees[(outcome == "completed")] if n_trees else trees
-    judged = completed + failed_trees  # trees cut by the run's bound are not judged
+    agents = _agents(trees)
     result: dict[str, Any] = {
         "requests": _counts(d, m),
         "window_s": window_s,
@@ -153,33 +148,8 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
                      "achieved_over_potential": cache.achieved_over_potential(
                          d.cached_tokens[m], d.prompt_tokens[m], d.potential[m],
                          d.expected_input[m])},
-        "agents": {
-            "trees": n_trees, "completed": completed, "failed": failed_trees,
-            "cut": n_trees - judged,  # stopped by the run's own bound (not the server's fault)
-            # makespan and LLM wait of completed trees: a cut tree's are not an agent's
-            "makespan_s": dist(done["makespan_s"].to_numpy(dtype=np.float64)),
-            "llm_wait_s": dist(done["llm_wait_s"].to_numpy(dtype=np.float64)),
-            # LLM wait over the trace's recorded LLM time of the same requests
-            "slowdown": dist(done["slowdown"].to_numpy(dtype=np.float64)),
-            "llm_wait_share": ratio(float(np.nansum(done["llm_wait_s"])),
-                                    float(done["makespan_s"][done["llm_wait_s"].notna()]
-                                          .sum())) if len(done) else None,
-        },
-        "goodput": {
-            "slos": settings.slos,
-            # over the requests that ended (cancelled ones were stopped by the run)
-            "requests": ratio(float((m & good).sum()),
-                              float((m & (d.df["status"].to_numpy(dtype=object)
-                                          != R.CANCELLED)).sum())),
-            "good_requests": int((m & good).sum()),
-            "good_requests_per_s": ratio(float((m & good).sum()), window_s),
-            # over completed + failed trees; those cut by the run's bound are left out
-            "agents": ratio(float(trees["met_slos"].sum()), judged) if judged else None,
-            "good_agents": int(trees["met_slos"].sum()) if n_trees else 0,
-            "agents_judged": judged,
-            # judged agents that missed, per reason (the request SLO broke, failed, slow)
-            "agents_missed_by": missed_by(trees),
-        },
+        "agents": agents,
+        "goodput": _goodput(d, m, good, trees, agents, window_s, settings),
         "cost": cost_block(
             gpu_hour_usd=settings.gpu_hour_usd, gpus=gpus, window_s=window_s,
             agent_fractions=trees["agent_fraction"].to_numpy(dtype=np.float64),
@@ -194,6 +164,51 @@ def block(d: Derived, m: Mask, windows: list[Window], trees: pd.DataFrame,
     if where is not None:
         result["time_breakdown"] = where
     return result
+
+
+def _agents(trees: pd.DataFrame) -> dict[str, Any]:
+    """The summary's ``agents`` block: trees by outcome, and the makespan, LLM wait and
+    slowdown of completed ones (a cut tree's are not an agent's)."""
+    n_trees = len(trees)
+    outcome = trees["outcome"].to_numpy(dtype=object) if n_trees else np.zeros(0, object)
+    completed = int((outcome == "completed").sum())
+    failed_trees = int((outcome == "failed").sum())
+    done = trees[(outcome == "completed")] if n_trees else trees
+    judged = completed + failed_trees  # trees cut by the run's bound are not judged
+    return {
+        "trees": n_trees, "completed": completed, "failed": failed_trees,
+        "cut": n_trees - judged,  # stopped by the run's own bound (not the server's fault)
+        # makespan and LLM wait of completed trees: a cut tree's are not an agent's
+        "makespan_s": dist(done["makespan_s"].to_numpy(dtype=np.float64)),
+        "llm_wait_s": dist(done["llm_wait_s"].to_numpy(dtype=np.float64)),
+        # LLM wait over the trace's recorded LLM time of the same requests
+        "slowdown": dist(done["slowdown"].to_numpy(dtype=np.float64)),
+        "llm_wait_share": ratio(float(np.nansum(done["llm_wait_s"])),
+                                float(done["makespan_s"][done["llm_wait_s"].notna()]
+                                      .sum())) if len(done) else None,
+    }
+
+
+def _goodput(d: Derived, m: Mask, good: Mask, trees: pd.DataFrame, agents: dict[str, Any],
+             window_s: float, settings: Settings) -> dict[str, Any]:
+    """The summary's ``goodput`` block: good requests over those that ended, good agents
+    over the judged (completed or failed) trees, and why the others missed."""
+    judged = agents["completed"] + agents["failed"]
+    return {
+        "slos": settings.slos,
+        # over the requests that ended (cancelled ones were stopped by the run)
+        "requests": ratio(float((m & good).sum()),
+                          float((m & (d.df["status"].to_numpy(dtype=object)
+                                      != R.CANCELLED)).sum())),
+        "good_requests": int((m & good).sum()),
+        "good_requests_per_s": ratio(float((m & good).sum()), window_s),
+        # over completed + failed trees; those cut by the run's bound are left out
+        "agents": ratio(float(trees["met_slos"].sum()), judged) if judged else None,
+        "good_agents": int(trees["met_slos"].sum()) if agents["trees"] else 0,
+        "agents_judged": judged,
+        # judged agents that missed, per reason (the request SLO broke, failed, slow)
+        "agents_missed_by": missed_by(trees),
+    }
 
 
 def time_breakdown(df: pd.DataFrame, okm: Mask) -> dict[str, Any] | None:

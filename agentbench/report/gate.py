@@ -172,7 +172,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
 
     Refuses (``InputError``) runs whose fingerprints differ in a field not in ``allow``
     (``agentbench.scenario.fingerprint.check_comparable``)."""
-    from agentbench.metrics.bootstrap import bootstrappable, paired_replicates, tree_data
+    from agentbench.metrics.bootstrap import tree_data
     from agentbench.metrics.derive import derive
     from agentbench.metrics.run import load
     from agentbench.results.timebase import VIRTUAL
@@ -200,63 +200,72 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
             rec = r.records
             tds.append(tree_data(rec, derive(rec.requests, rec.events)))
     for i, rule in enumerate(rules):
-        m = METRICS[rule.metric]
-        point = not bootstrappable(rule.metric)
-        c = m.value(runs[1].summary["overall"])
-        got = [m.value(b.summary["overall"]) for b in bases]
-        values = [float(v) for v in got if v is not None]
-        b = float(np.mean(values)) if None not in got else None
-        if b is None or c is None or (rule.kind == "rel" and b == 0):
-            out.results.append(RuleResult(rule, b, c, None, None, "n/a",
-                                          "value missing in a run", point=point))
-            continue
-        change = float(_change(rule, b, c))
-        warning = ""
-        detectable: float | None
-        if out.exact:
-            # deterministic runs: an identical re-run differs by exactly 0, so the change
-            # itself is the bound (the last bit of a float is not a regression)
-            bound, detectable = change, 0.0
-            note = "virtual time: compared exactly"
-            status = "FAIL" if change > rule.threshold + 1e-12 else "pass"
-        elif len(values) > 1:
-            detectable = run_level(rule, values, opts.confidence)
-            bound = change - detectable
-            note = f"{len(values)} baseline runs: the run is the unit"
-            status = "FAIL" if bound > rule.threshold else "pass"
-            point = False
-            if status == "pass" and rule.threshold < detectable:
-                warning = (f"threshold {_fmt_thr(rule)} is below the detectable change "
-                           f"{_fmt_abs(rule, detectable)} across {len(values)} baseline "
-                           "runs: a change near the threshold is not caught (more baseline "
-                           "runs narrow it)")
-        elif point:
-            bound, detectable, note = change, None, "point values: no per-tree resampling"
-            status = "FAIL" if bound > rule.threshold else "pass"
-        else:
-            rb, rc, paired = paired_replicates(tds[0], tds[1], rule.metric, opts.resamples,
-                                               opts.seed + i)
-            reg = _change(rule, rb, rc)
-            reg = reg[np.isfinite(reg)]
-            if reg.size:
-                lo = float(np.quantile(reg, 1 - opts.confidence))
-                hi = float(np.quantile(reg, opts.confidence))
-                bound, detectable = lo, (hi - lo) / 2
-            else:
-                bound, detectable = change, None
-            note = (f"{opts.resamples} resamples of {paired} paired trees" if paired else
-                    f"{opts.resamples} resamples over trees (no tree in both runs: unpaired)")
-            status = "FAIL" if bound > rule.threshold else "pass"
-            # only a pass can hide a regression below the detectable change; a caught one
-            # needs no such caveat (it once read "below the detectable ±666%" on every
-            # rule of a real regression)
-            if status == "pass" and detectable is not None and rule.threshold < detectable:
-                warning = (f"threshold {_fmt_thr(rule)} is below the detectable change "
-                           f"{_fmt_abs(rule, detectable)} at this run size: a change near "
-                           "the threshold is not caught (more trees narrow it)")
-        out.results.append(RuleResult(rule, b, c, change, bound, status, note,
-                                      detectable=detectable, point=point, warning=warning))
+        out.results.append(_rule_result(rule, i, bases, runs[1], out.exact, tds, opts))
     return out
+
+
+def _rule_result(rule: Rule, i: int, bases: list[Any], cand: Any, exact: bool,
+                 tds: list[Any], opts: GateOptions) -> RuleResult:
+    """One rule of ``evaluate``: the candidate's change against the baselines' mean and
+    the bound it is judged by (exact in virtual time; across baseline runs; a point value;
+    else a paired bootstrap over trees, ``tds``, seeded by the rule's place ``i``)."""
+    from agentbench.metrics.bootstrap import bootstrappable, paired_replicates
+
+    m = METRICS[rule.metric]
+    point = not bootstrappable(rule.metric)
+    c = m.value(cand.summary["overall"])
+    got = [m.value(b.summary["overall"]) for b in bases]
+    values = [float(v) for v in got if v is not None]
+    b = float(np.mean(values)) if None not in got else None
+    if b is None or c is None or (rule.kind == "rel" and b == 0):
+        return RuleResult(rule, b, c, None, None, "n/a", "value missing in a run",
+                          point=point)
+    change = float(_change(rule, b, c))
+    warning = ""
+    detectable: float | None
+    if exact:
+        # deterministic runs: an identical re-run differs by exactly 0, so the change
+        # itself is the bound (the last bit of a float is not a regression)
+        bound, detectable = change, 0.0
+        note = "virtual time: compared exactly"
+        status = "FAIL" if change > rule.threshold + 1e-12 else "pass"
+    elif len(values) > 1:
+        detectable = run_level(rule, values, opts.confidence)
+        bound = change - detectable
+        note = f"{len(values)} baseline runs: the run is the unit"
+        status = "FAIL" if bound > rule.threshold else "pass"
+        point = False
+        if status == "pass" and rule.threshold < detectable:
+            warning = (f"threshold {_fmt_thr(rule)} is below the detectable change "
+                       f"{_fmt_abs(rule, detectable)} across {len(values)} baseline "
+                       "runs: a change near the threshold is not caught (more baseline "
+                       "runs narrow it)")
+    elif point:
+        bound, detectable, note = change, None, "point values: no per-tree resampling"
+        status = "FAIL" if bound > rule.threshold else "pass"
+    else:
+        rb, rc, paired = paired_replicates(tds[0], tds[1], rule.metric, opts.resamples,
+                                           opts.seed + i)
+        reg = _change(rule, rb, rc)
+        reg = reg[np.isfinite(reg)]
+        if reg.size:
+            lo = float(np.quantile(reg, 1 - opts.confidence))
+            hi = float(np.quantile(reg, opts.confidence))
+            bound, detectable = lo, (hi - lo) / 2
+        else:
+            bound, detectable = change, None
+        note = (f"{opts.resamples} resamples of {paired} paired trees" if paired else
+                f"{opts.resamples} resamples over trees (no tree in both runs: unpaired)")
+        status = "FAIL" if bound > rule.threshold else "pass"
+        # only a pass can hide a regression below the detectable change; a caught one
+        # needs no such caveat (it once read "below the detectable ±666%" on every
+        # rule of a real regression)
+        if status == "pass" and detectable is not None and rule.threshold < detectable:
+            warning = (f"threshold {_fmt_thr(rule)} is below the detectable change "
+                       f"{_fmt_abs(rule, detectable)} at this run size: a change near "
+                       "the threshold is not caught (more trees narrow it)")
+    return RuleResult(rule, b, c, change, bound, status, note, detectable=detectable,
+                      point=point, warning=warning)
 
 
 def run_level(rule: Rule, values: list[float], confidence: float) -> float:

@@ -45,16 +45,27 @@ def test_profiles_shipped() -> None:
 
 
 def test_agentx_matches_published(agentx: tuple[TraceStats, dict[str, Any]]) -> None:
-    """The figures the fit in docs/traces.md says it meets, and the two it says it misses
-    under a 256K window (input median about 97K, potential hit about 95.5%, as the Weka
-    sample's own 91K and 95.1%) at their stated size, not the published ones."""
+    """The figures the fit in docs/traces.md says it meets (the published medians and the
+    dataset card's counts), and the two it says it misses under a 256K window at their
+    stated size (input median about 93K, potential hit about 94.6%), not the published."""
     st, pub = agentx
     assert st.roots == N
     assert near(st.turns_per_root["p50"], pub["turns_per_session_median"], 0.10), st.turns_per_root
     assert near(st.output_tokens["p50"], pub["output_tokens_median"], 0.10), st.output_tokens
-    assert 90_000 <= st.input_tokens["p50"] <= 105_000, st.input_tokens
+    # the card's counts: root requests per root, subagents per root with any, requests per
+    # subagent, and so the subagents' share of requests (39,822 of 68,266)
+    assert near(st.turns_per_root["mean"], pub["root_requests"] / pub["roots"], 0.10)
+    assert near(st.subagents_per_root_with_subagents["mean"],
+                pub["subagent_groups"] / (pub["roots"] * pub["sessions_with_subagents_share"]),
+                0.20), st.subagents_per_root_with_subagents
+    sub_requests = st.requests - st.roots * st.turns_per_root["mean"]
+    assert near(sub_requests / st.spawns, pub["subagent_requests"] / pub["subagent_groups"],
+                0.10)
+    card_share = pub["subagent_requests"] / (pub["subagent_requests"] + pub["root_requests"])
+    assert abs(sub_requests / st.requests - card_share) <= 0.05
+    assert 85_000 <= st.input_tokens["p50"] <= 105_000, st.input_tokens
     assert st.potential_hit_rate is not None
-    assert 0.95 <= st.potential_hit_rate < pub["potential_hit_rate_min"], st.potential_hit_rate
+    assert 0.93 <= st.potential_hit_rate < pub["potential_hit_rate_min"], st.potential_hit_rate
     assert st.roots_with_subagents_share is not None
     assert abs(st.roots_with_subagents_share - pub["sessions_with_subagents_share"]) <= 0.05
     assert near(st.subagents_per_root_with_subagents["p50"],

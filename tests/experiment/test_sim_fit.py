@@ -49,7 +49,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     truth = tmp / "truth.yaml"
     truth.write_text(TRUE)
     return {"truth": truth,
-            "fit": _run(tmp / "r", "fit", truth, sessions=2, lanes=2, seed=0),
+            # three agents: batches varied enough to tell the decode term from the
+            # attention term (two agents of the 256K agentx profile leave them 15% apart)
+            "fit": _run(tmp / "r", "fit", truth, sessions=3, lanes=3, seed=0),
             "held": _run(tmp / "r", "held", truth, sessions=4, lanes=4, seed=7)}
 
 

@@ -122,6 +122,21 @@ def test_window_cuts_outputs_and_resumes_compacted() -> None:
 def test_window_must_hold_the_trigger() -> None:
     with pytest.raises(ValidationError, match="inside window_tokens"):
         _variant("agentx", compaction__window_tokens__value=200_000)
+    with pytest.raises(ValidationError, match="inside window_tokens"):
+        _variant("agentx", compaction__window_tokens__value=float("nan"))
+    for bad in (-1, 2.5, "ten", True):
+        with pytest.raises(ValidationError, match="early turns must be a whole number"):
+            _variant("agentx", root__early__turns__value=bad)
+
+
+def test_a_bad_profile_file_is_one_line(tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parents[2] / "agentbench" / "traces" / "synth" /
+            "profiles" / "agentx.yaml").read_text().replace("value: 256000", "value: 1000")
+    bad = tmp_path / "p.yaml"
+    bad.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_profile(bad)
+    assert "\n" not in e.value.one_line() and "inside window_tokens" in e.value.one_line()
 
 
 def test_codex_matches_published(codex: tuple[TraceStats, dict[str, Any]]) -> None:

@@ -191,6 +191,13 @@ class EarlyGrowth(Strict):
     turns: Value
     tool_result_tokens: Dist
 
+    @model_validator(mode="after")
+    def _whole_turns(self) -> EarlyGrowth:
+        v = self.turns.value
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"early turns must be a whole number >= 0, got {v!r}")
+        return self
+
 
 SessionShape.model_rebuild()
 

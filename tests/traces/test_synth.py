@@ -25,7 +25,10 @@ N = 500  # sessions per profile for the fidelity checks (the issue's figure)
 def agentx() -> tuple[TraceStats, dict[str, Any]]:
     trace = synthesize("agentx", N, 0)
     trace.validate()
-    return trace_stats(trace), published_targets(load_profile("agentx"))
+    pub = dict(published_targets(load_profile("agentx")))
+    inputs = np.array([t.input_tokens for s in trace.sessions for t in s.turns])
+    pub["synth_share_above_170368_input"] = float((inputs > 170_368).mean())
+    return trace_stats(trace), pub
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,8 @@ def test_agentx_matches_published(agentx: tuple[TraceStats, dict[str, Any]]) -> 
     assert near(st.input_tokens["mean"], pub["file_input_tokens"] / pub["file_requests"], 0.05)
     assert near(st.output_tokens["mean"], pub["file_output_tokens"] / pub["file_requests"],
                 0.20)
+    assert abs(pub["synth_share_above_170368_input"] - pub["file_share_above_170368_input"]
+               ) <= 0.04, pub["synth_share_above_170368_input"]
     assert 85_000 <= st.input_tokens["p50"] <= 105_000, st.input_tokens
     assert st.potential_hit_rate is not None
     assert 0.93 <= st.potential_hit_rate < pub["potential_hit_rate_min"], st.potential_hit_rate

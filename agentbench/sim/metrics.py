@@ -38,21 +38,30 @@ def _lab(model: str, index: int, key: str = "", value: str = "") -> dict[str, st
     return out
 
 
-#: gauges and counters: (name, type, help, values of one instance as (extra labels, value))
-def _families(model: str, instances: Sequence[Instance]) -> list[
-        tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
-    fams: list[tuple[str, str, str, list[tuple[dict[str, str], float]]]] = []
+#: one series: its labels and what reads its value now
+Series = tuple[dict[str, str], Callable[[], float]]
+#: a metric family: (name, type, help, its series)
+Family = tuple[str, str, str, list[Series]]
+
+
+def _families(model: str, instances: Sequence[Instance]) -> list[Family]:
+    """Every gauge and counter family of ``instances``, each series with a reader of its
+    value (called when sampled: which series exist is fixed by the instances, their tiers
+    and roles; only the values move)."""
+    fams: list[Family] = []
+    part = functools.partial
 
     def fam(name: str, kind: str, help_: str, per: Callable[[Instance], float]) -> None:
-        fams.append((name, kind, help_, [(_lab(model, i.index), per(i)) for i in instances]))
+        fams.append((name, kind, help_, [(_lab(model, i.index), part(per, i))
+                                         for i in instances]))
 
     fam("vllm:num_requests_running", "gauge", "Requests in model execution batches.",
-        lambda i: len(i.running))
+        _running)
     fam("vllm:num_requests_waiting", "gauge", "Requests waiting to be processed.",
-        lambda i: len(i.waiting))
+        _waiting)
     fam("vllm:kv_cache_usage_perc", "gauge",
         "KV-cache usage. 1 means 100 percent usage (blocks held by running requests).",
-        lambda i: i.kv_usage())
+        _kv_usage)
     for name, help_, attr in (
             ("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
              "prompt_tokens"),
@@ -63,13 +72,13 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
             ("vllm:prefix_cache_hits_total",
              "Prefix cache hits, in terms of number of cached tokens (all tiers).",
              "prefix_hits")):
-        fam(name, "counter", help_, functools.partial(_stat, attr=attr))
-    rows: list[tuple[dict[str, str], float]] = []
+        fam(name, "counter", help_, part(_stat, attr=attr))
+    rows: list[Series] = []
     for i in instances:
-        for tier, v in (("gpu", i.stats.hits_gpu), ("cpu", i.stats.hits_cpu),
-                        *((("nvme", i.stats.hits_nvme),) if "nvme" in _tiers(i) else ()),
-                        ("shared", i.stats.hits_shared)):
-            rows.append((_lab(model, i.index, "tier", tier), v))
+        for tier, attr in (("gpu", "hits_gpu"), ("cpu", "hits_cpu"),
+                           *((("nvme", "hits_nvme"),) if "nvme" in _tiers(i) else ()),
+                           ("shared", "hits_shared")):
+            rows.append((_lab(model, i.index, "tier", tier), part(_raw, i, attr)))
     fams.append(("agentbench_sim_prefix_cache_hits_by_tier_total", "counter",
                  "Cached prompt tokens by where they were found (gpu, cpu, nvme, shared).",
                  rows))
@@ -78,11 +87,11 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
     for i in instances:
         for reason in ("length", "stop"):
             rows.append((_lab(model, i.index, "finished_reason", reason),
-                         i.stats.finished[reason]))
+                         part(_finished, i, reason)))
     fams.append(("vllm:request_success_total", "counter",
                  "Count of successfully processed requests.", rows))
     fam("agentbench_sim_cache_evictions_total", "counter", "GPU KV blocks evicted (LRU).",
-        lambda i: i.gpu.evictions)
+        _evictions)
     decode = [i for i in instances if i.role == "decode"]
     for name, help_, attr in (
             ("agentbench_sim_kv_transfer_tokens_total",
@@ -93,9 +102,36 @@ def _families(model: str, instances: Sequence[Instance]) -> list[
              "P/D: seconds requests waited for their KV to reach this decode instance.",
              "kv_in_wait_s")) if decode else ():
         fams.append((name, "counter", help_, [
-            (_lab(model, i.index, "role", "decode"), float(getattr(i.stats, attr)))
-            for i in decode]))
+            (_lab(model, i.index, "role", "decode"), part(_stat, i, attr)) for i in decode]))
     return fams
+
+
+def _running(inst: Instance) -> float:
+    return len(inst.running)
+
+
+def _waiting(inst: Instance) -> float:
+    return len(inst.waiting)
+
+
+def _kv_usage(inst: Instance) -> float:
+    return inst.kv_usage()
+
+
+def _evictions(inst: Instance) -> float:
+    return inst.gpu.evictions
+
+
+def _raw(inst: Instance, attr: str) -> float:
+    return getattr(inst.stats, attr)
+
+
+def _finished(inst: Instance, reason: str) -> float:
+    return inst.stats.finished[reason]
+
+
+def _tier_stat(inst: Instance, attr: str, tier: str) -> float:
+    return float(getattr(inst.stats, attr)[tier])
 
 
 def _tiers(inst: Instance) -> tuple[str, ...]:
@@ -104,8 +140,7 @@ def _tiers(inst: Instance) -> tuple[str, ...]:
                  if c is not None)
 
 
-def _tier_families(model: str, instances: Sequence[Instance]) -> list[
-        tuple[str, str, str, list[tuple[dict[str, str], float]]]]:
+def _tier_families(model: str, instances: Sequence[Instance]) -> list[Family]:
     """Per tier an instance has: seconds spent loading from it, tokens written to it
     (none for an instance with no tier behind its GPU cache)."""
     out = []
@@ -114,8 +149,9 @@ def _tier_families(model: str, instances: Sequence[Instance]) -> list[
              "Seconds spent loading cached KV from each tier into the GPU.", "load_s"),
             ("agentbench_sim_tier_stored_tokens_total",
              "Tokens written through to each tier (new blocks only).", "stored")):
-        rows = [(_lab(model, i.index, "tier", t), float(getattr(i.stats, attr)[t]))
-                for i in instances for t in _tiers(i)]
+        rows: list[Series] = [(_lab(model, i.index, "tier", t),
+                               functools.partial(_tier_stat, i, attr, t))
+                              for i in instances for t in _tiers(i)]
         if rows:
             out.append((name, "counter", help_, rows))
     return out
@@ -129,8 +165,25 @@ def samples(model: str, instances: Sequence[Instance]) -> list[tuple[str, dict[s
                                                                     float]]:
     """The gauge and counter samples of ``render`` as (name, labels, value), without text:
     what the in-process transport records in virtual time (histograms left out)."""
-    return [(name, labels, float(v)) for name, _, _, rows in _families(model, instances)
-            for labels, v in rows]
+    return [(name, labels, float(read())) for name, _, _, rows in _families(model, instances)
+            for labels, read in rows]
+
+
+class SampleRows:
+    """``samples`` of fixed instances as server-metrics rows (``time_ns``, ``endpoint``,
+    ``name``, ``labels`` as (key, value) pairs, ``value``), the series laid out once: a
+    virtual-time run samples every few simulated seconds, and building the families each
+    time was a third of a small what-if's CPU. A row's ``labels`` list is shared by the
+    rows of its series (read, never modified, by the writer)."""
+
+    def __init__(self, model: str, instances: Sequence[Instance]) -> None:
+        self._series = [(name, list(labels.items()), read)
+                        for name, _, _, rows in _families(model, instances)
+                        for labels, read in rows]
+
+    def rows(self, t: int, endpoint: str) -> list[dict[str, object]]:
+        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": labels,
+                 "value": float(read())} for name, labels, read in self._series]
 
 
 def _labels(model: str, inst: Instance) -> str:
@@ -143,9 +196,9 @@ def render(model: str, instances: Sequence[Instance]) -> str:
     for name, kind, help_, rows in _families(model, instances):
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} {kind}")
-        for labels, v in rows:
+        for labels, read in rows:
             lab = ",".join(f'{k}="{x}"' for k, x in labels.items())
-            out.append(f"{name}{{{lab}}} {v!r}")
+            out.append(f"{name}{{{lab}}} {read()!r}")
     labs = [_labels(model, i) for i in instances]
     out.append("# HELP vllm:time_to_first_token_seconds Histogram of time to first token in "
                "seconds.")

@@ -72,13 +72,3 @@ def http_collector(http: aiohttp.ClientSession, url: str, endpoint: str
 
     return collect
 
-
-def sample_collector(sample: Callable[[], list[tuple[str, dict[str, str], float]]],
-                     endpoint: str) -> Callable[[int], Awaitable[Rows | None]]:
-    """Rows of an in-process server that hands its samples over directly (the simulator in
-    virtual time: no text to render or parse)."""
-    async def collect(t: int) -> Rows | None:
-        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": list(lab.items()),
-                 "value": v} for name, lab, v in sample()]
-
-    return collect

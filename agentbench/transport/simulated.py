@@ -19,11 +19,10 @@ from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
-from agentbench.sim.metrics import samples
+from agentbench.sim.metrics import SampleRows
 from agentbench.sim.timeline import breakdown
 from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.base import Collector, Flavor
-from agentbench.transport.scrape import sample_collector
 from agentbench.transport.sse import StreamResult
 
 _ONE = array("i", [1])  # one token per event
@@ -67,7 +66,16 @@ class SimTransport:
                              int(self.block_size))
 
     def collector(self) -> Collector:
-        return sample_collector(self.metrics_samples, self.label)
+        """The server-metrics rows of each sample, read from the cluster directly (its
+        series laid out once: ``SampleRows``)."""
+        plan = SampleRows(self.cfg.model, self.cluster.instances)
+        label, driver, cluster = self.label, self.driver, self.cluster
+
+        async def collect(t: int) -> list[dict[str, Any]]:
+            with driver.sampled(cluster.now()):
+                return plan.rows(t, label)
+
+        return collect
 
     async def stream_rate(self, cache: Any) -> float | None:
         return None  # no sockets to read
@@ -77,11 +85,6 @@ class SimTransport:
 
     def opened(self) -> dict[str, Any]:
         return {"label": self.label, "in_process": True}
-
-    def metrics_samples(self) -> list[tuple[str, dict[str, str], float]]:
-        """The gauges and counters the HTTP simulator serves on /metrics, as samples."""
-        with self.driver.sampled(self.cluster.now()):
-            return samples(self.cfg.model, self.cluster.instances)
 
     async def send(self, rec: RequestRecord, prompt: SimPrompt, max_tokens: int,
                    session: str, t0_ns: int = 0) -> None:

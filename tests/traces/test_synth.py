@@ -17,6 +17,7 @@ from agentbench.traces.readers import native
 from agentbench.traces.stats import TraceStats, trace_stats
 from agentbench.traces.synth import Profile, load_profile, profile_names, synthesize
 from agentbench.traces.synth.profile import published_targets
+from tests.helpers import ROOT
 
 N = 500  # sessions per profile for the fidelity checks (the figure)
 
@@ -135,8 +136,8 @@ def test_window_must_hold_the_trigger() -> None:
 
 
 def test_a_bad_profile_file_is_one_line(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parents[2] / "agentbench" / "traces" / "synth" /
-            "profiles" / "agentx.yaml").read_text().replace("value: 256000", "value: 1000")
+    text = (ROOT / "agentbench" / "traces" / "synth" / "profiles" / "agentx.yaml"
+            ).read_text().replace("value: 256000", "value: 1000")
     bad = tmp_path / "p.yaml"
     bad.write_text(text)
     with pytest.raises(InputError) as e:

@@ -173,19 +173,9 @@ def _draw_session(shape: SessionShape, rng: np.random.Generator, n: int, start: 
     inputs[1:] += inputs[0]
     seg_of = np.zeros(n, dtype=np.int64)
     seg_base = [start]
-    if comp is not None and comp.window_tokens is not None:
-        seg_base = _in_window(comp, rng, inputs, outputs, tools, seg_of, start, keep)
-    elif comp is not None and n > 1 and inputs.max() > float(comp.trigger_tokens.value):
-        trigger = float(comp.trigger_tokens.value)
-        for k in range(1, n):
-            nxt = inputs[k - 1] + outputs[k - 1] + tools[k - 1]
-            seg = seg_of[k - 1]
-            if nxt > trigger:
-                nxt = keep.tokens + int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
-                seg += 1
-                seg_base.append(keep)
-            inputs[k] = nxt
-            seg_of[k] = seg
+    if comp is not None and (comp.window_tokens is not None or (
+            n > 1 and inputs.max() > float(comp.trigger_tokens.value))):
+        seg_base = _compacted(comp, rng, inputs, outputs, tools, seg_of, start, keep)
     hash_ids: list[HashIds] = []
     blocks = inputs // bs
     for seg, base in enumerate(seg_base):
@@ -197,22 +187,28 @@ def _draw_session(shape: SessionShape, rng: np.random.Generator, n: int, start: 
     return _Drawn(inputs, outputs, hash_ids, think, api)
 
 
-def _in_window(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
+def _compacted(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
                outputs: IntArray, tools: IntArray, seg_of: IntArray, start: _Prefix,
                keep: _Prefix) -> list[_Prefix]:
-    """Lay out contexts inside ``comp.window_tokens`` (in place) and return each segment's
-    base: a first context above the trigger starts from the kept prefix plus a summary (a
-    resumed conversation, compacted), a later one that would pass it is compacted, and an
-    output is cut where input + output would pass the window."""
+    """Lay out contexts with compaction (in place) and return each segment's base: a later
+    context that would pass the trigger becomes the kept prefix plus a summary. With
+    ``comp.window_tokens`` also: a first context above the trigger starts so (a resumed
+    conversation, compacted), a compacted context stays under the trigger, and an output
+    is cut where input + output would pass the window."""
     trigger = float(comp.trigger_tokens.value)
-    window = int(comp.window_tokens.value)  # type: ignore[union-attr]
+    window = None if comp.window_tokens is None else int(comp.window_tokens.value)
     bases = [start]
     for k in range(len(inputs)):
-        nxt = int(inputs[0]) if k == 0 else int(inputs[k - 1] + outputs[k - 1] + tools[k - 1])
-        seg = 0 if k == 0 else int(seg_of[k - 1])
+        if k == 0:
+            if window is None:
+                continue
+            nxt, seg = int(inputs[0]), 0
+        else:
+            nxt, seg = int(inputs[k - 1] + outputs[k - 1] + tools[k - 1]), int(seg_of[k - 1])
         if nxt > trigger:
-            summary = int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
-            nxt = min(keep.tokens + summary, int(trigger))
+            nxt = keep.tokens + int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
+            if window is not None:
+                nxt = min(nxt, int(trigger))
             if k == 0:
                 bases[0] = keep
             else:
@@ -220,7 +216,8 @@ def _in_window(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
                 bases.append(keep)
         inputs[k] = nxt
         seg_of[k] = seg
-        outputs[k] = min(int(outputs[k]), window - nxt)
+        if window is not None:
+            outputs[k] = min(int(outputs[k]), window - nxt)
     return bases
 
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-Rows = list[dict[str, Any]]
+from agentbench.transport.base import Rows
 
 
 async def scrape_loop(collect: Callable[[int], Awaitable[Rows | None]], interval_s: float,

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from agentbench.errors import ResultsWriteError
 from agentbench.results import schema as records
+from agentbench.results.samples import SampleBlock, blocks_batch
 from agentbench.results.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
 
 __all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
@@ -83,7 +84,9 @@ class _Spool:
     def __init__(self, path: Path, schema: pa.Schema) -> None:
         self.path = path
         self.schema = schema
-        self.rows: list[dict[str, Any]] = []
+        #: rows not yet spooled, in order: lists of row dicts and sample blocks
+        self.parts: list[list[dict[str, Any]] | SampleBlock] = []
+        self.pending = 0  # rows in ``parts``
         self._fd: int | None = None
         self._size = 0
         self.written = 0
@@ -98,34 +101,50 @@ class _Spool:
         line: the row's place in the spool, so recovery takes only what the spool lacks).
         A journal the disk refuses makes the buffered rows go to the spool at once (which
         decides the failure)."""
-        first = self.written + len(self.rows)
-        self.rows.extend(rows)
+        first = self.written + self.pending
+        if self.parts and isinstance(self.parts[-1], list):
+            self.parts[-1].extend(rows)
+        else:
+            self.parts.append(list(rows))
+        self.pending += len(rows)
+        self._journal_lines(first, len(rows), lambda: b"".join(
+            b"%d %s\n" % (first + i, orjson.dumps(
+                row, default=_as_numpy, option=orjson.OPT_SERIALIZE_NUMPY))
+            for i, row in enumerate(rows)))
+
+    def add_block(self, block: SampleBlock) -> None:
+        """``add`` for the rows of a server-metrics sample kept as columns."""
+        first = self.written + self.pending
+        self.parts.append(block)
+        self.pending += len(block)
+        self._journal_lines(first, len(block), lambda: block.journal(first))
+
+    def _journal_lines(self, first: int, n: int, lines: Callable[[], bytes]) -> None:
         try:
             if self._journal is None:
                 self._journal = os.open(self.journal_path,
                                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
                                         0o644)
-            data = b"".join(b"%d %s\n" % (first + i, orjson.dumps(
-                row, default=_as_numpy, option=orjson.OPT_SERIALIZE_NUMPY))
-                for i, row in enumerate(rows))
+            data = lines()
             if os.write(self._journal, data) != len(data):
                 raise OSError(errno.ENOSPC, "short write")
-            self.journaled = first + len(rows)
+            self.journaled = first + n
         except OSError:
             self.flush()
 
     def flush(self) -> None:
         """Write the buffered rows; raise ResultsWriteError (once) when the disk refuses
         them. After a failure rows are dropped (counted in ``lost``)."""
-        if not self.rows or self.failed is not None:
+        if not self.pending or self.failed is not None:
             return
-        batch = _batch(self.rows, self.schema)
-        self.rows = []
+        batches = self._batches()
+        self.parts, self.pending = [], 0
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 self._write(self.schema.serialize())
-            self._put(batch)
+            for batch in batches:
+                self._put(batch)
         except OSError as e:
             self.failed = ResultsWriteError(str(self.path), e.strerror or str(e))
         if self._journal is not None and self.failed is None:
@@ -133,6 +152,30 @@ class _Spool:
                 os.ftruncate(self._journal, 0)  # every journaled row is in the spool now
         if self.failed is not None:
             raise self.failed
+
+    def _batches(self) -> list[pa.RecordBatch]:
+        """The buffered rows as record batches, in order: one per run of row dicts, one
+        per run of sample blocks (how a file's rows fall into batches leaves its parquet
+        file unchanged)."""
+        out: list[pa.RecordBatch] = []
+        rows: list[dict[str, Any]] = []
+        blocks: list[SampleBlock] = []
+        for part in self.parts:
+            if isinstance(part, SampleBlock):
+                if rows:
+                    out.append(_batch(rows, self.schema))
+                    rows = []
+                blocks.append(part)
+            else:
+                if blocks:
+                    out.append(blocks_batch(blocks, self.schema))
+                    blocks = []
+                rows.extend(part)
+        if rows:
+            out.append(_batch(rows, self.schema))
+        if blocks:
+            out.append(blocks_batch(blocks, self.schema))
+        return out
 
     def _put(self, batch: pa.RecordBatch) -> None:
         try:
@@ -228,19 +271,28 @@ class ResultsWriter:
     def add_session(self, row: dict[str, Any]) -> None:
         self._add(records.SESSIONS_FILE, row)
 
-    def add_server_samples(self, rows: list[dict[str, Any]]) -> None:
-        """One scrape's samples: journaled in one write, spooled by the flush loop."""
-        if rows:
-            self._add(records.SERVER_METRICS_FILE, *rows, batch=False)
+    def add_server_samples(self, rows: list[dict[str, Any]] | SampleBlock) -> None:
+        """One scrape's samples (rows, or a simulator's sample as columns): journaled in
+        one write, spooled by the flush loop."""
+        if len(rows):
+            self._add(records.SERVER_METRICS_FILE, rows, batch=False)
 
-    def _add(self, name: str, *rows: dict[str, Any], batch: bool = True) -> None:
+    def _add(self, name: str, rows: list[dict[str, Any]] | SampleBlock | dict[str, Any],
+             batch: bool = True) -> None:
+        """Journal ``rows`` (one row, a list of rows or a sample block) in ``name``'s spool;
+        spool the buffered rows at ``flush_rows`` (``batch``) or every ``flush_every_s``."""
         spool = self._spools[name]
         if spool.failed is not None:
-            self.lost += len(rows)
+            self.lost += 1 if isinstance(rows, dict) else len(rows)
             return
         try:
-            spool.add(*rows)
-            if batch and len(spool.rows) >= self.flush_rows:
+            if isinstance(rows, SampleBlock):
+                spool.add_block(rows)
+            elif isinstance(rows, dict):
+                spool.add(rows)
+            else:
+                spool.add(*rows)
+            if batch and spool.pending >= self.flush_rows:
                 spool.flush()
         except ResultsWriteError as e:
             self._failed(e)

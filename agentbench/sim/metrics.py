@@ -185,6 +185,19 @@ class SampleRows:
         return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": labels,
                  "value": float(read())} for name, labels, read in self._series]
 
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self._series]
+
+    @property
+    def labels(self) -> list[list[tuple[str, str]]]:
+        return [labels for _, labels, _ in self._series]
+
+    def values(self) -> list[float]:
+        """Every series' value now, in the order of ``names`` (``rows`` without the
+        rows)."""
+        return [float(read()) for _, _, read in self._series]
+
 
 def _labels(model: str, inst: Instance) -> str:
     return f'model_name="{model}",instance="{inst.index}"'

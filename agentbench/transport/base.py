@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from agentbench.results.samples import SampleBlock
 from agentbench.results.schema import RequestRecord
 from agentbench.traces.model import Turn
 
-#: server-metrics rows of one collection at a run time (None: the endpoint has none)
-Rows = list[dict[str, Any]]
+#: server-metrics rows of one collection at a run time, as rows or (the in-process
+#: simulator's) as a block of columns (None: the endpoint has none)
+Rows = list[dict[str, Any]] | SampleBlock
 Collector = Callable[[int], Awaitable[Rows | None]]
 #: what makes two transports build the same prompts: (api, template tokens, block size)
 Flavor = tuple[str, int, int | None]

@@ -16,6 +16,7 @@ from typing import Any
 from agentbench.prompts.layout import MESSAGE_APIS, chat_overhead
 from agentbench.prompts.segments import SegmentPrompt, SimPrompt
 from agentbench.results import schema as records
+from agentbench.results.samples import SampleBlock, SeriesLayout
 from agentbench.results.schema import RequestRecord
 from agentbench.sim.cluster import Cluster, SimRejected
 from agentbench.sim.engine import SimRequest
@@ -69,11 +70,12 @@ class SimTransport:
         """The server-metrics rows of each sample, read from the cluster directly (its
         series laid out once: ``SampleRows``)."""
         plan = SampleRows(self.cfg.model, self.cluster.instances)
+        layout = SeriesLayout(plan.names, plan.labels)
         label, driver, cluster = self.label, self.driver, self.cluster
 
-        async def collect(t: int) -> list[dict[str, Any]]:
+        async def collect(t: int) -> SampleBlock:
             with driver.sampled(cluster.now()):
-                return plan.rows(t, label)
+                return SampleBlock(layout, t, label, plan.values())
 
         return collect
 

@@ -65,3 +65,14 @@ def test_render_keeps_integer_gauges_as_integers() -> None:
     text = render("m", cl.instances)
     assert 'vllm:num_requests_running{model_name="m",instance="0"} 0\n' in text
     assert 'vllm:kv_cache_usage_perc{model_name="m",instance="0"} 0.0\n' in text
+
+
+def test_values_names_and_labels_are_the_rows_columns() -> None:
+    cl = test_disagg._cluster(link={"bandwidth_gbps": 200, "latency_s": 0.0005})
+    plan = SampleRows("m", cl.instances)
+    test_disagg._turns(cl, [100, 200])
+    rows = plan.rows(7, "ep")
+    assert plan.values() == [r["value"] for r in rows]
+    assert plan.names == [r["name"] for r in rows]
+    assert plan.labels == [r["labels"] for r in rows]
+    assert any(v > 0 for v in plan.values())

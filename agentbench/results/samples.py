@@ -1,0 +1,112 @@
+"""Server-metrics samples of a fixed set of series, kept as columns
+(docs/architecture.md#results-on-disk).
+
+A virtual-time run samples the simulator every few simulated seconds, and each sample is the
+same series (name and labels) with new values: 60 series an instance, 18,000 rows in the
+quickstart. As dicts, each row was built, journaled by ``orjson`` and converted by Arrow one
+at a time, a fifth to a quarter of a small what-if's CPU. A :class:`SampleBlock` is one
+sample as its time, its endpoint and a list of values over a :class:`SeriesLayout` made
+once per run; the writer journals it from templates made once per series, and spools it
+as columns. The rows it stands for are exactly ``SampleBlock.rows()``, and the journal
+lines are the ones ``orjson`` would write for them (the same ``<seq> <json>`` lines
+``agentbench.results.spool.journal_rows`` reads back), so recovery is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+Labels = list[tuple[str, str]]
+
+
+class SeriesLayout:
+    """The series of every sample of one source: names and labels, in a fixed order."""
+
+    def __init__(self, names: Sequence[str], labels: Sequence[Labels]) -> None:
+        if len(names) != len(labels):
+            raise ValueError("one labels list per series name")
+        self.names = list(names)
+        self.labels = list(labels)
+        self._heads: dict[str, list[bytes]] = {}
+        self._columns: tuple[pa.Array, pa.Array] | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def heads(self, endpoint: str) -> list[bytes]:
+        """Each series' journal line up to its time: ``{"endpoint":..,"name":..,"labels":..,
+        "time_ns":`` (made once per endpoint)."""
+        got = self._heads.get(endpoint)
+        if got is None:
+            got = self._heads[endpoint] = [
+                orjson.dumps({"endpoint": endpoint, "name": n, "labels": lab})[:-1]
+                + b',"time_ns":' for n, lab in zip(self.names, self.labels, strict=True)]
+        return got
+
+    def columns(self, schema: pa.Schema) -> tuple[pa.Array, pa.Array]:
+        """The ``name`` and ``labels`` columns of one sample, as Arrow arrays (made once)."""
+        if self._columns is None:
+            self._columns = (pa.array(self.names, type=schema.field("name").type),
+                             pa.array(self.labels, type=schema.field("labels").type))
+        return self._columns
+
+
+class SampleBlock:
+    """One sample: ``values[i]`` is series ``i`` of ``layout`` at ``time_ns``."""
+
+    __slots__ = ("endpoint", "layout", "time_ns", "values")
+
+    def __init__(self, layout: SeriesLayout, time_ns: int, endpoint: str,
+                 values: list[float]) -> None:
+        if len(values) != len(layout):
+            raise ValueError(f"{len(values)} values for {len(layout)} series")
+        self.layout = layout
+        self.time_ns = time_ns
+        self.endpoint = endpoint
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows this block stands for (``server_metrics.parquet``'s schema)."""
+        t, ep, lay = self.time_ns, self.endpoint, self.layout
+        return [{"time_ns": t, "endpoint": ep, "name": n, "labels": lab, "value": v}
+                for n, lab, v in zip(lay.names, lay.labels, self.values, strict=True)]
+
+    def journal(self, first: int) -> bytes:
+        """The journal lines of the rows, numbered from ``first``: what ``orjson`` makes of
+        each row (one ``orjson`` call for all the values: a float's text has no comma)."""
+        if not self.values:
+            return b""
+        vals = orjson.dumps(self.values)[1:-1].split(b",")
+        head = b"%d," % self.time_ns
+        return b"".join(b"%d %s%s\"value\":%s}\n" % (first + i, h, head, v)
+                        for i, (h, v) in enumerate(zip(self.layout.heads(self.endpoint), vals,
+                                                       strict=True)))
+
+
+def blocks_batch(blocks: Sequence[SampleBlock], schema: pa.Schema) -> pa.RecordBatch:
+    """The rows of ``blocks`` as one record batch of ``schema`` (server metrics): the
+    same values ``pa.RecordBatch.from_pylist`` gives for ``rows()``, built as columns."""
+    counts = np.fromiter((len(b) for b in blocks), np.int64, len(blocks))
+    times = np.repeat(np.fromiter((b.time_ns for b in blocks), np.int64, len(blocks)), counts)
+    endpoints = pa.array([b.endpoint for b in blocks], type=pa.string())
+    names, labels = [], []
+    for b in blocks:
+        name, lab = b.layout.columns(schema)
+        names.append(name)
+        labels.append(lab)
+    values = [v for b in blocks for v in b.values]
+    cols = {"time_ns": pa.array(times, type=schema.field("time_ns").type),
+            "endpoint": endpoints.take(pa.array(np.repeat(np.arange(len(blocks)), counts))),
+            "name": pa.concat_arrays(names) if names else pa.array([], pa.string()),
+            "labels": pa.concat_arrays(labels) if labels else
+            pa.array([], schema.field("labels").type),
+            "value": pa.array(values, type=schema.field("value").type)}
+    return pa.RecordBatch.from_arrays([cols[n] for n in schema.names], schema=schema)

@@ -1,0 +1,124 @@
+"""Server-metrics samples kept as columns (``agentbench.results.samples``): the journal lines
+and the spooled rows of a ``SampleBlock`` are exactly those of its rows written one by one,
+whatever the names, labels and values, and a killed run gets them back from the journal."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentbench.results import schema as records
+from agentbench.results.samples import SampleBlock, SeriesLayout, blocks_batch
+from agentbench.results.spool import journal_rows
+from agentbench.results.writer import ResultsWriter, recover
+
+SCHEMA = records.SERVER_METRICS_SCHEMA
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_labels = st.lists(st.tuples(_text, _text), max_size=3)
+_value = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**53, 2**53).map(float)
+
+
+@st.composite
+def _blocks(draw: st.DrawFn) -> list[SampleBlock]:
+    n = draw(st.integers(0, 6))
+    layout = SeriesLayout(draw(st.lists(_text, min_size=n, max_size=n)),
+                          draw(st.lists(_labels, min_size=n, max_size=n)))
+    return [SampleBlock(layout, draw(st.integers(0, 2**62)), draw(_text),
+                        draw(st.lists(_value, min_size=n, max_size=n)))
+            for _ in range(draw(st.integers(1, 4)))]
+
+
+def _same(a: object, b: object) -> bool:
+    """Equality that takes NaN as equal to NaN."""
+    return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == \
+        orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_blocks(), st.integers(0, 10**6))
+def test_journal_lines_are_orjsons_lines_of_the_rows(blocks: list[SampleBlock],
+                                                     first: int) -> None:
+    for b in blocks:
+        got = b.journal(first).splitlines()
+        want = [b"%d %s" % (first + i, orjson.dumps(r)) for i, r in enumerate(b.rows())]
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            gs, _, gt = g.partition(b" ")
+            ws, _, wt = w.partition(b" ")
+            assert gs == ws and _same(orjson.loads(gt), orjson.loads(wt))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_blocks())
+def test_columns_are_what_arrow_makes_of_the_rows(blocks: list[SampleBlock]) -> None:
+    rows = [r for b in blocks for r in b.rows()]
+    got = blocks_batch(blocks, SCHEMA)
+    want = pa.RecordBatch.from_pylist(rows, schema=SCHEMA)
+    assert got.schema == want.schema and got.num_rows == want.num_rows
+    assert _same(got.to_pylist(), want.to_pylist())
+
+
+def _layout() -> SeriesLayout:
+    return SeriesLayout(["vllm:num_requests_running", 'odd "name"\n'],
+                        [[("model_name", "m"), ("instance", "0")], [("k", "é\\")]])
+
+
+def test_rows_and_blocks_mixed_make_the_file_rows_make(tmp_path: Path) -> None:
+    lay = _layout()
+    blocks = [SampleBlock(lay, 10 * i, "sim", [float(i), math.nan if i == 2 else -i * 0.1])
+              for i in range(4)]
+    extra = [{"time_ns": 5, "endpoint": "http", "name": "x", "labels": None, "value": 1.5}]
+    mixed, plain = tmp_path / "mixed", tmp_path / "plain"
+    for d in (mixed, plain):
+        d.mkdir()
+    w = ResultsWriter(mixed)
+    w.add_server_samples(blocks[0])
+    w.add_server_samples(blocks[1])
+    w.add_server_samples(extra)
+    w.flush()  # one spool batch of blocks and one of rows so far
+    w.add_server_samples(blocks[2])
+    w.add_server_samples(blocks[3])
+    w.close()
+    w = ResultsWriter(plain)
+    for rows in (blocks[0].rows(), blocks[1].rows(), extra, blocks[2].rows(),
+                 blocks[3].rows()):
+        w.add_server_samples(rows)
+    w.close()
+    a = (mixed / records.SERVER_METRICS_FILE).read_bytes()
+    assert a == (plain / records.SERVER_METRICS_FILE).read_bytes()
+    got = pq.read_table(mixed / records.SERVER_METRICS_FILE).to_pylist()
+    assert [r["time_ns"] for r in got] == [0, 0, 10, 10, 5, 20, 20, 30, 30]
+    assert got[1]["labels"] == [("k", "é\\")] and got[1]["name"] == 'odd "name"\n'
+    assert math.isnan(got[6]["value"])
+
+
+def test_a_killed_run_gets_its_blocks_back_from_the_journal(tmp_path: Path) -> None:
+    lay = _layout()
+    w = ResultsWriter(tmp_path)
+    w.add_server_samples(SampleBlock(lay, 1, "sim", [1.0, 2.0]))
+    w.flush()  # these two rows reach the spool
+    w.add_server_samples(SampleBlock(lay, 2, "sim", [3.0, 4.0]))
+    w.add_server_samples([{"time_ns": 3, "endpoint": "sim", "name": "y", "labels": [],
+                           "value": 5.0}])
+    # no close(): killed with three rows only in the journal
+    journal = tmp_path / (records.SERVER_METRICS_FILE + ".journal.jsonl")
+    assert len(journal_rows(journal, 2, SCHEMA)[0]) == 3
+    assert records.SERVER_METRICS_FILE in recover(tmp_path)
+    t = pq.read_table(tmp_path / records.SERVER_METRICS_FILE).to_pylist()
+    assert [(r["time_ns"], r["value"]) for r in t] == [(1, 1.0), (1, 2.0), (2, 3.0),
+                                                       (2, 4.0), (3, 5.0)]
+    assert t[2]["labels"] == [("model_name", "m"), ("instance", "0")]
+
+
+def test_a_block_must_fit_its_layout() -> None:
+    with pytest.raises(ValueError, match="3 values for 2 series"):
+        SampleBlock(_layout(), 0, "sim", [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="one labels list per series"):
+        SeriesLayout(["a"], [])

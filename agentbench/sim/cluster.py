@@ -147,12 +147,12 @@ class Cluster:
         """``make_request`` for a prompt of ``n`` tokens given by its full-block hashes
         (the in-process transport, which never makes text)."""
         self._next_id += 1
-        seed = hashes[-1] if hashes else n
-        natural = 1 + int(random.Random(seed).expovariate(
-            1.0 / max(1, self.preset.natural_output_tokens)))
         if ignore_eos and max_tokens is not None:
             out = max_tokens
-        else:
+        else:  # the length it would choose: seeded by the prompt (a Random is ~2 us)
+            seed = hashes[-1] if hashes else n
+            natural = 1 + int(random.Random(seed).expovariate(
+                1.0 / max(1, self.preset.natural_output_tokens)))
             out = max(min_tokens, natural)
             if max_tokens is not None:
                 out = min(out, max_tokens)

@@ -43,13 +43,17 @@ _C1, _C2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 def _mix(x: U64) -> U64:
     """``splitmix64`` of a uint64 array, as a new array (array arithmetic wraps without a
-    warning, so no ``errstate`` is needed; in place after the first step)."""
+    warning, so no ``errstate`` is needed; in place after the first step, the shifts
+    into one scratch array)."""
     z = x + _GOLD
-    z ^= z >> _S30
+    t = z >> _S30
+    z ^= t
     z *= _C1
-    z ^= z >> _S27
+    np.right_shift(z, _S27, out=t)
+    z ^= t
     z *= _C2
-    z ^= z >> _S31
+    np.right_shift(z, _S31, out=t)
+    z ^= t
     return z
 
 
@@ -139,18 +143,23 @@ class SegmentPrompt:
         self._head_n = np.array(head_n, dtype=np.int64)
         self._tail_i = [_END_I, _PRIMER_I] if chat else []
         self._tail_n = [1, 1] if chat else []
+        self._head_tokens = int(self._head_n.sum())
+        self._bs = 0  # the previous turn's block size, and its whole blocks kept
+        self._keep = 0
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
         ids, bs = turn.hash_ids, turn.block_size
         n_full = min(len(ids), turn.input_tokens // bs)
         have = len(self._ids)
         # the previous turn's whole blocks lead this one's (one memcmp)
-        if not (have <= n_full and ids[:have].tobytes() == self._ids.tobytes()):
+        if not (have <= n_full and bs == self._bs and ids.dtype == self._ids.dtype
+                and ids[:have].tobytes() == self._ids.tobytes()):
             have = 0
             self._whole = np.zeros(0, dtype=np.uint64)
+            self._keep = 0
         if n_full > have:
             self._whole = np.concatenate([self._whole, _ident(self.salt, ids[have:n_full])])
-        self._ids = ids[:n_full]
+        self._ids, self._bs = ids[:n_full], bs
         keep, segs = tail_layout(turn, self.session_id, next_turn, n_full,
                                  self.overhead + self.shared_prefix)
         rest_i = _seg_idents(self.salt, segs) + self._tail_i
@@ -159,39 +168,57 @@ class SegmentPrompt:
                                  np.array(rest_i, dtype=np.uint64)])
         lens = np.concatenate([self._head_n, np.full(keep, bs, dtype=np.int64),
                                np.array(rest_n, dtype=np.int64)])
-        return SimPrompt(int(self._head_n.sum()) + keep * bs + sum(rest_n),
-                         self._hashes(idents, lens))
+        # segments known equal to the previous prompt's: the head and the whole blocks both
+        # kept (``_whole`` only grew since); ``_hashes`` looks past them one at a time
+        same = self._head_i.size + min(keep, self._keep)
+        self._keep = keep
+        return SimPrompt(self._head_tokens + keep * bs + sum(rest_n),
+                         self._hashes(idents, lens, same))
 
-    def _hashes(self, idents: U64, lens: npt.NDArray[np.int64]) -> list[int]:
+    def _hashes(self, idents: U64, lens: npt.NDArray[np.int64], same: int) -> list[int]:
         """Hashes of every full engine block; blocks inside the token prefix shared with the
         previous prompt are taken from it, and so is the chain of segments before the
-        first one that differs."""
+        first one that differs (``same``: segments known to be the previous prompt's)."""
         bsz = self.block_size
-        ends = np.cumsum(lens)
-        n_tok = int(ends[-1]) if ends.size else 0
+        ends = lens.cumsum()  # the method: numpy's function wrapper costs a microsecond
+        n_seg = idents.size
+        n_tok = int(ends[-1]) if n_seg else 0
         n_blocks = n_tok // bsz
-        # the token prefix shared with the previous prompt
+        # the token prefix shared with the previous prompt: segments 0..d-1 are equal
         pi, pl = self._prev_idents, self._prev_lens
-        m = min(pi.size, idents.size)
-        diff = np.flatnonzero((pi[:m] != idents[:m]) | (pl[:m] != lens[:m]))
-        d = int(diff[0]) if diff.size else m
+        m = min(pi.size, n_seg)
+        d = min(same, m)
+        for _ in range(_FEW):  # a few more one at a time, then the rest at once
+            if d == m or pi[d] != idents[d] or pl[d] != lens[d]:
+                break
+            d += 1
+        else:
+            diff = np.flatnonzero((pi[d:m] != idents[d:m]) | (pl[d:m] != lens[d:m]))
+            d = d + int(diff[0]) if diff.size else m
         common = int(ends[d - 1]) if d else 0
         if d < m and pi[d] == idents[d]:
             common += int(min(pl[d], lens[d]))
         keep = min(common // bsz, n_blocks, len(self._prev_hashes))
         out = self._prev_hashes[:keep]
-        # the chain up to segment d is the previous prompt's (same segments, same places)
-        w = WEIGHTS.get(idents.size)
-        mixed = _mix(idents[d:]) * w[d:]
-        chain = np.empty(idents.size + 1, dtype=np.uint64)
-        chain[:d + 1] = self._chain[:d + 1]
-        np.cumsum(mixed, dtype=np.uint64, out=chain[d + 1:])
-        chain[d + 1:] += chain[d]
+        w = WEIGHTS.get(n_seg)
+        # one splitmix pass over the changed segments and the new blocks' inner values
         if n_blocks > keep:
             last = np.arange(keep * bsz + bsz - 1, n_blocks * bsz, bsz, dtype=np.int64)
-            j = np.searchsorted(ends, last, side="right")
-            off = (last - ends[j] + lens[j] + 1).view(np.uint64)
-            inner = _mix(idents[j] + off * _GOLD) * w[j]
+            j = ends.searchsorted(last, side="right")
+            off = (last - (ends - lens)[j] + 1).view(np.uint64)
+            mixed_all = _mix(np.concatenate([idents[d:], idents[j] + off * _GOLD]))
+        else:
+            mixed_all = _mix(idents[d:])
+        # the chain up to segment d is the previous prompt's (same segments, same places)
+        mixed = mixed_all[:n_seg - d]
+        mixed *= w[d:]
+        chain = np.empty(n_seg + 1, dtype=np.uint64)
+        chain[:d + 1] = self._chain[:d + 1]
+        mixed.cumsum(dtype=np.uint64, out=chain[d + 1:])
+        chain[d + 1:] += chain[d]
+        if n_blocks > keep:
+            inner = mixed_all[n_seg - d:]
+            inner *= w[j]
             inner += chain[j]
             inner += last.view(np.uint64)
             out.extend(_mix(inner).view(np.int64).tolist())  # ``out`` is a new list

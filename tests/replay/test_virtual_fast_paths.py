@@ -98,12 +98,15 @@ def _defined_hashes(idents: list[int], lens: list[int], bsz: int) -> list[int]:
     return out
 
 
-def _session(rng: random.Random, bs: int) -> list[Turn]:
+def _session(rng: random.Random, bs: int, other_bs: int | None = None) -> list[Turn]:
     """An agent session: a growing context, now and then a shorter one (a compaction) or
-    a changed block, tails of any length."""
+    a changed block, tails of any length; with ``other_bs``, now and then a turn of that
+    block size over the same ids."""
     ids: list[int] = []
     turns = []
     for k in range(12):
+        if other_bs is not None and rng.random() < 0.3:
+            bs, other_bs = other_bs, bs
         r = rng.random()
         if r < 0.15 and ids:
             ids = ids[: rng.randrange(len(ids))]
@@ -117,14 +120,14 @@ def _session(rng: random.Random, bs: int) -> list[Turn]:
     return turns
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(20))
 def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
     """Each prompt of a session, built by one builder (reusing the previous prompt's
     hashes and chain), equals a fresh builder's and the hashes' definition."""
     rng = random.Random(seed)
     bs, bsz = rng.choice([(4, 4), (8, 4), (4, 8), (16, 16)])
     chat, shared = rng.random() < 0.5, rng.choice([0, 0, 7])
-    turns = _session(rng, bs)
+    turns = _session(rng, bs, other_bs=rng.choice([None, 2 * bs]) if seed >= 6 else None)
     args = (rng.randrange(1, 1 << 20), f"s{seed}", 9 if chat else 0, shared, chat, bsz)
     one = SegmentPrompt(*args)
     for k, turn in enumerate(turns):

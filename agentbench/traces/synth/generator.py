@@ -252,12 +252,12 @@ def _duration(d: _Drawn) -> float:
 
 
 def _turns(d: _Drawn, t: FloatArray, bs: int) -> list[Turn]:
-    return [
-        Turn(turn=k, t=float(t[k]), think_s=float(d.think[k]), api_s=float(d.api[k]),
-             input_tokens=int(d.inputs[k]), output_tokens=int(d.outputs[k]),
-             hash_ids=d.hash_ids[k], block_size=bs)
-        for k in range(len(d.inputs))
-    ]
+    # ``tolist`` makes the Python numbers ``float(a[k])`` and ``int(a[k])`` would, at once
+    cols = zip(t.tolist(), d.think.tolist(), d.api.tolist(), d.inputs.tolist(),
+               d.outputs.tolist(), d.hash_ids, strict=True)
+    return [Turn(turn=k, t=tk, think_s=th, api_s=ap, input_tokens=i, output_tokens=o,
+                 hash_ids=h, block_size=bs)
+            for k, (tk, th, ap, i, o, h) in enumerate(cols)]
 
 
 def _session(sid: str, parent: str | None, relation: str, pt: int | None, join: int | None,

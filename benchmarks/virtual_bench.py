@@ -3,6 +3,7 @@ simulator on one simulated clock, as ``agentbench run`` does them.
 
     python benchmarks/virtual_bench.py                 # quickstart + shared-KV what-if
     python benchmarks/virtual_bench.py --scale-out     # + the scale-out what-if (minutes)
+    python benchmarks/virtual_bench.py --all --repeat 1   # every shipped virtual-time scenario
     python benchmarks/virtual_bench.py --agents 1000 --hours 1 --gpus 60   # one big run
 
 Figures: wall and CPU seconds of each run (trace loading, replay and simulation, records
@@ -78,6 +79,16 @@ def scenario_runs(path: Path, out: Path, repeat: int = 1) -> list[dict[str, Any]
     return rows
 
 
+def virtual_scenarios() -> list[Path]:
+    """The shipped scenarios whose every variant runs in virtual time (simulated
+    endpoints only), by name."""
+    from agentbench.replay.clock import VIRTUAL
+
+    return [path for path in sorted((ROOT / "scenarios").glob("*.yaml"))
+            if all(sc.clock_mode == VIRTUAL
+                   for sc in expand_variants(load_scenario(path)))]
+
+
 def big_run(agents: int, hours: float, gpus: int, out: Path, repeat: int = 1
             ) -> dict[str, Any]:
     """``agents`` Codex-profile agents for ``hours`` simulated hours on ``gpus`` simulated
@@ -100,6 +111,8 @@ def big_run(agents: int, hours: float, gpus: int, out: Path, repeat: int = 1
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale-out", action="store_true", help="also scenarios/scale-out.yaml")
+    ap.add_argument("--all", action="store_true",
+                    help="every shipped scenario that runs in virtual time (a few minutes)")
     ap.add_argument("--agents", type=int, help="one big run: concurrent agents")
     ap.add_argument("--hours", type=float, default=1.0, help="big run: simulated hours")
     ap.add_argument("--gpus", type=int, default=60, help="big run: simulated GPUs")
@@ -118,6 +131,16 @@ def main() -> None:
         print(f"virtual-time runs (one process, one core; after one warm-up run; least CPU of "
               f"{args.repeat} runs each):")
         t0 = time.perf_counter()
+        if args.all:
+            rows = [r for path in virtual_scenarios()
+                    for r in scenario_runs(path, out, args.repeat)]
+            n, cpu = sum(r["requests"] for r in rows), sum(r["cpu_s"] for r in rows)
+            print(f"  all {len(rows)} variants: {n:,} requests in {cpu:.1f} CPU s = "
+                  f"{n / cpu:,.0f} simulated requests/CPU s; slowest variant "
+                  f"{min(r['requests_per_cpu_s'] for r in rows):,.0f}, fastest "
+                  f"{max(r['requests_per_cpu_s'] for r in rows):,.0f} "
+                  f"({time.perf_counter() - t0:.0f} s of wall time)")
+            return
         scenario_runs(ROOT / "scenarios" / "quickstart.yaml", out, args.repeat)
         scenario_runs(ROOT / "scenarios" / "shared-kv-what-if.yaml", out, args.repeat)
         print(f"  (both scenarios: {time.perf_counter() - t0:.1f} s of wall time)")

@@ -15,6 +15,7 @@ from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.retry import NS
 from agentbench.replay.timers import Timers
 from agentbench.results.writer import ResultsWriter
+from agentbench.traces.stats import Potential
 from agentbench.transport.base import Transport
 
 
@@ -37,7 +38,7 @@ class RunContext:
     endpoints: list[LiveEndpoint]
     router: Router
     caches: dict[str, BlockCache]
-    potential: dict[tuple[str, int], int]
+    potential: Potential  # potential cached tokens by (session id, turn)
     #: the transport whose prompts every endpoint takes, when all endpoints are of one
     #: flavor (``Transport.flavor``: api, template tokens, block size), else None
     flavor: Transport | None = None

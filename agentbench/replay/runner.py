@@ -52,7 +52,7 @@ from agentbench.results.writer import ResultsWriter
 from agentbench.scenario.endpoints import is_simulated
 from agentbench.scenario.rules import run_rules
 from agentbench.traces.model import Trace
-from agentbench.traces.stats import potential_cached_tokens
+from agentbench.traces.stats import Potential
 from agentbench.transport.loop import running_loop_name
 
 
@@ -143,7 +143,7 @@ class _Run:
         self.clock = scenario.clock_mode  # VIRTUAL or WALL
         self.virtual = self.clock == VIRTUAL
         self.specs = tree_specs(trace)
-        self.potential = potential_cached_tokens(trace.sessions)
+        self.potential = Potential(trace.sessions)
         self.run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
         self.secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
         self.info = info = run_info(scenario, self.secrets, self.run_dir, trace=trace)

@@ -311,7 +311,7 @@ def _worker_context(spec: WorkerSpec, shared: Any, writer: Any, timers: Any,
     from agentbench.replay.context import RunContext
     from agentbench.replay.endpoints import Router, reconnect
     from agentbench.replay.overflow import classifier
-    from agentbench.traces.stats import potential_cached_tokens
+    from agentbench.traces.stats import Potential
 
     sc, trace = spec.scenario, spec.trace
     vocab = None
@@ -330,7 +330,7 @@ def _worker_context(spec: WorkerSpec, shared: Any, writer: Any, timers: Any,
         shared_prefix_tokens=sc.prompt.shared_prefix_tokens, timers=timers,
         writer=writer, endpoints=endpoints,
         router=Router(sc.routing, endpoints, sc.seed + 7919 * spec.index),
-        caches=caches, potential=potential_cached_tokens(trace.sessions),
+        caches=caches, potential=Potential(trace.sessions),
         flavor=endpoints[0].transport if len(flavors) == 1 else None,
         request_ids=itertools.count(spec.index, spec.count), shared_budget=shared.take,
         on_run_stopped=shared.stop_all)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,10 @@ ALIASES = {"endpoint": "endpoints", "trace_hash": "trace", "transforms": "transf
 _LIMIT_KEYS = ("duration_s", "max_sessions", "max_requests", "on_deadline", "recycle")
 
 
+#: five int64 in the machine's byte order (numpy's int64)
+_FIVE = struct.Struct("=5q")
+
+
 def trace_hash(trace: Any) -> str:
     """SHA-256 (first 16 hex digits) of a trace's content: per session its id, parent,
     relation, fork/join turns, and per turn the input and output token counts, block size
@@ -38,9 +43,14 @@ def trace_hash(trace: Any) -> str:
         h.update(json.dumps([s.session_id, s.parent_id, s.relation, s.parent_turn,
                              s.join_turn, len(s.turns)]).encode())
         for t in s.turns:
-            h.update(np.array([t.turn, t.input_tokens, t.output_tokens, t.block_size,
-                               len(t.hash_ids)], dtype=np.int64).tobytes())
-            h.update(np.ascontiguousarray(t.hash_ids, dtype=np.int64).tobytes())
+            ids = t.hash_ids
+            # the bytes of np.array([...], dtype=np.int64), packed without the array
+            h.update(_FIVE.pack(t.turn, t.input_tokens, t.output_tokens, t.block_size,
+                                len(ids)))
+            if ids.dtype == np.int64 and ids.flags.c_contiguous:
+                h.update(ids)  # its buffer: the bytes ``tobytes`` would copy out
+            else:
+                h.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
     return h.hexdigest()[:16]
 
 

@@ -31,6 +31,7 @@ from agentbench.results.rundir import run_info
 from agentbench.scenario.fingerprint import check_comparable, fingerprint, trace_hash
 from agentbench.scenario.model import Scenario
 from agentbench.testing.demo import write_demo_run
+from agentbench.traces.model import Trace
 from agentbench.traces.synth.generator import synthesize
 
 runner = CliRunner()
@@ -375,6 +376,32 @@ def test_check_comparable_names_every_differing_field() -> None:
     a2 = {"run_id": "a2", "fingerprint": {**a["fingerprint"], "trace": "0123"}}
     assert any("trace" in w for w in check_comparable([a2, b]))
     assert "no fingerprint" in check_comparable([a, {"run_id": "old"}])[0]
+
+
+def _defined_trace_hash(trace: Trace) -> str:
+    """``trace_hash`` by its definition, as it was first written (runs recorded since
+    compare by it)."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for s in sorted(trace.sessions, key=lambda s: s.session_id):
+        h.update(json.dumps([s.session_id, s.parent_id, s.relation, s.parent_turn,
+                             s.join_turn, len(s.turns)]).encode())
+        for t in s.turns:
+            h.update(np.array([t.turn, t.input_tokens, t.output_tokens, t.block_size,
+                               len(t.hash_ids)], dtype=np.int64).tobytes())
+            h.update(np.ascontiguousarray(t.hash_ids, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def test_trace_hash_keeps_its_definition() -> None:
+    tr = synthesize("agentx", 4, 2)
+    assert trace_hash(tr) == _defined_trace_hash(tr)
+    turns = tr.sessions[0].turns
+    turns[0].hash_ids = turns[-1].hash_ids[::2]  # a strided view
+    turns[1].hash_ids = turns[1].hash_ids.astype(np.int32)  # another width
+    assert trace_hash(tr) == _defined_trace_hash(tr)
 
 
 def test_trace_hash_is_deterministic_and_sees_token_counts(tmp_path: Path) -> None:

@@ -10,7 +10,12 @@ import pytest
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import native
-from agentbench.traces.stats import leading_seen_blocks, potential_cached_tokens, trace_stats
+from agentbench.traces.stats import (
+    Potential,
+    leading_seen_blocks,
+    potential_cached_tokens,
+    trace_stats,
+)
 
 
 def turn(i: int, ids: list[int], inp: int, out: int = 10, t: float = 0.0, bs: int = 4) -> Turn:
@@ -58,6 +63,35 @@ def test_send_order_follows_recorded_time_not_file_order() -> None:
     early = session("early", [turn(0, [1, 2], 8, t=0)], start=0.0)
     pot = potential_cached_tokens([late, early])
     assert pot[("early", 0)] == 0 and pot[("late", 0)] == 8
+
+
+def test_potential_a_scope_at_a_time_gives_the_whole_traces_figures() -> None:
+    a = session("a", [turn(0, [1, 2], 8, t=0), turn(1, [1, 2, 3], 10, t=5)])
+    b = session("b", [turn(0, [1, 2], 6, t=1)], scope="other")
+    c = session("c", [turn(0, [1, 2, 3], 11, t=9)])
+    late = session("late", [turn(0, [7, 8], 8, t=0)], start=100.0, scope="t")
+    early = session("early", [turn(0, [7, 8], 8, t=0)], start=0.0, scope="t")
+    sessions = [a, b, c, late, early]
+    whole = potential_cached_tokens(sessions)
+    lazy = Potential(sessions)
+    # asked in another order than the trace's, one scope after another
+    for key in [("late", 0), ("c", 0), ("b", 0), ("a", 1), ("early", 0), ("a", 0)]:
+        assert lazy.get(key) == whole[key]
+    assert whole[("late", 0)] == 8 and whole[("c", 0)] == 11
+    assert lazy.get(("a", 7), -1) == -1 and lazy.get(("nobody", 0)) == 0
+
+
+def test_potential_a_scope_at_a_time_on_synthesized_and_recorded_traces() -> None:
+    from agentbench.traces.readers import read_trace
+    from agentbench.traces.synth import synthesize
+
+    for tr in (read_trace("builtin:claude-code-weka"), synthesize("agentx", sessions=6, seed=3),
+               synthesize("codex", sessions=8, seed=1)):
+        whole = potential_cached_tokens(tr.sessions)
+        lazy = Potential(tr.sessions)
+        keys = sorted(whole, reverse=True)
+        assert [lazy.get(k) for k in keys] == [whole[k] for k in keys]
+        assert sum(whole.values()) > 0
 
 
 def test_validate_names_session_turn_and_field() -> None:

@@ -198,13 +198,15 @@ def _compacted(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
     trigger = float(comp.trigger_tokens.value)
     window = None if comp.window_tokens is None else int(comp.window_tokens.value)
     bases = [start]
-    for k in range(len(inputs)):
+    # as Python ints: a loop over numpy scalars costs several times more
+    ins, outs, tls, segs = inputs.tolist(), outputs.tolist(), tools.tolist(), seg_of.tolist()
+    for k in range(len(ins)):
         if k == 0:
             if window is None:
                 continue
-            nxt, seg = int(inputs[0]), 0
+            nxt, seg = ins[0], 0
         else:
-            nxt, seg = int(inputs[k - 1] + outputs[k - 1] + tools[k - 1]), int(seg_of[k - 1])
+            nxt, seg = ins[k - 1] + outs[k - 1] + tls[k - 1], segs[k - 1]
         if nxt > trigger:
             nxt = keep.tokens + int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
             if window is not None:
@@ -214,10 +216,11 @@ def _compacted(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
             else:
                 seg += 1
                 bases.append(keep)
-        inputs[k] = nxt
-        seg_of[k] = seg
+        ins[k] = nxt
+        segs[k] = seg
         if window is not None:
-            outputs[k] = min(int(outputs[k]), window - nxt)
+            outs[k] = min(outs[k], window - nxt)
+    inputs[:], outputs[:], seg_of[:] = ins, outs, segs
     return bases
 
 
@@ -255,9 +258,9 @@ def _turns(d: _Drawn, t: FloatArray, bs: int) -> list[Turn]:
     # ``tolist`` makes the Python numbers ``float(a[k])`` and ``int(a[k])`` would, at once
     cols = zip(t.tolist(), d.think.tolist(), d.api.tolist(), d.inputs.tolist(),
                d.outputs.tolist(), d.hash_ids, strict=True)
-    return [Turn(turn=k, t=tk, think_s=th, api_s=ap, input_tokens=i, output_tokens=o,
-                 hash_ids=h, block_size=bs)
-            for k, (tk, th, ap, i, o, h) in enumerate(cols)]
+    # Turn's fields in order: turn, t, think_s, api_s, input_tokens, output_tokens,
+    # hash_ids, block_size
+    return [Turn(k, tk, th, ap, i, o, h, bs) for k, (tk, th, ap, i, o, h) in enumerate(cols)]
 
 
 def _session(sid: str, parent: str | None, relation: str, pt: int | None, join: int | None,

@@ -8,6 +8,7 @@ generator code holds no workload numbers of its own.
 
 from __future__ import annotations
 
+import functools
 import math
 from importlib import resources
 from pathlib import Path
@@ -92,12 +93,25 @@ class Quantiles(_DistBase):
         return self
 
     def _draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
-        ps = np.array(sorted(self.points), dtype=np.float64)
-        vs = np.array([self.points[p] for p in sorted(self.points)], dtype=np.float64)
+        ps, vs = _quantile_table(tuple(self.points.items()), self.log)
         u = rng.random(n) * 100.0
         if self.log:
-            return np.exp(np.interp(u, ps, np.log(vs)))
+            return np.exp(np.interp(u, ps, vs))
         return np.interp(u, ps, vs)
+
+
+@functools.lru_cache(maxsize=256)
+def _quantile_table(points: tuple[tuple[float, float], ...], log: bool
+                    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(percentiles, values or their logs) of a Quantiles, sorted; made once per
+    distribution (a synthesized trace draws from one thousands of times). Read-only."""
+    ps = np.array(sorted(p for p, _ in points), dtype=np.float64)
+    by = dict(points)
+    vs = np.array([by[p] for p in sorted(by)], dtype=np.float64)
+    if log:
+        vs = np.log(vs)
+    ps.flags.writeable = vs.flags.writeable = False
+    return ps, vs
 
 
 class Constant(_DistBase):

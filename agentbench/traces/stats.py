@@ -25,14 +25,18 @@ PCTS = (50, 90, 99)
 _SHORT_TURN_BLOCKS = 64
 
 
-def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]],
+                        previous: Sequence[int] | None = None) -> npt.NDArray[np.int64]:
     """For turns in send order (one hash scope), the length of each turn's leading run of
     blocks that an *earlier* turn already sent.
 
     Agent turns mostly re-send an earlier turn's prompt: each turn is first compared
-    (vectorised) with the latest earlier turn that starts with the same block, whose
-    blocks are all sent; the run then continues through a set of every block sent so far.
-    Cost: O(total blocks) in numpy plus O(blocks not covered by that comparison) in Python.
+    (vectorised) with the latest earlier turn that starts with the same block and with
+    ``previous[j]`` (its own session's previous turn, when given and >= 0), whose blocks
+    are all sent; the run then continues through a set of every block sent so far. Cost:
+    O(total blocks) in numpy plus O(blocks not covered by that comparison) in Python. (The
+    session's own turn matters where siblings share a first block: subagents with one
+    system prompt, whose turns interleave.)
     """
     n = len(turn_ids)
     out = np.zeros(n, dtype=np.int64)
@@ -45,24 +49,30 @@ def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]]) -> npt.NDArra
         first = int(ids[0])
         run = 0
         c = latest_by_first.get(first)
-        if c is not None and m > _SHORT_TURN_BLOCKS:
-            prev = turn_ids[c]
-            k = min(m, len(prev))
-            if ids[:k].tobytes() == prev[:k].tobytes():  # the common case, one memcmp
-                run = k
-            else:
-                diff = np.flatnonzero(ids[:k] != prev[:k])
-                run = int(diff[0]) if diff.size else k
+        if m > _SHORT_TURN_BLOCKS:
+            own = -1 if previous is None else previous[j]
+            for cand in (c, own if own != c else None):
+                if cand is None or not 0 <= cand < j:  # an earlier turn's blocks only
+                    continue
+                run = max(run, _common_prefix(ids, turn_ids[cand]))
         if run < m:
             rest = ids[run:].tolist()
             for x in rest:
                 if x not in seen:
                     break
                 run += 1
-            seen.update(rest)  # ids[:run] were sent by the compared turn already
+            seen.update(rest)  # ids[:run] were sent by a compared turn already
         out[j] = run
         latest_by_first[first] = j
     return out
+
+
+def _common_prefix(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> int:
+    k = min(len(a), len(b))
+    if a[:k].tobytes() == b[:k].tobytes():  # the common case, one memcmp
+        return k
+    diff = np.flatnonzero(a[:k] != b[:k])
+    return int(diff[0]) if diff.size else k
 
 
 def potential_cached_tokens(sessions: Sequence[Session]) -> dict[tuple[str, int], int]:
@@ -114,7 +124,12 @@ def _scope_potential(group: _Group) -> dict[tuple[str, int], int]:
     items = [(s.start_s + t.t, order + i, s, t) for order, s in group
              for i, t in enumerate(s.turns)]
     items.sort(key=lambda x: (x[0], x[1]))
-    runs = leading_seen_blocks([t.hash_ids for _, _, _, t in items])
+    last: dict[int, int] = {}  # a session (by identity) -> its latest turn so far
+    previous = []
+    for j, (_, _, s, _) in enumerate(items):
+        previous.append(last.get(id(s), -1))
+        last[id(s)] = j
+    runs = leading_seen_blocks([t.hash_ids for _, _, _, t in items], previous)
     return {(s.session_id, t.turn): min(int(run) * t.block_size, t.input_tokens)
             for (_, _, s, t), run in zip(items, runs, strict=True)}
 

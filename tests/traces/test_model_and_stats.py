@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
@@ -41,6 +43,51 @@ def test_leading_seen_blocks_counts_only_leading_runs_from_earlier_turns() -> No
         np.array([1, 2, 3, 4, 9, 5]),  # all seen earlier: 6
     ])
     assert runs.tolist() == [0, 3, 1, 0, 0, 6]
+
+
+def _seen_runs(turns: list[list[int]]) -> list[int]:
+    """leading_seen_blocks by its definition: a block at a time, against every block an
+    earlier turn sent."""
+    seen: set[int] = set()
+    out = []
+    for ids in turns:
+        run = 0
+        while run < len(ids) and ids[run] in seen:
+            run += 1
+        out.append(run)
+        seen.update(ids)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 90), st.integers(0, 3),
+                          st.integers(-2, 12)), min_size=1, max_size=12),
+       st.integers(0, 2**16))
+def test_leading_seen_blocks_is_its_definition_whatever_turn_it_is_told_to_compare(
+        shape: list[tuple[int, int, int, int]], seed: int) -> None:
+    """Turns that grow, share a first block (siblings), fork from each other or get
+    compacted, long enough for the vectorised comparison; ``previous`` hints that are
+    right, wrong, later than the turn or missing leave the runs as defined."""
+    import random
+
+    rng = random.Random(seed)
+    turns: list[list[int]] = []
+    for base, extra, kind, _hint in shape:
+        if kind == 0 or not turns:  # a new session: a shared first block, its own rest
+            ids = [base] + [rng.randrange(10**6) for _ in range(extra)]
+        elif kind == 1:  # grows an earlier turn
+            ids = rng.choice(turns) + [rng.randrange(10**6) for _ in range(extra)]
+        elif kind == 2:  # forks: a cut of an earlier turn, then its own
+            t = rng.choice(turns)
+            ids = t[:rng.randrange(len(t) + 1)] + [rng.randrange(100) for _ in range(extra)]
+        else:  # compacted: the first block, then blocks of earlier turns shuffled
+            pool = [x for t in turns for x in t]
+            ids = [base] + rng.sample(pool, min(len(pool), extra))
+        turns.append(ids)
+    previous = [h if h < 0 else h % (len(turns) + 2) for *_, h in shape]
+    arrays = [np.array(t, dtype=np.int64) for t in turns]
+    assert leading_seen_blocks(arrays, previous).tolist() == _seen_runs(turns)
+    assert leading_seen_blocks(arrays).tolist() == _seen_runs(turns)
 
 
 def test_potential_tokens_cap_at_input_and_respect_scopes() -> None:

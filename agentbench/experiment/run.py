@@ -211,13 +211,20 @@ def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
               tell: Listener) -> Trace:
     """The variant's trace, read once per trace spec and seed."""
     from agentbench.replay.runner import load_trace
+    from agentbench.scenario.fingerprint import trace_hash
+    from agentbench.traces.stats import Potential
 
     key = json.dumps([sc.trace.model_dump(mode="json"), sc.seed])
     if key not in traces:
         try:
-            traces[key] = load_trace(sc)
+            traces[key] = trace = load_trace(sc)
         except InputError as e:
             raise e.located(source=str(scenario_path or "--trace")) from None
+        # figures every variant needs of the trace, made once for all of them (this cache
+        # owns the trace and never changes it): its hash for the fingerprint, and the
+        # potential cached tokens, computed a hash scope at a time as variants ask
+        trace.memo["hash"] = trace_hash(trace)
+        trace.memo["potential"] = Potential(trace.sessions)
         for line in traces[key].skipped:
             tell.trace_warning(line)
     return traces[key]

@@ -143,7 +143,7 @@ class _Run:
         self.clock = scenario.clock_mode  # VIRTUAL or WALL
         self.virtual = self.clock == VIRTUAL
         self.specs = tree_specs(trace)
-        self.potential = Potential(trace.sessions)
+        self.potential = trace.memo.get("potential") or Potential(trace.sessions)
         self.run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
         self.secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
         self.info = info = run_info(scenario, self.secrets, self.run_dir, trace=trace)

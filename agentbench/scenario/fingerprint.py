@@ -37,7 +37,11 @@ def trace_hash(trace: Any) -> str:
     """SHA-256 (first 16 hex digits) of a trace's content: per session its id, parent,
     relation, fork/join turns, and per turn the input and output token counts, block size
     and hash ids. Times are left out (``timing`` says how they are used). Linear in the
-    trace's hash ids, no text involved."""
+    trace's hash ids, no text involved. A trace's ``memo["hash"]``, when its owner keeps
+    one (a trace it will not change), is taken as is."""
+    memo = getattr(trace, "memo", None)
+    if memo and "hash" in memo:
+        return str(memo["hash"])
     h = hashlib.sha256()
     for s in sorted(trace.sessions, key=lambda s: s.session_id):
         h.update(json.dumps([s.session_id, s.parent_id, s.relation, s.parent_turn,

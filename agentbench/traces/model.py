@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -170,12 +170,16 @@ class Trace:
     """A set of sessions, in source order (roots before their children).
 
     ``skipped`` holds one line (the file and why) per bad file a ``skip_bad`` read of a
-    folder left out; empty otherwise.
+    folder left out; empty otherwise. ``memo`` keeps figures derived from the sessions
+    (the content hash, the potential cached tokens) for an owner that will not change them
+    again: ``agentbench.experiment`` reads a trace once for all the variants that share it,
+    and they need those figures once, not once each. Empty unless an owner fills it.
     """
 
     sessions: list[Session]
     name: str = ""
     skipped: list[str] = field(default_factory=list)
+    memo: dict[str, Any] = field(default_factory=dict)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trace):

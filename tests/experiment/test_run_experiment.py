@@ -102,3 +102,41 @@ def test_an_executor_passed_in_runs_the_lanes(tmp_path: Path) -> None:
     assert pq.read_table(mine.run_dir / "requests.parquet").equals(
         pq.read_table(plain.run_dir / "requests.parquet"))
     assert mine.run_dir != plain.run_dir
+
+
+def test_variants_share_one_hash_and_one_potential_of_their_trace(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """The trace read once for all variants is hashed once, and its potential cached tokens
+    computed once; each variant's fingerprint and rows are what a trace of its own gives."""
+    import json
+
+    import agentbench.replay.runner as runner
+    from agentbench.replay.runner import load_trace
+    from agentbench.scenario.fingerprint import trace_hash
+    from agentbench.scenario.loading import expand_variants, load_scenario
+    from agentbench.traces import stats
+
+    path = _scenario_file(tmp_path)
+    made: list[object] = []
+    real = stats.Potential
+
+    class Counted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, sessions: Any) -> None:
+            made.append(self)
+            super().__init__(sessions)
+
+    monkeypatch.setattr(stats, "Potential", Counted)
+    monkeypatch.setattr(runner, "Potential", Counted)  # a run that made its own counts too
+    x = agentbench.run_experiment(path)
+    assert len(x.runs) == 2 and len(made) == 1
+    own = load_trace(expand_variants(load_scenario(path))[0])
+    assert not own.memo
+    fresh = real(own.sessions)
+    for run in x.runs:
+        info = json.loads((run.run_dir / "run.json").read_text())
+        assert info["fingerprint"]["trace"] == trace_hash(own)
+        rows = pq.read_table(run.run_dir / "requests.parquet").to_pylist()
+        assert rows and all(r["potential_cached_tokens"] == fresh.get((r["session_id"],
+                                                                       r["turn"]))
+                            for r in rows)
+    assert sum(r["potential_cached_tokens"] for r in rows) > 0

@@ -183,6 +183,46 @@ def test_native_round_trip_is_lossless(tmp_path: Path) -> None:
     assert back.sessions[1].join_turn is None
 
 
+def test_a_native_file_read_for_some_roots_holds_their_whole_trees(tmp_path: Path) -> None:
+    """``sessions`` (the roots a filter keeps): their trees only, grandchildren and a child
+    written before its parent included; a name that is no root of the file reads it all
+    (the filter then says what is missing); a turn of a session the file does not list is
+    still an error."""
+    from agentbench.traces.load import apply_filters
+    from agentbench.traces.readers import read_trace
+
+    r1 = session("r1", [turn(0, [1, 2], 8), turn(1, [1, 2, 3], 10, t=4.0)])
+    kid = session("r1/a", [turn(0, [5], 4)], parent="r1", relation="spawn", pt=0, start=1.0)
+    grand = session("r1/a/b", [turn(0, [6], 4)], parent="r1/a", relation="spawn", pt=0,
+                    start=1.5)
+    r2 = session("r2", [turn(0, [9, 9], 8)], scope="s2")
+    tr = Trace([r1, grand, kid, r2], name="demo")  # the grandchild before its parent
+    path = native.write(tr, tmp_path / "t.parquet")
+    part = native.read(path, sessions=["r1"])
+    assert [s.session_id for s in part.sessions] == ["r1", "r1/a/b", "r1/a"]
+    assert part.sessions == [r1, grand, kid]
+    assert [s.session_id for s in native.read(path, sessions=["r2"]).sessions] == ["r2"]
+    assert native.read(path, sessions=["r1", "r1/a"]) == tr  # r1/a is no root: all of it
+    filters = type("F", (), {"sessions": ["r1"], "min_turns": None, "max_input_tokens": None,
+                             "max_context_tokens": None, "with_subagents": None,
+                             "shuffle": False, "max_sessions": None})()
+    assert apply_filters(read_trace(path, sessions=["r1"]), filters, 0).sessions == \
+        apply_filters(native.read(path), filters, 0).sessions
+    with pytest.raises(InputError, match="not root sessions"):
+        apply_filters(read_trace(path, sessions=["r1", "r9"]), type(
+            "G", (), {**filters.__class__.__dict__, "sessions": ["r1", "r9"]})(), 0)
+    # r2's turns in a file whose sessions table lacks r2
+    import pyarrow.parquet as pq
+
+    lacking = native.write(Trace([r1, grand, kid]), tmp_path / "l.parquet")
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata(pq.read_schema(lacking).metadata),
+                   tmp_path / "bad.parquet")
+    for roots in (None, ["r1"]):
+        with pytest.raises(InputError, match="turn of unknown session 'r2'"):
+            native.read(tmp_path / "bad.parquet", sessions=roots)
+
+
 def test_native_round_trip_of_the_weka_traces(weka_trace: Trace, tmp_path: Path) -> None:
     path = native.write(weka_trace, tmp_path / "w.parquet")
     back = native.read(path)

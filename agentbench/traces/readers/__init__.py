@@ -35,8 +35,9 @@ READERS: dict[str, str] = {
 #: readers of a file or a folder of files, whose ``read`` takes ``skip_bad``
 FOLDER_READERS = frozenset({"weka", "mooncake", "sharegpt", "bailian", "copilot",
                             "openai-log", "tracelab"})
-#: folder readers of one file per root session, whose ``read`` takes ``sessions``
-PER_ROOT_FILES = frozenset({"weka"})
+#: readers whose ``read`` takes ``sessions`` (the roots a filter keeps) and reads only
+#: theirs: folders of one file per root session, and native files (their trees' turns)
+PER_ROOT_FILES = frozenset({"weka", "native"})
 #: bad files a one-line error lists before "(+N more)"; ``lines()`` lists them all
 _LISTED = 10
 
@@ -87,8 +88,8 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
     In a folder, every bad file is named (``BadTraceFiles``); with ``skip_bad`` they are
     left out instead and listed, one line each, in the trace's ``skipped``. ``sessions``
     (the root sessions a filter will keep) lets a folder of one file per root read only
-    theirs (``weka``: when every one is a file of that name holding it); the trace may
-    still hold others."""
+    theirs (``weka``: when every one is a file of that name holding it), and a native file
+    (``builtin:`` traces) read only their trees' turns; the trace may still hold others."""
     if not isinstance(skip_bad, bool):
         raise InputError(f"expected true or false, got {skip_bad!r}", field="skip_bad")
     if isinstance(source, str) and source.startswith(("builtin:", "cache:")):

@@ -22,7 +22,7 @@ a whole ``hash_ids`` list per turn) are still read, at their higher cost.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +220,26 @@ def _first_line(e: BaseException) -> str:
     return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
+def _trees_of(rows: list[dict[str, Any]], roots: Collection[str] | None) -> set[str] | None:
+    """The sessions of the trees of ``roots`` (every session whose chain of parents leads
+    to one); None (read every tree) without roots, or when one of them is not a root
+    session of the file (the filter then names what is missing, from the whole trace)."""
+    if roots is None:
+        return None
+    wanted = set(roots)
+    if not wanted <= {r["session_id"] for r in rows if r["parent_id"] is None}:
+        return None
+    keep = set(wanted)
+    grew = True
+    while grew:  # children usually follow their parents: one pass, and one to check
+        grew = False
+        for r in rows:
+            if r["parent_id"] in keep and r["session_id"] not in keep:
+                keep.add(r["session_id"])
+                grew = True
+    return keep
+
+
 class _SharedPrefixes:
     """The hash ids of one session's turns, in order: while each turn starts with all of
     the previous turn's ids, the turns are prefixes of the last one and become views of
@@ -263,9 +283,12 @@ class _SharedPrefixes:
         return buf
 
 
-def read(source: str | Path, **options: Any) -> Trace:
+def read(source: str | Path, sessions: Collection[str] | None = None,
+         **options: Any) -> Trace:
     """Read a native parquet trace, batch by batch; the hash ids of a session's turns come
-    back as read-only views of shared per-session buffers."""
+    back as read-only views of shared per-session buffers. ``sessions`` (root sessions a
+    filter will keep, every one a root of the file) leaves the other trees' turns unread:
+    the trace holds those trees only."""
     if options:
         name = next(iter(options))
         raise InputError(f"unknown option {name!r} for the native reader", field=name)
@@ -273,7 +296,11 @@ def read(source: str | Path, **options: Any) -> Trace:
     by_id: dict[str, Session] = {}
     prefixes: dict[str, _SharedPrefixes] = {}
     out: list[Session] = []
-    for row in sessions_t.to_pylist():
+    rows = sessions_t.to_pylist()
+    keep = _trees_of(rows, sessions)
+    for row in rows:
+        if keep is not None and row["session_id"] not in keep:
+            continue
         s = Session(
             session_id=row["session_id"], parent_id=row["parent_id"], relation=row["relation"],
             parent_turn=row["parent_turn"], join_turn=row["join_turn"], model=row["model"],
@@ -282,6 +309,7 @@ def read(source: str | Path, **options: Any) -> Trace:
         by_id[s.session_id] = s
         prefixes[s.session_id] = _SharedPrefixes()
         out.append(s)
+    known = {r["session_id"] for r in rows} if keep is not None else set()
     whole = schema is TURNS_SCHEMA
     list_col = "hash_ids" if whole else "hash_new"
     row_no = 0
@@ -294,6 +322,8 @@ def read(source: str | Path, **options: Any) -> Trace:
         for i, sid in enumerate(cols["session_id"]):
             owner = by_id.get(sid)
             if owner is None:
+                if keep is not None and sid in known:
+                    continue  # a tree the filter leaves out
                 raise InputError(f"turn of unknown session {sid!r}", source=str(source),
                                  where=f"row {row_no + i}", field="session_id")
             turn = Turn(

@@ -69,10 +69,6 @@ class TreeSource:
         self.recycle = recycle
         self._s = state if state is not None else [0] * STATE_SLOTS
         self._lock = lock if lock is not None else contextlib.nullcontext()
-        #: one process's lanes alone count (a plain list): the last lane to turn warm can
-        #: wake the stage itself, where other processes' are only seen by looking
-        self._local = state is None
-        self._warm_waiter: asyncio.Future[None] | None = None
 
     def restart(self) -> None:
         with self._lock:
@@ -89,18 +85,6 @@ class TreeSource:
             self._s[5] += 1
             if self._s[5] >= lanes and self._s[6] < 0:
                 self._s[6] = now_ns
-                if self._warm_waiter is not None and not self._warm_waiter.done():
-                    self._warm_waiter.set_result(None)
-
-    def warm_waiter(self) -> asyncio.Future[None] | None:
-        """A future the last lane's turning warm completes (the profiling phase starts),
-        for a source whose lanes are all in this process; None where other processes'
-        lanes count too (then only looking tells)."""
-        if not self._local:
-            return None
-        if self._warm_waiter is None or self._warm_waiter.done():
-            self._warm_waiter = asyncio.get_running_loop().create_future()
-        return self._warm_waiter
 
     def start_profiling(self, now_ns: int) -> int:
         """The profiling phase's start: the one already set, else ``now_ns`` (warmup ran
@@ -300,15 +284,9 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
         if left <= 0 or ctx.stopping:
             break
         # lanes of other worker processes count in shared memory, so look now and then: the
-        # deadline counts from the instant the last lane was warm, not from this look. Lanes
-        # all in this process wake the stage themselves (no look every 0.1 s: a long
-        # warm-up in virtual time made thousands of them)
+        # deadline counts from the instant the last lane was warm, not from this look
         if not body.done():
-            woke = source.warm_waiter()
-            if woke is None:
-                await asyncio.wait({body}, timeout=min(left, 0.1))
-            else:
-                await asyncio.wait({body, woke}, timeout=left)
+            await asyncio.wait({body}, timeout=min(left, 0.1))
         elif body.cancelled() or body.exception() is not None:
             break
         else:  # this process's lanes ended; another's may still be warming up

@@ -383,24 +383,3 @@ def test_replay_never_imports_metrics_or_report() -> None:
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert not name.startswith(("agentbench.metrics", "agentbench.report")), path
-
-
-def test_the_last_lane_to_turn_warm_wakes_a_local_stage() -> None:
-    """A stage whose lanes are all in this process is woken by the last lane's turning
-    warm, at that instant (no look every 0.1 s); a source shared with other processes
-    gives no waiter, and the stage looks as before."""
-    from agentbench.replay.stages import STATE_SLOTS, TreeSource
-
-    async def main() -> None:
-        src = TreeSource([], recycle=False)
-        src.restart()
-        woke = src.warm_waiter()
-        assert woke is not None and not woke.done()
-        src.lane_warm(2, 100)
-        assert not woke.done() and src.profile_start_ns() is None
-        src.lane_warm(2, 250)
-        assert woke.done() and src.profile_start_ns() == 250
-        shared = TreeSource([], recycle=False, state=[0] * STATE_SLOTS)
-        assert shared.warm_waiter() is None
-
-    asyncio.run(main())

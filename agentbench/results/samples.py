@@ -7,9 +7,10 @@ quickstart. As dicts, each row was built, journaled by ``orjson`` and converted 
 at a time, a fifth to a quarter of a small what-if's CPU. A :class:`SampleBlock` is one
 sample as its time, its endpoint and a list of values over a :class:`SeriesLayout` made
 once per run; the writer journals it from templates made once per series, and spools it
-as columns. The rows it stands for are exactly ``SampleBlock.rows()``, and the journal
-lines are the ones ``orjson`` would write for them (the same ``<seq> <json>`` lines
-``agentbench.results.spool.journal_rows`` reads back), so recovery is unchanged.
+as columns. The rows it stands for are exactly ``SampleBlock.rows()``, and each journal
+line holds the JSON object ``orjson`` would write for its row, keys in another order (the
+same ``<seq> <json>`` lines ``agentbench.results.spool.journal_rows`` reads back), so
+recovery is unchanged.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class SampleBlock:
                 for n, lab, v in zip(lay.names, lay.labels, self.values, strict=True)]
 
     def journal(self, first: int) -> bytes:
-        """The journal lines of the rows, numbered from ``first``: what ``orjson`` makes of
-        each row (one ``orjson`` call for all the values: a float's text has no comma)."""
+        """The journal lines of the rows, numbered from ``first``: the JSON ``orjson`` makes
+        of each row, keys in another order (one ``orjson`` call for all the values: a
+        float's text has no comma)."""
         if not self.values:
             return b""
         vals = orjson.dumps(self.values)[1:-1].split(b",")

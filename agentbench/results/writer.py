@@ -154,9 +154,8 @@ class _Spool:
             raise self.failed
 
     def _batches(self) -> list[pa.RecordBatch]:
-        """The buffered rows as record batches, in order: one per run of row dicts, one
-        per run of sample blocks (how a file's rows fall into batches leaves its parquet
-        file unchanged)."""
+        """The buffered rows as one record batch (made from each run of row dicts and each
+        run of sample blocks, in order, then joined)."""
         out: list[pa.RecordBatch] = []
         rows: list[dict[str, Any]] = []
         blocks: list[SampleBlock] = []
@@ -175,6 +174,8 @@ class _Spool:
             out.append(_batch(rows, self.schema))
         if blocks:
             out.append(blocks_batch(blocks, self.schema))
+        if len(out) > 1:  # one message per flush, as rows alone make: a full disk keeps
+            out = pa.Table.from_batches(out).combine_chunks().to_batches()  # as many
         return out
 
     def _put(self, batch: pa.RecordBatch) -> None:

@@ -82,7 +82,11 @@ def test_rows_and_blocks_mixed_make_the_file_rows_make(tmp_path: Path) -> None:
     w.add_server_samples(blocks[0])
     w.add_server_samples(blocks[1])
     w.add_server_samples(extra)
-    w.flush()  # one spool batch of blocks and one of rows so far
+    w.flush()  # blocks and rows so far: one spool message, as rows alone make
+    import pyarrow.ipc as ipc
+
+    with ipc.open_stream(mixed / (records.SERVER_METRICS_FILE + ".spool.arrows")) as r:
+        assert [b.num_rows for b in r] == [5]
     w.add_server_samples(blocks[2])
     w.add_server_samples(blocks[3])
     w.close()

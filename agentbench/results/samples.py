@@ -87,6 +87,10 @@ class SampleBlock:
         if not self.values:
             return b""
         vals = orjson.dumps(self.values)[1:-1].split(b",")
+        if b"null" in vals:  # NaN or an infinity: as text, as the writer journals rows
+            vals = [v if v != b"null" else
+                    b'"%s"' % (b"NaN" if x != x else b"Infinity" if x > 0 else b"-Infinity")
+                    for v, x in zip(vals, self.values, strict=True)]
         head = b"%d," % self.time_ns
         return b"".join(b"%d %s%s\"value\":%s}\n" % (first + i, h, head, v)
                         for i, (h, v) in enumerate(zip(self.layout.heads(self.endpoint), vals,

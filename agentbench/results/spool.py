@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -53,11 +55,34 @@ def journal_of(spool: Path) -> Path:
     return spool.with_name(spool.name.removesuffix(SPOOL_SUFFIX) + JOURNAL_SUFFIX)
 
 
+#: how the journal writes a float JSON cannot hold (``nonfinite_as_text``)
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def float_columns(schema: pa.Schema) -> tuple[str, ...]:
+    """The schema's floating-point columns (a journal line may hold their NaN as text)."""
+    return tuple(f.name for f in schema if pa.types.is_floating(f.type))
+
+
+def nonfinite_as_text(row: dict[str, Any], floats: tuple[str, ...]) -> dict[str, Any]:
+    """``row`` for its journal line: a NaN or infinite value of ``floats`` as the text
+    ``NaN``, ``Infinity`` or ``-Infinity`` (a copy; the row itself when there is none)."""
+    out = row
+    for k in floats:
+        v = row.get(k)
+        if isinstance(v, float) and not math.isfinite(v):
+            if out is row:
+                out = dict(row)
+            out[k] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return out
+
+
 def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.RecordBatch]:
     """Rows of a journal (``<seq> <json>`` lines) that the spool lacks (``seq >= after``).
     A line cut short by the kill, or one that does not fit the schema, is left out."""
     rows: list[dict[str, object]] = []
     maps = [f.name for f in schema if pa.types.is_map(f.type)]  # JSON made the pairs lists
+    floats = float_columns(schema)
     with contextlib.suppress(OSError), open(journal, "rb") as f:
         for line in f:
             seq, _, text = line.partition(b" ")
@@ -68,6 +93,10 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
             except (ValueError, orjson.JSONDecodeError):
                 continue
             if isinstance(row, dict):
+                for name in floats:  # NaN and infinities, written as text
+                    v = row.get(name)
+                    if isinstance(v, str) and v in _NONFINITE:
+                        row[name] = _NONFINITE[v]
                 for name in maps:
                     if isinstance(row.get(name), list):
                         row[name] = [tuple(kv) if isinstance(kv, list) else kv

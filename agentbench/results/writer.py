@@ -24,7 +24,14 @@ import pyarrow as pa
 from agentbench.errors import ResultsWriteError
 from agentbench.results import schema as records
 from agentbench.results.samples import SampleBlock, blocks_batch
-from agentbench.results.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
+from agentbench.results.spool import (
+    JOURNAL_SUFFIX,
+    SPOOL_SUFFIX,
+    float_columns,
+    nonfinite_as_text,
+    recover,
+    spool_to_parquet,
+)
 
 __all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
 
@@ -94,6 +101,9 @@ class _Spool:
         self.journaled = 0  # rows 0..journaled-1 are on disk in the journal or the spool
         self.journal_path = path.with_name(
             path.name.removesuffix(SPOOL_SUFFIX) + JOURNAL_SUFFIX)
+        #: float columns, whose NaN and infinities the journal writes as text (JSON has
+        #: none: orjson writes null, which recovery would refuse in a required column)
+        self._floats = float_columns(schema)
         self._journal: int | None = None
 
     def add(self, *rows: dict[str, Any]) -> None:
@@ -107,9 +117,11 @@ class _Spool:
         else:
             self.parts.append(list(rows))
         self.pending += len(rows)
+        floats = self._floats
         self._journal_lines(first, len(rows), lambda: b"".join(
             b"%d %s\n" % (first + i, orjson.dumps(
-                row, default=_as_numpy, option=orjson.OPT_SERIALIZE_NUMPY))
+                nonfinite_as_text(row, floats) if floats else row, default=_as_numpy,
+                option=orjson.OPT_SERIALIZE_NUMPY))
             for i, row in enumerate(rows)))
 
     def add_block(self, block: SampleBlock) -> None:

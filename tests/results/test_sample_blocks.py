@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from agentbench.results import schema as records
 from agentbench.results.samples import SampleBlock, SeriesLayout, blocks_batch
-from agentbench.results.spool import journal_rows
+from agentbench.results.spool import journal_rows, nonfinite_as_text
 from agentbench.results.writer import ResultsWriter, recover
 
 SCHEMA = records.SERVER_METRICS_SCHEMA
@@ -47,7 +47,8 @@ def test_journal_lines_are_orjsons_lines_of_the_rows(blocks: list[SampleBlock],
                                                      first: int) -> None:
     for b in blocks:
         got = b.journal(first).splitlines()
-        want = [b"%d %s" % (first + i, orjson.dumps(r)) for i, r in enumerate(b.rows())]
+        want = [b"%d %s" % (first + i, orjson.dumps(nonfinite_as_text(r, ("value",))))
+                for i, r in enumerate(b.rows())]
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             gs, _, gt = g.partition(b" ")
@@ -119,6 +120,23 @@ def test_a_killed_run_gets_its_blocks_back_from_the_journal(tmp_path: Path) -> N
     assert [(r["time_ns"], r["value"]) for r in t] == [(1, 1.0), (1, 2.0), (2, 3.0),
                                                        (2, 4.0), (3, 5.0)]
     assert t[2]["labels"] == [("model_name", "m"), ("instance", "0")]
+
+
+def test_nan_and_infinities_come_back_from_the_journal(tmp_path: Path) -> None:
+    """JSON has no NaN (orjson writes null, which recovery refused in the required value
+    column, so a killed run lost those rows): the journal writes them as text, and
+    recovery reads them back, from sample blocks and from scraped rows alike."""
+    w = ResultsWriter(tmp_path)
+    w.add_server_samples(SampleBlock(_layout(), 1, "sim", [math.nan, math.inf]))
+    w.add_server_samples([{"time_ns": 2, "endpoint": "http", "name": "g", "labels": None,
+                           "value": -math.inf},
+                          {"time_ns": 3, "endpoint": "http", "name": "g", "labels": None,
+                           "value": 1.5}])
+    # no close(): killed with every row only in the journal
+    assert records.SERVER_METRICS_FILE in recover(tmp_path)
+    got = [r["value"] for r in
+           pq.read_table(tmp_path / records.SERVER_METRICS_FILE).to_pylist()]
+    assert len(got) == 4 and math.isnan(got[0]) and got[1:] == [math.inf, -math.inf, 1.5]
 
 
 def test_a_block_must_fit_its_layout() -> None:

@@ -183,3 +183,20 @@ def test_decode_run_length_does_not_change_a_pd_run(tmp_path: Path,
         v.output.dir, v.output.run_id = str(tmp_path), f"steps-{steps}"
         dirs.append(run(v, progress=False).run_dir)
     _same_run(*dirs)
+
+
+def test_a_warm_up_longer_than_the_duration_still_ends_the_stage_on_time(
+        tmp_path: Path) -> None:
+    """``warmup.max_s`` far above ``duration_s``: the stage measures from the instant its
+    last lane turned warm and ends ``duration_s`` later, whatever bounds the warm-up (a
+    stage that waited for its warm-up's bound instead ran 15x past its duration)."""
+    sc = load_scenario(SCENARIOS / "quickstart.yaml")
+    data = sc.model_dump(mode="json")
+    data["limits"] = {**data["limits"], "duration_s": 200, "recycle": True}
+    data["warmup"] = {"enabled": True, "requests_per_lane": 3, "max_s": 3000}
+    data["output"] = {**data["output"], "dir": str(tmp_path)}
+    res = run(Scenario.model_validate(data), progress=False)
+    stage = json.loads((res.run_dir / "run.json").read_text())["stages"][0]
+    assert stage["profile_start_ns"] is not None and stage["profile_start_ns"] > 0
+    measured_s = (stage["end_ns"] - stage["profile_start_ns"]) / 1e9
+    assert 200 <= measured_s < 260, measured_s

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from agentbench.prompts.vocab import WordVocab
 from agentbench.traces import words as tokenize
-from agentbench.traces.model import Turn
+from agentbench.traces.model import Turn, common_prefix
 
 #: Salt of the opt-in shared prefix (the same for every copy, so it is shared on purpose).
 SHARED_PREFIX_SALT = 0x5A4ED
@@ -98,14 +97,6 @@ def trim_end(segs: list[Segment], cut: int) -> int:
     return cut
 
 
-def _same_ids(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> bool:
-    """``np.array_equal`` of two id arrays of one length, as one memcmp when their types
-    agree (the usual case; ``array_equal`` costs a few microseconds a call)."""
-    if a.dtype == b.dtype:
-        return a.tobytes() == b.tobytes()
-    return bool(np.array_equal(a, b))
-
-
 def rest_segments(turn: Turn, session_id: str, next_turn: Turn | None,
                   n_full: int) -> list[Segment]:
     """The segments after a turn's ``n_full`` whole blocks: a cut last block, then the tail
@@ -115,7 +106,7 @@ def rest_segments(turn: Turn, session_id: str, next_turn: Turn | None,
     segs = [Segment(int(ids[i]), n - i * bs) for i in range(n_full, m)]
     left = n - m * bs
     if left > 0 and next_turn is not None and next_turn.block_size == bs \
-            and len(next_turn.hash_ids) > m and _same_ids(next_turn.hash_ids[:m], ids):
+            and len(next_turn.hash_ids) > m and common_prefix(next_turn.hash_ids, ids) == m:
         nids, nn = next_turn.hash_ids, next_turn.input_tokens
         j = m
         while left > 0 and j < len(nids):

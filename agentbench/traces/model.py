@@ -52,6 +52,17 @@ def as_hash_ids(values: Sequence[int] | npt.ArrayLike) -> HashIds:
     return arr
 
 
+def common_prefix(a: npt.ArrayLike, b: npt.ArrayLike) -> int:
+    """How many leading ids ``a`` and ``b`` share (one memcmp when all of the shorter's
+    do and their types agree, the usual case for a turn and the one before it)."""
+    x, y = np.asarray(a), np.asarray(b)
+    k = min(len(x), len(y))
+    if x.dtype == y.dtype and x[:k].tobytes() == y[:k].tobytes():
+        return k
+    diff = np.flatnonzero(x[:k] != y[:k])
+    return int(diff[0]) if diff.size else k
+
+
 @dataclass(slots=True, eq=False)
 class Turn:
     """One LLM request of a session.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.traces.model import Session, Trace
+from agentbench.traces.model import Session, Trace, common_prefix
 
 PCTS = (50, 90, 99)
 
@@ -54,7 +54,7 @@ def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]],
             for cand in (c, own if own != c else None):
                 if cand is None or not 0 <= cand < j:  # an earlier turn's blocks only
                     continue
-                run = max(run, _common_prefix(ids, turn_ids[cand]))
+                run = max(run, common_prefix(ids, turn_ids[cand]))
         if run < m:
             rest = ids[run:].tolist()
             for x in rest:
@@ -65,14 +65,6 @@ def leading_seen_blocks(turn_ids: Sequence[npt.NDArray[np.int64]],
         out[j] = run
         latest_by_first[first] = j
     return out
-
-
-def _common_prefix(a: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> int:
-    k = min(len(a), len(b))
-    if a[:k].tobytes() == b[:k].tobytes():  # the common case, one memcmp
-        return k
-    diff = np.flatnonzero(a[:k] != b[:k])
-    return int(diff[0]) if diff.size else k
 
 
 def potential_cached_tokens(sessions: Sequence[Session]) -> dict[tuple[str, int], int]:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agentbench.errors import InputError
-from agentbench.traces.model import HashIds, Session, Trace, Turn
+from agentbench.traces.model import HashIds, Session, Trace, Turn, common_prefix
 
 FORMAT_KEY = b"agentbench.format"
 FORMAT_VALUE = b"native/2"
@@ -105,12 +105,6 @@ def _stored_table(turns: Sequence[tuple[str, Turn, int]]) -> pa.Table:
     return pa.table(cols, schema=STORED_SCHEMA)
 
 
-def _common_prefix(a: HashIds, b: HashIds) -> int:
-    k = min(len(a), len(b))
-    diff = np.flatnonzero(np.asarray(a[:k]) != np.asarray(b[:k]))
-    return int(diff[0]) if diff.size else k
-
-
 def to_tables(trace: Trace) -> tuple[pa.Table, pa.Table]:
     """The (sessions, turns) tables of a trace, turns with their whole ``hash_ids``."""
     turns = [(s.session_id, t) for s in trace.sessions for t in s.turns]
@@ -137,7 +131,7 @@ def write(trace: Trace, path: str | Path) -> Path:
         for s in trace.sessions:
             prev: HashIds = _EMPTY
             for t in s.turns:
-                chunk.append((s.session_id, t, _common_prefix(prev, t.hash_ids)))
+                chunk.append((s.session_id, t, common_prefix(prev, t.hash_ids)))
                 prev = t.hash_ids
                 if len(chunk) == BATCH_TURNS:
                     writer.write_table(_stored_table(chunk))
@@ -268,7 +262,7 @@ class _SharedPrefixes:
 
     def add_whole(self, turn: Turn, ids: HashIds, where: str, source: str) -> None:
         """Add ``turn`` with its whole ids (``native/1``)."""
-        k = _common_prefix(self.prev, ids) if self.size else 0
+        k = common_prefix(self.prev, ids) if self.size else 0
         self.prev = ids
         self.add(turn, k, ids[k:], where, source)
 

@@ -22,6 +22,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from agentbench.results.spool import nonfinite_text
+
 Labels = list[tuple[str, str]]
 
 
@@ -88,8 +90,7 @@ class SampleBlock:
             return b""
         vals = orjson.dumps(self.values)[1:-1].split(b",")
         if b"null" in vals:  # NaN or an infinity: as text, as the writer journals rows
-            vals = [v if v != b"null" else
-                    b'"%s"' % (b"NaN" if x != x else b"Infinity" if x > 0 else b"-Infinity")
+            vals = [v if v != b"null" else b'"%s"' % nonfinite_text(x).encode()
                     for v, x in zip(vals, self.values, strict=True)]
         head = b"%d," % self.time_ns
         return b"".join(b"%d %s%s\"value\":%s}\n" % (first + i, h, head, v)

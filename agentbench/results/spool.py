@@ -64,16 +64,22 @@ def float_columns(schema: pa.Schema) -> tuple[str, ...]:
     return tuple(f.name for f in schema if pa.types.is_floating(f.type))
 
 
+def nonfinite_text(v: float) -> str:
+    """How a journal line holds a NaN or an infinity: ``NaN``, ``Infinity``, ``-Infinity``
+    (read back by ``journal_rows``)."""
+    return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+
+
 def nonfinite_as_text(row: dict[str, Any], floats: tuple[str, ...]) -> dict[str, Any]:
-    """``row`` for its journal line: a NaN or infinite value of ``floats`` as the text
-    ``NaN``, ``Infinity`` or ``-Infinity`` (a copy; the row itself when there is none)."""
+    """``row`` for its journal line: a NaN or infinite value of ``floats`` as its
+    ``nonfinite_text`` (a copy; the row itself when there is none)."""
     out = row
     for k in floats:
         v = row.get(k)
         if isinstance(v, float) and not math.isfinite(v):
             if out is row:
                 out = dict(row)
-            out[k] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+            out[k] = nonfinite_text(v)
     return out
 
 

@@ -149,14 +149,13 @@ class _Spool:
         them. After a failure rows are dropped (counted in ``lost``)."""
         if not self.pending or self.failed is not None:
             return
-        batches = self._batches()
+        batch = self._buffered()
         self.parts, self.pending = [], 0
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 self._write(self.schema.serialize())
-            for batch in batches:
-                self._put(batch)
+            self._put(batch)
         except OSError as e:
             self.failed = ResultsWriteError(str(self.path), e.strerror or str(e))
         if self._journal is not None and self.failed is None:
@@ -165,30 +164,15 @@ class _Spool:
         if self.failed is not None:
             raise self.failed
 
-    def _batches(self) -> list[pa.RecordBatch]:
-        """The buffered rows as one record batch (made from each run of row dicts and each
-        run of sample blocks, in order, then joined)."""
-        out: list[pa.RecordBatch] = []
-        rows: list[dict[str, Any]] = []
-        blocks: list[SampleBlock] = []
-        for part in self.parts:
-            if isinstance(part, SampleBlock):
-                if rows:
-                    out.append(_batch(rows, self.schema))
-                    rows = []
-                blocks.append(part)
-            else:
-                if blocks:
-                    out.append(blocks_batch(blocks, self.schema))
-                    blocks = []
-                rows.extend(part)
-        if rows:
-            out.append(_batch(rows, self.schema))
-        if blocks:
-            out.append(blocks_batch(blocks, self.schema))
-        if len(out) > 1:  # one message per flush, as rows alone make: a full disk keeps
-            out = pa.Table.from_batches(out).combine_chunks().to_batches()  # as many
-        return out
+    def _buffered(self) -> pa.RecordBatch:
+        """The buffered rows as one record batch: sample blocks as columns; row dicts
+        (with any blocks among them as rows, which only a run mixing the in-process
+        simulator with scraped endpoints makes) through ``_batch``."""
+        blocks = [p for p in self.parts if isinstance(p, SampleBlock)]
+        if len(blocks) == len(self.parts):
+            return blocks_batch(blocks, self.schema)
+        return _batch([r for p in self.parts
+                       for r in (p.rows() if isinstance(p, SampleBlock) else p)], self.schema)
 
     def _put(self, batch: pa.RecordBatch) -> None:
         try:
@@ -278,11 +262,11 @@ class ResultsWriter:
             self.n_errors += 1
         elif row["first_token_ns"] is not None and row["sent_ns"] is not None:
             self.recent_ttft_ms.append((row["first_token_ns"] - row["sent_ns"]) / 1e6)
-        self._add(records.REQUESTS_FILE, row)
+        self._add(records.REQUESTS_FILE, [row])
         return row
 
     def add_session(self, row: dict[str, Any]) -> None:
-        self._add(records.SESSIONS_FILE, row)
+        self._add(records.SESSIONS_FILE, [row])
 
     def add_server_samples(self, rows: list[dict[str, Any]] | SampleBlock) -> None:
         """One scrape's samples (rows, or a simulator's sample as columns): journaled in
@@ -290,19 +274,17 @@ class ResultsWriter:
         if len(rows):
             self._add(records.SERVER_METRICS_FILE, rows, batch=False)
 
-    def _add(self, name: str, rows: list[dict[str, Any]] | SampleBlock | dict[str, Any],
+    def _add(self, name: str, rows: list[dict[str, Any]] | SampleBlock,
              batch: bool = True) -> None:
-        """Journal ``rows`` (one row, a list of rows or a sample block) in ``name``'s spool;
-        spool the buffered rows at ``flush_rows`` (``batch``) or every ``flush_every_s``."""
+        """Journal ``rows`` (row dicts or a sample block) in ``name``'s spool; spool the
+        buffered rows at ``flush_rows`` (``batch``) or every ``flush_every_s``."""
         spool = self._spools[name]
         if spool.failed is not None:
-            self.lost += 1 if isinstance(rows, dict) else len(rows)
+            self.lost += len(rows)
             return
         try:
             if isinstance(rows, SampleBlock):
                 spool.add_block(rows)
-            elif isinstance(rows, dict):
-                spool.add(rows)
             else:
                 spool.add(*rows)
             if batch and spool.pending >= self.flush_rows:

@@ -170,20 +170,17 @@ def samples(model: str, instances: Sequence[Instance]) -> list[tuple[str, dict[s
 
 
 class SampleRows:
-    """``samples`` of fixed instances as server-metrics rows (``time_ns``, ``endpoint``,
-    ``name``, ``labels`` as (key, value) pairs, ``value``), the series laid out once: a
-    virtual-time run samples every few simulated seconds, and building the families each
-    time was a third of a small what-if's CPU. A row's ``labels`` list is shared by the
-    rows of its series (read, never modified, by the writer)."""
+    """``samples`` of fixed instances, the series laid out once (names, labels as (key,
+    value) pairs) and their values read at each sample: a virtual-time run samples every
+    few simulated seconds, and building the families each time was a third of a small
+    what-if's CPU (the in-process transport makes the server-metrics rows of a sample
+    from them: ``agentbench.results.samples``). A series' ``labels`` list is shared by its
+    rows (read, never modified, by the writer)."""
 
     def __init__(self, model: str, instances: Sequence[Instance]) -> None:
         self._series = [(name, list(labels.items()), read)
                         for name, _, _, rows in _families(model, instances)
                         for labels, read in rows]
-
-    def rows(self, t: int, endpoint: str) -> list[dict[str, object]]:
-        return [{"time_ns": t, "endpoint": endpoint, "name": name, "labels": labels,
-                 "value": float(read())} for name, labels, read in self._series]
 
     @property
     def names(self) -> list[str]:
@@ -194,8 +191,7 @@ class SampleRows:
         return [labels for _, labels, _ in self._series]
 
     def values(self) -> list[float]:
-        """Every series' value now, in the order of ``names`` (``rows`` without the
-        rows)."""
+        """Every series' value now, in the order of ``names``."""
         return [float(read()) for _, _, read in self._series]
 
 

@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbench.results.samples import SampleBlock, SeriesLayout
 from agentbench.sim.cluster import Cluster
 from agentbench.sim.metrics import SampleRows, render, samples
 from tests.sim import test_disagg, test_nvme_tier
+
+
+def _rows(plan: SampleRows, t: int) -> list[dict[str, Any]]:
+    """A sample's server-metrics rows, as the in-process transport makes them."""
+    return SampleBlock(SeriesLayout(plan.names, plan.labels), t, "ep", plan.values()).rows()
 
 
 def _fresh(cl: Cluster, t: int) -> list[dict[str, Any]]:
@@ -21,20 +27,20 @@ def test_rows_follow_the_instances_as_they_change() -> None:
                                  nvme_tier={"capacity_blocks": 1000},
                                  shared_tier={"capacity_blocks": 1000})
     plan = SampleRows("m", cl.instances)
-    assert plan.rows(0, "ep") == _fresh(cl, 0)
-    assert {r["name"] for r in plan.rows(0, "ep")} >= {
+    assert _rows(plan, 0) == _fresh(cl, 0)
+    assert {r["name"] for r in _rows(plan, 0)} >= {
         "agentbench_sim_tier_load_seconds_total", "agentbench_sim_prefix_cache_hits_by_tier_total"}
     seen = []
     t = 0.0
     for blocks in (list(range(1, 100)), list(range(1, 150)), list(range(200, 300)),
                    list(range(1, 100))):
         _, t = test_nvme_tier._send(cl, blocks, t)
-        now = plan.rows(int(t * 1e9), "ep")
+        now = _rows(plan, int(t * 1e9))
         assert now == _fresh(cl, int(t * 1e9))
         seen.append([r["value"] for r in now])
     assert len({tuple(v) for v in seen}) == len(seen)  # the values moved each time
     # and they are the instances' own figures
-    rows = plan.rows(0, "ep")
+    rows = _rows(plan, 0)
     for r in rows:
         lab = dict(r["labels"])
         inst = cl.instances[int(lab["instance"])]
@@ -51,9 +57,9 @@ def test_rows_follow_the_instances_as_they_change() -> None:
 def test_rows_of_a_pd_cluster() -> None:
     cl = test_disagg._cluster(link={"bandwidth_gbps": 200, "latency_s": 0.0005})
     plan = SampleRows("m", cl.instances)
-    before = plan.rows(1, "ep")
+    before = _rows(plan, 1)
     test_disagg._turns(cl, [100, 200])
-    after = plan.rows(2, "ep")
+    after = _rows(plan, 2)
     assert after == _fresh(cl, 2) and before != after
     moved = [r for r in after if r["name"] == "agentbench_sim_kv_transfer_tokens_total"]
     assert moved and moved[0]["labels"] == [("model_name", "m"), ("instance", "1"),
@@ -67,12 +73,12 @@ def test_render_keeps_integer_gauges_as_integers() -> None:
     assert 'vllm:kv_cache_usage_perc{model_name="m",instance="0"} 0.0\n' in text
 
 
-def test_values_names_and_labels_are_the_rows_columns() -> None:
+def test_values_names_and_labels_are_the_families_built_afresh() -> None:
     cl = test_disagg._cluster(link={"bandwidth_gbps": 200, "latency_s": 0.0005})
     plan = SampleRows("m", cl.instances)
     test_disagg._turns(cl, [100, 200])
-    rows = plan.rows(7, "ep")
-    assert plan.values() == [r["value"] for r in rows]
-    assert plan.names == [r["name"] for r in rows]
-    assert plan.labels == [r["labels"] for r in rows]
+    fresh = _fresh(cl, 7)  # the families built afresh
+    assert plan.values() == [r["value"] for r in fresh]
+    assert plan.names == [r["name"] for r in fresh]
+    assert plan.labels == [r["labels"] for r in fresh]
     assert any(v > 0 for v in plan.values())

@@ -16,6 +16,7 @@ engine blocks past the shared prefix.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,7 +116,7 @@ class SimPrompt:
     """What the simulator needs of a prompt: its token count and full-block hashes."""
 
     tokens: int
-    hashes: list[int]
+    hashes: array[int]  # int64 values: a prefix is copied as one block of memory
 
 
 class SegmentPrompt:
@@ -134,7 +135,7 @@ class SegmentPrompt:
         self._whole: U64 = np.zeros(0, dtype=np.uint64)  # identities of the whole blocks
         self._prev_idents: U64 = np.zeros(0, dtype=np.uint64)
         self._prev_lens: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._prev_hashes: list[int] = []
+        self._prev_hashes: array[int] = array("q")
         # the previous prompt's chain: _chain[i] is the sum of its segments 0..i-1, mixed
         self._chain: U64 = np.zeros(1, dtype=np.uint64)
         head_i = ([_ROLE_I] if chat else []) + ([_SHARED] if shared_prefix else [])
@@ -175,7 +176,7 @@ class SegmentPrompt:
         return SimPrompt(self._head_tokens + keep * bs + sum(rest_n),
                          self._hashes(idents, lens, same))
 
-    def _hashes(self, idents: U64, lens: npt.NDArray[np.int64], same: int) -> list[int]:
+    def _hashes(self, idents: U64, lens: npt.NDArray[np.int64], same: int) -> array[int]:
         """Hashes of every full engine block; blocks inside the token prefix shared with the
         previous prompt are taken from it, and so is the chain of segments before the
         first one that differs (``same``: segments known to be the previous prompt's)."""
@@ -221,7 +222,7 @@ class SegmentPrompt:
             inner *= w[j]
             inner += chain[j]
             inner += last.view(np.uint64)
-            out.extend(_mix(inner).view(np.int64).tolist())  # ``out`` is a new list
+            out.frombytes(_mix(inner).tobytes())  # ``out`` is a new array
         self._prev_idents, self._prev_lens, self._prev_hashes = idents, lens, out
         self._chain = chain
         return out

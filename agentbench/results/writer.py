@@ -68,14 +68,17 @@ def _batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
         f = schema.field(i)
         vals = [r[f.name] for r in rows]
         item = f.type.value_type
-        dtype = item.to_pandas_dtype()
-        lens = np.fromiter((0 if v is None else len(v) for v in vals), np.int32, len(vals))
+        dtype = np.dtype(item.to_pandas_dtype())
+        lens = [0 if v is None else len(v) for v in vals]
         offsets = np.zeros(len(vals) + 1, dtype=np.int32)
         np.cumsum(lens, out=offsets[1:])
-        parts = [np.frombuffer(v, dtype=_ARRAY_DTYPES[v.typecode]) for v in vals
-                 if v is not None and len(v)]
-        flat = np.concatenate(parts).astype(dtype, copy=False) if parts else \
-            np.zeros(0, dtype=dtype)
+        present = [v for v in vals if v is not None]
+        if all(_ARRAY_DTYPES[v.typecode] == dtype for v in present):
+            flat = np.frombuffer(b"".join(present), dtype=dtype)  # one copy of every row's
+        else:
+            flat = np.concatenate([np.frombuffer(v, dtype=_ARRAY_DTYPES[v.typecode])
+                                   for v in present] or [np.zeros(0, dtype=dtype)]
+                                  ).astype(dtype, copy=False)
         mask = pa.array([v is None for v in vals], type=pa.bool_())
         cols[f.name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=item),
                                                 type=f.type, mask=mask)

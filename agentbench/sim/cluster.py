@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentbench.scenario.model import SimulatedEndpoint
@@ -141,7 +141,7 @@ class Cluster:
                                 max_tokens=max_tokens, ignore_eos=ignore_eos,
                                 min_tokens=min_tokens, session=session)
 
-    def make_hashed(self, hashes: list[int], n: int, *, max_tokens: int | None,
+    def make_hashed(self, hashes: Sequence[int], n: int, *, max_tokens: int | None,
                     ignore_eos: bool = False, min_tokens: int = 0,
                     session: str | None = None) -> SimRequest:
         """``make_request`` for a prompt of ``n`` tokens given by its full-block hashes

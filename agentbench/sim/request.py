@@ -16,7 +16,7 @@ class SimRequest:
 
     rid: int
     prompt_tokens: int
-    hashes: list[int]  # prefix-chained hashes of the prompt's full blocks
+    hashes: Sequence[int]  # prefix-chained hashes of the prompt's full blocks (never mutated)
     output_tokens: int  # tokens it will generate (>= 1)
     match_limit: int = 0  # blocks a lookup may hit: one prompt token is always computed
     finish_as: str = "length"  # "length" (max_tokens reached) or "stop" (simulated EOS)

@@ -139,7 +139,7 @@ def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
         idents = [int(x) for x in fresh._prev_idents]
         lens = [int(x) for x in fresh._prev_lens]
         assert sum(lens) == got.tokens
-        assert got.hashes == _defined_hashes(idents, lens, bsz)
+        assert got.hashes.tolist() == _defined_hashes(idents, lens, bsz)
 
 
 # ------------------------------------------------------------------ metrics samples

@@ -45,6 +45,9 @@ class RunContext:
     request_ids: itertools.count = field(default_factory=itertools.count)
     stage: str = ""
     stopping: bool = False
+    #: the stage stops only because this process took the last request of its budget
+    #: (``gives_up``)
+    budget_spent: bool = False
     max_requests: int | None = None
     requests_sent: int = 0
     sessions_done: int = 0
@@ -71,14 +74,24 @@ class RunContext:
                 return False
             self.requests_sent += 1
             if n >= self.max_requests:
-                self.stop()
+                self._spent()
             return True
         if self.max_requests is not None and self.requests_sent >= self.max_requests:
             return False
         self.requests_sent += 1
         if self.max_requests is not None and self.requests_sent >= self.max_requests:
-            self.stop()  # the last one goes; everything still waiting ends
+            self._spent()  # the last one goes; everything still waiting ends
         return True
+
+    def _spent(self) -> None:
+        self.budget_spent = not self.stopping
+        self.stop()
+
+    def gives_up(self) -> bool:
+        """Whether a request already sent stops trying to reach its endpoint: the stage
+        stops, and not only because its budget was taken in full (a request waiting to
+        reconnect holds one of those; it reaches a server or fails, as it would have)."""
+        return self.stopping and not self.budget_spent
 
     def stop(self) -> None:
         """End the stage: no new requests; waiting turns and arrivals end now."""

@@ -226,7 +226,7 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
     ``stage_start_ns`` (default: now), so worker processes share one."""
     lim = sc.limits
     ctx.stage = stage.label
-    ctx.stopping = False
+    ctx.stopping = ctx.budget_spent = False
     ctx.requests_sent = 0
     ctx.max_requests = lim.max_requests
     # insertion-ordered (a dict, not a set): cancelling at the deadline goes in start order,

@@ -232,16 +232,15 @@ class TreeRun:
         refused_since: int | None = None
         while True:
             rec = await self._attempt(sess, st, k, scheduled, phase, content, ep)
-            if rec.error_type in CONNECT_ERRORS and not ctx.stopping:
+            if rec.error_type in CONNECT_ERRORS and not ctx.gives_up():
                 # the request never reached the server: try again (after the endpoint's
                 # backoff) within reconnect_s, without spending the request budget, unless
                 # the endpoint was given up meanwhile (``retry``: the circuit breaker)
                 now = ctx.timers.now_ns()
                 refused_since = now if refused_since is None else refused_since
                 if now - refused_since < ep.reconnect_ns and not ep.dead:
-                    with contextlib.suppress(StageOver):
-                        await ctx.timers.wait_until(ep.blocked_until_ns, pullable=False)
-                    if not ctx.stopping and not ep.dead:
+                    await self._backoff(ep)
+                    if not ctx.gives_up() and not ep.dead:
                         self._again(st, rec)
                         continue
                     return rec
@@ -260,6 +259,18 @@ class TreeRun:
             if not ctx.take_request():
                 return rec
             self._again(st, rec)
+
+    async def _backoff(self, ep: LiveEndpoint) -> None:
+        """Wait out ``ep``'s connection backoff; the budget taken in full meanwhile ends
+        the other waits, not this one (its request holds one of the budget's)."""
+        timers = self.ctx.timers
+        while True:
+            try:
+                await timers.wait_until(ep.blocked_until_ns, pullable=False)
+                return
+            except StageOver:
+                if self.ctx.gives_up():
+                    return
 
     @staticmethod
     def _again(st: SessionState, rec: RequestRecord) -> None:

@@ -184,6 +184,44 @@ async def test_a_server_that_comes_back_does_not_use_up_the_request_budget(tmp_p
 
 
 @pytest.mark.timeout(60)
+async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend_the_rest(
+        tmp_path):  # type: ignore[no-untyped-def]
+    """Two lanes, one tree each, on two endpoints: the first endpoint is down for ~0.8 s,
+    the second answers at once and its lane takes the rest of the budget meanwhile. The
+    first lane's request, refused and waiting to reconnect, holds one unit of the budget:
+    it goes on trying when the budget is spent, so the budget of 4 still buys 4 requests
+    that reached a server (it used to end as a refused row, spending the unit)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    up = FakeServer(ServerConfig())
+    await up.start()
+    back = FakeServer(ServerConfig())
+    sc = openai_scenario([f"http://127.0.0.1:{port}", up.url], tmp_path, concurrency=2,
+                         endpoint={"preflight": False, "reconnect_s": 30, "timeout_s": 10})
+    sc.limits.max_requests = 4
+    two = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                         trace(6).sessions[0].turns) for i in range(2)])
+
+    async def come_back() -> None:
+        await asyncio.sleep(0.8)
+        await back.start(port=port)
+
+    later = asyncio.ensure_future(come_back())
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False), 50)
+    finally:
+        await later
+        await back.close()
+        await up.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    refused = req[req.error_type == "connect_error"]
+    assert len(refused) >= 1 and set(refused.endpoint) == {"ep0"}
+    assert len(up.received) == 3 and len(back.received) == 1  # the budget: 4 that arrived
+    assert (req.status == records.OK).sum() == 4 and len(req) == len(refused) + 4
+
+
+@pytest.mark.timeout(60)
 async def test_follow_redirects_stays_within_the_origin(tmp_path):  # type: ignore[no-untyped-def]
     """Off (the default): a 307 is an error naming the Location. On: a 307 within the
     server is followed (one row, the request sent again there); one to another origin is

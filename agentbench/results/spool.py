@@ -140,7 +140,9 @@ def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
     before = len(batches)
     if spool.exists():
         try:
-            with pa.OSFile(str(spool), "rb") as src:
+            # mapped, not read: the batches are views of the file (no copy, no fresh
+            # memory), which the parquet writer reads; the mapping lives while they do
+            with pa.memory_map(str(spool), "r") as src:
                 reader = ipc.open_stream(src)
                 while True:
                     try:

@@ -241,6 +241,10 @@ def test_auto_divides_the_offered_event_rate_by_what_one_process_sustains() -> N
     assert choose([per_stream], None, False, cpus=4)["workers"] == 4  # open loop
 
 
+#: the probe's reading of a 500 events/s stream stays below this (see the test below)
+_MAX_PROBE_RATE = 600
+
+
 @pytest.mark.timeout(120)
 async def test_workers_auto_probes_the_stream_rate(weka_trace: Any, tmp_path: Path) -> None:
     from agentbench.replay.autoworkers import choose
@@ -251,7 +255,11 @@ async def test_workers_auto_probes_the_stream_rate(weka_trace: Any, tmp_path: Pa
                                 limits={"recycle": True, "max_requests": 6})
     pick = res.info["workers_auto"]
     (rate,) = pick["stream_events_per_s"]
-    assert 150 < rate < 520  # 2 ms apart at best; a busy test machine only slows it
+    # 2 ms apart on average (500/s). The server paces each event to an absolute time, so an
+    # event a busy machine delays is followed by the next at once: the rate, read from
+    # the second event on, can come out a few percent above 500 (526 seen under load). A
+    # probe that counted each event twice would read ~1,000
+    assert 150 < rate < _MAX_PROBE_RATE
     assert abs(pick["offered_events_per_s"] - 3 * rate) <= 1
     assert res.info["workers"] == pick["workers"] == choose([rate], 3, False)["workers"] == 1
     assert pick["why"].startswith("3 lanes x ")
@@ -278,7 +286,7 @@ async def test_workers_auto_probe_does_not_hold_the_run(weka_trace: Any, tmp_pat
     assert len(req) == 4 and req.sent_ns.min() < 5e9  # not held for the stall
     # half the stream came before the stall: its rate is still measured
     (rate,) = res.info["workers_auto"]["stream_events_per_s"]
-    assert rate is not None and 150 < rate < 520
+    assert rate is not None and 150 < rate < _MAX_PROBE_RATE
 
 
 async def test_a_worker_whose_lanes_ended_waits_for_the_others_warmup() -> None:

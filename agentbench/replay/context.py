@@ -84,8 +84,8 @@ class RunContext:
         return True
 
     def _spent(self) -> None:
-        self.budget_spent = not self.stopping
-        self.stop()
+        self.stop()  # called only while the stage runs (``take_request``)
+        self.budget_spent = True
 
     def gives_up(self) -> bool:
         """Whether a request already sent stops trying to reach its endpoint: the stage
@@ -94,8 +94,11 @@ class RunContext:
         return self.stopping and not self.budget_spent
 
     def stop(self) -> None:
-        """End the stage: no new requests; waiting turns and arrivals end now."""
-        if not self.stopping:
+        """End the stage: no new requests; waiting turns and arrivals end now, and so do
+        requests waiting to reconnect (also when the budget stopped the stage first)."""
+        budget_only = self.budget_spent
+        self.budget_spent = False
+        if not self.stopping or budget_only:
             self.stopping = True
             self.timers.abort_all(StageOver)
 

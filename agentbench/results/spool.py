@@ -130,34 +130,55 @@ def _complete(batch: pa.RecordBatch) -> bool:
                for i, f in enumerate(batch.schema) if not f.nullable)
 
 
-def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema) -> int:
+def spool_to_parquet(spool: Path, out: Path, schema: pa.Schema, own: bool = False) -> int:
     """Convert a spool and its journal (possibly cut short by a kill) to parquet, after the
-    rows ``out`` already holds; return rows written."""
+    rows ``out`` already holds; return rows written. ``own``: the spool is the calling
+    writer's, just closed (see ``_spool_batches``)."""
     batches: list[pa.RecordBatch] = []
     if out.exists():  # a parquet file cut short is left out: the spool still has its rows
         with contextlib.suppress(pa.ArrowInvalid, OSError):
             batches.extend(pq.read_table(out, schema=schema).to_batches())
-    before = len(batches)
-    if spool.exists():
-        try:
-            # mapped, not read: the batches are views of the file (no copy, no fresh
-            # memory), which the parquet writer reads; the mapping lives while they do
-            with pa.memory_map(str(spool), "r") as src:
-                reader = ipc.open_stream(src)
-                while True:
-                    try:
-                        batches.append(reader.read_next_batch())
-                    except StopIteration:
-                        break
-        except (pa.ArrowInvalid, OSError):
-            pass  # a truncated last batch: keep what was complete
+    spooled, in_spool = _spool_batches(spool, own)
+    batches.extend(spooled)
     journal = journal_of(spool)
     if journal.exists():
-        in_spool = sum(b.num_rows for b in batches[before:])
         batches.extend(journal_rows(journal, in_spool, schema))
     table = pa.Table.from_batches(batches, schema=schema)
     commit_table(out, table, [spool, journal])
     return table.num_rows
+
+
+def _spool_batches(spool: Path, own: bool) -> tuple[list[pa.RecordBatch], int]:
+    """The spool's whole batches, and the rows of every batch read (the journal numbers
+    its rows after them, a damaged batch's too).
+
+    A writer's own spool, just closed, is memory-mapped: its batches are views of the
+    file, not copies into fresh memory (0.37 -> 0.20 CPU s for 6,669 requests). A spool
+    left by another process (``recover``) is read into memory, so that nothing can cut
+    the file under a view, and each batch is validated whole: a damaged one is left out
+    (its rows are lost, the rest kept) instead of crashing the conversion."""
+    kept: list[pa.RecordBatch] = []
+    rows = 0
+    if not spool.exists():
+        return kept, rows
+    try:
+        with (pa.memory_map(str(spool), "r") if own else pa.OSFile(str(spool), "rb")) as src:
+            reader = ipc.open_stream(src)
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                rows += batch.num_rows
+                if not own:
+                    try:
+                        batch.validate(full=True)
+                    except (pa.ArrowException, ValueError):
+                        continue
+                kept.append(batch)
+    except (pa.ArrowInvalid, OSError):
+        pass  # a truncated last batch: keep what was complete
+    return kept, rows
 
 
 def _checkpoint(step: str) -> None:

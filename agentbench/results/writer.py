@@ -216,7 +216,7 @@ class _Spool:
             with contextlib.suppress(OSError):
                 self.journal_path.unlink()
         try:
-            spool_to_parquet(self.path, out, self.schema)
+            spool_to_parquet(self.path, out, self.schema, own=True)
         except OSError as e:
             raise ResultsWriteError(str(out), e.strerror or str(e)) from None
 

@@ -222,6 +222,37 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend
 
 
 @pytest.mark.timeout(60)
+async def test_the_deadline_still_ends_a_reconnect_the_spent_budget_let_go_on(
+        tmp_path):  # type: ignore[no-untyped-def]
+    """As above, but the first endpoint never comes back: its request, kept trying when the
+    budget was spent, ends at the stage's deadline (1.5 s), not after reconnect_s (20 s)."""
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    up = FakeServer(ServerConfig())
+    await up.start()
+    sc = openai_scenario([f"http://127.0.0.1:{port}", up.url], tmp_path, concurrency=2,
+                         endpoint={"preflight": False, "reconnect_s": 20, "timeout_s": 10})
+    sc.limits.max_requests = 4
+    sc.limits.duration_s = 1.5
+    two = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                         trace(6).sessions[0].turns) for i in range(2)])
+    t0 = time.monotonic()
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False), 50)
+    finally:
+        await up.close()
+    took = time.monotonic() - t0
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    refused = req[req.error_type == "connect_error"]
+    assert took < 10, took  # reconnect_s would be 20 s
+    assert len(refused) >= 1 and set(refused.endpoint) == {"ep0"}
+    assert len(up.received) == 3 and (req.status == records.OK).sum() == 3
+
+
+@pytest.mark.timeout(60)
 async def test_follow_redirects_stays_within_the_origin(tmp_path):  # type: ignore[no-untyped-def]
     """Off (the default): a 307 is an error naming the Location. On: a 307 within the
     server is followed (one row, the request sent again there); one to another origin is

@@ -331,3 +331,46 @@ def test_a_killed_runs_server_metrics_come_back_from_the_journal(tmp_path: Path)
     t = pq.read_table(tmp_path / records.SERVER_METRICS_FILE).to_pylist()
     assert [r["value"] for r in t] == [0.0, 1.0, 2.0]
     assert t[2]["labels"] == [("model", "m"), ("pod", "2")]
+
+
+def test_a_damaged_batch_in_a_left_spool_is_left_out_not_a_crash(tmp_path: Path) -> None:
+    """A spool another process left, with one batch whose string offsets go backwards
+    (bytes damaged on disk; reading such a batch unchecked can crash the process):
+    recovery leaves that batch out, keeps the batches around it and the journal's rows,
+    numbered after all three batches."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    from agentbench.results import schema as records
+    from agentbench.results.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX
+    from agentbench.results.writer import recover
+
+    schema = records.SERVER_METRICS_SCHEMA
+
+    def batch(first: int, n: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist(
+            [{"time_ns": first + i, "endpoint": "e", "name": "m", "labels": None,
+              "value": float(first + i)} for i in range(n)], schema=schema)
+
+    good = batch(10, 2)
+    offsets = pa.py_buffer(np.array([0, 2, 1], dtype=np.int32).tobytes())
+    bad_name = pa.StringArray.from_buffers(2, offsets, pa.py_buffer(b"mm"))
+    bad = pa.RecordBatch.from_arrays(
+        [good.column(0), good.column(1), bad_name, good.column(3), good.column(4)],
+        schema=schema)
+    with pytest.raises(pa.ArrowInvalid):
+        bad.validate(full=True)
+    name = records.SERVER_METRICS_FILE
+    with ipc.new_stream(str(tmp_path / (name + SPOOL_SUFFIX)), schema) as out:
+        out.write_batch(batch(0, 2))
+        out.write_batch(bad)
+        out.write_batch(batch(20, 2))
+    # the journal's rows after the spool's six (one already spooled: seq 5)
+    (tmp_path / (name + JOURNAL_SUFFIX)).write_text("".join(
+        f'{seq} {{"time_ns": {t}, "endpoint": "e", "name": "m", "labels": null, '
+        f'"value": {t}.0}}\n' for seq, t in ((5, 21), (6, 30))))
+    assert name in recover(tmp_path)
+    t = pq.read_table(tmp_path / name)
+    assert t.column("time_ns").to_pylist() == [0, 1, 20, 21, 30]

@@ -120,8 +120,12 @@ def test_a_server_killed_and_restarted_costs_no_budget_and_no_spinning(
     req = rows(_results(tmp_path))
     refused = req[req.error_type == "connect_error"]
     # a request whose connection the dying server had accepted but not yet read (so not
-    # logged) is a row too (disconnected): at most one per lane
-    assert 0 <= len(req) - len(refused) - len(srv.seen()) <= 4
+    # logged) is a row too: disconnected, with no HTTP status. Not one per lane at most:
+    # a lane whose request was cut sends its next turn at once (no backoff: the
+    # connection had opened), and a dying server can accept that one too (seen: two in a
+    # row on one lane, on a loaded host)
+    unanswered = req[(req.error_type == "disconnected") & req.http_status.isna()]
+    assert 0 <= len(req) - len(refused) - len(srv.seen()) <= len(unanswered)
     assert 1 <= len(refused) <= 4 * 8  # 4 lanes, waits 0.05 s doubling over 1.5 s
     assert len(req) - len(refused) == budget  # the budget went to requests that arrived
     assert len(srv.seen()) > first_seen  # and the run went on after the restart

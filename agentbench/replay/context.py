@@ -69,23 +69,27 @@ class RunContext:
             return False
         if self.max_requests is not None and self.shared_budget is not None:
             n = self.shared_budget(self.max_requests)
-            if n < 0:
-                self.stop()
+            if n < 0:  # another process took the budget's last request
+                self.stop_for_budget()
                 return False
             self.requests_sent += 1
             if n >= self.max_requests:
-                self._spent()
+                self.stop_for_budget()
             return True
         if self.max_requests is not None and self.requests_sent >= self.max_requests:
             return False
         self.requests_sent += 1
         if self.max_requests is not None and self.requests_sent >= self.max_requests:
-            self._spent()  # the last one goes; everything still waiting ends
+            self.stop_for_budget()  # the last one goes; everything still waiting ends
         return True
 
-    def _spent(self) -> None:
-        self.stop()  # called only while the stage runs (``take_request``)
-        self.budget_spent = True
+    def stop_for_budget(self) -> None:
+        """``stop`` because the stage's request budget was taken in full (here or, with
+        worker processes, by another): requests waiting to reconnect go on (``gives_up``).
+        Only while the stage runs: a stop for another reason stands."""
+        if not self.stopping:
+            self.stop()
+            self.budget_spent = True
 
     def gives_up(self) -> bool:
         """Whether a request already sent stops trying to reach its endpoint: the stage

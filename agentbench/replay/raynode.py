@@ -170,6 +170,11 @@ class RemoteShared:
     def stopped(self) -> bool:
         return bool(self.flags[0])
 
+    def budget_spent(self) -> bool:
+        """Never: the coordinator's stop flag is only ``stop_all``'s (a spent budget ends
+        each worker's leases instead)."""
+        return False
+
     def publish(self, w: int, values: list[int]) -> None:
         self._answered()
         if self.pending is None:

@@ -56,6 +56,9 @@ from agentbench.results.spool import PART_FILE
 
 _STATS = 6  # requests, errors, trees, sessions, in flight, recent TTFT p50 (us)
 _POLL_S = 0.01
+#: the shared stop flag's values: the budget was taken in full (requests waiting to
+#: reconnect go on), or the stage stops for everything (every endpoint unreachable)
+_BUDGET_SPENT, _STOP_ALL = 1, 2
 
 
 def resolve_workers(workers: int | str | None, scenario: Any) -> int:
@@ -126,14 +129,14 @@ class Shared(Counters):
             if n >= limit:
                 return -1
             self.flags[0] = n = n + 1
-            if n >= limit:
-                self.flags[1] = 1
+            if n >= limit and not self.flags[1]:
+                self.flags[1] = _BUDGET_SPENT
             return int(n)
 
     def stop_all(self) -> None:
         """Raise the stop flag: every worker ends the stage (every endpoint unreachable)."""
         with self.lock:
-            self.flags[1] = 1
+            self.flags[1] = _STOP_ALL
 
     def tree_source(self, specs: list[Any], recycle: bool) -> TreeSource:
         """The one tree sequence, drawn from by every worker."""
@@ -156,6 +159,10 @@ class Shared(Counters):
 
     def stopped(self) -> bool:
         return bool(self.flags[1])
+
+    def budget_spent(self) -> bool:
+        """Whether the stop flag is up only because the budget was taken in full."""
+        return self.flags[1] == _BUDGET_SPENT
 
 
 class PipeLink:
@@ -365,8 +372,11 @@ async def _watch(spec: WorkerSpec, shared: Any, ctx: Any, main: asyncio.Task[Any
             if main is not None:
                 main.cancel()
             return
-        if shared.stopped() and not ctx.stopping:
-            ctx.stop()
+        if shared.stopped():
+            if shared.budget_spent():
+                ctx.stop_for_budget()
+            elif not ctx.gives_up():  # not stopped here, or stopped for the budget only
+                ctx.stop()
         if tick % every == 0:
             _publish(spec.index, shared, ctx, with_ttft=tick % (25 * every) == 0)
         if not ctx.timers.inflight:

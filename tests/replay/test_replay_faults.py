@@ -183,14 +183,16 @@ async def test_a_server_that_comes_back_does_not_use_up_the_request_budget(tmp_p
     assert list(ses.status) == ["incomplete"] and list(ses.turns_done) == [4]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("workers", [1, 2])
 async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend_the_rest(
-        tmp_path):  # type: ignore[no-untyped-def]
+        tmp_path, workers):  # type: ignore[no-untyped-def]
     """Two lanes, one tree each, on two endpoints: the first endpoint is down for ~0.8 s,
     the second answers at once and its lane takes the rest of the budget meanwhile. The
     first lane's request, refused and waiting to reconnect, holds one unit of the budget:
     it goes on trying when the budget is spent, so the budget of 4 still buys 4 requests
-    that reached a server (it used to end as a refused row, spending the unit)."""
+    that reached a server (it used to end as a refused row, spending the unit). With two
+    worker processes the lanes are in different processes."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -209,7 +211,8 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend
 
     later = asyncio.ensure_future(come_back())
     try:
-        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False), 50)
+        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False,
+                                                  workers=workers), 70)
     finally:
         await later
         await back.close()

@@ -45,8 +45,8 @@ class RunContext:
     request_ids: itertools.count = field(default_factory=itertools.count)
     stage: str = ""
     stopping: bool = False
-    #: the stage stops only because this process took the last request of its budget
-    #: (``gives_up``)
+    #: the stage stops only because its request budget was taken in full, here or by
+    #: another worker process (``stop_for_budget``, ``gives_up``)
     budget_spent: bool = False
     max_requests: int | None = None
     requests_sent: int = 0

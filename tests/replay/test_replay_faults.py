@@ -18,7 +18,7 @@ from agentbench.results import schema as records
 from agentbench.scenario.model import Scenario
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Session, Trace, Turn
-from tests.helpers import openai_scenario
+from tests.helpers import free_port, openai_scenario
 
 FAULT_TYPES = {
     "http500": "http_500",
@@ -183,6 +183,19 @@ async def test_a_server_that_comes_back_does_not_use_up_the_request_budget(tmp_p
     assert list(ses.status) == ["incomplete"] and list(ses.turns_done) == [4]
 
 
+def _down_and_up(out: Any, port: int, up_url: str, reconnect_s: float
+                 ) -> tuple[Scenario, Trace]:
+    """Two lanes on endpoints ep0 (``port``, nothing listening yet) and ep1 (``up_url``),
+    a budget of 4 requests, and a trace of two six-turn trees: one tree per endpoint."""
+    sc = openai_scenario([f"http://127.0.0.1:{port}", up_url], out, concurrency=2,
+                         endpoint={"preflight": False, "reconnect_s": reconnect_s,
+                                   "timeout_s": 10})
+    sc.limits.max_requests = 4
+    two = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                         trace(6).sessions[0].turns) for i in range(2)])
+    return sc, two
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend_the_rest(
@@ -193,17 +206,11 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend
     it goes on trying when the budget is spent, so the budget of 4 still buys 4 requests
     that reached a server (it used to end as a refused row, spending the unit). With two
     worker processes the lanes are in different processes."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     up = FakeServer(ServerConfig())
     await up.start()
     back = FakeServer(ServerConfig())
-    sc = openai_scenario([f"http://127.0.0.1:{port}", up.url], tmp_path, concurrency=2,
-                         endpoint={"preflight": False, "reconnect_s": 30, "timeout_s": 10})
-    sc.limits.max_requests = 4
-    two = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
-                         trace(6).sessions[0].turns) for i in range(2)])
+    sc, two = _down_and_up(tmp_path, port, up.url, reconnect_s=30)
 
     async def come_back() -> None:
         await asyncio.sleep(0.8)
@@ -231,17 +238,10 @@ async def test_the_deadline_still_ends_a_reconnect_the_spent_budget_let_go_on(
     budget was spent, ends at the stage's deadline (1.5 s), not after reconnect_s (20 s)."""
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     up = FakeServer(ServerConfig())
     await up.start()
-    sc = openai_scenario([f"http://127.0.0.1:{port}", up.url], tmp_path, concurrency=2,
-                         endpoint={"preflight": False, "reconnect_s": 20, "timeout_s": 10})
-    sc.limits.max_requests = 4
+    sc, two = _down_and_up(tmp_path, free_port(), up.url, reconnect_s=20)
     sc.limits.duration_s = 1.5
-    two = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
-                         trace(6).sessions[0].turns) for i in range(2)])
     t0 = time.monotonic()
     try:
         res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False), 50)

@@ -154,6 +154,7 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
         writer_alive,
     )
 
+    _regular_files_only(d)
     run = read_run_json(d) if (d / R.RUN_FILE).exists() else {}
     if not force:
         if not has_spools(d) and not (run.get("status") == "running"
@@ -174,6 +175,31 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
     except OSError as e:
         raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
                          source=str(d)) from None
+
+
+def _regular_files_only(d: Path) -> None:
+    """Every file the run folder keeps (run.json, the tables, their spools, journals and
+    commits) is a regular file or absent: a FIFO there would block the reader forever, a
+    device could be endless, and a folder cannot be read or replaced."""
+    import stat
+
+    from agentbench.results.spool import COMMIT_SUFFIX, JOURNAL_SUFFIX, SCHEMAS, SPOOL_SUFFIX
+
+    names = [R.RUN_FILE, *(name + sfx for name in SCHEMAS for sfx in
+                           ("", SPOOL_SUFFIX, JOURNAL_SUFFIX, COMMIT_SUFFIX, ".tmp"))]
+    for name in names:
+        path = d / name
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue  # absent (or unreadable: the read that follows says so)
+        if stat.S_ISDIR(mode):
+            raise InputError("a folder where the run keeps a file; move it away",
+                             source=str(path))
+        if not stat.S_ISREG(mode):
+            raise InputError("not a regular file where the run keeps one (a FIFO or a "
+                             "device could block or never end); move it away",
+                             source=str(path))
 
 
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:

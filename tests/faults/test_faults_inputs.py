@@ -60,3 +60,42 @@ def test_a_trace_that_is_not_a_regular_file(kind: str, tmp_path: Path) -> None:
     line = _one_line(["run", "--url", "http://127.0.0.1:9", "--model", "m", "--trace",
                       str(path), "-o", str(tmp_path / "out"), "--no-progress"])
     assert words in line, line
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    res = CliRunner().invoke(app, ["run", str(SCENARIOS / "quickstart.yaml"), "-o", str(out),
+                                   "--run-id", "q", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    return out / "q"
+
+
+@pytest.mark.timeout(60, method="thread")  # a FIFO's open blocks in C: no signal ends it
+@pytest.mark.parametrize("name", ["requests.parquet.spool.arrows",
+                                  "sessions.parquet.journal.jsonl", "run.json",
+                                  "requests.parquet"])
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_run_folder_file_that_is_not_a_regular_file(quick_run: Path, tmp_path: Path,
+                                                      name: str, kind: str) -> None:
+    """A FIFO where the run keeps a file would block every reader forever (the spool's
+    recovery opened it); a folder there raised from deep in the recovery. Both are one
+    line naming the path, for every reader, and the folder is left as it was."""
+    import shutil
+
+    d = tmp_path / "q"
+    shutil.copytree(quick_run, d)
+    path = d / name
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    before = sorted(p.name for p in d.iterdir())
+    words = "a folder where the run keeps a file" if kind == "folder" else \
+        "not a regular file where the run keeps one"
+    for args in (["report", str(d), "-o", str(tmp_path / "rep")], ["recover", str(d)],
+                 ["gate", str(d), str(d)]):
+        line = _one_line(args)
+        assert str(path) in line and words in line, line
+    assert sorted(p.name for p in d.iterdir()) == before

@@ -185,11 +185,9 @@ class Cluster:
         if why is not None:
             raise SimRejected(why)
         req.arrival = req.sent_at = self.now() if at is None else at
-        if pd is not None:
-            if self.driver is not None:
-                self.driver.sync(req.arrival)  # P/D routing reads every instance's state
-            return pd.route(req, self.instances)
-        index = self.router.choose(req, self.instances)  # reads loads and caches only
+        # routing reads loads and caches only, which a decode run does not change
+        index = pd.route(req, self.instances) if pd is not None else \
+            self.router.choose(req, self.instances)
         if self.driver is not None:
             self.driver.sync_one(index, req.arrival)  # the arrival changes its course
         return index
@@ -209,8 +207,8 @@ class Cluster:
     def hand_over(self, inst: Instance, now: float) -> list[tuple[SimRequest, int]]:
         """The requests whose prefill on ``inst`` ended at ``now`` (P/D), each with the
         decode instance it joins when its KV has moved (its ``arrival``); the driver
-        calls ``arrive`` then. Routing reads the decode instances: the driver has synced
-        them to ``now``."""
+        calls ``arrive`` then. Routing reads the decode instances' loads and caches, which
+        their decode runs do not change (``decoderuns``), so no run is cut for it."""
         handed, inst.handed = inst.handed, []
         pd = self.pd
         assert pd is not None
@@ -241,8 +239,8 @@ class Cluster:
             req.aborted = True
             return
         if 0 <= req.instance < len(self.instances):
-            if self.driver is not None:
-                self.driver.sync(self.now())
+            if self.driver is not None:  # the abort changes that instance's course only
+                self.driver.sync_one(req.instance, self.now())
             self.instances[req.instance].abort(req)
 
     def reset_cache(self) -> int:

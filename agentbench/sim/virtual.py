@@ -141,14 +141,13 @@ class TimerDriver:
         if done and cl.finished_log is not None:
             cl.finished_log.extend(done)
         self.end_prev[i] = end
-        if inst.handed:  # P/D: prefills ended; the decode instances are read
-            self.sync(end)
+        if inst.handed:  # P/D: prefills ended (routing reads no decode run)
             for r, j in cl.hand_over(inst, end):
                 self.loop.call_at(r.arrival, self._arrive, r, j)
         self._begin(i, end)
 
     def _arrive(self, req: SimRequest, j: int) -> None:
-        self.sync(req.arrival)  # the request changes instance j's course
+        self.sync_one(j, req.arrival)  # the request changes instance j's course
         self.cluster.arrive(req, j)
 
 

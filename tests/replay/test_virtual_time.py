@@ -170,19 +170,22 @@ def test_decode_run_length_does_not_change_a_pd_run(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Two prefills that end in one step reach their decode instance at one instant; the
     order they queue in there must not depend on how many steps the other instances'
-    decode runs cover (it once did, through the loop's timer heap)."""
+    decode runs cover (it once did, through the loop's timer heap). One step a run is
+    stepping one step at a time: routing, hand-overs and KV arrivals cut only the runs of
+    the instances they change, and the records are still those of stepping."""
     from agentbench.scenario.loading import expand_variants
     from agentbench.sim import virtual
 
     sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
               if v.name.endswith("codex-p2d6"))
     dirs = []
-    for steps in (32, 256):
+    for steps in (1, 32, 256):
         monkeypatch.setattr(virtual, "RUN_STEPS", steps)
         v = sc.model_copy(deep=True)
         v.output.dir, v.output.run_id = str(tmp_path), f"steps-{steps}"
         dirs.append(run(v, progress=False).run_dir)
-    _same_run(*dirs)
+    _same_run(dirs[0], dirs[1])
+    _same_run(dirs[1], dirs[2])
 
 
 def test_a_warm_up_longer_than_the_duration_still_ends_the_stage_on_time(

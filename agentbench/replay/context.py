@@ -119,15 +119,21 @@ class RunContext:
             if self.on_run_stopped is not None:
                 self.on_run_stopped()
 
-    def standstill(self, trees: int) -> None:
-        """A lane ran ``trees`` session trees in a row without the clock moving: every
-        request failed at once, so on a virtual clock the stage would never reach its
-        duration. The run stops, saying so."""
+    def standstill(self, trees: int, failed: int = 0, ok: int = 0) -> None:
+        """A lane ran ``trees`` session trees in a row without the clock moving (the
+        requests meanwhile: ``failed`` and ``ok``): on a virtual clock the stage would
+        never reach its duration. The run stops, saying why the clock stood: requests
+        that failed at once, or ones that took no simulated time at all."""
         if self.stopped_reason is None:
+            why = ("every request failed at once; see requests.parquet error_message"
+                   if failed and not ok else
+                   f"{ok:,} requests took no simulated time: the engine's steps and the "
+                   "think times between turns are all zero, as with the instant preset "
+                   "and timing.time_scale 0; replay the trace once (limits.recycle: "
+                   "false) or give the turns think time")
             self.stopped_reason = (
                 f"simulated time stood still: {trees} sessions in a row ended without the "
-                "clock moving (every request failed at once; see requests.parquet "
-                "error_message): the run stopped")
+                f"clock moving ({why}): the run stopped")
             self.stop()
             if self.on_run_stopped is not None:
                 self.on_run_stopped()

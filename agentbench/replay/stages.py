@@ -127,8 +127,9 @@ class TreeSource:
 
 
 #: session trees in a row one lane may end without the clock moving before the run stops
-#: (only requests that all fail at once do that; on a virtual clock nothing else would
-#: ever end the stage)
+#: (requests that all fail at once do that, and so does an engine whose steps take no
+#: time with no think time between turns, such as the ``instant`` preset with
+#: ``timing.time_scale: 0``; on a virtual clock nothing else would ever end the stage)
 STANDSTILL_TREES = 200
 
 #: the collector's first threshold during a run: a streamed request allocates dozens of
@@ -294,6 +295,12 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
     return ctx.timers.now_ns()
 
 
+def _row_counts(ctx: RunContext) -> tuple[int, int]:
+    """Request rows written so far: (failed, ok)."""
+    w = ctx.writer
+    return w.n_errors, w.n_requests - w.n_errors
+
+
 async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource, warm: bool,
                  tasks: dict[asyncio.Task[Any], None], n_lanes: int, gated: bool) -> None:
     max_sessions = sc.limits.max_sessions
@@ -308,6 +315,7 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
                          gated=gated)
               if warm else None)
         still = 0  # trees in a row that ended without the clock moving
+        failed0 = ok0 = 0  # the writer's failed and ok rows when the clock last moved
         try:
             while not ctx.stopping:
                 item = source.next(max_sessions)
@@ -324,8 +332,11 @@ async def _lanes(ctx: RunContext, sc: Any, lanes: list[int], source: TreeSource,
                 t0 = ctx.timers.now_ns()
                 await TreeRun(ctx, spec, copy, i, warm_turn, ordinal, lw).run()
                 still = still + 1 if ctx.timers.now_ns() == t0 else 0
-                if still >= STANDSTILL_TREES:
-                    ctx.standstill(still)
+                if not still:
+                    failed0, ok0 = _row_counts(ctx)
+                elif still >= STANDSTILL_TREES:
+                    failed, ok = _row_counts(ctx)
+                    ctx.standstill(still, failed - failed0, ok - ok0)
         finally:
             if lw is not None:
                 lw.close()

@@ -104,7 +104,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     Its turn (``_run_once``) is asyncio's, step for step (cancelled timers dropped, real
     I/O polled, the timers due moved to the ready queue, the callbacks ready at the turn's
     start run), on a heap of ``(when, sequence, handle)`` entries: ties in ``when`` go by
-    the order of scheduling, compared in C rather than by a timer's ``__lt__``."""
+    the order of scheduling, compared in C rather than by a timer's ``__lt__``. A timer is
+    due at its own nanosecond (the clock's unit), not up to the clock's resolution early as
+    in asyncio, so two timers less than 1 ns apart in different nanoseconds run each at its
+    own time."""
 
     def __init__(self) -> None:
         sel = _JumpSelector()
@@ -154,9 +157,12 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         events = self._selector.select(timeout)  # type: ignore[attr-defined]
         if events:
             self._process_events(events)  # type: ignore[attr-defined]
-        end_time = self.time() + self._clock_resolution  # type: ignore[attr-defined]
+        # the timers due: those of this nanosecond (the clock's unit), so that a callback
+        # never runs before its own time (two timers less than 1 ns apart in different
+        # nanoseconds run in two turns, each at its own)
+        now_ns = self._vnow_ns
         pop = heapq.heappop
-        while heap and heap[0][0] < end_time:
+        while heap and round(heap[0][0] * 1e9) <= now_ns:
             handle = pop(heap)[2]
             handle._scheduled = False  # type: ignore[attr-defined]
             ready.append(handle)

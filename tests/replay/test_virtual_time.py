@@ -166,6 +166,29 @@ def test_callbacks_due_at_one_instant_run_in_the_order_scheduled() -> None:
     assert ran == sorted(plan)
 
 
+def test_a_callback_never_runs_before_its_own_nanosecond() -> None:
+    """Timers less than 1 ns apart but in different nanoseconds run each at its own time
+    (they used to run in one turn at the earlier one's, so a simulator step committed
+    there stamped its tokens 1 ns early, unlike the same step inside a decode run);
+    timers of one nanosecond still share a turn."""
+    import asyncio
+
+    from agentbench.replay.clock import VIRTUAL, run_on
+
+    seen: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        for name, when in (("a", 1.0000000004), ("b", 1.0000000009), ("c", 1.0000000011)):
+            loop.call_at(when, lambda n=name: seen.append((n, loop.now_ns())))  # type: ignore[attr-defined,misc]
+        loop.call_at(2.0, done.set_result, None)
+        await done
+
+    run_on(VIRTUAL, main())
+    assert seen == [("a", 1_000_000_000), ("b", 1_000_000_001), ("c", 1_000_000_001)]
+
+
 def test_decode_run_length_does_not_change_a_pd_run(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Two prefills that end in one step reach their decode instance at one instant; the

@@ -36,10 +36,12 @@ class TimerDriver:
 
     Decode runs: when an instance's next steps are all decode steps of one batch until a
     request finishes (``decoderuns.decode_run``), one timer covers them and their tokens
-    are stamped at each step's end. Anything that reads or changes an instance (an
-    arrival, an abort, a metrics sample) first calls ``sync(t)``: the steps ended by ``t``
-    are committed, the one in progress is planned as it would have been, and the run ends
-    there; so the records are those of stepping one step at a time."""
+    are stamped at each step's end. Anything that reads or changes an instance's course
+    (an arrival routed to it, an abort) first calls ``sync_one(i, t)``: the steps ended by
+    ``t`` are committed, the one in progress is planned as it would have been, and the run
+    ends there; so the records are those of stepping one step at a time. Routing reads only
+    loads and caches, which a run does not change, and a metrics sample reads runs in
+    place (``sampled``)."""
 
     def __init__(self, cluster: Cluster, loop: asyncio.AbstractEventLoop) -> None:
         self.cluster = cluster
@@ -58,11 +60,6 @@ class TimerDriver:
                 h.cancel()
         self.handles = [None] * len(self.handles)
         self.cluster.driver = None
-
-    def sync(self, t: float) -> None:
-        """Bring every instance's state up to simulated time ``t`` (before it is read)."""
-        for i in range(len(self.runs)):
-            self.sync_one(i, t)
 
     @contextlib.contextmanager
     def sampled(self, t: float) -> Iterator[None]:

@@ -269,39 +269,18 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_on_ray(cluster: A
 
     import ray as ray_mod
 
-    from agentbench.replay import run_scenario
     from agentbench.replay.raylanes import ray_lanes
-    from agentbench.testing.fakeserver import FakeServer, ServerConfig
-    from tests.helpers import free_port
-    from tests.replay.test_replay_faults import _down_and_up
+    from tests.replay.test_replay_faults import _budget_holds_across_a_reconnect
 
     if not ray_mod.is_initialized():
         ray_mod.init(address=cluster.address)
-    port = free_port()
-    up, back = FakeServer(ServerConfig()), FakeServer(ServerConfig())
-    await up.start()
-    sc, two = _down_and_up(tmp_path, port, up.url, reconnect_s=60)
 
-    async def come_back() -> None:  # once the budget is spent (actors start slowly)
+    async def after(up: Any) -> None:  # once the budget is spent (actors start slowly)
         while len(up.received) < 3:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
-        await back.start(port=port)
 
-    later = asyncio.ensure_future(come_back())
-    try:
-        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False,
-                                                  executor=ray_lanes(ray_mod)), 200)
-    finally:
-        await later
-        await back.close()
-        await up.close()
-    import agentbench
-
-    req = agentbench.load(res.run_dir).requests
+    res = await _budget_holds_across_a_reconnect(tmp_path, after, 60, 200,
+                                                 executor=ray_lanes(ray_mod))
     info = json.loads((res.run_dir / "run.json").read_text())
     assert len({w["node"] for w in info["ray"]["workers"]}) >= 2  # the lanes apart
-    refused = req[req.error_type == "connect_error"]
-    assert len(refused) >= 1 and set(refused.endpoint) == {"ep0"}
-    assert len(up.received) == 3 and len(back.received) == 1  # the budget: 4 that arrived
-    assert (req.status == "ok").sum() == 4 and len(req) == len(refused) + 4

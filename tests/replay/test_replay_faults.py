@@ -206,20 +206,31 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend
     it goes on trying when the budget is spent, so the budget of 4 still buys 4 requests
     that reached a server (it used to end as a refused row, spending the unit). With two
     worker processes the lanes are in different processes."""
+    async def after(up: FakeServer) -> None:
+        await asyncio.sleep(0.8)
+
+    await _budget_holds_across_a_reconnect(tmp_path, after, 30, 70, workers=workers)
+
+
+async def _budget_holds_across_a_reconnect(out: Any, after: Any, reconnect_s: float,
+                                           limit_s: float, **run_kw: Any) -> Any:
+    """``_down_and_up`` with ep0 started once ``await after(up)`` returns (``up``: ep1's
+    server), run with ``run_kw`` within ``limit_s``: the budget of 4 buys 4 requests that
+    reached a server, 3 on ep1 and 1 on ep0, besides ep0's refused rows. Returns the run."""
     port = free_port()
     up = FakeServer(ServerConfig())
     await up.start()
     back = FakeServer(ServerConfig())
-    sc, two = _down_and_up(tmp_path, port, up.url, reconnect_s=30)
+    sc, two = _down_and_up(out, port, up.url, reconnect_s=reconnect_s)
 
     async def come_back() -> None:
-        await asyncio.sleep(0.8)
+        await after(up)
         await back.start(port=port)
 
     later = asyncio.ensure_future(come_back())
     try:
-        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False,
-                                                  workers=workers), 70)
+        res = await asyncio.wait_for(run_scenario(sc, trace=two, progress=False, **run_kw),
+                                     limit_s)
     finally:
         await later
         await back.close()
@@ -229,6 +240,7 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend
     assert len(refused) >= 1 and set(refused.endpoint) == {"ep0"}
     assert len(up.received) == 3 and len(back.received) == 1  # the budget: 4 that arrived
     assert (req.status == records.OK).sum() == 4 and len(req) == len(refused) + 4
+    return res
 
 
 @pytest.mark.timeout(60)

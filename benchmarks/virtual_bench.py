@@ -92,9 +92,11 @@ def sweep_run(path: Path, out: Path) -> dict[str, Any]:
     traces: dict[str, Any] = {}
     n, sim_s = 0, 0.0
     w0, c0 = time.perf_counter(), time.process_time()
-    for sc in expand_variants(load_scenario(path)):
+    variants = expand_variants(load_scenario(path))
+    for sc in variants:
         sc.output.dir = str(out)
-        res = run(sc, progress=False, trace=_trace_of(sc, path, traces, Quiet()))
+        res = run(sc, progress=False,
+                  trace=_trace_of(sc, path, traces, Quiet(), shared=len(variants) > 1))
         n += pq.read_metadata(res.run_dir / "requests.parquet").num_rows
         sim_s += json.loads((res.run_dir / "run.json").read_text())["duration_ns"] / 1e9
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0

@@ -147,7 +147,8 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
         tell.variant_started(sc, len(scenario.variants))
         runs = [run_variant(repeat_of(sc, i, repeat), scenario_path=scenario_path,
                             listener=tell, progress=progress, workers=workers,
-                            executor=executor, traces=traces) for i in range(repeat)]
+                            executor=executor, traces=traces,
+                            shared=len(scenario.variants) > 1) for i in range(repeat)]
         result.runs += runs
         firsts.append(runs[0])
         if repeat > 1:
@@ -185,9 +186,10 @@ def repeat_of(sc: Any, i: int, n: int) -> Any:
 def run_variant(sc: Any, *, scenario_path: Path | None = None,
                 listener: Listener | None = None, progress: bool | None = False,
                 workers: int | str | None = 1, executor: Any = None,
-                traces: dict[str, Trace] | None = None) -> VariantRun:
+                traces: dict[str, Trace] | None = None, shared: bool = False) -> VariantRun:
     """One variant (a scenario without ``variants``): trace, engine, replay, summary,
-    verdicts. A function of its arguments alone, so another process or host can run it."""
+    verdicts. A function of its arguments alone, so another process or host can run it.
+    ``shared``: other variants will replay its trace (from ``traces``) after it."""
     from agentbench.engines import serving
     from agentbench.metrics import summarize
     from agentbench.replay import run as replay_run
@@ -200,7 +202,7 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
             adopt(d)
             tell.run_started(d)
 
-        trace = _trace_of(sc, scenario_path, traces, tell)
+        trace = _trace_of(sc, scenario_path, traces, tell, shared)
         res = replay_run(sc, progress=progress, on_start=started, workers=workers,
                          trace=trace, executor=executor)
     summary = summarize(res.run_dir)
@@ -208,9 +210,10 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
 
 
 def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
-              tell: Listener) -> Trace:
-    """The variant's trace, read once per trace spec and seed."""
-    from agentbench.replay.runner import load_trace
+              tell: Listener, shared: bool = False) -> Trace:
+    """The variant's trace, read once per trace spec and seed; ``shared``: other variants
+    will replay it too."""
+    from agentbench.replay.runner import load_trace, share_prompts
     from agentbench.scenario.fingerprint import trace_hash
     from agentbench.traces.stats import Potential
 
@@ -225,6 +228,8 @@ def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
         # potential cached tokens, computed a hash scope at a time as variants ask
         trace.memo["hash"] = trace_hash(trace)
         trace.memo["potential"] = Potential(trace.sessions)
+        if shared:  # several variants replay it: their prompts are made once
+            share_prompts(trace)
         for line in traces[key].skipped:
             tell.trace_warning(line)
     return traces[key]

@@ -147,6 +147,8 @@ class SegmentPrompt:
         self._head_tokens = int(self._head_n.sum())
         self._bs = 0  # the previous turn's block size, and its whole blocks kept
         self._keep = 0
+        #: hashes of the previous prompt that lead the last one (``_hashes``' ``keep``)
+        self.kept = 0
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
         ids, bs = turn.hash_ids, turn.block_size
@@ -201,6 +203,7 @@ class SegmentPrompt:
             common += int(min(pl[d], lens[d]))
         keep = min(common // bsz, n_blocks, len(self._prev_hashes))
         out = self._prev_hashes[:keep]
+        self.kept = keep
         w = WEIGHTS.get(n_seg)
         # one splitmix pass over the changed segments and the new blocks' inner values
         if n_blocks > keep:

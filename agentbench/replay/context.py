@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentbench.prompts.layout import BlockCache
+from agentbench.prompts.memo import PromptMemo
 from agentbench.replay.endpoints import LiveEndpoint, Router
 from agentbench.replay.retry import NS
 from agentbench.replay.timers import Timers
@@ -42,6 +43,8 @@ class RunContext:
     #: the transport whose prompts every endpoint takes, when all endpoints are of one
     #: flavor (``Transport.flavor``: api, template tokens, block size), else None
     flavor: Transport | None = None
+    #: prompts remembered across the variants sharing the trace (``prompts.memo``), or None
+    prompt_memo: PromptMemo | None = None
     request_ids: itertools.count = field(default_factory=itertools.count)
     stage: str = ""
     stopping: bool = False

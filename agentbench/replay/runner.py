@@ -16,6 +16,7 @@ from typing import Any
 
 from agentbench.errors import InputError, ResultsWriteError
 from agentbench.prompts.layout import BlockCache
+from agentbench.prompts.memo import PromptMemo
 from agentbench.replay.clock import VIRTUAL, now_ns_of
 from agentbench.replay.context import RunContext
 from agentbench.replay.endpoints import (
@@ -84,6 +85,13 @@ def load_trace(scenario: Any) -> Trace:
     from agentbench.traces.load import load_scenario_trace
 
     return load_scenario_trace(scenario.trace, scenario.seed)
+
+
+def share_prompts(trace: Trace) -> None:
+    """Remember ``trace``'s prompts across the runs that replay it (``trace.memo``: its
+    owner keeps the trace unchanged), as the variants of a sweep do: a prompt made for
+    one variant is copied for the next (``prompts.memo``)."""
+    trace.memo.setdefault("prompts", PromptMemo())
 
 
 #: makes the executor of a run once its endpoints are open (``executor=`` of
@@ -242,7 +250,8 @@ class _Run:
             writer=self.writer, endpoints=endpoints,
             router=Router(sc.routing, endpoints, sc.seed),
             caches=caches, potential=self.potential, on_request=self.on_request,
-            flavor=endpoints[0].transport if len(flavors) == 1 else None)
+            flavor=endpoints[0].transport if len(flavors) == 1 else None,
+            prompt_memo=self.trace.memo.get("prompts"))
         if sc.server_metrics.enabled:
             every = sc.server_metrics.interval_for(self.clock)
             for e in endpoints:

@@ -216,6 +216,8 @@ class TreeRun:
         if builder is None:
             builder = transport.prompt_builder(self.ctx.caches, self.salts[sess.scope],
                                                sess.session_id, self.ctx.shared_prefix_tokens)
+            if self.ctx.prompt_memo is not None:
+                builder = self.ctx.prompt_memo.wrap(builder)
             self.prompts[key] = builder
         nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
         return builder.build(sess.turns[k], nxt)

@@ -1,0 +1,91 @@
+"""Prompts remembered across the variants of a sweep.
+
+Every variant of a sweep that shares a trace (read once: ``experiment.run``) replays the
+same sessions with the same salts, so its prompt builders make the same block hashes turn
+after turn; only the engine behind them differs. ``PromptMemo`` keeps each turn's prompt
+as the previous turn's hashes it keeps and the hashes it adds (what a turn costs in
+memory is what it adds, not its length), so a later variant's turn is one copy of the
+kept prefix and one of the rest instead of its hashing (``SegmentPrompt``: about 40 numpy
+calls a prompt).
+
+A prompt is a function of its builder's settings (salt, session, template tokens, shared
+prefix, block size), its turn and the next one: the memo keys each builder's turns by
+those. A remembered turn is used only when the builder's last prompt was the turn it was
+remembered after (a session replayed from a warm start's turn, or past where an earlier
+variant stopped, builds as usual). The memo holds at most ``budget_bytes`` of hashes, then
+stops remembering.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from agentbench.prompts.segments import SegmentPrompt, SimPrompt
+from agentbench.traces.model import Turn
+
+#: hashes a memo keeps at most (bytes); past it, later turns are built each time
+BUDGET_BYTES = 256 << 20
+
+# a remembered turn: (the turn it follows: ids of it and its next turn, or None for a
+# session's first built turn; hashes of the previous prompt kept; hashes added; tokens)
+_Entry = tuple[tuple[int, int] | None, int, "array[int]", int]
+
+
+class PromptMemo:
+    """Turns' prompts by builder settings, shared by the variants of one trace (which
+    must outlive none of its turns: it is kept in the trace's ``memo``)."""
+
+    def __init__(self, budget_bytes: int = BUDGET_BYTES) -> None:
+        self.budget_bytes = budget_bytes
+        self.bytes = 0
+        self._builders: dict[tuple[Any, ...], dict[tuple[int, int], _Entry]] = {}
+        self.hits = 0
+        self.built = 0
+
+    def wrap(self, builder: Any) -> Any:
+        """``builder`` with its prompts remembered (a ``SegmentPrompt``), else itself."""
+        if type(builder) is not SegmentPrompt:
+            return builder
+        key = (builder.salt, builder.session_id, builder.overhead, builder.shared_prefix,
+               builder.chat, builder.block_size)
+        return MemoPrompt(builder, self._builders.setdefault(key, {}), self)
+
+
+class MemoPrompt:
+    """One session's ``SegmentPrompt`` through a ``PromptMemo``."""
+
+    __slots__ = ("inner", "turns", "memo", "_last", "_last_key", "_computed")
+
+    def __init__(self, inner: SegmentPrompt, turns: dict[tuple[int, int], _Entry],
+                 memo: PromptMemo) -> None:
+        self.inner = inner
+        self.turns = turns
+        self.memo = memo
+        self._last: array[int] | None = None  # the last prompt's hashes
+        self._last_key: tuple[int, int] | None = None
+        self._computed = False  # the last prompt is the inner builder's last one
+
+    def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
+        key = (id(turn), id(next_turn))
+        entry = self.turns.get(key)
+        if entry is not None and entry[0] == self._last_key:
+            _, keep, added, tokens = entry
+            hashes = self._last[:keep] if self._last is not None else array("q")
+            hashes.extend(added)
+            self.memo.hits += 1
+            self._last, self._last_key, self._computed = hashes, key, False
+            return SimPrompt(tokens, hashes)
+        prompt = self.inner.build(turn, next_turn)
+        self.memo.built += 1
+        # remembered after the previous prompt when the inner builder made that one too
+        # (it kept ``kept`` of its hashes), or as a session's first; not after a
+        # remembered turn (the inner builder's last prompt is then an older one)
+        if entry is None and (self._computed or self._last_key is None) \
+                and self.memo.bytes < self.memo.budget_bytes:
+            keep = self.inner.kept if self._computed else 0
+            added = prompt.hashes[keep:]
+            self.turns[key] = (self._last_key, keep, added, prompt.tokens)
+            self.memo.bytes += added.itemsize * len(added) + 64
+        self._last, self._last_key, self._computed = prompt.hashes, key, True
+        return prompt

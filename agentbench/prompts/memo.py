@@ -10,9 +10,10 @@ calls a prompt).
 
 A prompt is a function of its builder's settings (salt, session, template tokens, shared
 prefix, block size), its turn and the next one: the memo keys each builder's turns by
-those. A remembered turn is used only when the builder's last prompt was the turn it was
-remembered after (a session replayed from a warm start's turn, or past where an earlier
-variant stopped, builds as usual). The memo holds at most ``budget_bytes`` of hashes, then
+those (the turns by identity: the memo holds the turns it keys and follows). A remembered
+turn is used only when the builder's last prompt was the turn it was remembered after (a
+session replayed from a warm start's turn, or past where an earlier variant stopped,
+builds as usual). The memo holds at most ``budget_bytes`` of hashes, then
 stops remembering.
 """
 
@@ -27,14 +28,21 @@ from agentbench.traces.model import Turn
 #: hashes a memo keeps at most (bytes); past it, later turns are built each time
 BUDGET_BYTES = 256 << 20
 
-# a remembered turn: (the turn it follows: ids of it and its next turn, or None for a
-# session's first built turn; hashes of the previous prompt kept; hashes added; tokens)
-_Entry = tuple[tuple[int, int] | None, int, "array[int]", int]
+# a turn and the next one (None for a session's last)
+_Pair = tuple[Turn, Turn | None]
+# a remembered turn: (the pair it follows, None for a session's first built turn; hashes
+# of the previous prompt kept; hashes added; tokens; its own pair). The memo holds the
+# turns it keys, so their ids name them as long as it lives.
+_Entry = tuple[_Pair | None, int, "array[int]", int, _Pair]
+
+
+def _same(a: _Pair | None, b: _Pair | None) -> bool:
+    return a is b or (a is not None and b is not None and a[0] is b[0] and a[1] is b[1])
 
 
 class PromptMemo:
-    """Turns' prompts by builder settings, shared by the variants of one trace (which
-    must outlive none of its turns: it is kept in the trace's ``memo``)."""
+    """Turns' prompts by builder settings, shared by the variants of one trace (kept in
+    the trace's ``memo``)."""
 
     def __init__(self, budget_bytes: int = BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
@@ -55,7 +63,7 @@ class PromptMemo:
 class MemoPrompt:
     """One session's ``SegmentPrompt`` through a ``PromptMemo``."""
 
-    __slots__ = ("inner", "turns", "memo", "_last", "_last_key", "_computed")
+    __slots__ = ("inner", "turns", "memo", "_last", "_last_pair", "_computed")
 
     def __init__(self, inner: SegmentPrompt, turns: dict[tuple[int, int], _Entry],
                  memo: PromptMemo) -> None:
@@ -63,29 +71,30 @@ class MemoPrompt:
         self.turns = turns
         self.memo = memo
         self._last: array[int] | None = None  # the last prompt's hashes
-        self._last_key: tuple[int, int] | None = None
+        self._last_pair: _Pair | None = None  # and its turn and next turn
         self._computed = False  # the last prompt is the inner builder's last one
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
+        pair = (turn, next_turn)
         key = (id(turn), id(next_turn))
         entry = self.turns.get(key)
-        if entry is not None and entry[0] == self._last_key:
-            _, keep, added, tokens = entry
+        if entry is not None and _same(entry[4], pair) and _same(entry[0], self._last_pair):
+            keep, added, tokens = entry[1], entry[2], entry[3]
             hashes = self._last[:keep] if self._last is not None else array("q")
             hashes.extend(added)
             self.memo.hits += 1
-            self._last, self._last_key, self._computed = hashes, key, False
+            self._last, self._last_pair, self._computed = hashes, pair, False
             return SimPrompt(tokens, hashes)
         prompt = self.inner.build(turn, next_turn)
         self.memo.built += 1
         # remembered after the previous prompt when the inner builder made that one too
         # (it kept ``kept`` of its hashes), or as a session's first; not after a
         # remembered turn (the inner builder's last prompt is then an older one)
-        if entry is None and (self._computed or self._last_key is None) \
+        if entry is None and (self._computed or self._last_pair is None) \
                 and self.memo.bytes < self.memo.budget_bytes:
             keep = self.inner.kept if self._computed else 0
             added = prompt.hashes[keep:]
-            self.turns[key] = (self._last_key, keep, added, prompt.tokens)
+            self.turns[key] = (self._last_pair, keep, added, prompt.tokens, pair)
             self.memo.bytes += added.itemsize * len(added) + 64
-        self._last, self._last_key, self._computed = prompt.hashes, key, True
+        self._last, self._last_pair, self._computed = prompt.hashes, pair, True
         return prompt

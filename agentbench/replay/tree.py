@@ -263,8 +263,9 @@ class TreeRun:
             self._again(st, rec)
 
     async def _backoff(self, ep: LiveEndpoint) -> None:
-        """Wait out ``ep``'s connection backoff; the budget taken in full meanwhile ends
-        the other waits, not this one (its request holds one of the budget's)."""
+        """Wait out ``ep``'s connection backoff, before a turn's first attempt or a
+        reconnect; the budget taken in full meanwhile ends the other waits, not this one
+        (its request holds one of the budget's)."""
         timers = self.ctx.timers
         while True:
             try:
@@ -289,8 +290,7 @@ class TreeRun:
         ctx = self.ctx
         turn = sess.turns[k]
         if ep.blocked_until_ns > ctx.timers.now_ns():
-            with contextlib.suppress(StageOver):
-                await ctx.timers.wait_until(ep.blocked_until_ns, pullable=False)
+            await self._backoff(ep)  # the turn holds a unit of the budget: see ``_backoff``
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,

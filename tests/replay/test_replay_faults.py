@@ -244,6 +244,60 @@ async def _budget_holds_across_a_reconnect(out: Any, after: Any, reconnect_s: fl
 
 
 @pytest.mark.timeout(60)
+async def test_a_turn_waiting_out_a_backoff_still_waits_when_the_budget_runs_out(
+        tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """ep0 refuses until 2.5 s, ep1 and ep2 answer in 0.33 s; five three-turn trees on
+    three lanes, sticky to ep0, ep1, ep2, ep0, ep1. Tree 0's lane keeps reconnecting to ep0
+    (backoff 0.05 s doubling: ep0 is blocked from 0.75 s to 1.55 s). At about 1 s trees 1
+    and 2 end and their lanes draw trees 3 (ep0) and 4: tree 3's first turn takes a unit of
+    the budget and waits for ep0's backoff to end; at about 1.33 s tree 4's second turn takes
+    the budget's last unit. Tree 3's turn holds its unit, as a request waiting to reconnect
+    does, so it still waits out the backoff: it used to be sent at once, to an endpoint in
+    backoff, when the budget's end woke every waiting turn."""
+    from agentbench.replay.context import RunContext
+
+    stops: list[tuple[int, int]] = []
+    stop_for_budget = RunContext.stop_for_budget
+
+    def stop(self: RunContext) -> None:  # when the budget ran out, and ep0's backoff then
+        stops.append((self.timers.now_ns(), self.endpoints[0].blocked_until_ns))
+        stop_for_budget(self)
+
+    monkeypatch.setattr(RunContext, "stop_for_budget", stop)
+    port = free_port()
+    ups = [FakeServer(ServerConfig(ttft_s=0.33)) for _ in range(2)]
+    for up in ups:
+        await up.start()
+    back = FakeServer(ServerConfig())
+    sc = openai_scenario([f"http://127.0.0.1:{port}", ups[0].url, ups[1].url], tmp_path,
+                         concurrency=3, endpoint={"preflight": False, "reconnect_s": 30,
+                                                  "timeout_s": 10})
+    sc.limits.max_requests = 1 + 3 + 3 + 1 + 2  # trees 0 to 4 as above
+    five = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                          trace(3).sessions[0].turns) for i in range(5)])
+
+    async def come_back() -> None:
+        await asyncio.sleep(2.5)
+        await back.start(port=port)
+
+    later = asyncio.ensure_future(come_back())
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=five, progress=False), 40)
+    finally:
+        await later
+        await back.close()
+        for up in ups:
+            await up.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    t_stop, blocked = stops[0]
+    assert blocked > t_stop  # ep0 was in backoff when the budget ran out
+    three = req[(req.session_id == "s3") & (req.endpoint == "ep0")].sent_ns.min()
+    assert three > t_stop  # tree 3's first turn was waiting then (the case under test)
+    assert three >= blocked, (three - blocked) / 1e9  # and it waited out the backoff
+    assert (req.status == records.OK).sum() == 10  # the budget: 10 that reached a server
+
+
+@pytest.mark.timeout(60)
 async def test_the_deadline_still_ends_a_reconnect_the_spent_budget_let_go_on(
         tmp_path):  # type: ignore[no-untyped-def]
     """As above, but the first endpoint never comes back: its request, kept trying when the

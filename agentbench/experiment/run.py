@@ -14,6 +14,7 @@ says everything the CLI's exit code needs.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,12 +144,22 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
         result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
                                  len(scenario.variants), workers_per_node, progress, traces)
     firsts: list[VariantRun] = [] if ray is None else result.runs
-    for sc in expand_variants(scenario) if ray is None else ():
+    plan = [(sc, [repeat_of(sc, i, repeat) for i in range(repeat)])
+            for sc in (expand_variants(scenario) if ray is None else ())]
+    # the runs that replay each trace: those of one trace share its prompts, which go with
+    # its last run
+    uses = Counter(_trace_key(r) for _, reps in plan for r in reps)
+    for sc, reps in plan:
         tell.variant_started(sc, len(scenario.variants))
-        runs = [run_variant(repeat_of(sc, i, repeat), scenario_path=scenario_path,
-                            listener=tell, progress=progress, workers=workers,
-                            executor=executor, traces=traces,
-                            shared=len(scenario.variants) > 1) for i in range(repeat)]
+        runs = []
+        for r in reps:
+            key = _trace_key(r)
+            runs.append(run_variant(r, scenario_path=scenario_path, listener=tell,
+                                    progress=progress, workers=workers, executor=executor,
+                                    traces=traces, shared=uses[key] > 1))
+            uses[key] -= 1
+            if not uses[key] and key in traces:
+                traces[key].memo.pop("prompts", None)
         result.runs += runs
         firsts.append(runs[0])
         if repeat > 1:
@@ -217,7 +228,7 @@ def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
     from agentbench.scenario.fingerprint import trace_hash
     from agentbench.traces.stats import Potential
 
-    key = json.dumps([sc.trace.model_dump(mode="json"), sc.seed])
+    key = _trace_key(sc)
     if key not in traces:
         try:
             traces[key] = trace = load_trace(sc)
@@ -228,11 +239,16 @@ def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
         # potential cached tokens, computed a hash scope at a time as variants ask
         trace.memo["hash"] = trace_hash(trace)
         trace.memo["potential"] = Potential(trace.sessions)
-        if shared:  # several variants replay it: their prompts are made once
-            share_prompts(trace)
         for line in traces[key].skipped:
             tell.trace_warning(line)
+    if shared:  # other runs replay it too: their prompts are made once
+        share_prompts(traces[key])
     return traces[key]
+
+
+def _trace_key(sc: Any) -> str:
+    """What makes two runs' traces the same: the trace spec and the seed."""
+    return json.dumps([sc.trace.model_dump(mode="json"), sc.seed])
 
 
 def _judged(run: VariantRun, tell: Listener) -> VariantRun:

@@ -25,8 +25,14 @@ from typing import Any
 from agentbench.prompts.segments import SegmentPrompt, SimPrompt
 from agentbench.traces.model import Turn
 
-#: hashes a memo keeps at most (bytes); past it, later turns are built each time
+#: what a memo keeps at most (bytes: its hashes and what holds them); past it, later
+#: turns are built each time
 BUDGET_BYTES = 256 << 20
+#: a remembered turn's memory besides its hashes (its tuples, key, array header and dict
+#: slot), and a session's besides its turns (its key), as ``tracemalloc`` measures them
+#: when none of the tuples comes from Python's free list
+ENTRY_BYTES = 280
+BUILDER_BYTES = 150
 
 # a turn and the next one (None for a session's last)
 _Pair = tuple[Turn, Turn | None]
@@ -57,7 +63,11 @@ class PromptMemo:
             return builder
         key = (builder.salt, builder.session_id, builder.overhead, builder.shared_prefix,
                builder.chat, builder.block_size)
-        return MemoPrompt(builder, self._builders.setdefault(key, {}), self)
+        turns = self._builders.get(key)
+        if turns is None:
+            self._builders[key] = turns = {}
+            self.bytes += BUILDER_BYTES
+        return MemoPrompt(builder, turns, self)
 
 
 class MemoPrompt:
@@ -95,6 +105,6 @@ class MemoPrompt:
             keep = self.inner.kept if self._computed else 0
             added = prompt.hashes[keep:]
             self.turns[key] = (self._last_pair, keep, added, prompt.tokens, pair)
-            self.memo.bytes += added.itemsize * len(added) + 64
+            self.memo.bytes += added.itemsize * len(added) + ENTRY_BYTES
         self._last, self._last_pair, self._computed = prompt.hashes, pair, True
         return prompt

@@ -91,7 +91,8 @@ def share_prompts(trace: Trace) -> None:
     """Remember ``trace``'s prompts across the runs that replay it (``trace.memo``: its
     owner keeps the trace unchanged), as the variants of a sweep do: a prompt made for
     one variant is copied for the next (``prompts.memo``)."""
-    trace.memo.setdefault("prompts", PromptMemo())
+    if "prompts" not in trace.memo:
+        trace.memo["prompts"] = PromptMemo()
 
 
 #: makes the executor of a run once its endpoints are open (``executor=`` of

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentbench.experiment.run import run_experiment
-from agentbench.prompts.memo import MemoPrompt, PromptMemo
+from agentbench.prompts.memo import BUILDER_BYTES, MemoPrompt, PromptMemo
 from agentbench.prompts.segments import SegmentPrompt
 from agentbench.replay import run
 from agentbench.scenario.loading import expand_variants, load_scenario
@@ -65,20 +65,57 @@ def test_a_memo_past_its_budget_remembers_nothing_more() -> None:
             nxt = turns[k + 1] if k + 1 < len(turns) else None
             assert builder.build(turn, nxt).hashes == \
                 SegmentPrompt(5, "s", 0, 0, False, 16).build(turn, nxt).hashes
-    assert memo.hits == 0 and memo.bytes == 0
+    assert memo.hits == 0 and memo.bytes == BUILDER_BYTES  # the session, not one turn
 
 
-def test_a_sweep_gives_each_variant_s_own_run(tmp_path: Path) -> None:
-    """The shared-KV what-if's three variants as one sweep (prompts remembered from the
-    first variant on) and each run alone (no memo): the same run folders."""
+def test_a_sweep_gives_each_variant_s_own_run(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared-KV what-if's three variants, and a fourth with another seed (another
+    trace), as one sweep: the first three share one memo (the fourth, alone on its trace,
+    gets none), which the trace lets go after its last run; each run's folder is the one
+    its variant gives run alone (no memo)."""
+    from agentbench.replay import runner
+    from agentbench.scenario.model import Variant
+
+    made: list[PromptMemo] = []
+
+    class Spy(PromptMemo):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(runner, "PromptMemo", Spy)
     sc = load_scenario(SCENARIOS / "shared-kv-what-if.yaml")
     sc.limits.max_requests = 200
+    sc.variants.append(Variant(name="seed-1", set={"seed": 1}))
     sc.output.dir = str(tmp_path / "sweep")
     traces: dict = {}
     swept = run_experiment(sc, traces=traces)
-    (trace,) = traces.values()
-    memo = trace.memo["prompts"]
+    (memo,) = made
     assert memo.hits > memo.built  # variants 2 and 3 took their prompts from it
+    assert len(traces) == 2 and all("prompts" not in t.memo for t in traces.values())
     for v, r in zip(expand_variants(sc), swept.runs, strict=True):
         v.output.dir = str(tmp_path / "alone")
         _same_run(r.run_dir, run(v, progress=False).run_dir)
+
+
+def test_a_memo_counts_what_it_holds() -> None:
+    """``PromptMemo.bytes`` against what its structures take (``tracemalloc``, which
+    misses the tuples Python takes from its free list): never a quarter under, nor half
+    over, for small blocks (many hashes a turn) and large (few)."""
+    import tracemalloc
+
+    for bs in (16, 256):
+        rng = random.Random(bs)
+        sessions = [_session(rng, bs) for _ in range(40)]
+        tracemalloc.start()
+        memo = PromptMemo()
+        for i, turns in enumerate(sessions):
+            builder = memo.wrap(SegmentPrompt(7, f"s{i}", 0, 0, False, bs))
+            for k, turn in enumerate(turns):
+                builder.build(turn, turns[k + 1] if k + 1 < len(turns) else None)
+        del builder  # the last session's builder: the run's, not the memo's
+        held = sum(st.size for st in tracemalloc.take_snapshot().statistics("filename")
+                   if st.traceback[0].filename.endswith("memo.py"))
+        tracemalloc.stop()
+        assert 0.5 < held / memo.bytes < 1.25, (bs, held, memo.bytes)

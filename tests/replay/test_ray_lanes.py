@@ -135,8 +135,10 @@ def test_leases_share_out_the_budget_and_end_it() -> None:
 
 
 def test_a_node_lost_mid_run_keeps_its_rows(cluster: Any, tmp_path: Path) -> None:
-    # slow enough (about 1.3 s a request) that the node goes while its lanes have work
-    with fastserver("--tokens", "64", "--per-event", "--step", "0.02") as url:
+    # slow enough that the node goes while its lanes have work: the run takes about 18 s
+    # and the node goes about 5 s in (at 0.02 s a token the run took 4.5 s and the node
+    # went at 4.4 s; after other tests, on a loaded host, the run ended first)
+    with fastserver("--tokens", "64", "--per-event", "--step", "0.06") as url:
         text = SCENARIO.format(url=url).replace("recycle: false", "recycle: true, "
                                                 "max_requests: 80")
         extra = cluster.add_node(num_cpus=1)

@@ -123,7 +123,8 @@ def _session(rng: random.Random, bs: int, other_bs: int | None = None) -> list[T
 @pytest.mark.parametrize("seed", range(20))
 def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
     """Each prompt of a session, built by one builder (reusing the previous prompt's
-    hashes and chain), equals a fresh builder's and the hashes' definition."""
+    hashes and chain; now and then the same turn twice), equals a fresh builder's and the
+    hashes' definition."""
     rng = random.Random(seed)
     bs, bsz = rng.choice([(4, 4), (8, 4), (4, 8), (16, 16)])
     chat, shared = rng.random() < 0.5, rng.choice([0, 0, 7])
@@ -133,6 +134,10 @@ def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
     for k, turn in enumerate(turns):
         nxt = turns[k + 1] if k + 1 < len(turns) else None
         got = one.build(turn, nxt)
+        if rng.random() < 0.3:  # the same turn again (a lane's first prompt is built twice)
+            again = one.build(turn, nxt)
+            assert (again.tokens, again.hashes) == (got.tokens, got.hashes)
+            assert again.hashes is not got.hashes
         fresh = SegmentPrompt(*args)
         want = fresh.build(turn, nxt)
         assert (got.tokens, got.hashes) == (want.tokens, want.hashes)

@@ -183,10 +183,10 @@ def _regular_files_only(d: Path) -> None:
     device could be endless, and a folder cannot be read or replaced."""
     import stat
 
-    from agentbench.results.spool import COMMIT_SUFFIX, JOURNAL_SUFFIX, SCHEMAS, SPOOL_SUFFIX
+    from agentbench.results.spool import PENDING_SUFFIXES, SCHEMAS
 
-    names = [R.RUN_FILE, *(name + sfx for name in SCHEMAS for sfx in
-                           ("", SPOOL_SUFFIX, JOURNAL_SUFFIX, COMMIT_SUFFIX, ".tmp"))]
+    names = [R.RUN_FILE, *(name + sfx for name in SCHEMAS
+                           for sfx in ("", *PENDING_SUFFIXES, ".tmp"))]
     for name in names:
         path = d / name
         try:

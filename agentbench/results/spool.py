@@ -46,6 +46,8 @@ COMMIT_SUFFIX = ".commit"
 #: worker processes' folders inside a run folder (``--workers``), and each one's pid file
 WORKERS_DIR = "workers"
 PART_FILE = "part.json"
+#: beside a table, what holds rows not yet in it: its spool, its journal, a commit marker
+PENDING_SUFFIXES = (SPOOL_SUFFIX, JOURNAL_SUFFIX, COMMIT_SUFFIX)
 SCHEMAS = {records.REQUESTS_FILE: records.REQUESTS_SCHEMA,
            records.SESSIONS_FILE: records.SESSIONS_SCHEMA,
            records.SERVER_METRICS_FILE: records.SERVER_METRICS_SCHEMA}
@@ -289,7 +291,7 @@ def has_spools(run_dir: Path) -> bool:
     """Whether the run's rows are not all in its parquet files yet: spools or journals, an
     interrupted commit, or worker folders not merged."""
     return any((run_dir / (name + sfx)).exists()
-               for name in SCHEMAS for sfx in (SPOOL_SUFFIX, JOURNAL_SUFFIX, COMMIT_SUFFIX)) \
+               for name in SCHEMAS for sfx in PENDING_SUFFIXES) \
         or (run_dir / WORKERS_DIR).is_dir()
 
 

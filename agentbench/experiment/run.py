@@ -200,7 +200,8 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
                 traces: dict[str, Trace] | None = None, shared: bool = False) -> VariantRun:
     """One variant (a scenario without ``variants``): trace, engine, replay, summary,
     verdicts. A function of its arguments alone, so another process or host can run it.
-    ``shared``: other variants will replay its trace (from ``traces``) after it."""
+    ``shared``: other runs (variants, repeats) replay its trace (from ``traces``) after it,
+    and take its prompts (``prompts.memo``)."""
     from agentbench.engines import serving
     from agentbench.metrics import summarize
     from agentbench.replay import run as replay_run
@@ -222,8 +223,8 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
 
 def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
               tell: Listener, shared: bool = False) -> Trace:
-    """The variant's trace, read once per trace spec and seed; ``shared``: other variants
-    will replay it too."""
+    """The variant's trace, read once per trace spec and seed; ``shared``: other runs
+    replay it too."""
     from agentbench.replay.runner import load_trace, share_prompts
     from agentbench.scenario.fingerprint import trace_hash
     from agentbench.traces.stats import Potential

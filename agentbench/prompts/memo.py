@@ -13,8 +13,8 @@ prefix, block size), its turn and the next one: the memo keys each builder's tur
 those (the turns by identity: the memo holds the turns it keys and follows). A remembered
 turn is used only when the builder's last prompt was the turn it was remembered after (a
 session replayed from a warm start's turn, or past where an earlier variant stopped,
-builds as usual). The memo holds at most ``budget_bytes`` of hashes, then
-stops remembering.
+builds as usual). A memo holds at most ``budget_bytes`` (its hashes and what holds them),
+then stops remembering.
 """
 
 from __future__ import annotations

@@ -73,8 +73,7 @@ class PromptMemo:
 class MemoPrompt:
     """One session's ``SegmentPrompt`` through a ``PromptMemo``."""
 
-    __slots__ = ("inner", "turns", "memo", "_last", "_last_pair", "_last_tokens",
-                 "_computed")
+    __slots__ = ("inner", "turns", "memo", "_last", "_last_pair", "_computed")
 
     def __init__(self, inner: SegmentPrompt, turns: dict[tuple[int, int], _Entry],
                  memo: PromptMemo) -> None:
@@ -83,13 +82,10 @@ class MemoPrompt:
         self.memo = memo
         self._last: array[int] | None = None  # the last prompt's hashes
         self._last_pair: _Pair | None = None  # and its turn and next turn
-        self._last_tokens = 0
         self._computed = False  # the last prompt is the inner builder's last one
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
         pair = (turn, next_turn)
-        if self._last is not None and _same(pair, self._last_pair):
-            return SimPrompt(self._last_tokens, self._last[:])  # the same turn again
         key = (id(turn), id(next_turn))
         entry = self.turns.get(key)
         if entry is not None and _same(entry[4], pair) and _same(entry[0], self._last_pair):
@@ -98,7 +94,6 @@ class MemoPrompt:
             hashes.extend(added)
             self.memo.hits += 1
             self._last, self._last_pair, self._computed = hashes, pair, False
-            self._last_tokens = tokens
             return SimPrompt(tokens, hashes)
         prompt = self.inner.build(turn, next_turn)
         self.memo.built += 1
@@ -112,5 +107,4 @@ class MemoPrompt:
             self.turns[key] = (self._last_pair, keep, added, prompt.tokens, pair)
             self.memo.bytes += added.itemsize * len(added) + ENTRY_BYTES
         self._last, self._last_pair, self._computed = prompt.hashes, pair, True
-        self._last_tokens = prompt.tokens
         return prompt

@@ -149,20 +149,8 @@ class SegmentPrompt:
         self._keep = 0
         #: hashes of the previous prompt that lead the last one (``_hashes``' ``keep``)
         self.kept = 0
-        self._last: tuple[Turn, Turn | None, int] | None = None  # turns and tokens
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
-        last = self._last
-        if last is not None and last[0] is turn and last[1] is next_turn:
-            # the same turn again (a closed-loop lane builds its first prompt before its
-            # agent starts, then sends it): the last prompt, in an array of its own
-            self.kept = len(self._prev_hashes)
-            return SimPrompt(last[2], self._prev_hashes[:])
-        prompt = self._build(turn, next_turn)
-        self._last = (turn, next_turn, prompt.tokens)
-        return prompt
-
-    def _build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
         ids, bs = turn.hash_ids, turn.block_size
         n_full = min(len(ids), turn.input_tokens // bs)
         have = len(self._ids)

@@ -85,6 +85,7 @@ class TreeRun:
             for salt in self.salts.values():
                 c.acquire(salt)
         first = self.warm_turn or 0
+        content = None
         try:
             if start_ns is None and self.ctx.flavor and first < len(self.spec.root.turns):
                 # closed loop: the lane's agent starts once its first prompt is built (the
@@ -93,9 +94,9 @@ class TreeRun:
                 # its own loop iteration (a timer slot), so streams in flight stay stamped
                 with contextlib.suppress(StageOver):
                     await self.ctx.timers.wait_until(self.ctx.timers.now_ns(), pullable=False)
-                self._content(self.spec.root, first, self.ctx.flavor)
+                content = self._content(self.spec.root, first, self.ctx.flavor)
             start = self.ctx.timers.now_ns() if start_ns is None else start_ns
-            await self._session(self.spec.root, start, first)
+            await self._session(self.spec.root, start, first, content)
         finally:
             for t in self.tasks:
                 if not t.done():
@@ -108,8 +109,10 @@ class TreeRun:
             self._write_sessions()
             self.ctx.trees_done += 1
 
-    async def _session(self, sess: Session, ready_ns: int, first: int) -> int:
-        """Run one session's turns from ``first``; return when its own last turn ended."""
+    async def _session(self, sess: Session, ready_ns: int, first: int,
+                       first_content: Any = None) -> int:
+        """Run one session's turns from ``first`` (``first_content``: that turn's prompt,
+        when built already); return when its own last turn ended."""
         ctx = self.ctx
         st = SessionState(sess, first)
         self.states[sess.session_id] = st
@@ -152,7 +155,10 @@ class TreeRun:
                     break
                 # build the prompt while waiting is still ahead (outside schedule lag when
                 # there is think time); mixed-API endpoint sets build it after routing
-                content = self._content(sess, k, ctx.flavor) if ctx.flavor else None
+                if k == first and first_content is not None:
+                    content = first_content
+                else:
+                    content = self._content(sess, k, ctx.flavor) if ctx.flavor else None
                 try:
                     scheduled = await ctx.timers.wait_until(target)
                 except StageOver:

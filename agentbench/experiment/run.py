@@ -144,16 +144,16 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
         result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
                                  len(scenario.variants), workers_per_node, progress, traces)
     firsts: list[VariantRun] = [] if ray is None else result.runs
-    plan = [(sc, [repeat_of(sc, i, repeat) for i in range(repeat)])
+    plan = [(sc, [(r, _trace_key(r)) for r in (repeat_of(sc, i, repeat)
+                                                for i in range(repeat))])
             for sc in (expand_variants(scenario) if ray is None else ())]
     # the runs that replay each trace: those of one trace share its prompts, which go with
     # its last run
-    uses = Counter(_trace_key(r) for _, reps in plan for r in reps)
+    uses = Counter(key for _, reps in plan for _, key in reps)
     for sc, reps in plan:
         tell.variant_started(sc, len(scenario.variants))
         runs = []
-        for r in reps:
-            key = _trace_key(r)
+        for r, key in reps:
             runs.append(run_variant(r, scenario_path=scenario_path, listener=tell,
                                     progress=progress, workers=workers, executor=executor,
                                     traces=traces, shared=uses[key] > 1))

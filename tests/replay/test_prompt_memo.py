@@ -48,8 +48,8 @@ def test_a_remembered_prompt_is_the_one_its_builder_makes(seed: int) -> None:
                 if 0 < variant < 4 and rng.random() < 0.1:
                     continue  # a turn this variant does not send (a failed sibling)
                 nxt = turns[k + 1] if k + 1 < len(turns) else None
-                for _ in range(2 if k == first and variant < 4 else 1):  # a lane's first
-                    got = builder.build(turns[k], nxt)  # prompt is built twice
+                for _ in range(2 if k == first and variant < 4 else 1):  # the first
+                    got = builder.build(turns[k], nxt)  # turn twice: the same prompt
                     want = SegmentPrompt(*args).build(turns[k], nxt)
                     assert (got.tokens, got.hashes) == (want.tokens, want.hashes)
             if variant == 4:

@@ -134,7 +134,7 @@ def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
     for k, turn in enumerate(turns):
         nxt = turns[k + 1] if k + 1 < len(turns) else None
         got = one.build(turn, nxt)
-        if rng.random() < 0.3:  # the same turn again (a lane's first prompt is built twice)
+        if rng.random() < 0.3:  # the same turn again: the same prompt, a new array
             again = one.build(turn, nxt)
             assert (again.tokens, again.hashes) == (got.tokens, got.hashes)
             assert again.hashes is not got.hashes

@@ -81,6 +81,7 @@ class RemoteTreeSource(TreeSource):
     def __init__(self, specs: list[Any], recycle: bool, coord: Any) -> None:
         super().__init__(specs, recycle)
         self.coord = coord
+        self.local = False  # other actors' lanes warm up too: ``_warm`` looks now and then
 
     def _call(self, op: str, *args: Any) -> Any:
         import ray

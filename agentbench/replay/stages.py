@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,11 @@ class TreeSource:
         self.recycle = recycle
         self._s = state if state is not None else [0] * STATE_SLOTS
         self._lock = lock if lock is not None else contextlib.nullcontext()
+        #: every lane of the stage runs in this process (no shared state): ``_warm`` is
+        #: told when the last lane is warm instead of looking now and then
+        self.local = state is None
+        #: called when the last lane is warm (a local source's ``_warm`` sets it)
+        self.on_warm: Callable[[], None] | None = None
 
     def restart(self) -> None:
         with self._lock:
@@ -85,6 +91,8 @@ class TreeSource:
             self._s[5] += 1
             if self._s[5] >= lanes and self._s[6] < 0:
                 self._s[6] = now_ns
+                if self.on_warm is not None:
+                    self.on_warm()
 
     def start_profiling(self, now_ns: int) -> int:
         """The profiling phase's start: the one already set, else ``now_ns`` (warmup ran
@@ -285,14 +293,35 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
         if left <= 0 or ctx.stopping:
             break
         # lanes of other worker processes count in shared memory, so look now and then: the
-        # deadline counts from the instant the last lane was warm, not from this look
+        # deadline counts from the instant the last lane was warm, not from this look; a
+        # local source says when (a look every 0.1 s was a tenth of a virtual run's loop
+        # callbacks)
         if not body.done():
-            await asyncio.wait({body}, timeout=min(left, 0.1))
+            if source.local:
+                await _until_warm(source, body, left)
+            else:
+                await asyncio.wait({body}, timeout=min(left, 0.1))
         elif body.cancelled() or body.exception() is not None:
             break
         else:  # this process's lanes ended; another's may still be warming up
             await asyncio.sleep(min(left, 0.1))
     return ctx.timers.now_ns()
+
+
+async def _until_warm(source: TreeSource, body: asyncio.Future[Any], left: float) -> None:
+    """Wait until the last lane is warm, ``body`` ends, or ``left`` seconds pass."""
+    warm = asyncio.get_running_loop().create_future()
+
+    def tell() -> None:
+        if not warm.done():
+            warm.set_result(None)
+
+    source.on_warm = tell
+    try:
+        await asyncio.wait({body, warm}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        source.on_warm = None
+        warm.cancel()
 
 
 def _row_counts(ctx: RunContext) -> tuple[int, int]:

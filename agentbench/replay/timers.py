@@ -34,14 +34,21 @@ class Timers:
         #: with worker processes: whether another worker has requests in flight (then
         #: nothing is pulled in here either)
         self.busy_elsewhere: Callable[[], bool] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the waits run on, looked up once: ``asyncio.get_running_loop`` asks the
+        OS for the process id on every call (to notice a fork)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def now_ns(self) -> int:
         return time.perf_counter_ns() - self.t0_ns
 
     async def wait_until(self, target_ns: int, pullable: bool = True) -> int:
         """Sleep until ``target_ns``; return the effective target (after any pull-in)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[int] = loop.create_future()
+        fut: asyncio.Future[int] = self._running_loop().create_future()
         entry: list[object] = [target_ns, next(self._seq), fut, pullable]
         heapq.heappush(self._heap, entry)
         if pullable:
@@ -62,7 +69,7 @@ class Timers:
     def request_ended(self) -> None:
         self.inflight -= 1
         if self.inflight == 0 and self.idle_cap_ns is not None:
-            asyncio.get_running_loop().call_soon(self._check_idle)
+            self._running_loop().call_soon(self._check_idle)
 
     def check_idle(self) -> None:
         """Pull pending think timers in when nothing is in flight (see the module doc)."""
@@ -97,7 +104,7 @@ class Timers:
             return
         if self._handle is not None:
             self._handle.cancel()
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         delay = (first - self.now_ns()) / 1e9
         self._armed_for = first
         self._handle = loop.call_at(loop.time() + max(0.0, delay), self._fire)
@@ -121,7 +128,7 @@ class Timers:
             heapq.heappop(heap)
         if heap and int(heap[0][0]) <= now:  # type: ignore[call-overload]
             self._armed_for = int(heap[0][0])  # type: ignore[call-overload]
-            self._handle = asyncio.get_running_loop().call_soon(self._fire)  # type: ignore[assignment]
+            self._handle = self._running_loop().call_soon(self._fire)  # type: ignore[assignment]
         else:
             self._arm()
 

@@ -40,6 +40,7 @@ class SimTransport:
         self.cfg = cfg.model_copy(update={"speedup": 1.0})
         self.cluster = Cluster(self.cfg, clock=loop.time)
         self.driver = TimerDriver(self.cluster, loop)
+        self._loop = loop  # ``asyncio.get_running_loop`` asks the OS for the process id
         self.now_ns = now_ns
         self.block_size = self.cfg.block_size
         self.chat = self.cfg.api in MESSAGE_APIS  # a text prompt in one message
@@ -107,7 +108,7 @@ class SimTransport:
             rec.error_type = "http_400"
             rec.error_message = str(e)
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = self._loop.create_future()
         # token events in compact arrays: a row's hundreds of stamps are then one block of
         # memory for its journal line and its spool batch, not objects strewn over the run
         ev_ns, ev_tok = array("q"), array("i")

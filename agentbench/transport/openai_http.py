@@ -231,6 +231,7 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
     are recorded per request."""
     body = apis.small_body(tr.api, model, {}, "hi", 1)
     where = f"endpoints[{index}]"
+    shown = redact(tr.target.url, tr.target.secrets)  # a query may carry the key
     try:
         async with tr.http.post(tr.target.url, data=json.dumps(body).encode(),
                                 headers=dict(tr.target.headers),
@@ -244,14 +245,14 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
             status = resp.status
     except (aiohttp.ClientConnectionError, TimeoutError) as e:
         msg = redact(str(e) or type(e).__name__, tr.target.secrets)
-        raise InputError(f"cannot reach {tr.target.url}: {msg}", where=where,
+        raise InputError(f"cannot reach {shown}: {msg}", where=where,
                          field="url") from None
     if status in (401, 403):
-        raise InputError(f"{tr.target.url} answered HTTP {status} (check api_key_env and "
+        raise InputError(f"{shown} answered HTTP {status} (check api_key_env and "
                          f"headers): {redact(text, tr.target.secrets).strip()}", where=where,
                          field="api_key_env") from None
     if status == 404:
-        raise InputError(f"{tr.target.url} answered HTTP 404 (wrong URL or model?): "
+        raise InputError(f"{shown} answered HTTP 404 (wrong URL or model?): "
                          f"{redact(text, tr.target.secrets).strip()}", where=where,
                          field="model") from None
 

@@ -112,6 +112,39 @@ async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("status", [None, 401, 404])
+async def test_the_pre_run_check_never_shows_a_url_query_value(tmp_path, status):  # type: ignore[no-untyped-def]
+    """An endpoint unreachable, or refusing the key or the model: the one-line error names
+    the URL with its query values (an ``api-key``) redacted."""
+    from aiohttp import web
+
+    runner = None
+    if status is None:
+        port = free_port()  # nothing listens there
+    else:
+        async def refuse(_request: web.Request) -> web.Response:
+            return web.Response(status=status, text="no such thing")
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", refuse)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        with pytest.raises(InputError) as err:
+            await asyncio.wait_for(run_scenario(
+                scenario(f"http://127.0.0.1:{port}/v1?api-key=QSECRET99", tmp_path),
+                trace=trace(3), progress=False), 50)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+    text = str(err.value)
+    assert f"127.0.0.1:{port}" in text and "<redacted>" in text
+    assert "QSECRET99" not in text
+
+
+@pytest.mark.timeout(60)
 async def test_retry_honours_retry_after_and_records_each_attempt(tmp_path):  # type: ignore[no-untyped-def]
     """Two 429s (Retry-After 0.2 s), then success: three rows for the turn, the retry sent
     no earlier than the server asked."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from agentbench.errors import InputError
+from agentbench.scenario.secrets import unset_env
 from agentbench.scenario.yamlfile import (  # noqa: F401 - re-exported
     MAX_DEPTH,
     MAX_NODES,
@@ -399,6 +400,10 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
         env = getattr(e, "api_key_env", None)
         if env and not os.environ.get(env):
             warnings.append(f"endpoints.{i}.api_key_env: environment variable {env} is not set")
+        for field in ("headers", "extra_body"):
+            for name in unset_env(getattr(e, field, None) or {}):
+                warnings.append(f"endpoints.{i}.{field}: environment variable {name} is not "
+                                "set (the run refuses to start without it)")
         if e.kind == "simulated":
             holders: list[tuple[Any, tuple[str, ...]]] = [(e, ("endpoints", str(i), "preset"))]
             d = e.disaggregation

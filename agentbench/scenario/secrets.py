@@ -171,6 +171,20 @@ def keep_markers(value: str) -> str:
     return "".join(out)
 
 
+def unset_env(obj: Any) -> list[str]:
+    """The ``${NAME}`` markers in ``obj`` (a string or JSON-like value) whose environment
+    variable is not set, in order, each once (what ``expand_env`` would refuse)."""
+    names: list[str] = []
+    if isinstance(obj, str):
+        names = [m.group(1) for m in _ENV_MARKER.finditer(obj)
+                 if os.environ.get(m.group(1)) is None]
+    elif isinstance(obj, dict):
+        names = [n for v in obj.values() for n in unset_env(v)]
+    elif isinstance(obj, list):
+        names = [n for v in obj for n in unset_env(v)]
+    return list(dict.fromkeys(names))
+
+
 def _value_secrets(value: str) -> list[str]:
     """A secret value in the forms it may show in: whole and, after an auth scheme
     (``Bearer xyz``), the token alone; ``${NAME}`` markers expanded. The markers

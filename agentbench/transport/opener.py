@@ -45,6 +45,7 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         sim = SimTransport(cfg, now_ns)
         await sim.start()
         return sim
+    extra = _extra_body(cfg, index)  # an unset ${NAME} is refused before anything opens
     handle = None
     if cfg.kind == "simulated":
         try:
@@ -62,27 +63,29 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
     tr = _connect(cfg, base, label)
     tr.sim_handle = handle
     tr.reset_kind = getattr(cfg, "reset_cache", None)
+    try:
+        await _handshakes(tr, cfg, index, extra, caches)
+    except BaseException:
+        await tr.close()  # its connection pool (and simulator), quietly
+        raise
+    return tr
+
+
+async def _handshakes(tr: HttpTransport, cfg: Any, index: int, extra: dict[str, Any],
+                      caches: Mapping[str, BlockCache]) -> None:
+    """The pre-run check, the ``ignore_eos`` probe, the body template and the
+    prompt-count calibration of an opened HTTP endpoint."""
     if cfg.kind != "simulated" and cfg.preflight:
-        try:
-            await check_reachable(tr, cfg.model, index)
-        except InputError:
-            await tr.close()
-            raise
-    extra = _extra_body(cfg, index)
+        await check_reachable(tr, cfg.model, index)
     want = getattr(cfg, "ignore_eos", True)
     if want is None:
         want = await probe_ignore_eos(tr, cfg.model, extra)
         tr.notes.append(f"ignore_eos probe: {'accepted' if want else 'not accepted'}")
     tr.ignore_eos = bool(want)
-    try:
-        tr.template = _template(cfg, index, extra, tr.ignore_eos)
-    except InputError:
-        await tr.close()  # its connection pool, quietly
-        raise
+    tr.template = _template(cfg, index, extra, tr.ignore_eos)
     tr.overhead = chat_overhead() if cfg.api in MESSAGE_APIS else 0
     if cfg.kind != "simulated":
         await calibrate(tr, cfg.model, extra, caches[cfg.api])
-    return tr
 
 
 def reopen_transport(cfg: Any, index: int, found: dict[str, Any]) -> Transport:

@@ -374,3 +374,30 @@ def test_a_damaged_batch_in_a_left_spool_is_left_out_not_a_crash(tmp_path: Path)
     assert name in recover(tmp_path)
     t = pq.read_table(tmp_path / name)
     assert t.column("time_ns").to_pylist() == [0, 1, 20, 21, 30]
+
+
+async def test_an_unset_env_marker_is_refused_before_the_endpoint_is_reached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unset ``${NAME}`` in ``extra_body`` is the run's one error, before any connection
+    opens (the pre-run check against a port nobody answers at would fail otherwise), and
+    ``check_scenario`` (``agentbench validate``) warns of it as of an unset API key."""
+    from agentbench.errors import InputError
+    from agentbench.replay import run_scenario
+    from agentbench.scenario.loading import check_scenario
+    from tests.helpers import free_port, openai_scenario
+    from tests.replay.test_replay_faults import trace
+
+    monkeypatch.delenv("AB_UNSET_9", raising=False)
+    sc = openai_scenario(f"http://127.0.0.1:{free_port()}", tmp_path, name="env",
+                         named=False, endpoint={"extra_body": {"user_auth": "${AB_UNSET_9}"},
+                                                "headers": {"X-T": "a ${AB_UNSET_9}"}})
+    _, warnings = check_scenario(sc, tmp_path)
+    assert [w for w in warnings if "AB_UNSET_9" in w] == [
+        "endpoints.0.headers: environment variable AB_UNSET_9 is not set (the run refuses "
+        "to start without it)",
+        "endpoints.0.extra_body: environment variable AB_UNSET_9 is not set (the run "
+        "refuses to start without it)"]
+    sc.endpoints[0].headers = {}
+    with pytest.raises(InputError, match=r"extra_body.user_auth': environment variable "
+                                         r"AB_UNSET_9 is not set"):
+        await run_scenario(sc, trace=trace(2), progress=False)

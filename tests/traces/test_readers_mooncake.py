@@ -114,3 +114,20 @@ def test_a_session_id_in_two_files_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="used again") as e:
         read_trace(tmp_path, format="mooncake")
     assert e.value.field == "session_id" and e.value.source == str(tmp_path / "b.jsonl")
+
+
+@pytest.mark.parametrize("rows", [
+    [{"timestamp": 0}, {"timestamp": 1e13}],  # 1e10 s later: past int64 nanoseconds
+    [{"timestamp": 0, "session_id": "a"}, {"delay": 1e13, "session_id": "a"}],
+])
+def test_a_timestamp_too_far_from_the_first_is_one_error_naming_its_line(
+        tmp_path: Path, rows: list[dict]) -> None:
+    """A garbled timestamp (1e13 ms) once overflowed the run's nanoseconds mid-replay (nine
+    tracebacks); it is refused with the trace, as every other reader's times are."""
+    body = {"input_length": 600, "output_length": 5, "hash_ids": [1, 2]}
+    f = write_jsonl(tmp_path / "far.jsonl", [{**r, **body} for r in rows])
+    with pytest.raises(InputError, match=r"line 2.*timestamp.*over the 1e\+09 s"):
+        read_trace(f)
+    ok = write_jsonl(tmp_path / "near.jsonl", [{"timestamp": 0, **body},
+                                               {"timestamp": 9.99e11, **body}])
+    assert read_trace(ok).sessions[1].start_s == pytest.approx(9.99e8)

@@ -273,7 +273,11 @@ class _Run:
         counters = executor.counters()
         self.bar = bar = Progress(plan_of(sc, self.specs, len(stages_of(sc.load))),
                                   timers.now_ns, enabled=progress)
-        if bar.shown:  # a loop that draws nothing still wakes every simulated second
+        if bar.shown and self.virtual:
+            # drawn as rows come, at most twice a wall second: a loop on the simulated clock
+            # woke every simulated second, through idle gaps too (a day of them: 86,400)
+            self.writer.on_tick = lambda: bar.refresh(counters)
+        elif bar.shown:
             self.bg.append(asyncio.ensure_future(bar.loop(counters, self.stop_bg)))
         if self.virtual:  # rows come fast in simulated time: the writer flushes as they do
             self.writer.flush_every_s = 1.0
@@ -330,6 +334,9 @@ class _Run:
         for live in self.endpoints:
             await close_endpoint(live)
         if self.bar is not None:
+            if writer.on_tick is not None:
+                writer.on_tick()  # the last figures, as the loop's last turn draws them
+                writer.on_tick = None
             self.bar.close()
         writer.on_failure = None
         writer.close()

@@ -41,6 +41,9 @@ __all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
+#: wall seconds between calls of ``ResultsWriter.on_tick``
+TICK_EVERY_S = 0.5
+
 #: numpy's dtype of an ``array.array``'s type code (the integer ones rows carry)
 _ARRAY_DTYPES = {"q": np.int64, "l": np.int64, "i": np.int32}
 
@@ -253,6 +256,10 @@ class ResultsWriter:
         #: None: the run's flush loop does it
         self.flush_every_s: float | None = None
         self._flushed_at = time.monotonic()
+        #: called when a row comes ``TICK_EVERY_S`` wall seconds or more after the last call
+        #: (a virtual-time run's progress display: no loop on the simulated clock to wake)
+        self.on_tick: Callable[[], None] | None = None
+        self._ticked_at = self._flushed_at
 
     def add_request(self, row: dict[str, Any],
                     amend: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -299,6 +306,9 @@ class ResultsWriter:
             if now - self._flushed_at >= self.flush_every_s:
                 self._flushed_at = now
                 self.flush()
+            if self.on_tick is not None and now - self._ticked_at >= TICK_EVERY_S:
+                self._ticked_at = now
+                self.on_tick()
 
     def flush(self) -> None:
         for s in self._spools.values():

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -254,3 +255,38 @@ def test_off_a_terminal_the_progress_is_a_line_every_few_seconds(
     quiet.close()
     assert capsys.readouterr().err == ""
     bar.close()
+
+
+def test_a_virtual_runs_progress_is_drawn_as_rows_come_not_on_the_simulated_clock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress loop on the simulated clock woke every simulated second, through idle
+    gaps too (a day between two requests cost a second of CPU): a virtual-time run draws
+    when rows come (``ResultsWriter.on_tick``), at most twice a wall second, and once at
+    the end."""
+    from agentbench.replay import progress as P
+    from agentbench.replay import run
+    from agentbench.results import writer as W
+    from agentbench.scenario.model import Scenario
+    from agentbench.traces.model import Session, Trace, Turn
+
+    loops: list[object] = []
+    draws: list[int] = []
+    monkeypatch.setattr(P.Progress, "loop", lambda self, ctx, stop: loops.append(ctx))
+    real = P.Progress.refresh
+    monkeypatch.setattr(P.Progress, "refresh",
+                        lambda self, ctx: (draws.append(ctx.writer.n_requests), real(self, ctx)))
+    monkeypatch.setattr(W, "TICK_EVERY_S", 0.0)  # every row draws
+    turns = [Turn(0, 0.0, 0.0, None, 600, 4, np.arange(1, dtype=np.int64), 512)]
+    sessions = [Session(f"s{i}", None, "root", None, None, None, "t", "t", i * 86_400.0,
+                        turns) for i in range(3)]  # a day apart
+    sc = Scenario.model_validate({
+        "name": "idle", "trace": {"kind": "synth", "profile": "codex", "sessions": 1},
+        "load": {"kind": "rate", "arrival": "trace"}, "limits": {"recycle": False},
+        "endpoints": [{"kind": "simulated"}], "server_metrics": {"interval_s": 1e6},
+        "output": {"dir": str(tmp_path)}})
+    run(sc, trace=Trace(sessions, name="idle"), progress=True)
+    assert loops == []  # no loop on the simulated clock
+    # a draw per row written (requests, sessions, samples: the tick is 0 s here), then the
+    # last figures; not one per simulated second of the two days
+    assert draws == sorted(draws) and {1, 2, 3} <= set(draws) and draws[-1] == 3
+    assert len(draws) < 20

@@ -174,6 +174,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
     (``agentbench.scenario.fingerprint.check_comparable``)."""
     from agentbench.metrics.bootstrap import tree_data
     from agentbench.metrics.derive import derive
+    from agentbench.metrics.format import run_ended
     from agentbench.metrics.run import load
     from agentbench.results.timebase import VIRTUAL
     from agentbench.scenario.fingerprint import check_comparable
@@ -182,6 +183,11 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
     bases = [load(d) for d in base_dirs]
     runs = [bases[0], load(cand_dir)]
     for r, which in [*((b, "baseline") for b in bases), (runs[1], "candidate")]:
+        ended = run_ended(r.summary)
+        if ended is not None:
+            # its figures cover part of the run: a killed candidate "improved" its TTFT
+            raise InputError(f"the {which} is no whole run to gate: {ended}",
+                             source=str(r.path))
         if not (r.summary.get("overall") or {}).get("requests", {}).get("ok"):
             # every rule would be n/a and the gate would pass a run that served nothing
             raise InputError(f"the {which} has no successful measured request: nothing to "

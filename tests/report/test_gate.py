@@ -496,3 +496,29 @@ def test_identical_candidates_fail_at_the_stated_rate() -> None:
         change = float(_change(rule, np.mean(base), rng.normal(110, 1)))
         caught += change - run_level(rule, base, 0.95) > 0.05
     assert 800 < caught < 950
+
+
+def test_a_run_that_did_not_complete_is_no_whole_run_to_gate(runs: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    """A candidate killed 2 s in once "improved" its TTFT by half and failed only on
+    throughput; two killed runs passed each other. Either side that did not complete is
+    refused, naming which and how it ended (exit 2)."""
+    import json
+    import shutil
+
+    from agentbench.results import schema as R
+
+    cut = tmp_path / "cut"
+    shutil.copytree(runs["rerun"], cut)
+    (cut / "summary.json").unlink(missing_ok=True)
+    info = json.loads((cut / R.RUN_FILE).read_text())
+    info["status"] = "killed"
+    (cut / R.RUN_FILE).write_text(json.dumps(info))
+    code, out = _gate(str(runs["base"]), str(cut))
+    assert code == 2, out
+    assert "the candidate is no whole run to gate: the run did not complete (status: " \
+           "killed)" in " ".join(out.split())
+    code, out = _gate(str(cut), str(runs["base"]))
+    assert code == 2 and "the baseline is no whole run" in " ".join(out.split())
+    code, _ = _gate(str(runs["base"]), str(runs["rerun"]))  # the whole runs still gate
+    assert code == 0

@@ -106,8 +106,9 @@ def run(
         extra = [(k, v) for k, v in (("seed", seed), ("rules", rules),
                                      ("unsafe_override", unsafe_override or None))
                  if v is not None]
-        base = load_scenario(scenario, labels={"seed": "--seed", "rules": "--rules",
-                                               "unsafe_override": "--unsafe-override",
+        flag = {"seed": "--seed", "rules": "--rules", "unsafe_override": "--unsafe-override"}
+        # a flag's name only where the flag was given (``--set seed=...`` is named so)
+        base = load_scenario(scenario, labels={**{k: flag[k] for k, _ in extra},
                                                **out_labels},
                              sets=[*sets, *extra, *outputs])
     from agentbench.experiment import run_experiment

@@ -226,7 +226,11 @@ def _problems(e: Any, lines: dict[tuple[str, ...], int], data: Any) -> list[Prob
                    f"{str(ctx.get('expected_tags', '')).replace(chr(39), '')}")
         elif kind in _WANTED:
             msg = f"must be {_WANTED[kind]}, not {_kind(err.get('input'))}"
-            if kind in ("int_type", "float_type") and _numeric(err.get("input")):
+            if kind == "int_type" and _numeric(err.get("input")):
+                msg = (f"must be {_WANTED[kind]}, not the string {err['input']!r} (write it "
+                       "as a whole number without quotes, e.g. 1000; YAML reads 1e3 as a "
+                       "string)")
+            elif kind == "float_type" and _numeric(err.get("input")):
                 msg = (f"must be {_WANTED[kind]}, not the string {err['input']!r} (write it "
                        "without quotes; YAML reads 1e3 as a string, 1.0e+3 as a number)")
         elif kind == "finite_number":

@@ -176,6 +176,13 @@ def test_seed_and_set_on_a_scenario_file(tmp_path: Path) -> None:
     sc = json.loads((tmp_path / "r" / records.RUN_FILE).read_text())["scenario"]
     assert sc["seed"] == 7 and sc["limits"]["max_requests"] == 6
     assert "s.yaml: --seed: Input should be greater" in one_error([str(f), "--seed", "-2"])
+    # the flag is named only when it was given; a --set of the same key is named as such
+    assert "s.yaml: --set seed: must be an integer" in one_error(
+        [str(f), "--set", "seed=2**70"])
+    # an integer's hint asks for a whole number (1.0e+3 would be refused as a float)
+    line = one_error([str(f), "--set", "limits.max_requests=1e3"])
+    assert "--set limits.max_requests: must be an integer" in line and "e.g. 1000" in line
+    assert "1.0e+3" not in line
     line = one_error([str(f), "--url", "http://h:1", "--concurrency", "3"])
     assert "--url, --concurrency: only for a run without a scenario file" in line
 

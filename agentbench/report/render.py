@@ -359,7 +359,7 @@ def _scenario_section(run: Run) -> Section:
 def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     sums = [r.summary for r in runs]
     sec = Section("Comparison", text=[
-        f"Reference: {labels[0]} (the first run given, or `--reference`); every change is "
+        f"Reference: {labels[0]} (the first run given, or --reference); every change is "
         "against it.", *(
             f"{lab} vs {labels[0]}: {headline(sums[0], s)}"
             for lab, s in zip(labels[1:], sums[1:], strict=True))])

@@ -65,6 +65,8 @@ class RunContext:
     stopped_reason: str | None = None
     #: called once when the run stops early (worker processes: stop the others' lanes too)
     on_run_stopped: Callable[[], None] | None = None
+    #: called when the stage stops (a warm-up waiting for its lanes ends there)
+    on_stop: Callable[[], None] | None = None
 
     def take_request(self) -> bool:
         """Count one request against the stage's budget; False once the stage is over."""
@@ -108,6 +110,8 @@ class RunContext:
         if not self.stopping or budget_only:
             self.stopping = True
             self.timers.abort_all(StageOver)
+            if self.on_stop is not None:
+                self.on_stop()
 
     def endpoint_unreachable(self, ep: LiveEndpoint) -> None:
         """``ep`` was just given up (``retry.note_outcome``): routing avoids it from now on;

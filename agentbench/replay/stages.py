@@ -298,7 +298,7 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
         # callbacks)
         if not body.done():
             if source.local:
-                await _until_warm(source, body, left)
+                await _until_warm(ctx, source, body, left)
             else:
                 await asyncio.wait({body}, timeout=min(left, 0.1))
         elif body.cancelled() or body.exception() is not None:
@@ -308,20 +308,22 @@ async def _warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
     return ctx.timers.now_ns()
 
 
-async def _until_warm(source: TreeSource, body: asyncio.Future[Any], left: float) -> None:
-    """Wait until the last lane is warm, ``body`` ends, or ``left`` seconds pass."""
-    warm = asyncio.get_running_loop().create_future()
+async def _until_warm(ctx: RunContext, source: TreeSource, body: asyncio.Future[Any],
+                      left: float) -> None:
+    """Wait until the last lane is warm, the stage stops, ``body`` ends, or ``left``
+    seconds pass (what a look every 0.1 s saw, each at its own instant)."""
+    woken = asyncio.get_running_loop().create_future()
 
     def tell() -> None:
-        if not warm.done():
-            warm.set_result(None)
+        if not woken.done():
+            woken.set_result(None)
 
-    source.on_warm = tell
+    source.on_warm = ctx.on_stop = tell
     try:
-        await asyncio.wait({body, warm}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({body, woken}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        source.on_warm = None
-        warm.cancel()
+        source.on_warm = ctx.on_stop = None
+        woken.cancel()
 
 
 def _row_counts(ctx: RunContext) -> tuple[int, int]:

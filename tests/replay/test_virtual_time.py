@@ -226,3 +226,21 @@ def test_a_warm_up_longer_than_the_duration_still_ends_the_stage_on_time(
     assert stage["profile_start_ns"] is not None and stage["profile_start_ns"] > 0
     measured_s = (stage["end_ns"] - stage["profile_start_ns"]) / 1e9
     assert 200 <= measured_s < 260, measured_s
+
+
+def test_a_stage_stopped_during_warm_up_starts_profiling_at_the_stop(tmp_path: Path) -> None:
+    """The request budget runs out while lanes still warm up: the profiling start is the
+    instant the stage stopped (the last request's send), not the end of the requests still
+    in flight (nor a look up to 0.1 s after the stop, as when the warm-up was polled)."""
+    sc = load_scenario(SCENARIOS / "quickstart.yaml")
+    data = sc.model_dump(mode="json")
+    data["limits"] = {**data["limits"], "max_requests": 5, "duration_s": 1000,
+                      "recycle": True}
+    data["warmup"] = {"enabled": True, "requests_per_lane": 3, "random_start": False}
+    data["output"] = {**data["output"], "dir": str(tmp_path)}
+    res = run(Scenario.model_validate(data), progress=False)
+    stage = json.loads((res.run_dir / "run.json").read_text())["stages"][0]
+    req = pq.read_table(res.run_dir / "requests.parquet").to_pandas()
+    assert len(req) == 5 and (req.phase == "warmup").all()
+    last_sent = int(req.sent_ns.max())
+    assert stage["profile_start_ns"] == last_sent < int(req.end_ns.max())

@@ -2,6 +2,7 @@
 native trace (sessions, subagents, think times, hash ids; no text unless asked).
 
 - :mod:`agentbench.proxy.proxy`: the aiohttp proxy and the recorder behind it;
+- :mod:`agentbench.proxy.upstream`: where a request goes upstream, and how the URL shows;
 - :mod:`agentbench.proxy.calls`: one call's counts, hash ids and digests;
 - :mod:`agentbench.proxy.reply`: what a response said, read with bounded memory;
 - :mod:`agentbench.proxy.sessionize`: calls into sessions and subagents (pure);

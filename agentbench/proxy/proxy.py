@@ -9,6 +9,7 @@ nothing to the call's TTFT; a response past a few MB is read as it is relayed, k
 only what the analysis needs (:mod:`agentbench.proxy.reply`), so memory stays bounded.
 Headers are forwarded as sent (hop-by-hop ones aside; the upstream URL's
 ``user:password@`` replaces the client's Authorization) and never written anywhere; the
+upstream URL's query goes on every request (:mod:`agentbench.proxy.upstream`); the
 response body is relayed with its own encoding (the client session does not decompress).
 """
 
@@ -33,6 +34,7 @@ from yarl import URL
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
 from agentbench.proxy.reply import ResponseTap
+from agentbench.proxy.upstream import Upstream, shown
 
 #: hop-by-hop headers (RFC 9110 §7.6.1) and the ones aiohttp sets itself
 _REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
@@ -61,32 +63,6 @@ class RecordConfig:
     write_interval_s: float = 1.0
 
 
-def upstream_root(url: str) -> str:
-    """The upstream base the request path is appended to: ``url`` without a trailing
-    ``/v1`` (clients send ``/v1/...`` paths), so ``http://h:8000`` and ``http://h:8000/v1``
-    mean the same server."""
-    root = url.rstrip("/")
-    return root[:-3] if root.endswith("/v1") else root
-
-
-def upstream_auth(url: str) -> tuple[str, str | None]:
-    """(the upstream base without its ``user:password@`` part, the ``Authorization:
-    Basic`` value it stands for, or None)."""
-    from agentbench.scenario.secrets import basic_credentials, url_userinfo
-
-    bare, user, password = url_userinfo(url)
-    if user is None and password is None:
-        return upstream_root(bare), None
-    return upstream_root(bare), basic_credentials(user, password)
-
-
-def shown(url: str) -> str:
-    """The upstream as printed and stored: no ``user:password@``, no query string."""
-    from agentbench.scenario.secrets import url_userinfo, without_query
-
-    return upstream_root(without_query(url_userinfo(url)[0]))
-
-
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6) -> (host, port)."""
     host, sep, port = listen.rpartition(":")
@@ -101,14 +77,12 @@ class Recorder:
     that is longer, while calls come, and at close)."""
 
     def __init__(self, cfg: RecordConfig, t0_ns: int) -> None:
-        from agentbench.scenario.secrets import url_userinfo
-
         self.cfg = cfg
         self.t0_ns = t0_ns
         self.analyzer = Analyzer(block_size=cfg.block_size, tokenizer=cfg.tokenizer,
                                  keep_text=cfg.keep_text)
         self.meta = store.describe(
-            upstream=url_userinfo(cfg.upstream)[0].split("?")[0], keep_text=cfg.keep_text,
+            upstream=Upstream.parse(cfg.upstream).shown, keep_text=cfg.keep_text,
             block_size=cfg.block_size, tokenizer=cfg.tokenizer, subagents=cfg.subagents,
             session_header=cfg.session_header, session_from_user=cfg.session_from_user,
             started_unix_s=time.time())
@@ -211,7 +185,8 @@ class Proxy:
     """The aiohttp handler: forward, relay, stamp, hand the call to the recorder."""
 
     def __init__(self, cfg: RecordConfig, recorder: Recorder) -> None:
-        self.root, self.auth = upstream_auth(cfg.upstream)
+        self.upstream = Upstream.parse(cfg.upstream)
+        self.auth = self.upstream.auth
         self.cfg = cfg
         self.recorder = recorder
         self.client: aiohttp.ClientSession | None = None
@@ -243,11 +218,11 @@ class Proxy:
         target = request.raw_path if request.raw_path.startswith("/") else str(request.rel_url)
         try:
             up = await self.client.request(
-                request.method, URL(self.root + target, encoded=True),
+                request.method, URL(self.upstream.url_for(target), encoded=True),
                 headers=headers, data=body or None, allow_redirects=False)
         except Exception as e:  # unreachable, or a request aiohttp refuses: one line
             return web.json_response({"error": {
-                "message": f"agentbench record: upstream {self.root} unreachable "
+                "message": f"agentbench record: upstream {self.upstream.shown} unreachable "
                            f"({type(e).__name__})", "type": "proxy_error"}}, status=502)
         resp = web.StreamResponse(status=up.status, reason=up.reason, headers=CIMultiDict(
             (k, v) for k, v in up.headers.items() if k.lower() not in _RESPONSE_DROP))

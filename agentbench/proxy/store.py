@@ -49,7 +49,7 @@ STORED = [
 NOT_STORED = [
     "request headers (Authorization, API keys, cookies and every other header are "
     "forwarded, never written; the session header's value is the session id)",
-    "the upstream URL's user:password part",
+    "the upstream URL's user:password part and query values (stored as <redacted>)",
     "response bodies",
 ]
 

@@ -18,8 +18,9 @@ import pytest
 from aiohttp import web
 
 from agentbench.proxy import RecordConfig, start_proxy
-from agentbench.proxy.proxy import parse_listen, upstream_root
+from agentbench.proxy.proxy import parse_listen
 from agentbench.proxy.store import journal_path, read_meta
+from agentbench.proxy.upstream import upstream_root
 from agentbench.traces.readers import native
 from agentbench.traces.words import chat_prompt_tokens
 

@@ -1,0 +1,125 @@
+"""The recorder's ``--upstream`` URL with a query string (Azure's ``?api-version=...``, a
+key in the query): each request goes to the URL's path with the URL's query merged into
+the agent's own, and the URL is printed, stored and sent back in error bodies without
+its query values or ``user:password``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from agentbench.proxy import RecordConfig, start_proxy
+from agentbench.proxy.store import journal_path, read_meta
+from agentbench.proxy.upstream import Upstream, merged_query, shown
+from agentbench.traces.readers import native
+from tests.proxy.test_record_faults import _record_process, _stop
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = "RECquery5678"
+PASSWORD = "pw-SECRET-9133"
+MESSAGES = [{"role": "user", "content": "Say four words."}]
+
+
+class Server:
+    """Answers chat calls under any path, noting the path and query each one came to."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.app = web.Application()
+        self.app.router.add_post("/{tail:.*}", self.chat)
+
+    async def chat(self, request: web.Request) -> web.Response:
+        self.seen.append((request.path, request.query_string))
+        return web.json_response({"choices": [{"message": {"content": "one two"}}],
+                                  "usage": {"prompt_tokens": 7, "completion_tokens": 2}})
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[Server, str]]:
+    up = Server()
+    runner = web.AppRunner(up.app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield up, f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def _chat(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as http, http.post(
+            url, json={"model": "m", "messages": MESSAGES}) as r:
+        return r.status, await r.text()
+
+
+@pytest.mark.parametrize("base", ["/v1", "/openai/v1", ""])
+async def test_the_upstream_query_goes_on_every_request(
+        upstream: tuple[Server, str], base: str, tmp_path: Path) -> None:
+    up, url = upstream
+    out = tmp_path / "rec.parquet"
+    proxy = await start_proxy(RecordConfig(
+        upstream=f"{url}{base}?api-version=2024-06-01&key={KEY}", out=out, port=0))
+    try:
+        assert (await _chat(proxy.url + "/v1/chat/completions"))[0] == 200
+        # the agent's own query stays; a parameter the URL names is the URL's
+        assert (await _chat(proxy.url + "/v1/chat/completions?x=1&key=agent"))[0] == 200
+    finally:
+        await proxy.close()
+    path = base.removesuffix("/v1") + "/v1/chat/completions"
+    assert up.seen == [(path, f"api-version=2024-06-01&key={KEY}"),
+                       (path, f"x=1&api-version=2024-06-01&key={KEY}")]
+    assert sum(len(s.turns) for s in native.read(out).sessions) == 2
+    assert read_meta(out)["upstream"] == f"{url}{base}?api-version=<redacted>&key=<redacted>"
+    for f in (out, journal_path(out)):
+        assert KEY.encode() not in f.read_bytes()
+
+
+async def test_an_unreachable_upstream_names_it_without_its_secrets(tmp_path: Path) -> None:
+    proxy = await start_proxy(RecordConfig(
+        upstream=f"http://alice:{PASSWORD}@127.0.0.1:9/v1?key={KEY}",
+        out=tmp_path / "r.parquet", port=0))
+    try:
+        status, body = await _chat(proxy.url + "/v1/chat/completions")
+    finally:
+        await proxy.close()
+    assert status == 502
+    assert "upstream http://127.0.0.1:9/v1?key=<redacted> unreachable" in body, body
+    for secret in (KEY, PASSWORD, "alice"):
+        assert secret not in body
+
+
+async def test_the_banner_shows_the_upstream_as_stored(
+        upstream: tuple[Server, str], tmp_path: Path) -> None:
+    up, url = upstream
+    out = tmp_path / "rec.parquet"
+    given = url.replace("http://", f"http://alice:{PASSWORD}@") + f"/v1?key={KEY}"
+    proc, proxy_url, banner = await _record_process(given, out)
+    try:
+        assert (await _chat(proxy_url + "/v1/chat/completions"))[0] == 200
+    finally:
+        stdout, stderr = await _stop(proc)
+    stored = read_meta(out)["upstream"]
+    assert stored == f"{url}/v1?key=<redacted>"
+    assert f"(upstream {stored})" in banner, banner
+    for secret in (KEY, PASSWORD):
+        assert secret not in banner + stdout + stderr
+    assert up.seen == [("/v1/chat/completions", f"key={KEY}")]
+
+
+def test_the_url_parts() -> None:
+    up = Upstream.parse(f"https://bob:{PASSWORD}@gw.example/openai/v1/?api-version=1&k={KEY}")
+    assert (up.root, up.query) == ("https://gw.example/openai", f"api-version=1&k={KEY}")
+    assert up.auth is not None and up.auth.startswith("Basic ")
+    assert up.shown == "https://gw.example/openai/v1?api-version=1&k=<redacted>"
+    assert up.url_for("/v1/models") == f"https://gw.example/openai/v1/models?api-version=1&k={KEY}"
+    assert shown("http://h:8000") == "http://h:8000" and Upstream.parse("http://h").auth is None
+    assert merged_query("", "") == "" and merged_query("a=1", "") == "a=1"
+    assert merged_query("a=1&b=2", "b=3") == "a=1&b=3"
+    assert merged_query("", "b=3&c") == "b=3&c"

@@ -85,8 +85,11 @@ def traces_synth(
 ) -> None:
     """Synthesize a trace calibrated to a published agentic workload (native parquet)."""
     from agentbench.traces.readers import native
-    from agentbench.traces.synth import synthesize
+    from agentbench.traces.synth import check_sessions, synthesize
 
+    check_sessions(sessions, field="--sessions")
+    if seed < 0:
+        raise InputError(f"must be >= 0, got {seed}", field="--seed")
     trace = synthesize(profile, sessions, seed)
     out = native.write(trace, output)
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
@@ -140,7 +143,7 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
         from agentbench.scenario.flags import trace_spec
         from agentbench.traces.synth import synthesize
 
-        spec = trace_spec(source)
+        spec = trace_spec(source, where="SOURCE")
         trace = synthesize(spec["profile"], sessions=spec["sessions"], seed=0)
     else:
         trace = read_trace(source, format=format, **_reader_options(options or []))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentbench.errors import InputError
+from agentbench.traces import MAX_SYNTH_SESSIONS
 
 #: the trace a flags-only run replays when ``--trace`` is not given: the bundled Claude
 #: Code traces. SWITCH: "synth:codex:20" (a synthetic Codex-profile trace) needs no data
@@ -32,20 +33,27 @@ FLAG_KEYS = {"url": ("--url", "endpoints.0.url"), "model": ("--model", "endpoint
 SOURCE = "command line"
 
 
-def trace_spec(text: str) -> dict[str, Any]:
+def trace_spec(text: str, where: str = "--trace") -> dict[str, Any]:
     """``--trace``: ``synth:PROFILE[:SESSIONS]`` a synthetic trace (agentx, codex or a
     profile file), anything else a trace source as a scenario's ``trace.source`` takes it
-    (a file, a folder, a dataset id, ``builtin:NAME``)."""
+    (a file, a folder, a dataset id, ``builtin:NAME``). ``where``: the flag or argument
+    an error names."""
     if not text:
         raise InputError("give a trace: a file, folder, dataset id, builtin:NAME or "
-                         "synth:PROFILE[:SESSIONS]", source="--trace")
+                         "synth:PROFILE[:SESSIONS]", source=where)
     if text.startswith("synth:"):
         profile, _, count = text.removeprefix("synth:").partition(":")
         if not profile or (count and not (count.isascii() and count.isdigit())):
             raise InputError(f"expected synth:PROFILE[:SESSIONS] (e.g. synth:codex:20), got "
-                             f"{text!r}", source="--trace")
+                             f"{text!r}", source=where)
+        # by its digits first: int() refuses a 5,000-digit string with a traceback
+        digits = count.lstrip("0")
+        if len(digits) > len(str(MAX_SYNTH_SESSIONS)) or int(digits or 0) > MAX_SYNTH_SESSIONS:
+            got = digits if len(digits) <= 24 else "a number past 10**24"
+            raise InputError(f"synth:PROFILE:SESSIONS takes at most {MAX_SYNTH_SESSIONS:,} "
+                             f"sessions, got {got}", source=where)
         return {"kind": "synth", "profile": profile,
-                "sessions": int(count) if count else DEFAULT_SYNTH_SESSIONS}
+                "sessions": int(digits or 0) if count else DEFAULT_SYNTH_SESSIONS}
     return {"kind": "file", "source": text}
 
 

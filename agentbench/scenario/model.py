@@ -26,6 +26,7 @@ from agentbench.scenario.endpoints import (  # noqa: F401 - the model's names, r
     is_preset_path,
 )
 from agentbench.scenario.strict import INT64, Strict, json_only  # noqa: F401 - re-exported
+from agentbench.traces import MAX_SYNTH_SESSIONS
 
 #: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
 #: tree's state in memory, and a typo (1e8) should be an error, not a MemoryError later
@@ -90,7 +91,7 @@ class SynthSource(Strict):
 
     kind: Literal["synth"] = Field(description="Generate the trace from a profile.")
     profile: str = Field(description="Synthesis profile, e.g. agentx or codex.")
-    sessions: int = Field(gt=0, le=10_000_000, description="Root sessions to generate.")
+    sessions: int = Field(gt=0, le=MAX_SYNTH_SESSIONS, description="Root sessions to generate.")
     seed: int | None = Field(None, ge=0, description="Generator seed; None: the run seed.")
     filters: TraceFilters = Field(default_factory=TraceFilters,
                                   description="Session selection.")

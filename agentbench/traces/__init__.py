@@ -1,14 +1,31 @@
-"""Traces: the model, readers for the formats people have, synthesis and analysis."""
+"""Traces: the model, readers for the formats people have, synthesis and analysis.
 
-from typing import Any
+The model's names load on first use, so the scenario can read this package's bounds
+without importing numpy (``agentbench --help`` stays instant)."""
 
-from agentbench.traces.model import Session, Trace, Turn, as_hash_ids
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Session", "Trace", "Turn", "as_hash_ids", "read_trace"]
+if TYPE_CHECKING:
+    from agentbench.traces.model import Session, Trace, Turn, as_hash_ids
+
+__all__ = ["MAX_SYNTH_SESSIONS", "Session", "Trace", "Turn", "as_hash_ids", "read_trace"]
+
+#: the most root sessions a synthetic trace may have (``synthesize``, ``trace.sessions``,
+#: ``synth:PROFILE:N``, ``traces synth -n``): a guard against a typo that would run for
+#: hours or exhaust memory, not a measured limit
+MAX_SYNTH_SESSIONS = 10_000_000
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Session", "Trace", "Turn", "as_hash_ids"):
+        from agentbench.traces import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'agentbench.traces' has no attribute {name!r}")
 
 
 def read_trace(source: str, format: str | None = None, *, skip_bad: bool = False,
-               **options: Any) -> Trace:
+               **options: Any) -> "Trace":
     """Read any supported trace source into the one model (format detected when None);
     ``skip_bad``: leave a folder's bad files out (listed in ``Trace.skipped``)."""
     from agentbench.traces.readers import read_trace as _read

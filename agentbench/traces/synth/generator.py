@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.errors import InputError
+from agentbench.traces import MAX_SYNTH_SESSIONS
 from agentbench.traces.model import HashIds, Session, Trace, Turn
 from agentbench.traces.synth.profile import (
     Children,
@@ -72,9 +73,10 @@ class _Drawn:
 def synthesize(profile: str | Profile, sessions: int, seed: int) -> Trace:
     """A trace of ``sessions`` root sessions (with their subagents/forks) drawn from
     ``profile`` (a shipped name such as ``agentx`` or ``codex``, a YAML path, or a Profile)."""
+    check_sessions(sessions, field="sessions")
+    if seed < 0:  # numpy's seeds are non-negative; the scenario's seed is too
+        raise InputError(f"must be >= 0, got {seed}", field="seed")
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
-    if sessions < 0:
-        raise InputError(f"must be >= 0, got {sessions}", field="sessions")
     bs = int(prof.block_size.value)
     ids = _Ids()
     seqs = np.random.SeedSequence(seed).spawn(sessions + 1)
@@ -88,6 +90,16 @@ def synthesize(profile: str | Profile, sessions: int, seed: int) -> Trace:
         rng = np.random.default_rng(seqs[i + 1])
         out.extend(_tree(prof, rng, f"{prof.name}-{i:06d}", ids, bs, shared, source))
     return Trace(out, name=f"synth-{prof.name}-n{sessions}-s{seed}")
+
+
+def check_sessions(sessions: int, *, field: str) -> None:
+    """Refuse a root-session count outside 0..``MAX_SYNTH_SESSIONS`` (one line naming
+    ``field``, the flag or key it came from), before any is drawn: a typo's 10**20 would
+    overflow numpy, 10**8 run for hours."""
+    if not 0 <= sessions <= MAX_SYNTH_SESSIONS:
+        shown = str(sessions) if abs(sessions) < 10**24 else "a number past 10**24"
+        raise InputError(f"must be between 0 and {MAX_SYNTH_SESSIONS:,}, got {shown}",
+                         field=field)
 
 
 def _new_prefix(shape: SessionShape, rng: np.random.Generator, ids: _Ids, bs: int) -> _Prefix:

@@ -31,10 +31,9 @@ def record(
     """Record a live agent through an OpenAI-compatible proxy into a native trace
     (docs/record.md)."""
     from agentbench.proxy.proxy import RecordConfig, parse_listen, run_record, summary
+    from agentbench.traces.output import check_file_name
 
-    if not out.name or out.is_dir():  # '' is the current folder: a file name is needed
-        raise InputError("give a file name for the trace (e.g. -o agent.parquet)",
-                         source=str(out), field="output")
+    check_file_name(out)
     if rebuild:
         from agentbench.proxy import rebuild as rebuild_trace
 

@@ -56,7 +56,8 @@ def traces_stats(
 @guarded
 def traces_convert(
     source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
-    output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
+    output: Path = typer.Option(..., "--output", "-o",
+                                help="Native parquet file to write (not there yet)."),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     scale: float | None = typer.Option(
         None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
@@ -66,9 +67,13 @@ def traces_convert(
         [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
         "(repeatable)."),
 ) -> None:
-    """Write any readable trace in agentbench's native parquet format."""
+    """Write any readable trace in agentbench's native parquet format (refuses to
+    overwrite -o)."""
+    from agentbench.traces.output import check_file_name, check_new
     from agentbench.traces.readers import native
 
+    check_file_name(output)
+    check_new(output)  # before the read, which may take minutes
     trace = _read_transformed(source, format, scale, max_context, option)
     out = native.write(trace, output)
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
@@ -81,16 +86,22 @@ def traces_synth(
                                 help="Profile: agentx, codex, or a profile YAML file."),
     sessions: int = typer.Option(..., "--sessions", "-n", help="Root sessions to generate."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (0 is a seed)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Native parquet file to write."),
+    output: Path = typer.Option(..., "--output", "-o",
+                                help="Native parquet file to write (not there yet)."),
 ) -> None:
-    """Synthesize a trace calibrated to a published agentic workload (native parquet)."""
+    """Synthesize a trace calibrated to a published agentic workload (native parquet;
+    refuses to overwrite -o)."""
+    from agentbench.traces.output import check_file_name, check_new
     from agentbench.traces.readers import native
-    from agentbench.traces.synth import check_sessions, synthesize
+    from agentbench.traces.synth import check_sessions, load_profile, synthesize
 
     check_sessions(sessions, field="--sessions")
     if seed < 0:
         raise InputError(f"must be >= 0, got {seed}", field="--seed")
-    trace = synthesize(profile, sessions, seed)
+    prof = load_profile(profile)
+    check_file_name(output)
+    check_new(output)
+    trace = synthesize(prof, sessions, seed)
     out = native.write(trace, output)
     typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
 

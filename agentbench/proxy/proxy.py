@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -314,12 +313,10 @@ async def serve(cfg: RecordConfig, on_ready: Callable[[ProxyHandle], None] | Non
 def run_record(cfg: RecordConfig, echo: Callable[[str], None]) -> str:
     """``agentbench record``: refuse to overwrite, record until Ctrl-C or SIGTERM, and
     return the line that says what was written."""
-    from agentbench.errors import InputError
+    from agentbench.traces.output import check_new
 
-    for p in (cfg.out, store.journal_path(cfg.out)):
-        if os.path.lexists(p):  # a link too, even one that leads nowhere
-            raise InputError("exists; pick another -o or remove it (--rebuild remakes the "
-                             "trace from its journal)", source=str(p))
+    check_new(cfg.out, store.journal_path(cfg.out),
+              hint=" (--rebuild remakes the trace from its journal)")
 
     def ready(h: ProxyHandle) -> None:
         echo(f"recording: point the agent at {h.url}/v1 (upstream {shown(cfg.upstream)}); "

@@ -1,0 +1,102 @@
+"""``-o`` of ``traces synth`` and ``traces convert`` is checked as ``record`` checks it:
+'' or a folder is one line asking for a file name (it was pyarrow's "Failed to open local
+file '.'"), an existing file or link is refused and left as it was (it was overwritten),
+and missing folders above it are made, as ``record`` makes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentbench.cli import app
+from agentbench.errors import InputError
+from agentbench.proxy import RecordConfig, start_proxy
+from agentbench.traces.output import check_file_name, check_new
+from agentbench.traces.readers import native
+from agentbench.traces.synth import synthesize
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native.write(synthesize("codex", 2, 0), tmp_path_factory.mktemp("src") / "s.parquet")
+
+
+def _commands(source: Path, out: str) -> list[list[str]]:
+    return [["traces", "synth", "-p", "codex", "-n", "2", "-o", out],
+            ["traces", "convert", str(source), "-o", out],
+            ["record", "--upstream", "http://127.0.0.1:9", "-o", out]]
+
+
+def _one_line_error(args: list[str]) -> str:
+    res = CliRunner().invoke(app, args)
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, (args, res.output)
+    return lines[0]
+
+
+@pytest.mark.parametrize("where", ["", ".", "folder"])
+def test_no_file_name_is_one_line(where: str, source: Path, tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    out = str(tmp_path / where) if where == "folder" else where
+    for args in _commands(source, out):
+        assert "give a file name for the trace" in _one_line_error(args)
+
+
+@pytest.mark.parametrize("kind", ["file", "link", "dangling link"])
+def test_an_existing_output_is_refused_and_kept(kind: str, source: Path,
+                                                tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    if kind == "file":
+        out.write_bytes(b"keep me")
+    else:
+        target = tmp_path / ("victim" if kind == "link" else "nowhere")
+        if kind == "link":
+            target.write_bytes(b"keep me")
+        out.symlink_to(target)
+    for args in _commands(source, str(out)):
+        line = _one_line_error(args)
+        assert line.startswith(f"error: {out}: exists; pick another -o or remove it"), line
+    if kind == "file":
+        assert out.read_bytes() == b"keep me"
+    elif kind == "link":
+        assert (tmp_path / "victim").read_bytes() == b"keep me"
+    else:
+        assert not (tmp_path / "nowhere").exists()
+
+
+def test_convert_refuses_to_write_over_its_source(source: Path) -> None:
+    before = source.read_bytes()
+    assert "exists" in _one_line_error(["traces", "convert", str(source), "-o", str(source)])
+    assert source.read_bytes() == before
+
+
+def test_missing_folders_are_made(source: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    synth, convert = (tmp_path / d / "sub" / "t.parquet" for d in ("a", "b"))
+    res = runner.invoke(app, ["traces", "synth", "-p", "codex", "-n", "2", "-o", str(synth)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["traces", "convert", str(source), "-o", str(convert)])
+    assert res.exit_code == 0, res.output
+    assert native.read(synth) == native.read(convert) == native.read(source)
+
+
+async def test_record_makes_missing_folders_too(tmp_path: Path) -> None:
+    out = tmp_path / "c" / "sub" / "r.parquet"
+    proxy = await start_proxy(RecordConfig(upstream="http://127.0.0.1:9", out=out, port=0))
+    await proxy.close()
+    assert native.read(out).sessions == []
+
+
+def test_the_checks(tmp_path: Path) -> None:
+    check_file_name(tmp_path / "new.parquet")
+    check_new(tmp_path / "new.parquet", tmp_path / "new.parquet.calls.jsonl")
+    for bad in (Path(""), Path("."), tmp_path):
+        with pytest.raises(InputError, match="field 'output': give a file name"):
+            check_file_name(bad)
+    (tmp_path / "j").write_text("")
+    with pytest.raises(InputError, match=r"j: exists; pick another -o or remove it \(hint\)$"):
+        check_new(tmp_path / "new.parquet", tmp_path / "j", hint=" (hint)")

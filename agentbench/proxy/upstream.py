@@ -6,7 +6,6 @@ needs), the credentials that go with it, and the URL as printed and stored (no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 
 def upstream_root(url: str) -> str:
@@ -22,14 +21,14 @@ def upstream_root(url: str) -> str:
 def shown(url: str) -> str:
     """The upstream as printed, sent back in an error body and stored: without its
     ``user:password@`` and with every query value ``<redacted>``."""
-    from agentbench.scenario.secrets import query_of, secrets_of, url_userinfo, without_query
-    from agentbench.transport.http import redact
+    from agentbench.scenario.secrets import query_of, url_userinfo, without_query
 
     bare = url_userinfo(url)[0]
-    # the query alone is redacted, so a value that also occurs in the host or path
-    # cannot blank them
-    query = redact(query_of(bare), secrets_of(SimpleNamespace(url=url)))
-    return without_query(bare).rstrip("/") + query
+    # every value, however short (a secret's own list skips values under 4 characters),
+    # and only the query, so a value that also occurs in the host or path cannot blank them
+    params = [p.partition("=") for p in query_of(bare).removeprefix("?").split("&") if p]
+    query = "&".join(f"{name}=<redacted>" if eq else name for name, eq, _ in params)
+    return without_query(bare).rstrip("/") + (f"?{query}" if query else "")
 
 
 def merged_query(agent: str, upstream: str) -> str:

@@ -117,7 +117,9 @@ def test_the_url_parts() -> None:
     up = Upstream.parse(f"https://bob:{PASSWORD}@gw.example/openai/v1/?api-version=1&k={KEY}")
     assert (up.root, up.query) == ("https://gw.example/openai", f"api-version=1&k={KEY}")
     assert up.auth is not None and up.auth.startswith("Basic ")
-    assert up.shown == "https://gw.example/openai/v1?api-version=1&k=<redacted>"
+    # every query value is hidden, however short (``k=abc`` is below a secret's minimum)
+    assert up.shown == "https://gw.example/openai/v1?api-version=<redacted>&k=<redacted>"
+    assert shown("http://h/v1?k=abc&flag") == "http://h/v1?k=<redacted>&flag"
     assert up.url_for("/v1/models") == f"https://gw.example/openai/v1/models?api-version=1&k={KEY}"
     assert shown("http://h:8000") == "http://h:8000" and Upstream.parse("http://h").auth is None
     assert merged_query("", "") == "" and merged_query("a=1", "") == "a=1"

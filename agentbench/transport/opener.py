@@ -45,7 +45,13 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         sim = SimTransport(cfg, now_ns)
         await sim.start()
         return sim
-    extra = _extra_body(cfg, index)  # an unset ${NAME} is refused before anything opens
+    # an unset ${NAME} is refused before anything opens, naming the endpoint
+    extra = _extra_body(cfg, index)
+    if cfg.kind != "simulated":
+        try:
+            expand_env(dict(cfg.headers), "headers")
+        except InputError as e:
+            raise e.located(where=f"endpoints[{index}]") from None
     handle = None
     if cfg.kind == "simulated":
         try:

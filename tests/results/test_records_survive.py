@@ -397,7 +397,10 @@ async def test_an_unset_env_marker_is_refused_before_the_endpoint_is_reached(
         "to start without it)",
         "endpoints.0.extra_body: environment variable AB_UNSET_9 is not set (the run "
         "refuses to start without it)"]
-    sc.endpoints[0].headers = {}
-    with pytest.raises(InputError, match=r"extra_body.user_auth': environment variable "
-                                         r"AB_UNSET_9 is not set"):
+    with pytest.raises(InputError, match=r"endpoints\[0\]: field 'extra_body.user_auth': "
+                                         r"environment variable AB_UNSET_9 is not set"):
+        await run_scenario(sc, trace=trace(2), progress=False)
+    sc.endpoints[0].extra_body = {}
+    with pytest.raises(InputError, match=r"endpoints\[0\]: field 'headers.X-T': "
+                                         r"environment variable AB_UNSET_9 is not set"):
         await run_scenario(sc, trace=trace(2), progress=False)

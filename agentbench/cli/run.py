@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -129,19 +130,26 @@ def run(
         raise typer.Exit(result.exit_code)
 
 
+def _say(line: str) -> None:
+    """A line on stderr while runs go on: a stderr that refuses it (a full disk, a closed
+    pipe) loses the line, not the run (whose run.json would stay ``running``)."""
+    with contextlib.suppress(OSError):
+        typer.echo(line, err=True)
+
+
 class _RunPrinter:
     """``agentbench run``'s account of an experiment (``agentbench.experiment.Listener``):
     progress lines on stderr, each run's summary and the comparison on stdout."""
 
     def variant_started(self, scenario: Any, of: int) -> None:
         if of > 1:
-            typer.echo(f"== {scenario.name}", err=True)
+            _say(f"== {scenario.name}")
 
     def run_started(self, run_dir: Path) -> None:
-        typer.echo(f"results: {run_dir}", err=True)
+        _say(f"results: {run_dir}")
 
     def trace_warning(self, line: str) -> None:
-        typer.echo(f"warning: skipped bad trace file {line}", err=True)
+        _say(f"warning: skipped bad trace file {line}")
 
     def variant_done(self, run: Any) -> None:
         from agentbench.metrics import format_summary

@@ -148,10 +148,11 @@ class Progress:
                  enabled: bool | None = None) -> None:
         from tqdm import tqdm
 
-        tty = sys.stderr.isatty()
-        on = tty if enabled is None else enabled
+        # no stderr at all (``2>&-``): nothing to draw on
+        tty = sys.stderr is not None and sys.stderr.isatty()
+        on = tty if enabled is None else enabled and sys.stderr is not None
         #: off a terminal, unless told otherwise: the line's text every LINE_EVERY_S
-        self.lines = enabled is None and not tty
+        self.lines = enabled is None and not tty and sys.stderr is not None
         self.last_line = time.monotonic()
         #: whether anything is shown (a bar, or lines): else ``loop`` need not run
         self.shown = on or self.lines

@@ -334,10 +334,10 @@ class _Run:
         for live in self.endpoints:
             await close_endpoint(live)
         if self.bar is not None:
-            if writer.on_tick is not None:
-                writer.on_tick()  # the last figures, as the loop's last turn draws them
-                writer.on_tick = None
-            self.bar.close()
+            writer.tick()  # the last figures, as the loop's last turn draws them
+            writer.on_tick = None
+            with contextlib.suppress(Exception):  # a display on a closed stderr
+                self.bar.close()
         writer.on_failure = None
         writer.close()
         release_space(run_dir)  # room for run.json, whatever the disk did

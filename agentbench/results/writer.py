@@ -308,7 +308,16 @@ class ResultsWriter:
                 self.flush()
             if self.on_tick is not None and now - self._ticked_at >= TICK_EVERY_S:
                 self._ticked_at = now
+                self.tick()
+
+    def tick(self) -> None:
+        """Call ``on_tick``; one that fails (a progress display on a closed stderr) is
+        dropped, never the run: it is a display, as the loop that drew it was."""
+        try:
+            if self.on_tick is not None:
                 self.on_tick()
+        except Exception:
+            self.on_tick = None
 
     def flush(self) -> None:
         for s in self._spools.values():

@@ -297,3 +297,44 @@ def test_a_virtual_runs_progress_is_drawn_as_rows_come_not_on_the_simulated_cloc
     # last figures; not one per simulated second of the two days
     assert draws == sorted(draws) and {1, 2, 3} <= set(draws) and draws[-1] == 3
     assert len(draws) < 20
+
+
+def test_a_progress_display_that_fails_never_stops_a_virtual_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawn from the writer, a progress line into a closed pipe (``| head -n 1``) raised
+    through a lane and left run.json at ``running`` with no parquet: the display is dropped
+    at its first failure, and the run completes."""
+    from agentbench.replay import progress as P
+    from agentbench.replay import run
+    from agentbench.results import writer as W
+
+    calls: list[int] = []
+
+    def broken(self: object, ctx: object) -> None:
+        calls.append(1)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(P.Progress, "refresh", broken)
+    monkeypatch.setattr(W, "TICK_EVERY_S", 0.0)
+    from tests.helpers import SCENARIOS
+
+    sc = load_scenario(SCENARIOS / "quickstart.yaml")
+    sc.output.dir = str(tmp_path)
+    res = run(sc, progress=True)
+    info = json.loads((res.run_dir / "run.json").read_text())
+    assert info["status"] == "completed"
+    assert pq.read_table(res.run_dir / "requests.parquet").num_rows == 274
+    assert calls == [1]  # dropped at its first failure, the last draw included
+
+
+def test_no_stderr_at_all_draws_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``2>&-`` leaves ``sys.stderr`` None: the progress display is off (it raised in its
+    ``isatty`` and left run.json at ``running``)."""
+    from agentbench.replay import progress as P
+
+    monkeypatch.setattr(sys, "stderr", None)
+    plan = Plan(stages=1, trees=None, requests=5, duration_ns=None)
+    for enabled in (None, True):
+        bar = P.Progress(plan, lambda: 0, enabled=enabled)
+        assert not bar.shown and not bar.lines
+        bar.close()

@@ -27,6 +27,13 @@ def report(
         runs = _reference_first(runs, reference)
     html, md = render(runs, output)
     typer.echo(f"wrote {html} and {md}")
+    if len(runs) > 1:
+        from agentbench.metrics.run import load
+        from agentbench.report.render import workload_differences
+
+        differ = workload_differences([load(r) for r in runs])
+        if differ is not None:
+            typer.echo(f"warning: {differ}", err=True)
 
 
 @app.command()

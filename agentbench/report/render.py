@@ -356,6 +356,20 @@ def _scenario_section(run: Run) -> Section:
     return Section("Scenario and environment", pre=json.dumps(info, indent=2, default=str))
 
 
+def workload_differences(runs: Sequence[Run]) -> str | None:
+    """One sentence when the runs' fingerprints differ (docs/ci.md: what ``gate`` and
+    ``compare`` refuse without ``--allow``), else None: a report compares them anyway, and
+    says that its changes are then not the serving's alone."""
+    from agentbench.scenario.fingerprint import fingerprint_differences
+
+    _, _, differing = fingerprint_differences([r.records.run for r in runs])
+    if not differing:
+        return None
+    return (f"the runs differ in {', '.join(differing)} (their fingerprints: the workload "
+            "or how it was replayed), so a change below is not the serving's alone; "
+            "agentbench gate and compare refuse such runs unless allowed")
+
+
 def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     sums = [r.summary for r in runs]
     sec = Section("Comparison", text=[
@@ -363,6 +377,9 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
         "against it.", *(
             f"{lab} vs {labels[0]}: {headline(sums[0], s)}"
             for lab, s in zip(labels[1:], sums[1:], strict=True))])
+    differ = workload_differences(runs)
+    if differ is not None:
+        sec.text.append(f"Warning: {differ}")
     bases = {json.dumps({k: (s.get("time_base") or {}).get(k) for k in ("kind", "speedup")})
              for s in sums}
     if len(bases) > 1:

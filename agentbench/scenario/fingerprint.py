@@ -114,6 +114,20 @@ def check_comparable(infos: Sequence[Mapping[str, Any]],
     not record (e.g. the trace hash), is not refused; what could not be checked is said.
     """
     allowed = parse_allow(sorted(allow))
+    warnings, ref_label, every = fingerprint_differences(infos)
+    differing = {name: labels for name, labels in every.items() if name not in allowed}
+    if differing:
+        parts = [f"{name} ({', '.join(labels)} vs {ref_label})"
+                 for name, labels in differing.items()]
+        raise InputError(f"runs are not comparable: {'; '.join(parts)} differ; allow "
+                         f"with --allow {','.join(differing)}", field="fingerprint")
+    return warnings
+
+
+def fingerprint_differences(infos: Sequence[Mapping[str, Any]]
+                            ) -> tuple[list[str], str, dict[str, list[str]]]:
+    """How the runs' fingerprints differ from the first's: (warnings for what could not be
+    checked, the first run's label, each differing field -> the runs that differ in it)."""
     warnings: list[str] = []
     prints: list[tuple[str, Mapping[str, Any]]] = []
     for i, info in enumerate(infos):
@@ -124,7 +138,7 @@ def check_comparable(infos: Sequence[Mapping[str, Any]],
             warnings.append(f"{_label(info, i)}: no fingerprint in run.json (written before "
                             "fingerprints existed): comparability not checked")
     if len(prints) < 2:
-        return warnings
+        return warnings, prints[0][0] if prints else "", {}
     (ref_label, ref), rest = prints[0], prints[1:]
     differing: dict[str, list[str]] = {}
     for label, fp in rest:
@@ -135,14 +149,9 @@ def check_comparable(infos: Sequence[Mapping[str, Any]],
                     warnings.append(f"{name}: not recorded in "
                                     f"{ref_label if a is None else label}: not checked")
                 continue
-            if _canon(a) != _canon(b) and name not in allowed:
+            if _canon(a) != _canon(b):
                 differing.setdefault(name, []).append(label)
-    if differing:
-        parts = [f"{name} ({', '.join(labels)} vs {ref_label})"
-                 for name, labels in differing.items()]
-        raise InputError(f"runs are not comparable: {'; '.join(parts)} differ; allow "
-                         f"with --allow {','.join(differing)}", field="fingerprint")
-    return warnings
+    return warnings, ref_label, differing
 
 
 def _canon(x: Any) -> str:

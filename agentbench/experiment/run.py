@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,7 +69,7 @@ class Listener(Protocol):
         """A variant starts (``of``: how many the experiment has)."""
 
     def run_started(self, run_dir: Path) -> None:
-        """The variant's run folder exists."""
+        """The variant's run goes ahead in this folder (its endpoints answered)."""
 
     def trace_warning(self, line: str) -> None:
         """A trace file was skipped."""
@@ -210,13 +209,12 @@ def run_variant(sc: Any, *, scenario_path: Path | None = None,
     traces = {} if traces is None else traces
     with serving(sc, scenario_path) as adopt_run_dir:  # starts/stops the scenario's server
 
-        def started(d: Path, adopt: Callable[[Path], None] = adopt_run_dir) -> None:
-            adopt(d)
-            tell.run_started(d)
-
         trace = _trace_of(sc, scenario_path, traces, tell, shared)
-        res = replay_run(sc, progress=progress, on_start=started, workers=workers,
-                         trace=trace, executor=executor)
+        # a started engine's log goes into the run folder at once (kept with a run the
+        # pre-run check refuses); the listener hears of the folder once the run goes ahead
+        res = replay_run(sc, progress=progress, on_start=adopt_run_dir,
+                         on_open=tell.run_started, workers=workers, trace=trace,
+                         executor=executor)
     summary = summarize(res.run_dir)
     return _judged(VariantRun(sc, Path(res.run_dir), res.info, summary), tell)
 

@@ -113,6 +113,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
                        progress: bool | None = None,
                        on_request: Callable[[dict[str, Any]], None] | None = None,
                        on_start: Callable[[Path], None] | None = None,
+                       on_open: Callable[[Path], None] | None = None,
                        workers: int | str | None = 1,
                        executor: ExecutorFactory | None = None) -> RunResult:
     """Replay ``scenario`` and write ``results/<run-id>/``; return where it went.
@@ -122,7 +123,9 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     virtual-clock run (``scenario.clock_mode``) must run on the ``VirtualEventLoop``
     (``agentbench.replay.run`` does that) and always uses one process: one discrete-event
     clock, so any ``workers`` gives the same records. ``executor`` makes the executor
-    that runs the lanes (:mod:`agentbench.replay.executor`; default: ``default_executor``)."""
+    that runs the lanes (:mod:`agentbench.replay.executor`; default: ``default_executor``).
+    ``on_start`` is told the run folder when it is made, ``on_open`` once the endpoints are
+    open and the run goes ahead (a run the pre-run check refuses never gets there)."""
     from agentbench.replay.workers import resolve_workers
 
     virtual = scenario.clock_mode == VIRTUAL
@@ -133,6 +136,7 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
     if trace is None:
         trace = load_trace(scenario)
     run = _Run(scenario, trace, n_workers, workers, on_request)
+    run.on_open = on_open
     if on_start is not None:
         on_start(run.run_dir)
     await run.go(auto, progress, executor or default_executor)
@@ -149,6 +153,9 @@ class _Run:
 
         self.scenario, self.trace, self.n_workers = scenario, trace, n_workers
         self.on_request = on_request
+        #: told the run folder once the endpoints are open (a run the pre-run check
+        #: refused has none: its folder is removed)
+        self.on_open: Callable[[Path], None] | None = None
         self.clock = scenario.clock_mode  # VIRTUAL or WALL
         self.virtual = self.clock == VIRTUAL
         self.specs = tree_specs(trace)
@@ -203,6 +210,8 @@ class _Run:
         sigterm = _cancel_on_sigterm()
         try:
             await self._open(auto)
+            if self.on_open is not None:  # the endpoints answered: the run goes ahead
+                self.on_open(self.run_dir)
             await self._stages(progress, make)
             status = "completed"
         except (asyncio.CancelledError, KeyboardInterrupt):

@@ -80,3 +80,17 @@ def test_ctrl_c_leaves_finished_requests_on_disk(fast_server, weka_dir, tmp_path
     req = pq.read_table(out / "r" / records.REQUESTS_FILE).to_pandas()
     assert len(req) >= 1 and run["requests_written"] == len(req)
     assert not spool.exists()
+
+
+def test_a_run_the_pre_run_check_refuses_names_no_results_folder(weka_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Nobody answers at the endpoint: one error line, and no ``results:`` line naming a
+    folder that is removed at once (it came before the check)."""
+    from tests.helpers import free_port
+
+    sc = write_scenario(tmp_path / "s.yaml", f"http://127.0.0.1:{free_port()}",
+                        tmp_path / "res", weka_dir, "limits: {max_requests: 3}")
+    res = CliRunner().invoke(app, ["run", str(sc), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "cannot reach" in res.output
+    assert "results:" not in res.output
+    assert not (tmp_path / "res" / "r").exists()

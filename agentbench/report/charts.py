@@ -69,6 +69,7 @@ def agentx(runs: Sequence[tuple[str, dict[str, Any]]], title: str,
     xm, ym = METRICS[x_metric], METRICS[y_metric]
     fig, ax = plt.subplots(figsize=WIDE)
     allpts: list[tuple[float, float]] = []
+    labels: list[tuple[float, float, str, str]] = []
     for k, (label, s) in enumerate(runs):
         pts = stage_points(s, x_metric, y_metric)
         if not pts:
@@ -76,9 +77,7 @@ def agentx(runs: Sequence[tuple[str, dict[str, Any]]], title: str,
         c = COLORS[k % len(COLORS)]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=7,
                 color=c, label=label, zorder=3)
-        for x, y, st in pts:
-            ax.annotate(st, (x, y), fontsize=8, xytext=(5, 5), textcoords="offset points",
-                        color=c)
+        labels += [(x, y, st, c) for x, y, st in pts]
         allpts += [(x, y) for x, y, _ in pts]
     if allpts:
         front = [allpts[i] for i in pareto_front(allpts, xm.better == "higher")]
@@ -88,6 +87,7 @@ def agentx(runs: Sequence[tuple[str, dict[str, Any]]], title: str,
                    edgecolors="black", linewidths=1.2, zorder=4)
         ax.set_xlim(*_span([p[0] for p in allpts]))
         ax.set_ylim(*_span([p[1] for p in allpts]))
+        _stage_labels(ax, labels)
     xlabel = ("interactivity: output tokens/s per user (P50 of 1/TPOT)"
               if x_metric == "interactivity_p50" else f"{xm.label}, {xm.unit}")
     ylabel = ("total tokens/s per GPU" if y_metric == "throughput_per_gpu"
@@ -98,6 +98,24 @@ def agentx(runs: Sequence[tuple[str, dict[str, Any]]], title: str,
     ax.grid(alpha=0.3)
     legend_outside(ax)
     return png(fig)
+
+
+def _stage_labels(ax: Any, labels: Sequence[tuple[float, float, str, str]]) -> None:
+    """Each point's stage label beside it, in its run's colour, unless it would overlap
+    one already placed (many runs' points crowd together: the legend and the line still
+    tell them apart)."""
+    placed: list[tuple[float, float, float, float]] = []  # boxes in display pixels
+    dpi = ax.figure.dpi
+    char_w, h = 0.6 * 8 * dpi / 72, 1.3 * 8 * dpi / 72  # an 8-point font
+    for x, y, st, c in labels:
+        px, py = ax.transData.transform((x, y))
+        box = (px + 5, py + 5, px + 5 + char_w * len(st), py + 5 + h)
+        if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
+               for b in placed):
+            continue
+        placed.append(box)
+        ax.annotate(st, (x, y), fontsize=8, xytext=(5, 5), textcoords="offset points",
+                    color=c)
 
 
 def _lane_rows(sessions: pd.DataFrame) -> pd.DataFrame:

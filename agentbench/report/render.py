@@ -356,6 +356,10 @@ def _scenario_section(run: Run) -> Section:
     return Section("Scenario and environment", pre=json.dumps(info, indent=2, default=str))
 
 
+#: up to this many runs, a comparison's values and changes share one table
+WIDE_RUNS = 3
+
+
 def workload_differences(runs: Sequence[Run]) -> str | None:
     """One sentence when the runs' fingerprints differ (docs/ci.md: what ``gate`` and
     ``compare`` refuse without ``--allow``), else None: a report compares them anyway, and
@@ -390,10 +394,15 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
             sorted({(s.get("time_base") or {}).get("kind", "") for s in sums})) + ").")
     values = comparison_values(sums)
     table = format_table(values)
-    sec.tables.append((["metric", *table.columns],
-                       [[str(i), *map(str, row)] for i, row in zip(table.index,
-                                                                   table.to_numpy(),
-                                                                   strict=True)]))
+    rows = [[str(i), *map(str, row)] for i, row in zip(table.index, table.to_numpy(),
+                                                       strict=True)]
+    n = len(labels)
+    if n <= WIDE_RUNS:
+        sec.tables.append((["metric", *table.columns], rows))
+    else:  # values, then changes: one table of 2n columns runs off the page
+        sec.tables.append((["metric", *table.columns[:n]], [r[:n + 1] for r in rows]))
+        sec.tables.append(([f"change vs {labels[0]}", *labels[1:]],
+                           [[r[0], *r[n + 1:]] for r in rows]))
     sec.strong = {metric(n).label for n in KEY_ROWS if n in values.index}
     return sec
 

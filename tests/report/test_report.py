@@ -272,3 +272,22 @@ def test_a_comparison_of_different_workloads_says_so(three: list[Path],
     res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "b")])
     assert res.exit_code == 0 and "differ in" not in res.output
     assert "differ in" not in (tmp_path / "b" / "report.md").read_text()
+
+
+def test_stage_labels_that_would_overlap_are_left_out() -> None:
+    """Ten runs' points crowd together on the AgentX chart: a label that would cover one
+    already placed is left out (they were drawn over each other, unreadable)."""
+    from agentbench.report import charts
+    from agentbench.report.plots import plt_module
+
+    plt = plt_module()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 100)
+    charts._stage_labels(ax, [(10, 50, "c=32, 18.5 in flight", "C0"),
+                              (12, 50.5, "c=64, 49.1 in flight", "C1"),  # on the first
+                              (10, 80, "c=64, 47.7 in flight", "C2"),
+                              (80, 50, "c=32", "C3")])
+    assert [t.get_text() for t in ax.texts] == ["c=32, 18.5 in flight",
+                                                "c=64, 47.7 in flight", "c=32"]
+    plt.close(fig)

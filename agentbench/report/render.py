@@ -56,7 +56,7 @@ def time_lines(summary: dict[str, Any]) -> list[str]:
             else "wall-clock time")
     note = str(tb.get("note") or "")
     text = (f"Times: {note}." if note.startswith(kind) else
-            f"Times: {kind}. {note}" if note else f"Times: {kind}.")
+            f"Times: {kind}. {note[:1].upper()}{note[1:]}" if note else f"Times: {kind}.")
     return [text, *ended, *(f"Warning: {w}" for w in tb.get("warnings", []))]
 
 

@@ -21,7 +21,8 @@ from agentbench.sim.cost import StepFit, seconds_per_byte, seconds_per_flop, ste
 PRESET_DIR = Path(__file__).resolve().parent / "preset_files"
 #: the shipped presets, in the order ``serve-sim --list-presets`` shows them
 BUILTIN = ("h200-llama3-70b", "h100-llama3-8b", "h200x8-deepseek-v3", "gb200x8-deepseek-v3",
-           "h200-gpt-oss-120b", "gb200-gpt-oss-120b", "instant")
+           "h200-gpt-oss-120b", "gb200-gpt-oss-120b", "instant",
+           "h200-gpt-oss-120b-all-full")  # a counterfactual (scenarios/hybrid-attention.yaml)
 #: the figures of a preset (its numeric fields), in file order
 FIGURES = ("params", "layers", "hidden", "kv_bytes_per_token", "weight_bytes", "peak_flops",
            "mfu", "hbm_bytes_per_s", "mbu", "hbm_bytes", "gpu_memory_utilization",

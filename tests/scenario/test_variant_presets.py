@@ -35,7 +35,8 @@ def test_a_variants_preset_file_is_relative_to_the_scenario(tmp_path: Path,
                                                            ) -> None:
     (tmp_path / "presets").mkdir()
     preset = tmp_path / "presets" / "p.yaml"
-    shutil.copy(ROOT / "scenarios" / "presets" / "gpt-oss-120b-all-full.yaml", preset)
+    shutil.copy(ROOT / "agentbench" / "sim" / "preset_files" / "h200-gpt-oss-120b-all-full.yaml",
+                preset)
     (tmp_path / "s.yaml").write_text(BASE)
     monkeypatch.chdir(ROOT)  # anywhere but the scenario's folder
     own, pools = expand_variants(load_scenario(tmp_path / "s.yaml"))

@@ -267,7 +267,7 @@ def test_pools_of_two_models_or_a_base_preset_they_cannot_use_are_one_line() -> 
             check_presets(sc, "pd.yaml")
         return got.value.one_line()
 
-    other = str(ROOT / "scenarios" / "presets" / "gpt-oss-120b-all-full.yaml")
+    other = str(ROOT / "agentbench" / "sim" / "preset_files" / "h200-gpt-oss-120b-all-full.yaml")
     line = check({"disaggregation": {"prefill": {"preset": other}, "decode": {}}})
     assert "field 'disaggregation'" in line and "must agree" in line
     # the pools use the endpoint's own preset: the error names the key that set it

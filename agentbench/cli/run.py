@@ -81,7 +81,7 @@ def run(
 
     Without a scenario file, --url and --model build one (written to run.json).
 
-    A scenario with ``variants`` runs once per variant and compares the runs at the end."""
+    A scenario with variants runs once per variant and compares the runs at the end."""
     from agentbench.scenario.loading import load_scenario, parse_set
 
     sets = [parse_set(item) for item in set_]
@@ -207,7 +207,7 @@ def recover(
                                "reused pid)."),
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
-    and run.json says ``killed``. ``load``, ``report`` and ``gate`` do this by themselves."""
+    and run.json says killed. load, report and gate do this by themselves."""
     from agentbench.results.reader import recover_if_cut_short
 
     for d in runs:

@@ -47,6 +47,11 @@ def test_load(run_dir: Path) -> None:
     mtime = (run_dir / R.SUMMARY_FILE).stat().st_mtime_ns
     assert agentbench.load(run_dir).summary == r.summary
     assert (run_dir / R.SUMMARY_FILE).stat().st_mtime_ns == mtime
+    # the repr: the P50 TTFT to 0.1 ms (not six decimals), and which clock it is on
+    p50 = r.summary["overall"]["latency"]["ttft_ms"]["p50"]
+    clock = ", simulated time" if r.time_base.kind in ("virtual", "simulated") else ""
+    assert repr(r) == (f"Run({r.name!r}, requests={r.summary['overall']['requests']['total']},"
+                       f" ttft_p50_ms={round(p50, 1)}{clock})")
 
 
 def test_compare(run_dir: Path, tmp_path: Path) -> None:

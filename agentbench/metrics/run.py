@@ -137,7 +137,10 @@ class Run:
         o = self.summary.get("overall", {})
         ttft = o.get("latency", {}).get("ttft_ms", {}).get("p50")
         n = o.get("requests", {}).get("total")
-        return f"Run({self.name!r}, requests={n}, ttft_p50_ms={ttft})"
+        shown = round(ttft, 1) if isinstance(ttft, float) else ttft
+        sim = (self.summary.get("time_base") or {}).get("kind") in ("virtual", "simulated")
+        return (f"Run({self.name!r}, requests={n}, ttft_p50_ms={shown}"
+                f"{', simulated time' if sim else ''})")
 
     def _repr_markdown_(self) -> str:
         from agentbench.metrics import format_summary

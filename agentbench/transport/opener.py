@@ -45,13 +45,7 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         sim = SimTransport(cfg, now_ns)
         await sim.start()
         return sim
-    # an unset ${NAME} is refused before anything opens, naming the endpoint
-    extra = _extra_body(cfg, index)
-    if cfg.kind != "simulated":
-        try:
-            expand_env(dict(cfg.headers), "headers")
-        except InputError as e:
-            raise e.located(where=f"endpoints[{index}]") from None
+    extra = _extra_body(cfg, index)  # an unset ${NAME} is refused before anything opens
     handle = None
     if cfg.kind == "simulated":
         try:
@@ -66,7 +60,7 @@ async def open_transport(cfg: Any, index: int, caches: Mapping[str, BlockCache],
         bare, _, _ = url_userinfo(cfg.url)
         base = split_base(without_query(bare))
         label = cfg.name or without_query(bare)  # a key in the query stays out of results
-    tr = _connect(cfg, base, label)
+    tr = _connect(cfg, base, label, index)
     tr.sim_handle = handle
     tr.reset_kind = getattr(cfg, "reset_cache", None)
     try:
@@ -98,7 +92,7 @@ def reopen_transport(cfg: Any, index: int, found: dict[str, Any]) -> Transport:
     """An endpoint another process opened (``Transport.opened``: started, probed,
     calibrated), with this process's own connection pool: same URL, body template and
     template-token cut."""
-    tr = _connect(cfg, found["base_url"], found["label"])
+    tr = _connect(cfg, found["base_url"], found["label"], index)
     tr.ignore_eos = bool(found["ignore_eos"])
     tr.template = _template(cfg, index, _extra_body(cfg, index), tr.ignore_eos)
     tr.overhead = int(found["overhead"])
@@ -114,21 +108,28 @@ def _template(cfg: Any, index: int, extra: dict[str, Any], ignore_eos: bool) -> 
 
 
 def _extra_body(cfg: Any, index: int) -> dict[str, Any]:
+    return _expanded(cfg, "extra_body", index)
+
+
+def _expanded(cfg: Any, key: str, index: int) -> dict[str, Any]:
+    """``cfg``'s ``key`` (headers, extra_body) with its ``${NAME}`` markers expanded; one
+    not set is an error naming the endpoint and the key."""
     try:
-        return dict(expand_env(dict(getattr(cfg, "extra_body", {}) or {}), "extra_body"))
+        return dict(expand_env(dict(getattr(cfg, key, {}) or {}), key))
     except InputError as e:
         raise e.located(where=f"endpoints[{index}]") from None
 
 
-def _connect(cfg: Any, base: str, label: str) -> HttpTransport:
-    """Headers (API key from its env var), timeouts and a connection pool for ``base``."""
+def _connect(cfg: Any, base: str, label: str, index: int) -> HttpTransport:
+    """Headers (API key from its env var), timeouts and a connection pool for ``base``
+    (endpoint ``index``)."""
     if cfg.kind == "simulated":
         headers: dict[str, str] = {}
         timeout = aiohttp.ClientTimeout(total=600.0, sock_read=120.0)
         metrics_url: str | None = base + "/metrics"
         max_conn = 0
     else:
-        headers = expand_env(dict(cfg.headers), "headers")
+        headers = _expanded(cfg, "headers", index)
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if key:

@@ -21,19 +21,17 @@ def report(
         "RUNS, or a name within them); default: the first given."),
 ) -> None:
     """Render report.html (self-contained) and report.md for one run or a comparison."""
-    from agentbench.report.render import render
+    from agentbench.metrics.run import load
+    from agentbench.report.render import render, workload_differences
 
     if reference is not None:
         runs = _reference_first(runs, reference)
-    html, md = render(runs, output)
+    loaded = [load(r) for r in runs]  # once, for the report and its terminal warning
+    html, md = render(loaded, output)
     typer.echo(f"wrote {html} and {md}")
-    if len(runs) > 1:
-        from agentbench.metrics.run import load
-        from agentbench.report.render import workload_differences
-
-        differ = workload_differences([load(r) for r in runs])
-        if differ is not None:
-            typer.echo(f"warning: {differ}", err=True)
+    differ = workload_differences(loaded) if len(loaded) > 1 else None
+    if differ is not None:
+        typer.echo(f"warning: {differ}", err=True)
 
 
 @app.command()

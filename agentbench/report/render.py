@@ -472,12 +472,13 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
     return out
 
 
-def render(run_dirs: Sequence[str | Path], out_dir: str | Path | None = None
+def render(run_dirs: Sequence[str | Path | Run], out_dir: str | Path | None = None
            ) -> tuple[Path, Path]:
-    """Write report.html and report.md (and plots/*.png) for one run or several; the
-    output folder defaults to the run's own folder (one run) or ./report (several)."""
-    runs = [load(d) for d in run_dirs]
-    out = Path(out_dir) if out_dir else (Path(run_dirs[0]) if len(runs) == 1
+    """Write report.html and report.md (and plots/*.png) for one run or several (folders,
+    or runs already loaded); the output folder defaults to the run's own folder (one run)
+    or ./report (several)."""
+    runs = [d if isinstance(d, Run) else load(d) for d in run_dirs]
+    out = Path(out_dir) if out_dir else (Path(runs[0].path) if len(runs) == 1
                                          else Path("report"))
     out.mkdir(parents=True, exist_ok=True)
     labels = run_labels([r.summary for r in runs])

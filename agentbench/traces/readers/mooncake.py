@@ -283,25 +283,23 @@ class _Columns:
                 turns.append(Turn(k, (float(ts[r]) - first) / 1000.0, think, None,
                                   self.inp[r], self.out[r], flat[offsets[r]:offsets[r + 1]],
                                   block_size))
-            self._check_span(ts[rows], t0, source, rows)  # delays placed some turns
             sid = f"{stem}:{rows[0]}" if isinstance(key, tuple) else str(key)
             out.append(Session(sid, None, "root", None, None, None, src, source,
                                (first - t0) / 1000.0, turns))
+        self._check_span(ts, t0, source)  # again, with the turns the delays placed
         return out
 
 
-    def _check_span(self, ts: np.ndarray, t0: float, source: str,
-                    rows: list[int] | None = None) -> None:
+    def _check_span(self, ts: np.ndarray, t0: float, source: str) -> None:
         """Every timestamp within ``MAX_SECONDS`` of the first (the run counts integer
         nanoseconds: 1e13 ms would overflow them), else one error naming the line."""
         span = (ts - t0) / 1000.0
         over = np.flatnonzero(span > MAX_SECONDS)  # NaN (placed by a delay later) is not
         if over.size:
             i = int(over[0])
-            r = rows[i] if rows is not None else i
             raise InputError(f"{float(ts[i]):g} ms is {float(span[i]):g} s after the trace's "
                              f"first request, over the {MAX_SECONDS:g} s a recorded time may "
-                             "be", source=source, where=_where(self.where[r]),
+                             "be", source=source, where=_where(self.where[i]),
                              field="timestamp")
 
 

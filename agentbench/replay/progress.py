@@ -148,11 +148,11 @@ class Progress:
                  enabled: bool | None = None) -> None:
         from tqdm import tqdm
 
-        # no stderr at all (``2>&-``): nothing to draw on
-        tty = sys.stderr is not None and sys.stderr.isatty()
-        on = tty if enabled is None else enabled and sys.stderr is not None
+        has_stderr = sys.stderr is not None  # not with ``2>&-``: nothing to draw on
+        tty = has_stderr and sys.stderr.isatty()
+        on = has_stderr and (tty if enabled is None else enabled)
         #: off a terminal, unless told otherwise: the line's text every LINE_EVERY_S
-        self.lines = enabled is None and not tty and sys.stderr is not None
+        self.lines = has_stderr and enabled is None and not tty
         self.last_line = time.monotonic()
         #: whether anything is shown (a bar, or lines): else ``loop`` need not run
         self.shown = on or self.lines

@@ -301,14 +301,15 @@ class ResultsWriter:
                 spool.flush()
         except ResultsWriteError as e:
             self._failed(e)
-        if self.flush_every_s is not None:
-            now = time.monotonic()
-            if now - self._flushed_at >= self.flush_every_s:
-                self._flushed_at = now
-                self.flush()
-            if self.on_tick is not None and now - self._ticked_at >= TICK_EVERY_S:
-                self._ticked_at = now
-                self.tick()
+        if self.flush_every_s is None and self.on_tick is None:
+            return
+        now = time.monotonic()
+        if self.flush_every_s is not None and now - self._flushed_at >= self.flush_every_s:
+            self._flushed_at = now
+            self.flush()
+        if self.on_tick is not None and now - self._ticked_at >= TICK_EVERY_S:
+            self._ticked_at = now
+            self.tick()
 
     def tick(self) -> None:
         """Call ``on_tick``; one that fails (a progress display on a closed stderr) is

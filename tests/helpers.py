@@ -11,11 +11,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from agentbench.scenario.model import Scenario
     from agentbench.traces.model import Trace
 
@@ -34,6 +36,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Serve an aiohttp app on a free local port: (its runner, for ``cleanup``; its base
+    URL)."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+@contextlib.asynccontextmanager
+async def served(app: web.Application) -> AsyncIterator[str]:
+    """``serve_app`` for the length of a ``with``: its base URL."""
+    runner, url = await serve_app(app)
+    try:
+        yield url
+    finally:
+        await runner.cleanup()
 
 
 @contextlib.contextmanager
@@ -234,6 +258,7 @@ def small_outputs(trace: Trace, roots: tuple[str, ...], out_tokens: int = 4,
                   scale: float = 1.0) -> Trace:
     """The chosen trees, outputs capped and contexts scaled down (prefix structure kept by
     ``transform.scale``) so the test stays fast; links and order are the trace's."""
+
     from agentbench.traces.model import Trace
     from agentbench.traces.transform import scale as scale_trace
 

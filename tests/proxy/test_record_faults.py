@@ -21,6 +21,7 @@ from aiohttp import web
 from agentbench.proxy import RecordConfig, rebuild, start_proxy
 from agentbench.proxy.store import journal_path, read_meta
 from agentbench.traces.readers import native
+from tests.helpers import served
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,15 +60,8 @@ class Upstream:
 @pytest.fixture
 async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
     up = Upstream()
-    runner = web.AppRunner(up.app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield up, f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with served(up.app) as url:
+        yield up, url
 
 
 async def _chat(url: str, model: str, headers: dict[str, str] | None = None) -> int:

@@ -23,6 +23,7 @@ from agentbench.proxy.store import journal_path, read_meta
 from agentbench.proxy.upstream import upstream_root
 from agentbench.traces.readers import native
 from agentbench.traces.words import chat_prompt_tokens
+from tests.helpers import serve_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,19 +65,10 @@ class Upstream:
         return web.json_response({"data": [{"id": "m"}], "query": request.query_string})
 
 
-async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
-
-
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[tuple[Upstream, str, Any, Path]]:
     up = Upstream()
-    runner, url = await _serve(up.app)
+    runner, url = await serve_app(up.app)
     out = tmp_path / "rec.parquet"
     proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0, keep_text=True))
     try:
@@ -141,7 +133,7 @@ async def test_relay_is_untouched_and_chunked(setup: tuple[Upstream, str, Any, P
 
 
 async def test_upstream_down_is_a_502(tmp_path: Path) -> None:
-    runner, url = await _serve(web.Application())
+    runner, url = await serve_app(web.Application())
     await runner.cleanup()  # nothing listens there now
     proxy = await start_proxy(RecordConfig(upstream=url, out=tmp_path / "r.parquet", port=0))
     try:
@@ -172,7 +164,7 @@ def test_cli_refuses_to_overwrite_and_rebuilds(tmp_path: Path) -> None:
 
     async def one_call() -> None:
         up = Upstream()
-        runner, url = await _serve(up.app)
+        runner, url = await serve_app(up.app)
         proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
         async with aiohttp.ClientSession() as http, http.post(
                 proxy.url + "/v1/chat/completions", json={"messages": MESSAGES}) as r:

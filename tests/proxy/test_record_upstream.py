@@ -16,6 +16,7 @@ from agentbench.proxy import RecordConfig, start_proxy
 from agentbench.proxy.store import journal_path, read_meta
 from agentbench.proxy.upstream import Upstream, merged_query, shown
 from agentbench.traces.readers import native
+from tests.helpers import served
 from tests.proxy.test_record_faults import _record_process, _stop
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,15 +43,8 @@ class Server:
 @pytest.fixture
 async def upstream() -> AsyncIterator[tuple[Server, str]]:
     up = Server()
-    runner = web.AppRunner(up.app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield up, f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
+    async with served(up.app) as url:
+        yield up, url
 
 
 async def _chat(url: str) -> tuple[int, str]:

@@ -5,6 +5,7 @@ request record with the error, and the run goes on to the end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from typing import Any
 
@@ -18,7 +19,7 @@ from agentbench.results import schema as records
 from agentbench.scenario.model import Scenario
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Session, Trace, Turn
-from tests.helpers import free_port, openai_scenario
+from tests.helpers import free_port, openai_scenario, served
 
 FAULT_TYPES = {
     "http500": "http_500",
@@ -118,29 +119,21 @@ async def test_the_pre_run_check_never_shows_a_url_query_value(tmp_path, status)
     the URL with its query values (an ``api-key``) redacted."""
     from aiohttp import web
 
-    runner = None
-    if status is None:
-        port = free_port()  # nothing listens there
-    else:
-        async def refuse(_request: web.Request) -> web.Response:
-            return web.Response(status=status, text="no such thing")
+    async def refuse(_request: web.Request) -> web.Response:
+        return web.Response(status=status or 500, text="no such thing")
 
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", refuse)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", refuse)
+    async with contextlib.AsyncExitStack() as stack:
+        # nothing listens at the free port; a server that refuses at the other
+        url = f"http://127.0.0.1:{free_port()}" if status is None else \
+            await stack.enter_async_context(served(app))
         with pytest.raises(InputError) as err:
             await asyncio.wait_for(run_scenario(
-                scenario(f"http://127.0.0.1:{port}/v1?api-key=QSECRET99", tmp_path),
-                trace=trace(3), progress=False), 50)
-    finally:
-        if runner is not None:
-            await runner.cleanup()
+                scenario(f"{url}/v1?api-key=QSECRET99", tmp_path), trace=trace(3),
+                progress=False), 50)
     text = str(err.value)
-    assert f"127.0.0.1:{port}" in text and "<redacted>" in text
+    assert url.removeprefix("http://") in text and "<redacted>" in text
     assert "QSECRET99" not in text
 
 

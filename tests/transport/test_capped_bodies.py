@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from agentbench.transport import openai_http, scrape
+from tests.helpers import served
 
 
 @pytest.fixture
@@ -25,13 +26,8 @@ async def endless() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with served(app) as url:
+        yield url
 
 
 @pytest.mark.timeout(30)

@@ -96,6 +96,43 @@ class _JumpSelector(selectors.BaseSelector):
         return []
 
 
+class _Handle(asyncio.Handle):
+    """asyncio's ``Handle`` made without its debug checks (the virtual loop makes these
+    only outside debug mode): a task's every wake-up is one."""
+
+    __slots__ = ()
+
+    def __init__(self, callback: Callable[..., object], args: tuple[Any, ...],
+                 loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context | None) -> None:
+        self._context = contextvars.copy_context() if context is None else context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
+class _TimerHandle(asyncio.TimerHandle):
+    """asyncio's ``TimerHandle`` made without its debug checks (see ``_Handle``)."""
+
+    __slots__ = ()
+
+    def __init__(self, when: float, callback: Callable[..., object], args: tuple[Any, ...],
+                 loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context | None) -> None:
+        self._context = contextvars.copy_context() if context is None else context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+        self._when = when
+        self._scheduled = False
+
+
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """An event loop on simulated time (see the module doc). Callbacks due at one instant
     run in the order they were scheduled, so a run's events keep their order whatever
@@ -122,12 +159,26 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         if when is None:
             raise TypeError("when cannot be None")
         self._check_closed()  # type: ignore[attr-defined]
-        timer = asyncio.TimerHandle(when, callback, args, self, context)
-        if timer._source_traceback:  # type: ignore[attr-defined]
-            del timer._source_traceback[-1]  # type: ignore[attr-defined]
+        if self._debug:  # type: ignore[attr-defined]
+            timer = asyncio.TimerHandle(when, callback, args, self, context)
+            if timer._source_traceback:  # type: ignore[attr-defined]
+                del timer._source_traceback[-1]  # type: ignore[attr-defined]
+        else:
+            timer = _TimerHandle(when, callback, args, self, context)
         heapq.heappush(self._vheap, (when, next(self._timer_seq), timer))
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
+
+    def call_soon(self, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                  context: contextvars.Context | None = None) -> asyncio.Handle:
+        """asyncio's ``call_soon``; outside debug mode with a lighter handle (``_Handle``)."""
+        if self._debug:  # type: ignore[attr-defined]
+            return super().call_soon(callback, *args, context=context)
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        handle = _Handle(callback, args, self, context)
+        self._ready.append(handle)  # type: ignore[attr-defined]
+        return handle
 
     def _run_once(self) -> None:
         heap = self._vheap

@@ -59,6 +59,36 @@ def test_cancelled_timers_never_run_and_the_rest_keep_their_order() -> None:
     assert 0 < len(kept) < 600
 
 
+def test_light_handles_cancel_carry_their_context_and_report_errors() -> None:
+    """The virtual loop's own handles (outside debug mode) behave as asyncio's: a
+    cancelled callback never runs, a callback runs in the context it was given (or a copy
+    of the current one), its exception goes to the loop's handler and the loop goes on."""
+    import contextvars
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="none")
+    seen: list[object] = []
+    errors: list[dict[str, object]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        var.set("current")
+        ctx = contextvars.copy_context()
+        ctx.run(var.set, "given")
+        loop.call_soon(lambda: seen.append(var.get()))
+        loop.call_soon(lambda: seen.append(var.get()), context=ctx)
+        loop.call_soon(seen.append, "cancelled").cancel()
+        loop.call_at(loop.time() + 1, seen.append, "timer").cancel()
+        loop.call_at(loop.time() + 2, lambda: 1 / 0)
+        loop.call_later(3, seen.append, "after the error")
+        assert "_Handle" in repr(type(loop.call_soon(lambda: None)))
+        await asyncio.sleep(5)
+
+    run_on(VIRTUAL, main())
+    assert seen == ["current", "given", "after the error"]
+    assert len(errors) == 1 and isinstance(errors[0]["exception"], ZeroDivisionError)
+
+
 def test_debug_mode_runs_on_the_virtual_loop() -> None:
     async def main() -> float:
         loop = asyncio.get_running_loop()

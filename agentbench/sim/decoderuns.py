@@ -29,6 +29,8 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from agentbench.sim.engine import Instance
 
+_ONE = array("i", [1])  # one token a step
+
 #: runs at least this long compute their steps with numpy (the same IEEE operations,
 #: elementwise, and cumulative sums one addition at a time)
 NUMPY_STEPS = 40
@@ -109,9 +111,9 @@ def _steps(inst: Instance, b: int, ctx: int, n: int, start: float,
     return ends, busy_row
 
 
-def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
+def apply(inst: Instance, run: DecodeRun, upto: int) -> None:
     """Commit the run's steps up to ``upto`` (none of them finishes a request). Requests
-    with ``on_steps`` get the steps' end times (with ``ns`` in integer nanoseconds);
+    that keep token stamps (``token_ns``) get the steps' end times in integer ns;
     others' ``on_progress`` is called once."""
     a = run.applied
     j = upto - a
@@ -125,12 +127,15 @@ def apply(inst: Instance, run: DecodeRun, upto: int, ns: bool = False) -> None:
     st.generation_tokens += len(dec) * j
     inst._decode_ctx += len(dec) * j
     ends: list[float] | array[int] | None = None
+    ones: array[int] | None = None
     for r in dec:
         r.generated += j
-        if r.on_steps is not None:
+        if r.token_ns is not None:
             if ends is None:
-                ends = _ends(run.times, a, upto, ns)
-            r.on_steps(r, ends)  # read, not kept: one sequence serves the batch
+                ends = _ends(run.times, a, upto, True)
+                ones = _ONE * j
+            r.token_ns.extend(ends)  # type: ignore[arg-type]
+            r.token_n.extend(ones)  # type: ignore[union-attr, arg-type]
         elif r.on_progress is not None:
             r.on_progress(r)
 
@@ -147,12 +152,12 @@ def _ends(times: Floats, a: int, upto: int, ns: bool) -> list[float] | array[int
     return array("q", [round(e * 1e9) for e in part]) if ns else [float(e) for e in part]
 
 
-def cut(inst: Instance, run: DecodeRun, t: float, ended_at_t: bool, ns: bool = False) -> float:
+def cut(inst: Instance, run: DecodeRun, t: float, ended_at_t: bool) -> float:
     """End the run at time ``t``: commit the steps ended before ``t`` (and those ending at
     ``t`` with ``ended_at_t``), plan the step in progress as it was planned at its start;
     return its end (the driver commits it there, as any planned step)."""
     m = ended_steps(run, t, ended_at_t)
-    apply(inst, run, m, ns)
+    apply(inst, run, m)
     return _plan(inst, run, m)
 
 
@@ -164,10 +169,10 @@ def ended_steps(run: DecodeRun, t: float, ended_at_t: bool) -> int:
     return min(m - 1, run.steps - 1)
 
 
-def last_step(inst: Instance, run: DecodeRun, ns: bool = False) -> float:
+def last_step(inst: Instance, run: DecodeRun) -> float:
     """The run's last step finishes a request: commit the others, plan it as usual and
     return its end (the driver commits it there)."""
-    apply(inst, run, run.steps - 1, ns)
+    apply(inst, run, run.steps - 1)
     return _plan(inst, run, run.steps - 1)
 
 

@@ -309,8 +309,10 @@ class Instance:
             kv_read += r.computed + n
         return budget, flops, kv_read
 
-    def commit(self, now: float) -> list[SimRequest]:
-        """Apply the planned step, ending at ``now``; return the requests that finished."""
+    def commit(self, now: float, stamp: int | None = None) -> list[SimRequest]:
+        """Apply the planned step, ending at ``now``; return the requests that finished.
+        A request that keeps token stamps (``token_ns``) gets ``stamp`` for its token, and
+        its ``on_progress`` is called only when it finishes."""
         done: list[SimRequest] = []
         st = self.stats
         emitted = 0
@@ -320,10 +322,16 @@ class Instance:
             g = r.generated + 1
             r.generated = g
             emitted += 1
-            if g >= r.output_tokens:
+            fin = g >= r.output_tokens
+            if fin:
                 r.finished_at = now
                 r.finish_reason = r.finish_as
                 done.append(r)
+            if r.token_ns is not None:
+                r.token_ns.append(stamp)  # type: ignore[arg-type]
+                r.token_n.append(1)  # type: ignore[union-attr]
+                if not fin:
+                    continue
             if r.on_progress is not None:
                 r.on_progress(r)
         self._decode_ctx += emitted
@@ -348,10 +356,16 @@ class Instance:
             r.generated = 1
             emitted += 1
             started.append(r)
-            if r.output_tokens <= 1:
+            fin = r.output_tokens <= 1
+            if fin:
                 r.finished_at = now
                 r.finish_reason = r.finish_as
                 done.append(r)
+            if r.token_ns is not None:
+                r.token_ns.append(stamp)  # type: ignore[arg-type]
+                r.token_n.append(1)  # type: ignore[union-attr]
+                if not fin:
+                    continue
             if r.on_progress is not None:
                 r.on_progress(r)
         st.generation_tokens += emitted

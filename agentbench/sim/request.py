@@ -3,9 +3,9 @@ them)."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from agentbench.sim.histogram import E2E_BUCKETS, TTFT_BUCKETS, Histogram
 
@@ -50,12 +50,14 @@ class SimRequest:
     finished_at: float | None = None
     finish_reason: str | None = None
     aborted: bool = False
+    #: called when it finishes or is aborted; and at each token it emits, unless its
+    #: engine keeps its token stamps (``token_ns``)
     on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
-    #: told of several decode steps at once (their end times: floats, or in a virtual-time
-    #: replay integer ns in an ``array.array``) by a virtual-time driver; the sequence is
-    #: shared by the batch: read it, do not keep or change it
-    on_steps: Callable[[SimRequest, Sequence[Any]], None] | None = field(default=None,
-                                                                         repr=False)
+    #: its token events, kept by the engine when a virtual-time driver (``TimerDriver``)
+    #: steps it: each event's time (integer ns of the driver's clock) and tokens (one a
+    #: step). Set by whoever submits it (the replay's in-process transport), None otherwise
+    token_ns: array[int] | None = field(default=None, repr=False)
+    token_n: array[int] | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -340,9 +340,9 @@ class SlotInstance(Instance):
             at = next((j for j, q in enumerate(pf) if self._slot_of[q.rid].index > i), len(pf))
             pf.insert(at, r)
 
-    def commit(self, now: float) -> list[SimRequest]:
+    def commit(self, now: float, stamp: int | None = None) -> list[SimRequest]:
         self._now = now
-        return super().commit(now)
+        return super().commit(now, stamp)
 
     def reset_cache(self) -> int:
         """Erase every idle slot's cached prompt and the RAM prompt cache (llama.cpp's

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import heapq
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from agentbench.sim import decoderuns
 from agentbench.sim.cluster import Cluster, plan_next
@@ -43,9 +43,13 @@ class TimerDriver:
     loads and caches, which a run does not change, and a metrics sample reads runs in
     place (``sampled``)."""
 
-    def __init__(self, cluster: Cluster, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, cluster: Cluster, loop: asyncio.AbstractEventLoop,
+                 clock_ns: Callable[[], int] | None = None) -> None:
         self.cluster = cluster
         self.loop = loop
+        #: the clock that stamps the tokens of requests that keep stamps (``token_ns``):
+        #: the replay's, at each step's commit
+        self.clock_ns = clock_ns
         n = len(cluster.instances)
         self.end_prev = [0.0] * n
         self.handles: list[asyncio.TimerHandle | None] = [None] * n
@@ -94,7 +98,7 @@ class TimerDriver:
         run = self.runs[i]
         if run is None:
             return
-        end = decoderuns.cut(self.cluster.instances[i], run, t, True, ns=True)
+        end = decoderuns.cut(self.cluster.instances[i], run, t, True)
         self.runs[i] = None
         h = self.handles[i]
         if h is not None:
@@ -111,11 +115,11 @@ class TimerDriver:
         self.runs[i] = None
         inst = self.cluster.instances[i]
         if not run.finishes:  # a run cut at RUN_STEPS: commit it, go on
-            decoderuns.apply(inst, run, run.steps, ns=True)
+            decoderuns.apply(inst, run, run.steps)
             self.end_prev[i] = run.end
             self._begin(i, run.end)
             return
-        self._done(i, decoderuns.last_step(inst, run, ns=True))  # the last step, as usual
+        self._done(i, decoderuns.last_step(inst, run))  # the last step, as usual
 
     def _begin(self, i: int, start: float) -> None:
         inst = self.cluster.instances[i]
@@ -134,7 +138,7 @@ class TimerDriver:
     def _done(self, i: int, end: float) -> None:
         cl = self.cluster
         inst = cl.instances[i]
-        done = inst.commit(end)
+        done = inst.commit(end, None if self.clock_ns is None else self.clock_ns())
         if done and cl.finished_log is not None:
             cl.finished_log.extend(done)
         self.end_prev[i] = end
@@ -157,7 +161,7 @@ def run_virtual(cluster: Cluster, schedule: Iterable[tuple[float, SimRequest]],
     step in progress or of its decode run; an arrival routed to an instance in a run cuts
     the run where it is (nothing else reads an instance during a run: routing sees its
     load and caches, which a run does not change). Requests' ``on_progress`` is called
-    once per run of steps (``on_steps`` gets the steps' end times)."""
+    once per run of steps."""
     if cluster.pd is not None:
         raise ValueError("run_virtual runs aggregated instances only (P/D: TimerDriver)")
     arrivals = sorted(schedule, key=lambda x: x[0])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentbench.prompts.layout import MESSAGE_APIS, chat_overhead
@@ -26,8 +26,6 @@ from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.sse import StreamResult
 
-_ONE = array("i", [1])  # one token per event
-
 
 class SimTransport:
     """One simulated endpoint: its cluster (started on the running virtual loop), prompt
@@ -39,7 +37,7 @@ class SimTransport:
         loop = asyncio.get_running_loop()
         self.cfg = cfg.model_copy(update={"speedup": 1.0})
         self.cluster = Cluster(self.cfg, clock=loop.time)
-        self.driver = TimerDriver(self.cluster, loop)
+        self.driver = TimerDriver(self.cluster, loop, clock_ns=now_ns)
         self._loop = loop  # ``asyncio.get_running_loop`` asks the OS for the process id
         self.now_ns = now_ns
         self.block_size = self.cfg.block_size
@@ -109,31 +107,18 @@ class SimTransport:
             rec.error_message = str(e)
             return
         fut: asyncio.Future[None] = self._loop.create_future()
-        # token events in compact arrays: a row's hundreds of stamps are then one block of
-        # memory for its journal line and its spool batch, not objects strewn over the run
+        # token events in compact arrays, stamped by the engine at each step's end (the
+        # driver's ``clock_ns``): a row's hundreds of stamps are then one block of memory
+        # for its journal line and its spool batch, and no call a token
         ev_ns, ev_tok = array("q"), array("i")
         res = StreamResult(ev_ns, ev_tok)
-        seen = 0
 
-        def progress(r: SimRequest) -> None:
-            nonlocal seen
-            g = r.generated
-            if g > seen:
-                ev_ns.append(now())
-                ev_tok.append(g - seen)
-                seen = g
+        def progress(r: SimRequest) -> None:  # finished or aborted
             if (r.finished_at is not None or r.aborted) and not fut.done():
                 fut.set_result(None)
 
-        def steps(r: SimRequest, ends_ns: Sequence[int]) -> None:
-            nonlocal seen
-            n = len(ends_ns)
-            ev_ns.extend(ends_ns)
-            ev_tok.extend(_ONE * n)
-            seen = r.generated
-
         req.on_progress = progress
-        req.on_steps = steps
+        req.token_ns, req.token_n = ev_ns, ev_tok
         rec.http_status = 200
         rec.result = res
         try:

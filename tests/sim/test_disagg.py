@@ -87,7 +87,6 @@ def _turns(cl: Cluster, prompts: list[int], out: int = 8) -> list[SimRequest]:
             fut: asyncio.Future[None] = loop.create_future()
             req.on_progress = lambda r, f=fut: (  # type: ignore[misc]
                 r.finished_at is not None and not f.done() and f.set_result(None))
-            req.on_steps = lambda r, ends: None
             cl.submit(req)
             await fut
             done.append(req)

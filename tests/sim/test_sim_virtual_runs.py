@@ -210,3 +210,58 @@ def test_decode_run_steps_are_plans_steps(preset: Preset, b: int) -> None:
             inst.commit(ends[-1])
         assert [float(t) for t in run.times] == ends and run.end == ends[-1]
         assert [float(x) for x in run.busy] == busy
+
+
+@pytest.mark.parametrize("name", ["agentic", "thrash", "shared-tier"])
+def test_token_stamps_kept_by_the_engine_are_those_of_each_step(name: str) -> None:
+    """A virtual-time driver's requests that keep token stamps (``token_ns``) get one
+    stamp per token, at the end (in ns) of the step that made it, decode runs and their
+    cuts included: the same stamps as stepping one step at a time and stamping each token
+    as its request is told of it. Their ``on_progress`` is called once, when they finish."""
+    import asyncio
+    from array import array
+
+    from agentbench.replay.clock import run_on
+    from agentbench.sim.virtual import TimerDriver
+
+    # arrivals on whole seconds: the same instant on the loop's ns clock and as a float
+    cl, sched = _build(**WORKLOADS[name])  # type: ignore[arg-type]
+    sched = [(float(round(t)), r) for t, r in sched]
+    want: dict[int, list[tuple[int, int]]] = {}
+
+    def stamp(r: SimRequest) -> None:
+        got = want.setdefault(r.rid, [])
+        seen = sum(n for _, n in got)
+        if r.generated > seen:
+            got.append((round(clock[0] * 1e9), r.generated - seen))
+
+    clock = [0.0]
+    for inst in cl.instances:  # every commit's time, for the reference's stamps
+        inst.commit = (lambda f: lambda now, stamp=None: (clock.__setitem__(0, now),
+                                                           f(now))[1])(inst.commit)
+    for _, r in sched:
+        r.on_progress = stamp
+    ref = step_by_step(cl, sched)
+
+    cl, sched = _build(**WORKLOADS[name])  # type: ignore[arg-type]
+    sched = [(float(round(t)), r) for t, r in sched]
+    told: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        cl.clock, cl._t0 = loop.time, loop.time()
+        drv = TimerDriver(cl, loop, clock_ns=loop.now_ns)  # type: ignore[attr-defined]
+        drv.start()
+        for t, r in sched:
+            r.token_ns, r.token_n = array("q"), array("i")
+            r.on_progress = lambda r: told.append(r.rid)
+            loop.call_at(t, cl.submit, r)
+        await asyncio.sleep(max(t for t, _ in sched) + 10_000)
+        drv.close()
+
+    run_on("virtual", main())
+    got = {r.rid: list(zip(r.token_ns, r.token_n, strict=True)) for _, r in sched}
+    assert got == want
+    assert sorted(told) == sorted(r.rid for r in ref)  # once each, when it finished
+    assert all(r.finished_at is not None for _, r in sched)
+    assert sum(len(v) for v in got.values()) > 1000

@@ -15,6 +15,9 @@ class Metric:
     unit: str                    # "ms", "s", "tok/s", "$", "" (a share: shown as %)
     better: str                  # "lower" | "higher"
     share: bool = False          # a fraction in [0, 1]: differences are in points
+    #: a change is the serving's to answer for (better or worse); False for a figure of
+    #: the workload itself (the trace's potential hit rate)
+    judged: bool = True
 
     def value(self, block: dict[str, Any]) -> float | None:
         """This metric's value in a summary block, None when absent."""
@@ -48,7 +51,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("hit_rate_server", "hit rate (server)", ("hit_rate", "prometheus", "value"), "",
            "higher", True),
     Metric("hit_rate_potential", "potential hit rate", ("hit_rate", "potential", "value"), "",
-           "higher", True),
+           "higher", True, judged=False),
     Metric("achieved_over_potential", "achieved/potential",
            ("hit_rate", "achieved_over_potential"), "", "higher", True),
     Metric("goodput", "goodput", ("goodput", "requests"), "", "higher", True),

@@ -102,6 +102,15 @@ def change(m: Metric, base: float | None, cand: float | None) -> str:
     return up if r >= 1 else f"{_times(1 / r)} lower"
 
 
+def verdict(m: Metric, base: float | None, cand: float | None) -> str | None:
+    """'better' or 'worse' than ``base`` by the metric's own direction; None where
+    ``change`` says 'same' or '-', or for a figure of the workload (``Metric.judged``)."""
+    if not m.judged or change(m, base, cand) in ("same", "-"):
+        return None
+    assert base is not None and cand is not None
+    return "better" if (cand > base) == (m.better == "higher") else "worse"
+
+
 def change_phrase(m: Metric, base: float | None, cand: float | None) -> str | None:
     """'<label> <change>' ('P50 TTFT 46x lower', 'P50 TPOT same'); None when a side is
     missing."""

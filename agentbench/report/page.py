@@ -19,6 +19,9 @@ class Section:
     figures: list[tuple[str, str, bytes]] = field(default_factory=list)  # (file, alt, png)
     pre: str | None = None
     strong: set[str] = field(default_factory=set)  # first cells of rows to set in bold
+    #: per table (its index): cells (row, column) marked "better" or "worse", coloured in
+    #: HTML and followed by the word in Markdown
+    marks: dict[int, dict[tuple[int, int], str]] = field(default_factory=dict)
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -26,7 +29,8 @@ table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccc;pad
 text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
 img{max-width:100%;display:block;margin:.5em 0}pre{background:#f7f7f7;padding:1em;
 overflow:auto;font-size:12px}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}
-tr.key td{font-weight:600;background:#fff8dc}"""
+tr.key td{font-weight:600;background:#fff8dc}tr td.better{background:#e6f4ea;color:#0f5f2a}
+tr td.worse{background:#fdeaea;color:#9b1c1c}"""
 
 
 def to_html(title: str, sections: Sequence[Section]) -> str:
@@ -37,12 +41,15 @@ def to_html(title: str, sections: Sequence[Section]) -> str:
     for sec in sections:
         parts.append(f"<h2>{escape(sec.title)}</h2>")
         parts.extend(f"<p>{escape(t)}</p>" for t in sec.text)
-        for header, rows in sec.tables:
+        for t, (header, rows) in enumerate(sec.tables):
+            marks = sec.marks.get(t, {})
             parts.append("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header)
                          + "</tr>")
             parts.extend(("<tr class=\"key\">" if row and row[0] in sec.strong else "<tr>")
-                         + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-                         for row in rows)
+                         + "".join(f'<td class="{marks[i, j]}">{escape(c)}</td>'
+                                   if (i, j) in marks else f"<td>{escape(c)}</td>"
+                                   for j, c in enumerate(row)) + "</tr>"
+                         for i, row in enumerate(rows))
             parts.append("</table>")
         for _, alt, png in sec.figures:
             b64 = base64.b64encode(png).decode("ascii")
@@ -68,12 +75,14 @@ def to_markdown(title: str, sections: Sequence[Section]) -> str:
     for sec in sections:
         lines += [f"## {_md_cell(sec.title)}", ""]
         lines += [_md_cell(t) + "\n" for t in sec.text]
-        for header, rows in sec.tables:
+        for t, (header, rows) in enumerate(sec.tables):
+            marks = sec.marks.get(t, {})
             lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
             lines.append("|" + "---|" * len(header))
             lines += ["| " + " | ".join(
-                (f"**{_md_cell(c)}**" if j == 0 and c in sec.strong else _md_cell(c))
-                for j, c in enumerate(row)) + " |" for row in rows]
+                (f"**{_md_cell(c)}**" if j == 0 and c in sec.strong
+                 else _md_cell(f"{c} ({marks[i, j]})" if (i, j) in marks else c))
+                for j, c in enumerate(row)) + " |" for i, row in enumerate(rows)]
             lines.append("")
         lines += [f"![{_md_cell(alt)}](plots/{fname})\n" for fname, alt, _ in sec.figures]
         if sec.pre:

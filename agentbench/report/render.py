@@ -6,6 +6,7 @@ comes from a trace or a scenario is escaped."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from agentbench.report.compare import (
     headline,
     metric,
     run_labels,
+    verdict,
 )
 from agentbench.report.page import Section, to_html, to_markdown
 
@@ -397,12 +399,27 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     rows = [[str(i), *map(str, row)] for i, row in zip(table.index, table.to_numpy(),
                                                        strict=True)]
     n = len(labels)
+    # each change's verdict, by row and by the change's place among the changes (0..n-2)
+    judged = {}
+    for i, (name, vals) in enumerate(values.iterrows()):
+        base = None if math.isnan(vals.iloc[0]) else float(vals.iloc[0])
+        for k in range(1, n):
+            cand = None if math.isnan(vals.iloc[k]) else float(vals.iloc[k])
+            v = verdict(metric(str(name)), base, cand)
+            if v is not None:
+                judged[i, k - 1] = v
+    if n > 1:
+        sec.text.append("Each change is marked better or worse by its metric's own "
+                        "direction (in report.html, green or red); the potential hit rate "
+                        "is the workload's, not judged.")
     if n <= WIDE_RUNS:
         sec.tables.append((["metric", *table.columns], rows))
+        sec.marks[0] = {(i, n + 1 + k): v for (i, k), v in judged.items()}
     else:  # values, then changes: one table of 2n columns runs off the page
         sec.tables.append((["metric", *table.columns[:n]], [r[:n + 1] for r in rows]))
         sec.tables.append(([f"change vs {labels[0]}", *labels[1:]],
                            [[r[0], *r[n + 1:]] for r in rows]))
+        sec.marks[1] = {(i, 1 + k): v for (i, k), v in judged.items()}
     sec.strong = {metric(n).label for n in KEY_ROWS if n in values.index}
     return sec
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from agentbench.cli import app
 from agentbench.metrics.catalog import METRICS, format_value
-from agentbench.report.compare import change, change_phrase, run_labels
+from agentbench.report.compare import change, change_phrase, run_labels, verdict
 from agentbench.results import schema as R
 from agentbench.testing.demo import write_demo_run
 
@@ -170,6 +170,41 @@ def test_changes_in_words() -> None:
     assert change(m["error_rate"], 0.0, 0.0) == "same"
     assert change(m["ttft_p50"], 100.0, None) == "-"
     assert change(m["throughput"], 100.0, 90.0) == "1.1x lower"
+
+
+def test_changes_are_judged_by_each_metric_s_direction() -> None:
+    m = METRICS
+    assert verdict(m["ttft_p50"], 100.0, 60.0) == "better"
+    assert verdict(m["ttft_p50"], 100.0, 160.0) == "worse"
+    assert verdict(m["throughput"], 100.0, 160.0) == "better"
+    assert verdict(m["hit_rate"], 0.5, 0.2) == "worse"
+    assert verdict(m["error_rate"], 0.0, 0.1) == "worse"
+    assert verdict(m["throughput"], 100.0, 100.3) is None  # 'same'
+    assert verdict(m["ttft_p50"], None, 1.0) is None
+    assert verdict(m["hit_rate_potential"], 0.5, 0.9) is None  # the workload's
+
+
+def test_a_report_marks_changes_better_or_worse(three: list[Path], tmp_path: Path) -> None:
+    """In the comparison table each change cell is marked by its metric's direction
+    (green or red in HTML, the word in Markdown); the potential hit rate is not."""
+    res = CliRunner().invoke(app, ["report", *map(str, three), "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "report.html").read_text()
+    md = (tmp_path / "report.md").read_text()
+    sums = [json.loads((d / R.SUMMARY_FILE).read_text()) for d in three]
+    for name, label in (("hit_rate", "hit rate"), ("ttft_p50", "P50 TTFT"),
+                        ("throughput", "throughput")):
+        met = METRICS[name]
+        base, cand = (met.value(s["overall"]) for s in sums[:2])
+        want = verdict(met, base, cand)
+        assert want is not None
+        cell = f'<td class="{want}">{change(met, base, cand)}</td>'
+        row = next(r for r in html.split("<tr") if f"<td>{label}</td>" in r)
+        assert cell in row
+        assert f"| {change(met, base, cand)} ({want}) |" in md
+    potential = next(r for r in html.split("<tr") if "<td>potential hit rate</td>" in r)
+    assert 'class="better"' not in potential and 'class="worse"' not in potential
+    assert "better or worse" in html and "(worse)" in md and "(better)" in md
 
 
 def test_run_labels() -> None:

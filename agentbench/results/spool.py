@@ -192,20 +192,11 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The columns worth dictionary-encoding in parquet: strings (few distinct values per
     run). Not the per-token lists, where trying a dictionary over hundreds of thousands of
     stamps took 0.4 s of a 0.9 s virtual-time run (600 requests) and made the file larger
-    (benchmarks/virtual_bench.py)."""
+    (benchmarks/virtual_bench.py). Those lists keep parquet's default (plain) encoding:
+    delta-packed they were 45% smaller and pyarrow read them 5x faster (2026-12-06), but
+    fastparquet 2026.9 (a pandas engine) read them back wrong, without an error."""
     return [f.name for f in schema if pa.types.is_string(f.type)
             or pa.types.is_large_string(f.type) or pa.types.is_dictionary(f.type)]
-
-
-def delta_columns(schema: pa.Schema) -> dict[str, str]:
-    """Parquet encodings for the per-token lists of integers (``token_event_ns``, ...):
-    delta-packed, as rising stamps pack best. Against the default (plain, then snappy) on
-    the 16,707 rows of scale-out.yaml's largest variant (2026-12-06, pyarrow 26): 26 MB
-    instead of 47, written in 0.11 s instead of 0.15, read in 0.06 s instead of 0.30. The
-    values read back are the same; every parquet reader knows the encoding."""
-    return {f"{f.name}.list.element": "DELTA_BINARY_PACKED" for f in schema
-            if (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))
-            and pa.types.is_integer(f.type.value_type)}
 
 
 def commit_table(out: Path, table: pa.Table, consumed: Iterable[Path]) -> None:
@@ -214,8 +205,7 @@ def commit_table(out: Path, table: pa.Table, consumed: Iterable[Path]) -> None:
     :func:`finish_commits` completes."""
     tmp = out.with_name(out.name + ".tmp")
     try:
-        pq.write_table(table, tmp, use_dictionary=dictionary_columns(table.schema),
-                       column_encoding=delta_columns(table.schema) or None)
+        pq.write_table(table, tmp, use_dictionary=dictionary_columns(table.schema))
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()  # a half-written file would only take space: the sources stay

@@ -4,7 +4,10 @@ line naming file and field."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,10 +174,27 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
                              f"{part.get('pid')}{f' on {host}' if host else ''}); {hint}",
                              source=str(d))
     try:
-        return recover(d, force=force)
+        with _recovering(d):
+            return recover(d, force=force)
     except OSError as e:
         raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
                          source=str(d)) from None
+
+
+@contextlib.contextmanager
+def _recovering(d: Path) -> Iterator[None]:
+    """Hold the run folder's lock while its files are finished: two readers at once (a
+    notebook's ``load`` and ``agentbench report``) would otherwise each read the spool and
+    commit over the other's table, doubling or losing rows. The second waits, then finds
+    nothing left to do (``recover`` is idempotent)."""
+    import fcntl
+
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _regular_files_only(d: Path) -> None:

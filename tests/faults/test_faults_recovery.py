@@ -112,6 +112,46 @@ def test_recover_waits_for_a_worker_that_still_writes(tmp_path: Path) -> None:
     assert spool.parts_of(run)  # untouched
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_readers_recovering_one_killed_run_at_once_lose_and_double_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """A notebook's ``load`` and ``agentbench report`` opening the same killed run at once:
+    the second reader starts while the first is between replacing a table and removing
+    the spool it consumed. Each row is read exactly once (the second read the new table
+    and the old spool together: every row twice; or wrote its own table over the first's
+    when the spool was gone under it: rows lost)."""
+    import threading
+
+    from agentbench.results.reader import recover_if_cut_short
+
+    run = tmp_path / "r"
+    _killed_run(run, workers)
+    want = sorted([*range(5), *(i for w in range(1, workers + 1)
+                                for i in range(100 * w, 100 * w + 5))])
+    errors: list[BaseException] = []
+
+    def second_reader() -> None:
+        try:
+            recover_if_cut_short(run)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    second = threading.Thread(target=second_reader)
+
+    def pause(step: str) -> None:
+        if step == "replaced" and not second.is_alive() and second.ident is None:
+            second.start()
+            second.join(1.0)  # it runs to its end here unless it waits for the first
+
+    monkeypatch.setattr(spool, "_checkpoint", pause)
+    recover_if_cut_short(run)
+    second.join(30)
+    assert not second.is_alive() and not errors
+    assert _ids(run) == want
+    assert not spool.has_spools(run)
+    assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
+
+
 def _start(sc: Path, new_session: bool) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "agentbench.cli", "run", str(sc),
                              "--no-progress", "--workers", "2"], cwd=ROOT,

@@ -69,8 +69,12 @@ def gate(
     result = evaluate(list(baselines), candidate, rule_list, opts, allowed)
     typer.echo(format_table(result))
     md_path = markdown or candidate / "gate.md"
-    md_path.write_text(format_markdown(result, ", ".join(map(str, baselines)),
-                                       str(candidate)))
+    try:
+        md_path.write_text(format_markdown(result, ", ".join(map(str, baselines)),
+                                           str(candidate)))
+    except OSError as e:  # exit 1 would say a rule regressed
+        raise InputError(f"cannot write the Markdown there ({e.strerror or e})",
+                         source=str(md_path), field="--markdown") from None
     typer.echo(f"markdown: {md_path}")
     raise typer.Exit(0 if result.passed else 1)
 

@@ -153,6 +153,18 @@ def test_bad_input_exits_2(runs: dict[str, Path], tmp_path: Path) -> None:
         load_rules(rules)
 
 
+def test_a_markdown_path_that_cannot_be_written_exits_2_not_1(runs: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    """Exit 1 says a rule regressed: a CI job reads it so. A --markdown in a folder that
+    does not exist, or one that is a folder, is bad input (exit 2), after an identical
+    re-run that passed every rule (it exited 1 with "No such file or directory")."""
+    for md in (tmp_path / "no" / "such" / "gate.md", tmp_path):
+        code, out = _gate(str(runs["base"]), str(runs["base"]), "--markdown", str(md))
+        assert code == 2, out
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "--markdown" in errors[0] and str(md) in errors[0], out
+
+
 def test_makespan_is_resampled_per_tree(runs: dict[str, Path]) -> None:
     rules, opts = parse_rules({"makespan_p50": {"max_increase": "50%"}})
     r = evaluate(runs["base"], runs["rerun"], rules, opts).results[0]

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from agentbench.errors import InputError
 from agentbench.metrics.catalog import HEADLINE, METRICS, format_value
 from agentbench.metrics.format import run_ended
 from agentbench.metrics.run import Run, load
@@ -497,12 +498,16 @@ def render(run_dirs: Sequence[str | Path | Run], out_dir: str | Path | None = No
     runs = [d if isinstance(d, Run) else load(d) for d in run_dirs]
     out = Path(out_dir) if out_dir else (Path(runs[0].path) if len(runs) == 1
                                          else Path("report"))
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plots").mkdir(exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        raise InputError("is a file, not a folder (or a file is in its path)",
+                         source=str(e.filename or out), field="--output") from None
     labels = run_labels([r.summary for r in runs])
     title = f"agentbench: {labels[0]}" if len(runs) == 1 else \
         f"agentbench: {' vs '.join(labels)}"
     sections = sections_for(runs)
-    (out / "plots").mkdir(exist_ok=True)
     for sec in sections:
         for fname, _, png in sec.figures:
             (out / "plots" / fname).write_bytes(png)

@@ -248,6 +248,20 @@ def test_report_bad_input(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "results folder not found" in res.output
 
 
+def test_an_output_that_is_a_file_is_one_line_and_exit_2(three: list[Path],
+                                                         tmp_path: Path) -> None:
+    """``-o`` naming a file (or a path under one) is bad input: it exited 1 with
+    "File exists" or "Not a directory" and "--debug shows where"."""
+    f = tmp_path / "notes.txt"
+    f.write_text("keep me")
+    for out in (f, f / "sub"):
+        res = CliRunner().invoke(app, ["report", str(three[0]), "-o", str(out)])
+        assert res.exit_code == 2, res.output
+        assert res.output.count("\n") == 1 and "--output" in res.output \
+            and "not a folder" in res.output, res.output
+    assert f.read_text() == "keep me"
+
+
 def test_chart_axes_fit_the_points_they_draw() -> None:
     """AgentX points a few percent apart (36.5-37.8 tok/s per user) were a vertical line
     crammed at the right edge of an axis from zero; points spread widely keep zero."""

@@ -167,6 +167,8 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
             summary = json.loads(sp.read_text())
         except ValueError as e:
             raise InputError(f"not valid JSON ({e})", source=str(sp)) from None
+        if not isinstance(summary, dict):
+            raise InputError("summary.json must hold a JSON object", source=str(sp))
     from agentbench.metrics.summary import SCHEMA_VERSION
 
     if summary is None or summary.get("schema_version") != SCHEMA_VERSION:

@@ -247,6 +247,32 @@ def test_bad_input(tmp_path: Path) -> None:
         summarize(d)
 
 
+@pytest.mark.parametrize("text", ["[1]", "null", "3", '"summary"'])
+def test_a_summary_json_that_is_not_an_object_is_one_line(hand_run: Path, tmp_path: Path,
+                                                          text: str) -> None:
+    """summary.json holding valid JSON that is not an object (a wrong file copied in) was
+    an AttributeError traceback from ``load``, ``report`` and ``gate``."""
+    import os
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from agentbench import load
+    from agentbench.cli import app
+
+    d = tmp_path / "copied"
+    shutil.copytree(hand_run, d)
+    summarize(d)
+    sp = d / R.SUMMARY_FILE
+    sp.write_text(text)
+    later = (d / R.REQUESTS_FILE).stat().st_mtime + 1
+    os.utime(sp, (later, later))  # fresh: read, not recomputed
+    with pytest.raises(InputError, match="summary.json: .*JSON object"):
+        load(d)
+    res = CliRunner().invoke(app, ["report", str(d)])
+    assert res.exit_code == 2 and "JSON object" in res.output, res.output
+
+
 def test_only_warmup_and_empty(tmp_path: Path) -> None:
     reqs = [req(phase="warmup", sent_ns=0, first_token_ns=MS, last_token_ns=MS, end_ns=2 * MS)]
     s = summarize(write_run(tmp_path / "w", reqs))

@@ -312,13 +312,15 @@ def writer_alive(run: dict[str, object]) -> bool:
     if isinstance(owner, dict):
         return writer_alive({**owner, "status": run.get("status")})
     pid = run.get("pid")
-    if run.get("status") != "running" or not isinstance(pid, int):
+    if run.get("status") != "running" or not isinstance(pid, int) or isinstance(pid, bool):
         return False
     if other_host(run) is not None:
         return True  # another machine's run: not ours to finish
+    if pid <= 0:  # no process's: os.kill would ask about a process group, or every process
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or past any pid
         return False
     except PermissionError:
         return True

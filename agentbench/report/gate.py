@@ -21,6 +21,7 @@ then compared this way (docs/ci.md)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ DEFAULT_RULES: dict[str, dict[str, str]] = {
     "error_rate": {"max_increase": "1pt"},
 }
 OPTION_KEYS = ("confidence", "resamples", "seed")
+#: bootstrap resamples at most (each is a weight per tree; the default is 1,000)
+MAX_RESAMPLES = 100_000
 _THRESHOLD = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(%|pt)?\s*$")
 
 
@@ -90,7 +93,11 @@ class GateResult:
 def parse_threshold(value: Any, metric: str, where: str) -> tuple[str, float]:
     """'10%' → ("rel", 0.10); '2pt' → ("pt", 0.02); 5 → ("abs", 5.0)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return "abs", float(value)
+        x = float(value) if isinstance(value, float) or abs(value) < 2**1000 else math.inf
+        if not math.isfinite(x):  # a NaN threshold no regression passes: it never fails
+            raise InputError(f"threshold {value!r}: must be a finite number", where=where,
+                             field=metric)
+        return "abs", x
     mt = _THRESHOLD.match(str(value))
     if not mt:
         raise InputError(f"threshold {value!r}: use '10%', '2pt' or a number", where=where,
@@ -111,14 +118,19 @@ def parse_rules(data: Any, source: str = "<rules>") -> tuple[list[Rule], GateOpt
     opts = GateOptions()
     for k in OPTION_KEYS:
         if k in data:
-            try:
-                setattr(opts, k, type(getattr(opts, k))(data[k]))
-            except (TypeError, ValueError):
-                raise InputError(f"not a number: {data[k]!r}", source=source, field=k) from None
+            v = data[k]
+            whole = k != "confidence"
+            if isinstance(v, bool) or not isinstance(v, int if whole else (int, float)):
+                what = "a whole number" if whole else "a number"
+                raise InputError(f"not {what}: {v!r}", source=source, field=k)
+            setattr(opts, k, v)
     if not 0.5 <= opts.confidence < 1:
         raise InputError("confidence must be in [0.5, 1)", source=source, field="confidence")
-    if opts.resamples < 10:
-        raise InputError("resamples must be at least 10", source=source, field="resamples")
+    if not 10 <= opts.resamples <= MAX_RESAMPLES:
+        raise InputError(f"resamples must be from 10 to {MAX_RESAMPLES:,}", source=source,
+                         field="resamples")
+    if opts.seed < 0:
+        raise InputError("seed must not be negative", source=source, field="seed")
     body = data.get("rules", {k: v for k, v in data.items() if k not in OPTION_KEYS})
     if not isinstance(body, dict) or not body:
         raise InputError("no rules given", source=source)

@@ -165,6 +165,29 @@ def test_a_markdown_path_that_cannot_be_written_exits_2_not_1(runs: dict[str, Pa
         assert len(errors) == 1 and "--markdown" in errors[0] and str(md) in errors[0], out
 
 
+@pytest.mark.parametrize(("text", "field"), [
+    ("ttft_p50: {max_increase: .nan}", "ttft_p50"),    # NaN: a rule that never fails
+    ("ttft_p50: {max_increase: .inf}", "ttft_p50"),
+    ("seed: -1\nrules: {ttft_p50: {max_increase: 10%}}", "seed"),        # numpy's ValueError
+    ("seed: true\nrules: {ttft_p50: {max_increase: 10%}}", "seed"),
+    ("resamples: .inf\nrules: {ttft_p50: {max_increase: 10%}}", "resamples"),  # Overflow
+    ("resamples: 100000000000\nrules: {ttft_p50: {max_increase: 10%}}", "resamples"),
+    ("resamples: 12.7\nrules: {ttft_p50: {max_increase: 10%}}", "resamples"),  # was 12
+    ("confidence: '0.9'\nrules: {ttft_p50: {max_increase: 10%}}", "confidence"),
+])
+def test_rule_file_values_that_cannot_gate_are_bad_input(runs: dict[str, Path],
+                                                         tmp_path: Path, text: str,
+                                                         field: str) -> None:
+    """Each was taken: a NaN threshold passed every run, and a negative seed, an infinite
+    or huge resample count ended in a traceback with exit 1, which says a rule regressed."""
+    rules = tmp_path / "gate.yaml"
+    rules.write_text(text + "\n")
+    code, out = _gate(str(runs["base"]), str(runs["plus2"]), "--rules", str(rules),
+                      "--markdown", str(tmp_path / "g.md"))
+    assert code == 2, out
+    assert f"field '{field}'" in out and out.count("\n") == 1, out
+
+
 def test_makespan_is_resampled_per_tree(runs: dict[str, Path]) -> None:
     rules, opts = parse_rules({"makespan_p50": {"max_increase": "50%"}})
     r = evaluate(runs["base"], runs["rerun"], rules, opts).results[0]

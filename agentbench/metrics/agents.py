@@ -46,7 +46,8 @@ def slo_misses(d: Derived, slos: dict[str, float]) -> dict[str, npt.NDArray[np.b
 
 
 def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
-                slos: dict[str, float], roots_expected: bool = False) -> pd.DataFrame:
+                slos: dict[str, float], roots_expected: bool = False,
+                lost: npt.NDArray[np.bool_] | None = None) -> pd.DataFrame:
     """One row per measured session tree: stage, endpoint, requests, failed, good,
     makespan_s, llm_wait_s, completed, outcome, met_slos, tokens. Makespan and LLM wait
     come from the root's sessions row (replay knows the critical path); without one,
@@ -60,8 +61,12 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
 
     ``roots_expected``: the run died without writing the rows of the trees in progress
     (run.json ``killed``/``crashed``), so a tree without a root row is ``cut``, never
-    ``completed``."""
-    trees = _tree_totals(d, good, slos)
+    ``completed``.
+
+    ``lost``: per request row, whether it came from a Ray load worker lost mid-run
+    (run.json ``ray.lost``), which never wrote the sessions rows of the trees it had in
+    progress: such a tree without a sessions row is ``cut``, never ``completed``."""
+    trees = _tree_totals(d, good, slos, lost)
     if trees.empty:
         return _empty_trees()
     f = d.time_factor
@@ -70,6 +75,11 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     trees["llm_wait_s"] = np.nan
     trees["slowdown"] = np.nan
     trees["completed"] = (trees["failed"] == 0) & (not roots_expected)
+    if lost is not None:
+        ended = trees.set_index(["stage", "tree_id"]).index.isin(
+            pd.MultiIndex.from_frame(sessions[["stage", "tree_id"]]))
+        trees["completed"] &= ~((trees["lost"] > 0).to_numpy() & ~ended)
+    trees = trees.drop(columns=["lost"])
     root_status = pd.Series([None] * len(trees), dtype=object)
     roots = sessions[((sessions["relation"] == "root") & (sessions["phase"] == R.MEASURE))
                      .to_numpy(dtype=bool)] if not sessions.empty else sessions
@@ -93,11 +103,23 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
     return trees.drop(columns=["first_sent", "last_end"])
 
 
-def _tree_totals(d: Derived, good: npt.NDArray[np.bool_], slos: dict[str, float]
-                 ) -> pd.DataFrame:
+def lost_requests(d: Derived, run: dict[str, Any]) -> npt.NDArray[np.bool_] | None:
+    """Per request row, whether it came from a Ray load worker lost mid-run (run.json
+    ``ray``: worker ``w`` of ``W`` numbers its requests ``w, w + W, ...``); None when no
+    worker was lost."""
+    ray = run.get("ray") or {}
+    workers, lost = ray.get("workers") or [], ray.get("lost") or []
+    if not workers or not lost:
+        return None
+    who = d.df["request_id"].to_numpy(dtype=np.int64) % len(workers)
+    return np.isin(who, [int(x["worker"]) for x in lost])
+
+
+def _tree_totals(d: Derived, good: npt.NDArray[np.bool_], slos: dict[str, float],
+                 lost: npt.NDArray[np.bool_] | None = None) -> pd.DataFrame:
     """Per tree with a measured request: its endpoint (of its first request), request,
-    failure, error, cancellation, good and SLO-miss counts, median TTFT, token totals, and
-    first send and last end (ns)."""
+    failure, error, cancellation, good and SLO-miss counts, median TTFT, token totals,
+    first send and last end (ns), and the requests of a lost worker (``lost``)."""
     m = d.measured
     n = len(d.tree_keys)
     code = d.tree_code[m]
@@ -128,6 +150,7 @@ def _tree_totals(d: Derived, good: npt.NDArray[np.bool_], slos: dict[str, float]
     trees["errors"] = np.bincount(code[status == R.ERROR], minlength=n)
     trees["cancelled"] = np.bincount(code[status == R.CANCELLED], minlength=n)
     trees["good"] = np.bincount(code[good[m]], minlength=n)
+    trees["lost"] = 0 if lost is None else np.bincount(code[lost[m]], minlength=n)
     for name, miss in slo_misses(d, slos).items():
         trees[f"missed_{name}"] = np.bincount(code[miss[m]], minlength=n)
     trees["ttft_p50_ms"] = ttft_q[:, 0]

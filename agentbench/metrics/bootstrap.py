@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.metrics.agents import build_trees, request_meets_slos
+from agentbench.metrics.agents import build_trees, lost_requests, request_meets_slos
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.summary import stage_windows
 from agentbench.results.reader import RunRecords
@@ -73,7 +73,7 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
     tokens = np.where(ok, d.input_tokens[m] + np.nan_to_num(d.output_tokens[m]), 0.0)
     windows = stage_windows(d)
     trees = build_trees(d, rr.sessions, request_meets_slos(d, rr.settings.slos),
-                        rr.settings.slos)  # one row per tree, in tree index order
+                        rr.settings.slos, lost=lost_requests(d, rr.run))  # in tree order
     return TreeData(
         n_trees=n, tree=tree, ok=ok,
         values={k: getattr(d, v)[m] for k, v in LATENCY.items()},

@@ -17,7 +17,7 @@ import pandas as pd
 
 from agentbench.errors import InputError
 from agentbench.metrics import cache, load, saturation
-from agentbench.metrics.agents import build_trees, missed_by, request_meets_slos
+from agentbench.metrics.agents import build_trees, lost_requests, missed_by, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.groups import by_context, by_turn, by_warmth
@@ -288,7 +288,8 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
     windows = stage_windows(d)
     good = request_meets_slos(d, s.slos)
     trees = build_trees(d, rr.sessions, good, s.slos,
-                        roots_expected=rr.run.get("status") in DIED)
+                        roots_expected=rr.run.get("status") in DIED,
+                        lost=lost_requests(d, rr.run))
     trees["agent_fraction"] = agent_fractions(trees, rr.sessions)  # for $/agent
     series = cache.counter_series(rr.server_metrics)
     all_w = list(windows.values())

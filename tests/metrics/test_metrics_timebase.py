@@ -167,6 +167,41 @@ def test_agents_cut_by_the_run_bound_are_not_failures(tmp_path: Path) -> None:
     assert "1 completed, 1 failed, 2 cut by the run's bound" in line
 
 
+def test_trees_a_lost_ray_worker_had_in_progress_are_cut_not_completed(tmp_path: Path) -> None:
+    """A Ray load worker lost mid-run (run.json ``ray.lost``) never wrote the sessions rows
+    of the trees it had in progress: those trees are cut, not completed. Worker ``w`` of
+    ``W`` numbers its requests ``w, w + W, ...``; trees with their rows, and trees of a
+    worker that was not lost, are judged as before."""
+    import json
+
+    def turn(tree: str, rid: int, sent_ms: int) -> dict[str, Any]:
+        return req(request_id=rid, tree_id=tree, session_id=tree.split("#")[0],
+                   scheduled_ns=sent_ms * MS, sent_ns=sent_ms * MS,
+                   first_token_ns=(sent_ms + 10) * MS, last_token_ns=(sent_ms + 10) * MS,
+                   end_ns=(sent_ms + 20) * MS, completion_tokens=1, prompt_tokens=100,
+                   expected_input_tokens=100)
+
+    reqs = [turn("a#0", 0, 0),                      # worker 0, ended: its root row says ok
+            turn("b#0", 1, 0), turn("b#0", 3, 30),  # worker 1, lost with the tree going on
+            turn("c#0", 5, 0),                      # worker 1, ended before it was lost
+            turn("e#0", 2, 0)]                      # worker 0, no sessions row: as before
+    sessions = [sess(tree_id="a#0", session_id="a", makespan_ns=20 * MS),
+                sess(tree_id="c#0", session_id="c", makespan_ns=20 * MS)]
+    d = write_run(tmp_path / "lost", reqs, sessions)
+    info = json.loads((d / "run.json").read_text())
+    info["ray"] = {"workers": [{"worker": 0, "node": "n0", "hostname": "h"},
+                               {"worker": 1, "node": "n1", "hostname": "h"}],
+                   "lost": [{"worker": 1, "node": "n1", "hostname": "h", "at_s": 1.0,
+                             "requests_cut": 1}]}
+    (d / "run.json").write_text(json.dumps(info))
+    s = summarize(d)
+    outcome = dict(zip(s["trees"]["tree_id"], s["trees"]["outcome"], strict=True))
+    assert outcome == {"a#0": "completed", "b#0": "cut", "c#0": "completed",
+                       "e#0": "completed"}
+    a = s["overall"]["agents"]
+    assert (a["trees"], a["completed"], a["failed"], a["cut"]) == (4, 3, 0, 1)
+
+
 def test_a_stage_far_past_its_duration_is_pointed_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """on_deadline: finish lets long requests run on: the summary says by how much; with
     cancel the stage ends at the deadline and nothing is said."""

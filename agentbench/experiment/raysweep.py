@@ -63,7 +63,8 @@ def _check_listening(address: str) -> None:
         return
     hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
     host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit():
+    if not (sep and port.isascii() and port.isdigit() and len(port) <= 5
+            and 0 < int(port) < 65536):
         raise InputError(f"not a Ray address: {address!r} (host:port, ray://host:port, "
                          "'auto' or 'local')", field="--ray")
     try:

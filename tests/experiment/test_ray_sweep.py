@@ -72,3 +72,27 @@ def test_a_sweep_on_two_ray_nodes_gives_the_local_run_folders(cluster: Any,
     assert same.returncode == 0, same.stdout + same.stderr
     assert "3 run folders before, 3 after, 0 differ" in same.stdout
     assert remote.comparison.headlines == local.comparison.headlines
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:" + "9" * 30, "127.0.0.1:65536",
+                                     "ray://127.0.0.1:" + str(2**70), "127.0.0.1:0",
+                                     "127.0.0.1:" + "9" * 5000, "127.0.0.1:\u00b2"])
+def test_a_port_no_socket_can_have_is_not_a_ray_address(address: str) -> None:
+    """A port past 65535 (or 0, or digits ``int`` refuses) is refused as not a Ray
+    address, in one line; one past what the C resolver takes was an OverflowError
+    traceback, 5,000 digits or a superscript digit a ValueError traceback."""
+    from agentbench.errors import InputError
+    from agentbench.experiment.raysweep import _check_listening
+
+    with pytest.raises(InputError, match="not a Ray address"):
+        _check_listening(address)
+
+
+def test_cli_says_a_huge_port_is_not_a_ray_address_in_one_line(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "run",
+                          str(ROOT / "scenarios" / "shared-kv-what-if.yaml"), "-o",
+                          str(tmp_path), "--ray", "127.0.0.1:" + str(2**70)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "not a Ray address" in res.stderr

@@ -42,8 +42,10 @@ def connect(address: str) -> Any:
     if not ray.is_initialized():
         _check_listening(address)
         try:
-            ray.init(address=None if address == LOCAL else address, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            # "local", never None: Ray's None joins the cluster RAY_ADDRESS names, or the
+            # one `ray start` began on this host
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError) as e:
             why = " ".join(str(e).split())[:300]
             hint = ("" if address in (LOCAL, "auto") else

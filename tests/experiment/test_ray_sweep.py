@@ -96,3 +96,18 @@ def test_cli_says_a_huge_port_is_not_a_ray_address_in_one_line(tmp_path: Path) -
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "not a Ray address" in res.stderr
+
+
+def test_local_starts_a_ray_of_its_own_even_with_ray_address_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--ray local`` is a Ray started for this run: Ray's ``init(address=None)`` joins
+    the cluster named by RAY_ADDRESS (or the last one ``ray start`` began on this host),
+    so ``local`` must reach Ray as ``"local"``, which always starts one."""
+    from agentbench.experiment import raysweep
+
+    got: list[Any] = []
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.7:6379")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda address=None, **_: got.append(address))
+    raysweep.connect("local")
+    assert got == ["local"]

@@ -219,8 +219,14 @@ class _Run:
             raise
         finally:
             if sigterm is not None:
-                sigterm()
-            await self._finish(status)
+                sigterm.hold()
+            try:
+                await self._finish(status)
+            finally:
+                if sigterm is not None:
+                    sigterm.undo()
+        if sigterm is not None and sigterm.came:  # while a completed run's files were
+            raise asyncio.CancelledError  # written: it stays complete, and the process stops
 
     async def _open(self, auto: bool) -> None:
         """Endpoints open, the run context ready, server-metrics collection started."""
@@ -402,25 +408,57 @@ def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
 
 
 
-def _cancel_on_sigterm() -> Callable[[], None] | None:
-    """SIGTERM ends the run as Ctrl-C does (the run task is cancelled; every finished row and
-    run.json are written). Returns the undo, or None where signals cannot be handled here
-    (not the main thread, another platform)."""
+class _Sigterm:
+    """SIGTERM ends the run as Ctrl-C does: the run task is cancelled, and every finished row
+    and run.json are written. While they are (``hold``), a further SIGTERM only is noted
+    (``came``): ``timeout`` and process managers signal the process and then its group, so
+    a second one comes at once, and the default action would kill the process half-way
+    through its files (run.json left ``running``, the tables in pieces). One noted during a
+    completed run's files stops the process after them, before any later variant.
+
+    The handler is Python's own (as ``asyncio.Runner``'s for Ctrl-C): it hands the cancel to
+    the loop's ready queue, which the virtual loop reads every turn, where a handler of the
+    loop's waits for its poll of real I/O (every 64 turns): a SIGTERM in a run's last
+    turns was lost with the handler when the run ended."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        import signal
+
+        self.loop = loop
+        self.task = task
+        self.came = False
+        self.holding = False
+        self.old = signal.signal(signal.SIGTERM, self._signal)
+
+    def _signal(self, signum: int, frame: Any) -> None:
+        self.came = True
+        self.loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:  # a loop callback: the task waits at an await
+        if not self.holding and not self.task.done():
+            self.task.cancel()
+
+    def hold(self) -> None:
+        self.holding = True
+
+    def undo(self) -> None:
+        import signal
+
+        signal.signal(signal.SIGTERM, self.old)
+
+
+def _cancel_on_sigterm() -> _Sigterm | None:
+    """SIGTERM cancels the running task (``_Sigterm``); None where signals cannot be
+    handled here (not the main thread, another platform)."""
     import signal
 
-    loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    if task is None:
+    if task is None or not hasattr(signal, "SIGTERM"):
         return None
     try:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    except (NotImplementedError, RuntimeError, ValueError):
+        return _Sigterm(asyncio.get_running_loop(), task)
+    except (ValueError, OSError):  # not the main thread
         return None
-
-    def undo() -> None:
-        loop.remove_signal_handler(signal.SIGTERM)
-
-    return undo
 
 
 def _modeled_gpus(cfg: Any) -> int | None:

@@ -85,3 +85,56 @@ def test_sigkill_keeps_every_finished_request(tmp_path: Path, fault_server: Any)
     report_reads(run, tmp_path)
     text = (tmp_path / "report-r" / "report.md").read_text()
     assert "did not complete (status: killed)" in text
+
+
+_SIGTERM_IN_FINISH = """
+import os, signal, sys
+from agentbench.cli import main
+from agentbench.replay import runner
+
+real = runner._Run._finish
+mid_run = sys.argv.pop(1) == "mid-run"
+
+async def finish(self, status):
+    os.kill(os.getpid(), signal.SIGTERM)  # as a second signal to the group would come
+    await real(self, status)
+
+runner._Run._finish = finish
+if mid_run:  # the first SIGTERM while the run goes on
+    real_open = runner._Run._open
+
+    async def opened(self, auto):
+        await real_open(self, auto)
+        import asyncio
+        asyncio.get_running_loop().call_later(30, os.kill, os.getpid(), signal.SIGTERM)
+
+    runner._Run._open = opened
+sys.argv = ["agentbench", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("first", ["mid-run", "none"])
+def test_a_sigterm_while_the_files_are_written_waits_for_them(tmp_path: Path,
+                                                               first: str) -> None:
+    """``timeout`` and process managers signal the process and then its group: a SIGTERM
+    that comes while a run's files are written (after a first one, or at the end of a
+    run) no longer kills the process half-way (run.json left ``running``); the run is
+    whole, and the process stops with 143 before any later variant."""
+    import subprocess
+    import sys
+
+    sc = Path(__file__).resolve().parents[2] / "scenarios" / "shared-kv-what-if.yaml"
+    p = subprocess.run([sys.executable, "-c", _SIGTERM_IN_FINISH, first, "run", str(sc),
+                        "-o", str(tmp_path / "out"), "--no-progress"],
+                       capture_output=True, text=True, timeout=110)
+    assert p.returncode == 143, p.stderr
+    assert "Traceback" not in p.stderr
+    runs = sorted((tmp_path / "out").iterdir())
+    assert len(runs) == 1  # the sweep's later variants did not start
+    info = run_json(runs[0])
+    assert info["status"] == ("interrupted" if first == "mid-run" else "completed")
+    assert not [f for f in runs[0].iterdir() if f.suffix in (".jsonl", ".arrows", ".tmp")]
+    req = rows(runs[0])
+    assert len(req) == info["requests_written"] > 0

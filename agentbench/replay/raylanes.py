@@ -46,6 +46,9 @@ from agentbench.results.spool import WORKERS_DIR, merge_parts
 #: counts)
 CLOCK_TRIES = 9
 _POLL_S = 0.2
+#: seconds Ray has to start every load worker; one that it cannot place by then (its
+#: node's CPUs held by other work) is a one-line error naming the node, not a wait forever
+PLACE_S = 60.0
 _LOOPBACK = ("127.", "localhost", "[::1]", "::1", "0.0.0.0")
 
 
@@ -111,7 +114,9 @@ class RayLanes:
             num_cpus=1, max_concurrency=4, max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
             for node in nodes]
-        self.places = list(await asyncio.gather(*(a.where.remote() for a in self.actors)))
+        names = {x["NodeID"]: f"{x.get('NodeManagerHostname') or '?'} ({x['NodeID'][:12]})"
+                 for x in cluster}
+        self.places = await self._placed([names.get(node, node[:12]) for node in nodes])
         self._check_reach(cluster, here)
         for w, (a, place) in enumerate(zip(self.actors, self.places, strict=True)):
             if not await a.sees.remote(str(self.run_dir)):
@@ -135,6 +140,22 @@ class RayLanes:
         self.tasks = [asyncio.ensure_future(self._follow(w)) for w in range(n)]
         self.tasks.append(asyncio.ensure_future(self._refresh()))
         await self._all("ready")
+
+    async def _placed(self, nodes: list[str]) -> list[dict[str, Any]]:
+        """Each worker's place (``LoadWorker.where``) once all have started; workers Ray has
+        not started within ``PLACE_S`` are one error naming their nodes (``nodes``: each
+        worker's, as the error names it)."""
+        futs = [asyncio.ensure_future(a.where.remote()) for a in self.actors]
+        _, pending = await asyncio.wait(futs, timeout=PLACE_S)
+        if pending:
+            for f in pending:
+                f.cancel()
+            late = sorted({nodes[i] for i, f in enumerate(futs) if f in pending})
+            raise InputError(
+                f"Ray did not start a load worker within {PLACE_S:g} s on node "
+                f"{', '.join(late)}: each worker takes a free CPU there, and other work may "
+                "hold them; free one, or ask fewer with --workers-per-node", field="--ray")
+        return [f.result() for f in futs]
 
     def _check_reach(self, nodes: list[dict[str, Any]], here: str) -> None:
         """A loopback endpoint with workers on another host is refused in one line (they

@@ -286,3 +286,32 @@ async def test_a_request_waiting_to_reconnect_keeps_its_budget_on_ray(cluster: A
                                                  executor=ray_lanes(ray_mod))
     info = json.loads((res.run_dir / "run.json").read_text())
     assert len({w["node"] for w in info["ray"]["workers"]}) >= 2  # the lanes apart
+
+
+async def test_a_worker_ray_cannot_start_is_one_line_naming_its_node(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load worker Ray cannot place (its node's CPUs held by other work) was a wait
+    without end; now it is one error naming the node once ``PLACE_S`` has passed."""
+    import asyncio
+
+    from agentbench.replay import raylanes
+
+    class Actor:
+        def __init__(self, place: dict[str, Any] | None) -> None:
+            self.where = self
+            self.place = place
+
+        def remote(self) -> Any:
+            async def get() -> dict[str, Any]:
+                if self.place is None:
+                    await asyncio.Event().wait()  # never placed
+                return dict(self.place or {})
+            return get()
+
+    monkeypatch.setattr(raylanes, "PLACE_S", 0.2)
+    lanes = RayLanes.__new__(RayLanes)
+    lanes.actors = [Actor({"node": "n1"}), Actor(None), Actor({"node": "n3"})]
+    with pytest.raises(InputError, match=r"within 0.2 s on node gpu-7 \(ab12\): .*free one"):
+        await lanes._placed(["here (n1)", "gpu-7 (ab12)", "here (n3)"])
+    lanes.actors = [Actor({"node": "n1"}), Actor({"node": "n3"})]
+    assert await lanes._placed(["n1", "n3"]) == [{"node": "n1"}, {"node": "n3"}]

@@ -97,6 +97,9 @@ def parse_threshold(value: Any, metric: str, where: str) -> tuple[str, float]:
         if not math.isfinite(x):  # a NaN threshold no regression passes: it never fails
             raise InputError(f"threshold {value!r}: must be a finite number", where=where,
                              field=metric)
+        if x < 0:  # as '-5%' is: a rule that even an identical re-run fails
+            raise InputError(f"threshold {value!r}: must not be negative (the change "
+                             "allowed)", where=where, field=metric)
         return "abs", x
     mt = _THRESHOLD.match(str(value))
     if not mt:

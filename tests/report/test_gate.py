@@ -168,6 +168,8 @@ def test_a_markdown_path_that_cannot_be_written_exits_2_not_1(runs: dict[str, Pa
 @pytest.mark.parametrize(("text", "field"), [
     ("ttft_p50: {max_increase: .nan}", "ttft_p50"),    # NaN: a rule that never fails
     ("ttft_p50: {max_increase: .inf}", "ttft_p50"),
+    ("ttft_p50: {max_increase: -1}", "ttft_p50"),      # '-5%' is refused: so is -1
+    ("ttft_p50: {max_increase: '-5%'}", "ttft_p50"),
     ("seed: -1\nrules: {ttft_p50: {max_increase: 10%}}", "seed"),        # numpy's ValueError
     ("seed: true\nrules: {ttft_p50: {max_increase: 10%}}", "seed"),
     ("resamples: .inf\nrules: {ttft_p50: {max_increase: 10%}}", "resamples"),  # Overflow

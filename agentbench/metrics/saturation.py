@@ -11,7 +11,11 @@ from the stored stamps alone:
 - in-flight shortfall: the requests in flight on average over the requests the lanes
   wanted in flight, ``Σ(end − sent) / Σ(end − scheduled)``, below ``IN_FLIGHT_RATIO`` (a
   lane wants a request in flight from its scheduled time, so think time is not counted as
-  a shortfall; with lanes always busy it is mean in-flight over the lanes that had work).
+  a shortfall; with lanes always busy it is mean in-flight over the lanes that had work),
+  when the mean lag is at least ``IN_FLIGHT_MIN_LAG_MS``: the shortfall is the lag over
+  the requests' time, and below a millisecond a lag is the client's own cost per request
+  (a turn of its loop), which more CPU would not take away; only requests a few ms long
+  (an instant test server) make it a share of their time.
 
 Checked per stage (each stage's measured requests); in virtual time there is no client
 delay to see, so there is no verdict."""
@@ -29,6 +33,8 @@ LAG_P50_MS = 10.0
 LAG_P99_MS = 100.0
 #: requests in flight / requests the lanes wanted in flight below this says the same
 IN_FLIGHT_RATIO = 0.95
+#: ... when the mean schedule lag (ms) is at least this
+IN_FLIGHT_MIN_LAG_MS = 1.0
 ADVICE = ("the client did not deliver the offered load: its figures are those of a lighter "
           "load. Give it more CPU: `agentbench run --workers N` (or `--workers auto`) "
           "shards lanes over N processes; check that nothing else runs on its cores, and "
@@ -47,11 +53,20 @@ def stage_figures(d: Derived, m: np.ndarray) -> dict[str, Any] | None:
     busy = float(np.maximum(end - sent, 0).sum())
     wanted = float(np.maximum(end - np.minimum(sched, sent), 0).sum())
     return {"requests": int(keep.sum()),
+            "schedule_lag_mean_ms": round(float(np.maximum(lag_ms, 0).mean()), 3),
             "schedule_lag_p50_ms": round(float(np.percentile(lag_ms, 50)), 3),
             "schedule_lag_p99_ms": round(float(np.percentile(lag_ms, 99)), 3),
-            "in_flight_mean": round(busy / window, 2) if window > 0 else None,
-            "in_flight_wanted_mean": round(wanted / window, 2) if window > 0 else None,
+            "in_flight_mean": round(busy / window, 4) if window > 0 else None,
+            "in_flight_wanted_mean": round(wanted / window, 4) if window > 0 else None,
             "in_flight_ratio": round(busy / wanted, 4) if wanted > 0 else None}
+
+
+def _few(x: float | None) -> str:
+    """A mean count of requests: one decimal, or two significant digits under 1 (0.043,
+    not 0.0)."""
+    if x is None:
+        return "-"
+    return f"{x:,.1f}" if x >= 1 else f"{x:.2g}"
 
 
 def verdict(d: Derived, time_kind: str, stage_lanes: dict[str, int | None] | None = None,
@@ -83,15 +98,18 @@ def verdict(d: Derived, time_kind: str, stage_lanes: dict[str, int | None] | Non
             reasons.append(f"schedule lag p99 {f['schedule_lag_p99_ms']:,.1f} ms > "
                            f"{lag_p99_ms:g} ms{where}")
         ratio = f["in_flight_ratio"]
-        if ratio is not None and ratio < in_flight_ratio:
+        if ratio is not None and ratio < in_flight_ratio \
+                and f["schedule_lag_mean_ms"] >= IN_FLIGHT_MIN_LAG_MS:
             of = f" of {lanes} lanes" if lanes else ""
-            reasons.append(f"mean in flight {f['in_flight_mean']:,.1f} of "
-                           f"{f['in_flight_wanted_mean']:,.1f} wanted{of} "
-                           f"({ratio:.0%} < {in_flight_ratio:.0%}){where}")
+            reasons.append(f"mean in flight {_few(f['in_flight_mean'])} of "
+                           f"{_few(f['in_flight_wanted_mean'])} wanted{of} "
+                           f"({ratio:.0%} < {in_flight_ratio:.0%}, mean lag "
+                           f"{f['schedule_lag_mean_ms']:,.1f} ms){where}")
     return {"saturated": bool(reasons), "reasons": reasons, "figures": figures,
             "thresholds": {"schedule_lag_p50_ms": lag_p50_ms,
                            "schedule_lag_p99_ms": lag_p99_ms,
-                           "in_flight_ratio": in_flight_ratio},
+                           "in_flight_ratio": in_flight_ratio,
+                           "in_flight_min_lag_ms": IN_FLIGHT_MIN_LAG_MS},
             "advice": ADVICE if reasons else None}
 
 

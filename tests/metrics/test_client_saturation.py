@@ -21,7 +21,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from agentbench.metrics import format_summary, summarize
-from agentbench.metrics.saturation import IN_FLIGHT_RATIO, LAG_P50_MS, LAG_P99_MS
+from agentbench.metrics.saturation import (
+    IN_FLIGHT_MIN_LAG_MS,
+    IN_FLIGHT_RATIO,
+    LAG_P50_MS,
+    LAG_P99_MS,
+)
 from agentbench.results import schema as R
 from tests.helpers import MS, fastserver
 from tests.helpers import req as hand_req
@@ -34,19 +39,21 @@ def req(**kw: Any) -> dict[str, Any]:
                        "expected_input_tokens": 10, "expected_output_tokens": 1, **kw})
 
 
-def lanes_run(d: Path, lag_ms: float, lanes: int = 4, turns: int = 5) -> Path:
-    """``lanes`` lanes, each ``turns`` requests of 100 ms back to back, every send
+def lanes_run(d: Path, lag_ms: float, lanes: int = 4, turns: int = 5,
+              dur_ms: float = 100) -> Path:
+    """``lanes`` lanes, each ``turns`` requests of ``dur_ms`` back to back, every send
     ``lag_ms`` after its scheduled time."""
     rows = []
     for lane in range(lanes):
         t = 0
         for k in range(turns):
             sent = t + int(lag_ms * MS)
-            end = sent + 100 * MS
+            end = sent + int(dur_ms * MS)
+            first = sent + int(dur_ms * MS) // 2
             rows.append(req(request_id=len(rows), lane=lane, tree_id=f"t{lane}#0",
                             session_id=f"t{lane}", turn=k, scheduled_ns=t, sent_ns=sent,
-                            first_token_ns=sent + 50 * MS, last_token_ns=sent + 50 * MS,
-                            end_ns=end, token_event_ns=[sent + 50 * MS]))
+                            first_token_ns=first, last_token_ns=first,
+                            end_ns=end, token_event_ns=[first]))
             t = end
     d.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=R.REQUESTS_SCHEMA), d / R.REQUESTS_FILE)
@@ -83,12 +90,45 @@ def test_starved_run_is_saturated(tmp_path: Path) -> None:
     assert f["in_flight_wanted_mean"] == pytest.approx(4.0, abs=0.01)
     assert v["thresholds"] == {"schedule_lag_p50_ms": LAG_P50_MS,
                                "schedule_lag_p99_ms": LAG_P99_MS,
-                               "in_flight_ratio": IN_FLIGHT_RATIO}
+                               "in_flight_ratio": IN_FLIGHT_RATIO,
+                               "in_flight_min_lag_ms": IN_FLIGHT_MIN_LAG_MS}
     assert len(v["reasons"]) == 2 and "--workers" in v["advice"]
     text = format_summary(s)
     assert "client saturated: schedule lag p50 30.0 ms > 10 ms" in text
-    assert "mean in flight 3.1 of 4.0 wanted of 4 lanes (77% < 95%)" in text
+    assert "mean in flight 3.1 of 4.0 wanted of 4 lanes (77% < 95%, mean lag 30.0 ms)" in text
     assert any(w.startswith("client saturated") for w in s["time_base"]["warnings"])
+
+
+def test_a_client_s_own_lag_on_very_short_requests_is_not_saturation(tmp_path: Path) -> None:
+    """2 ms requests (an instant test server) sent 0.15 ms late each: 93% of the wanted
+    in flight, but the lag is the client's own cost per request, which more CPU would not
+    take away: no verdict. The same share of shortfall from a 1.5 ms lag on 20 ms
+    requests is one (its lag p50 is under 10 ms: the in-flight figure alone says it)."""
+    s = summarize(lanes_run(tmp_path / "short", lag_ms=0.15, dur_ms=2))
+    f = s["client_saturated"]["figures"]["c=4"]
+    assert f["in_flight_ratio"] == pytest.approx(2 / 2.15, abs=1e-3)
+    assert f["in_flight_ratio"] < IN_FLIGHT_RATIO
+    assert f["schedule_lag_mean_ms"] == pytest.approx(0.15)
+    assert s["client_saturated"]["saturated"] is False
+    s = summarize(lanes_run(tmp_path / "late", lag_ms=1.5, dur_ms=20))
+    v = s["client_saturated"]
+    assert v["saturated"] is True and len(v["reasons"]) == 1
+    assert "(93% < 95%, mean lag 1.5 ms)" in v["reasons"][0]
+
+
+def test_a_mean_in_flight_under_one_is_not_shown_as_0_0(tmp_path: Path) -> None:
+    """One lane, 20 ms requests 1.5 ms late, a long think time between them: the means in
+    flight are a few hundredths, shown with two digits, not '0.0 of 0.0'."""
+    d = lanes_run(tmp_path / "run", lag_ms=1.5, lanes=1, turns=2, dur_ms=20)
+    t = pq.read_table(d / R.REQUESTS_FILE).to_pylist()
+    shift = 2000 * MS  # the second turn 2 s after the first one ended
+    for k in ("scheduled_ns", "sent_ns", "first_token_ns", "last_token_ns", "end_ns"):
+        t[1][k] += shift
+    t[1]["token_event_ns"] = [t[1]["first_token_ns"]]
+    pq.write_table(pa.Table.from_pylist(t, schema=R.REQUESTS_SCHEMA), d / R.REQUESTS_FILE)
+    v = summarize(d)["client_saturated"]
+    assert v["saturated"] is True
+    assert "mean in flight 0.02 of 0.021 wanted" in v["reasons"][0], v["reasons"]
 
 
 def trace(roots: int, turns: int, think_s: float) -> Any:

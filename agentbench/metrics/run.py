@@ -161,7 +161,9 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     from agentbench.results.spool import has_spools
 
     summary = None
-    fresh = sp.exists() and rp.exists() and sp.stat().st_mtime >= rp.stat().st_mtime
+    # newer than the rows and run.json (its GPUs, prices and SLOs, edited by hand)
+    fresh = sp.exists() and rp.exists() and all(
+        sp.stat().st_mtime >= f.stat().st_mtime for f in (rp, p / R.RUN_FILE) if f.exists())
     if not refresh and not has_spools(p) and fresh:
         try:
             summary = json.loads(sp.read_text())

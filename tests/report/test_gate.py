@@ -559,3 +559,38 @@ def test_a_run_that_did_not_complete_is_no_whole_run_to_gate(runs: dict[str, Pat
     assert code == 2 and "the baseline is no whole run" in " ".join(out.split())
     code, _ = _gate(str(runs["base"]), str(runs["rerun"]))  # the whole runs still gate
     assert code == 0
+
+
+def test_a_folder_without_run_json_is_no_run_to_gate(runs: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    """A copy of a run without its run.json: the summary left in it counted the run's
+    GPUs, the figures resampled from its rows counted one, and an identical re-run
+    failed throughput/GPU. Now it is one line, exit 2, as any bad input."""
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["base"], copy)
+    (copy / R.RUN_FILE).unlink()
+    code, out = _gate(str(runs["base"]), str(copy), "--markdown", str(tmp_path / "g.md"))
+    assert code == 2, out
+    assert "no run.json" in out and out.count("\n") == 1, out
+
+
+def test_a_summary_older_than_its_run_json_is_computed_again(runs: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    """run.json edited after the summary (its GPUs, say) makes the summary stale:
+    ``load`` computes it again, as it does for newer rows."""
+    import json
+    import os
+
+    import agentbench
+
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["base"], copy)
+    before = agentbench.load(copy).summary["overall"]["throughput"]["per_gpu_total_tok_s"]
+    info = json.loads((copy / R.RUN_FILE).read_text())
+    gpus = info["scenario"]["hardware"]["gpus"]
+    info["scenario"]["hardware"]["gpus"] = 2 * gpus
+    (copy / R.RUN_FILE).write_text(json.dumps(info))
+    later = (copy / R.SUMMARY_FILE).stat().st_mtime + 5
+    os.utime(copy / R.RUN_FILE, (later, later))
+    after = agentbench.load(copy).summary["overall"]["throughput"]["per_gpu_total_tok_s"]
+    assert after == pytest.approx(before / 2)

@@ -39,7 +39,9 @@ def connect(address: str) -> Any:
     except ImportError:
         raise InputError("Ray is not installed: pip install 'agentbench[ray]'",
                          field="--ray") from None
-    if not ray.is_initialized():
+    if ray.is_initialized():  # this process's connection (a notebook's earlier run)
+        _same_cluster(ray, address)
+    else:
         _check_listening(address)
         try:
             # "local", never None: Ray's None joins the cluster RAY_ADDRESS names, or the
@@ -56,6 +58,33 @@ def connect(address: str) -> Any:
     return ray
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    """``host:port`` (or ``ray://host:port``) as a host and a port, or a one-line error."""
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not (sep and port.isascii() and port.isdigit() and len(port) <= 5
+            and 0 < int(port) < 65536):
+        raise InputError(f"not a Ray address: {address!r} (host:port, ray://host:port, "
+                         "'auto' or 'local')", field="--ray")
+    return host.strip("[]"), int(port)
+
+
+def _same_cluster(ray: Any, address: str) -> None:
+    """With Ray connected already, an address given is checked all the same: a bad one is
+    an error, and one that names another cluster than the connected one too (it used to
+    run on the connected cluster, whatever the address said). Ports are compared, not
+    hosts: the head node's own address and 127.0.0.1 name one cluster."""
+    if address in (LOCAL, "auto"):
+        return
+    _, port = _host_port(address)
+    if address.startswith("ray://"):  # a client connection: the cluster's port is another
+        return
+    gcs = str(ray.get_runtime_context().gcs_address or "")
+    if gcs and gcs.rpartition(":")[2] != str(port):
+        raise InputError(f"Ray is connected to the cluster at {gcs} already, not {address!r}: "
+                         "ray.shutdown() first to join another", field="--ray")
+
+
 def _check_listening(address: str) -> None:
     """A ``host:port`` (or ``ray://host:port``) address nothing answers at is a one-line
     error at once (Ray itself retries for minutes)."""
@@ -63,14 +92,9 @@ def _check_listening(address: str) -> None:
 
     if address in (LOCAL, "auto"):
         return
-    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
-    host, sep, port = hostport.rpartition(":")
-    if not (sep and port.isascii() and port.isdigit() and len(port) <= 5
-            and 0 < int(port) < 65536):
-        raise InputError(f"not a Ray address: {address!r} (host:port, ray://host:port, "
-                         "'auto' or 'local')", field="--ray")
+    host, port = _host_port(address)
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        socket.create_connection((host, port), timeout=5).close()
     except OSError as e:
         raise InputError(f"cannot join the Ray cluster at {address!r}: nothing answers "
                          f"there ({e.strerror or type(e).__name__})", field="--ray") from None

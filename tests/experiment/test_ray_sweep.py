@@ -111,3 +111,25 @@ def test_local_starts_a_ray_of_its_own_even_with_ray_address_set(
     monkeypatch.setattr(ray, "init", lambda address=None, **_: got.append(address))
     raysweep.connect("local")
     assert got == ["local"]
+
+
+def test_an_address_is_checked_when_ray_is_connected_already(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From Python (a notebook's second run), Ray may be connected already: the address
+    given used to be ignored, so a bad one, or another cluster's, ran on the connected
+    cluster. Now a bad one is refused, and another cluster's port too."""
+    from agentbench.errors import InputError
+    from agentbench.experiment import raysweep
+
+    class Context:
+        gcs_address = "10.0.0.5:6379"
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    monkeypatch.setattr(ray, "init", lambda **_: pytest.fail("connected already"))
+    with pytest.raises(InputError, match="not a Ray address"):
+        raysweep.connect("garbage")
+    with pytest.raises(InputError, match="connected to the cluster at 10.0.0.5:6379"):
+        raysweep.connect("10.0.0.9:6380")
+    for same in ("127.0.0.1:6379", "10.0.0.5:6379", "auto", "local", "ray://head:10001"):
+        assert raysweep.connect(same) is ray

@@ -197,7 +197,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
 
     base_dirs = list(base_dir) if isinstance(base_dir, list) else [base_dir]
     for d in [*base_dirs, cand_dir]:
-        if Path(d).is_dir() and not (Path(d) / R.RUN_FILE).is_file():
+        if Path(d).is_dir() and not (Path(d) / R.RUN_FILE).exists():
             # its GPUs, time base and fingerprint are unknown: a summary left in it and the
             # figures resampled from its rows would disagree (a false regression)
             raise InputError("no run.json: not a run folder agentbench wrote, nothing to "

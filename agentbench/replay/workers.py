@@ -19,7 +19,7 @@ with its own connection pool and replays its share of every stage:
   merges them into the run folder's parquet files at the end (also after Ctrl-C or a
   crash: a worker's cut-short spool is recovered).
 
-Ctrl-C goes to the parent alone (workers ignore SIGINT): it raises a shared flag, every
+Ctrl-C and SIGTERM go to the parent alone (workers ignore both): it raises a shared flag, every
 worker cancels its stage like a single-process run does (in-flight requests recorded as
 cancelled), writes its files and exits; a worker whose parent died does the same.
 """
@@ -208,6 +208,9 @@ def start_method() -> str:
 def worker_main(spec: WorkerSpec, conn: Any, shared: Shared) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; see the module doc
+    # ... on SIGTERM too: a forked child would otherwise keep the parent's handler, which
+    # cancels through the parent's loop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # a forked child must not wake the parent's loop
     run_on(WALL, run_worker(spec, PipeLink(conn), shared))  # the parent's kind of loop

@@ -147,8 +147,8 @@ def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
     Variants in virtual time run side by side as Ray tasks; each variant that measures
     an endpoint runs on this host, one after another first, its lanes on Ray actors
     (``per_node`` on each node: :mod:`agentbench.replay.raylanes`). ``tell`` hears
-    ``variant_started``, ``run_started`` and ``variant_done`` (``of``: the scenario's
-    variant count)."""
+    ``variant_started``, ``run_started`` (not for a Ray task's run, known once it has
+    ended) and ``variant_done`` (``of``: the scenario's variant count)."""
     from agentbench.experiment.run import run_variant
     from agentbench.replay.raylanes import check_per_node, ray_lanes
 
@@ -181,6 +181,5 @@ def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
             cause = getattr(e, "cause", None)
             raise (cause if isinstance(cause, Exception) else e) from None
         runs[index[done[0]]] = run
-        tell.run_started(run.run_dir)
-        tell.variant_done(run)
+        tell.variant_done(run)  # its folder too: a task's run is known once it has ended
     return runs

@@ -69,7 +69,8 @@ class Listener(Protocol):
         """A variant starts (``of``: how many the experiment has)."""
 
     def run_started(self, run_dir: Path) -> None:
-        """The variant's run goes ahead in this folder (its endpoints answered)."""
+        """The variant's run goes ahead in this folder (its endpoints answered); not told
+        of a variant run as a Ray task, whose folder ``variant_done`` gives."""
 
     def trace_warning(self, line: str) -> None:
         """A trace file was skipped."""

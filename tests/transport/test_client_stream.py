@@ -329,7 +329,10 @@ def test_an_answer_before_the_body_is_sent_ends_the_request(loop_kind: str) -> N
         else asyncio.new_event_loop
 
     async def main() -> tuple[http.RequestRecord, float]:
+        handlers: list[asyncio.Task[None] | None] = []
+
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            handlers.append(asyncio.current_task())  # type: ignore[arg-type]
             await reader.readuntil(b"\r\n\r\n")
             writer.write(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n"
                          b"Connection: close\r\n\r\n")
@@ -349,6 +352,12 @@ def test_an_answer_before_the_body_is_sent_ends_the_request(loop_kind: str) -> N
         target.close()
         srv.close()
         await srv.wait_closed()
+        # a handler may still wait on its write (3.11's wait_closed does not wait for
+        # handlers): ended here, not left pending when the loop closes
+        for task in handlers:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in handlers if t is not None), return_exceptions=True)
         return rec, took
 
     loop = new_loop()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -208,10 +209,14 @@ def recover(
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says killed. load, report and gate do this by themselves."""
+    from agentbench.results import schema as R
     from agentbench.results.reader import recover_if_cut_short
 
     for d in runs:
         if not d.is_dir():
             raise InputError("results folder not found", source=str(d))
+        if not os.path.lexists(d / R.RUN_FILE):  # a mistyped folder is not "nothing to do"
+            raise InputError("no run.json: not a run folder agentbench wrote",
+                             source=str(d))
         made = recover_if_cut_short(d, force=force)
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

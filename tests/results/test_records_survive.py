@@ -404,3 +404,19 @@ async def test_an_unset_env_marker_is_refused_before_the_endpoint_is_reached(
     with pytest.raises(InputError, match=r"endpoints\[0\]: field 'headers.X-T': "
                                          r"environment variable AB_UNSET_9 is not set"):
         await run_scenario(sc, trace=trace(2), progress=False)
+
+
+def test_recover_on_a_folder_that_is_no_run_is_one_line_not_nothing_to_do(
+        tmp_path: Path) -> None:
+    """``agentbench recover`` on a mistyped folder (empty, or holding other files) said
+    'nothing to recover' and exited 0; it is no run folder, so one line and exit 2."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    (tmp_path / "other.txt").write_text("x")
+    for d in (tmp_path, tmp_path / "empty"):
+        d.mkdir(exist_ok=True)
+        res = CliRunner().invoke(app, ["recover", str(d)])
+        assert res.exit_code == 2, res.output
+        assert "no run.json" in res.output and res.output.count("\n") == 1, res.output

@@ -115,7 +115,9 @@ class _Handle(asyncio.Handle):
 
 
 class _TimerHandle(asyncio.TimerHandle):
-    """asyncio's ``TimerHandle`` made without its debug checks (see ``_Handle``)."""
+    """asyncio's ``TimerHandle`` made without its debug checks (see ``_Handle``). Its
+    fields are set here, not through ``_Handle.__init__``: that call made a timer wait and
+    its wake-up 1.7 -> 1.9 us (2026-12-06), most of what these handles save."""
 
     __slots__ = ()
 

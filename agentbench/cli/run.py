@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -209,14 +208,11 @@ def recover(
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says killed. load, report and gate do this by themselves."""
-    from agentbench.results import schema as R
-    from agentbench.results.reader import recover_if_cut_short
+    from agentbench.results.reader import recover_if_cut_short, require_run_json
 
     for d in runs:
         if not d.is_dir():
             raise InputError("results folder not found", source=str(d))
-        if not os.path.lexists(d / R.RUN_FILE):  # a mistyped folder is not "nothing to do"
-            raise InputError("no run.json: not a run folder agentbench wrote",
-                             source=str(d))
+        require_run_json(d)  # a mistyped folder is not "nothing to recover"
         made = recover_if_cut_short(d, force=force)
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

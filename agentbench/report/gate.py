@@ -191,17 +191,16 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
     from agentbench.metrics.derive import derive
     from agentbench.metrics.format import run_ended
     from agentbench.metrics.run import load
-    from agentbench.results import schema as R
+    from agentbench.results.reader import require_run_json
     from agentbench.results.timebase import VIRTUAL
     from agentbench.scenario.fingerprint import check_comparable
 
     base_dirs = list(base_dir) if isinstance(base_dir, list) else [base_dir]
     for d in [*base_dirs, cand_dir]:
-        if Path(d).is_dir() and not (Path(d) / R.RUN_FILE).exists():
+        if Path(d).is_dir():
             # its GPUs, time base and fingerprint are unknown: a summary left in it and the
             # figures resampled from its rows would disagree (a false regression)
-            raise InputError("no run.json: not a run folder agentbench wrote, nothing to "
-                             "gate", source=str(d))
+            require_run_json(Path(d))
     bases = [load(d) for d in base_dirs]
     runs = [bases[0], load(cand_dir)]
     for r, which in [*((b, "baseline") for b in bases), (runs[1], "candidate")]:

@@ -144,6 +144,14 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def require_run_json(d: Path) -> None:
+    """A folder without run.json (empty, mistyped, a copy without it) is no run folder: one
+    line. A run.json that is there but no regular file is left to the reader's own check,
+    which names it (``_regular_files_only``)."""
+    if not os.path.lexists(d / R.RUN_FILE):
+        raise InputError("no run.json: not a run folder agentbench wrote", source=str(d))
+
+
 def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
     """A run whose process is gone (killed, crashed) left its rows in a spool: finish its
     parquet files and run.json first. A run still in progress is an error, unless

@@ -105,14 +105,12 @@ def build_trees(d: Derived, sessions: pd.DataFrame, good: npt.NDArray[np.bool_],
 
 def lost_requests(d: Derived, run: dict[str, Any]) -> npt.NDArray[np.bool_] | None:
     """Per request row, whether it came from a Ray load worker lost mid-run (run.json
-    ``ray``: worker ``w`` of ``W`` numbers its requests ``w, w + W, ...``); None when no
-    worker was lost."""
+    ``ray.lost``, ``Derived.ray_worker``); None when no worker was lost."""
     ray = run.get("ray") or {}
     workers, lost = ray.get("workers") or [], ray.get("lost") or []
     if not workers or not lost:
         return None
-    who = d.df["request_id"].to_numpy(dtype=np.int64) % len(workers)
-    return np.isin(who, [int(x["worker"]) for x in lost])
+    return np.isin(d.ray_worker(len(workers)), [int(x["worker"]) for x in lost])
 
 
 def _tree_totals(d: Derived, good: npt.NDArray[np.bool_], slos: dict[str, float],

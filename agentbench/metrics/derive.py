@@ -136,6 +136,11 @@ class Derived:
     usage_invalid: npt.NDArray[np.bool_] = field(
         default_factory=lambda: np.zeros(0, dtype=bool))
 
+    def ray_worker(self, workers: int) -> npt.NDArray[np.int64]:
+        """Each request row's Ray load worker, of ``workers`` (run.json ``ray.workers``):
+        worker ``w`` of ``W`` numbers its requests ``w, w + W, ...``."""
+        return self.df["request_id"].to_numpy(dtype=np.int64) % workers
+
 
 def _codes(col: pd.Series) -> tuple[npt.NDArray[np.int64], list[str]]:
     codes, uniques = pd.factorize(col, sort=False)

@@ -114,14 +114,13 @@ def verdict(d: Derived, time_kind: str, stage_lanes: dict[str, int | None] | Non
 
 
 def by_node(d: Derived, run: dict[str, Any], time_kind: str) -> dict[str, Any] | None:
-    """The verdict of each Ray node's requests (run.json ``ray.workers``: worker ``w`` of
-    ``W`` numbers its requests ``w, w + W, ...``), keyed ``hostname node-id[:8]``; None
-    for a run not sent from Ray workers. Lanes are shared between nodes, so the in-flight
-    ratio is each node's own."""
+    """The verdict of each Ray node's requests (``Derived.ray_worker``), keyed
+    ``hostname node-id[:8]``; None for a run not sent from Ray workers. Lanes are shared
+    between nodes, so the in-flight ratio is each node's own."""
     workers = (run.get("ray") or {}).get("workers") or []
     if not workers or time_kind == "virtual":
         return None
-    who = d.df["request_id"].to_numpy(dtype=np.int64) % len(workers)
+    who = d.ray_worker(len(workers))
     nodes: dict[str, list[int]] = {}
     for w in workers:
         nodes.setdefault(f"{w['hostname']} {str(w['node'])[:8]}", []).append(int(w["worker"]))

@@ -29,7 +29,6 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from agentbench.sim.engine import Instance
 
-_ONE = array("i", [1])  # one token a step
 
 #: runs at least this long compute their steps with numpy (the same IEEE operations,
 #: elementwise, and cumulative sums one addition at a time)
@@ -127,15 +126,12 @@ def apply(inst: Instance, run: DecodeRun, upto: int) -> None:
     st.generation_tokens += len(dec) * j
     inst._decode_ctx += len(dec) * j
     ends: list[float] | array[int] | None = None
-    ones: array[int] | None = None
     for r in dec:
         r.generated += j
         if r.token_ns is not None:
             if ends is None:
                 ends = _ends(run.times, a, upto, True)
-                ones = _ONE * j
             r.token_ns.extend(ends)  # type: ignore[arg-type]
-            r.token_n.extend(ones)  # type: ignore[union-attr, arg-type]
         elif r.on_progress is not None:
             r.on_progress(r)
 

@@ -329,7 +329,6 @@ class Instance:
                 done.append(r)
             if r.token_ns is not None:
                 r.token_ns.append(stamp)  # type: ignore[arg-type]
-                r.token_n.append(1)  # type: ignore[union-attr]
                 if not fin:
                     continue
             if r.on_progress is not None:
@@ -363,7 +362,6 @@ class Instance:
                 done.append(r)
             if r.token_ns is not None:
                 r.token_ns.append(stamp)  # type: ignore[arg-type]
-                r.token_n.append(1)  # type: ignore[union-attr]
                 if not fin:
                     continue
             if r.on_progress is not None:

@@ -54,10 +54,10 @@ class SimRequest:
     #: engine keeps its token stamps (``token_ns``)
     on_progress: Callable[[SimRequest], None] | None = field(default=None, repr=False)
     #: its token events, kept by the engine when a virtual-time driver (``TimerDriver``)
-    #: steps it: each event's time (integer ns of the driver's clock) and tokens (one a
-    #: step). Set by whoever submits it (the replay's in-process transport), None otherwise
+    #: steps it: each event's time (integer ns of the driver's clock), one token a step
+    #: (an event's tokens are then all ones, which the receiver writes once at the end).
+    #: Set by whoever submits it (the replay's in-process transport), None otherwise
     token_ns: array[int] | None = field(default=None, repr=False)
-    token_n: array[int] | None = field(default=None, repr=False)
 
 
 @dataclass

@@ -26,6 +26,9 @@ from agentbench.sim.virtual import TimerDriver
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.sse import StreamResult
 
+#: a simulated token event's tokens: one (the engine stamps one token a step)
+_ONE = array("i", [1])
+
 
 class SimTransport:
     """One simulated endpoint: its cluster (started on the running virtual loop), prompt
@@ -109,16 +112,17 @@ class SimTransport:
         fut: asyncio.Future[None] = self._loop.create_future()
         # token events in compact arrays, stamped by the engine at each step's end (the
         # driver's ``clock_ns``): a row's hundreds of stamps are then one block of memory
-        # for its journal line and its spool batch, and no call a token
-        ev_ns, ev_tok = array("q"), array("i")
-        res = StreamResult(ev_ns, ev_tok)
+        # for its journal line and its spool batch, and no call a token. Each event is one
+        # token: their counts are written once, when the request ends
+        ev_ns = array("q")
+        res = StreamResult(ev_ns, array("i"))
 
         def progress(r: SimRequest) -> None:  # finished or aborted
             if (r.finished_at is not None or r.aborted) and not fut.done():
                 fut.set_result(None)
 
         req.on_progress = progress
-        req.token_ns, req.token_n = ev_ns, ev_tok
+        req.token_ns = ev_ns
         rec.http_status = 200
         rec.result = res
         try:
@@ -130,6 +134,8 @@ class SimTransport:
             rec.error_type = "cancelled"
             rec.error_message = "cancelled at the deadline"
             raise
+        finally:
+            res.token_event_tokens = _ONE * len(ev_ns)
         rec.end_ns = now()
         if req.aborted:  # what the HTTP simulator's stream says when its engine drops one
             res.error_type = "stream_error"

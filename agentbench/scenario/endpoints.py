@@ -4,6 +4,7 @@ embedded simulator (``simulated``), and an engine process agentbench starts arou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -16,6 +17,24 @@ from pydantic import (
 from agentbench.scenario.strict import Strict, json_only
 
 # ---------------------------------------------------------------- endpoints
+
+#: an HTTP header name (RFC 9110 token) and what a header value may not hold: a control
+#: character but tab (a line break would end the header; aiohttp refuses them all)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why ``name: value`` cannot be sent as an HTTP header, or None. The value is never
+    quoted (it may be a secret)."""
+    if not _HEADER_NAME.fullmatch(name):
+        return (f"header name {name!r} is not an HTTP token (letters, digits and "
+                "!#$%&'*+.^_`|~-)")
+    if _HEADER_CONTROL.search(value):
+        return (f"header {name}: its value holds a control character (a line break, NUL, "
+                "...), which HTTP cannot send")
+    return None
+
 
 
 #: what a retry policy retries on: an HTTP status, or 'connect' for connection errors
@@ -74,6 +93,15 @@ class OpenAIEndpoint(Strict):
                                     description="Extra HTTP headers sent with every request.")
     extra_body: dict[str, Any] = Field(default_factory=dict,
                                        description="Extra JSON fields merged into every body.")
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            problem = header_problem(name, value)
+            if problem:
+                raise ValueError(problem)
+        return v
 
     @field_validator("extra_body")
     @classmethod

@@ -14,6 +14,7 @@ import aiohttp
 
 from agentbench.errors import InputError
 from agentbench.prompts.layout import MESSAGE_APIS, BlockCache, body_template, chat_overhead
+from agentbench.scenario.endpoints import header_problem
 from agentbench.scenario.secrets import (
     basic_credentials,
     expand_env,
@@ -130,9 +131,18 @@ def _connect(cfg: Any, base: str, label: str, index: int) -> HttpTransport:
         max_conn = 0
     else:
         headers = _expanded(cfg, "headers", index)
+        for name, value in headers.items():  # a ${NAME} value checked as it is sent
+            problem = header_problem(name, value)
+            if problem:
+                raise InputError(problem, where=f"endpoints[{index}]", field=f"headers.{name}")
         if cfg.api_key_env:
             key = os.environ.get(cfg.api_key_env)
             if key:
+                if header_problem("k", key):
+                    raise InputError(f"environment variable {cfg.api_key_env} holds a control "
+                                     "character (a line break, NUL, ...), which an HTTP "
+                                     "header cannot send", where=f"endpoints[{index}]",
+                                     field="api_key_env")
                 auth_headers(cfg.api, key, headers)
         _, user, password = url_userinfo(cfg.url)
         if (user or password) and not any(k.lower() == "authorization" for k in headers):

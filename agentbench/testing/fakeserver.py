@@ -31,7 +31,7 @@ from agentbench.traces import words as tokenize
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
 FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset", "stall",
           "malformed", "error_event", "no_done", "no_usage", "bad_usage", "huge_usage",
-          "absurd_usage", "endless_line", "endless_stream")
+          "absurd_usage", "endless_line", "endless_stream", "deep_json")
 #: usage counts of the "huge_usage" (beyond 64-bit integers) and "absurd_usage" faults
 HUGE_USAGE, ABSURD_USAGE = 2**70, 10**12
 
@@ -195,7 +195,10 @@ class FakeServer:
                              * (256 if fault == "endless_stream" else 1))
             sent += m
             k += 1
-        await resp.write(wire.closing(counts, fault != "no_done"))
+        if fault == "deep_json":  # an event nested past any JSON reader's depth, then the end
+            await resp.write(wire.closing(counts, False) + wire.deep() + wire.end(counts))
+        else:
+            await resp.write(wire.closing(counts, fault != "no_done"))
         await resp.write_eof()
         return resp
 

@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 Counts = tuple[int, int, int] | None
+#: JSON nested deeper than any JSON reader recurses (``deep_json``)
+DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
 def _sse(kind: str, data: dict[str, Any]) -> bytes:
@@ -59,10 +61,20 @@ class Shape:
     def closing(self, counts: Counts, done: bool) -> bytes:
         out = ("data: " + self.base + '"choices":[],' + self.usage_json(counts)
                + "}\n\n").encode() if self.chat else b""
-        return out + (b"data: [DONE]\n\n" if done else b"")
+        return out + (self.end(counts) if done else b"")
 
-    def error(self) -> bytes:
-        return b'data: {"error":{"message":"engine died"}}\n\n'
+    def end(self, counts: Counts) -> bytes:
+        """The event that ends a stream well."""
+        return b"data: [DONE]\n\n"
+
+    def deep(self) -> bytes:
+        """An event nested past any JSON reader's depth, after the closing events but the
+        last (where a chat stream's usage is read)."""
+        return b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1},"x":' \
+            + DEEP + b"}\n\n"
+
+    def error(self, message: str = "engine died") -> bytes:
+        return b"data: " + json.dumps({"error": {"message": message}}).encode() + b"\n\n"
 
     def malformed(self) -> bytes:
         return b"data: {not json at all\n\n"
@@ -119,13 +131,17 @@ class ResponsesShape(Shape):
     def closing(self, counts: Counts, done: bool) -> bytes:
         out = self._ev("response.output_item.done", output_index=0,
                        item={"id": "msg_x", "type": "message", "role": "assistant"})
-        if done:
-            out += self._ev("response.completed", response=self._response("incomplete",
-                                                                          counts))
-        return out
+        return out + (self.end(counts) if done else b"")
 
-    def error(self) -> bytes:
-        return self._ev("error", code="server_error", message="engine died", param=None)
+    def end(self, counts: Counts) -> bytes:
+        return self._ev("response.completed", response=self._response("incomplete", counts))
+
+    def deep(self) -> bytes:
+        return b'event: response.in_progress\ndata: {"type":"response.in_progress","x":' \
+            + DEEP + b"}\n\n"
+
+    def error(self, message: str = "engine died") -> bytes:
+        return self._ev("error", code="server_error", message=message, param=None)
 
     def malformed(self) -> bytes:
         return b"event: response.output_text.delta\ndata: {not json at all\n\n"
@@ -171,11 +187,17 @@ class MessagesShape(Shape):
                + _sse("message_delta", {"type": "message_delta",
                                         "delta": {"stop_reason": "max_tokens"},
                                         "usage": usage}))
-        return out + (_sse("message_stop", {"type": "message_stop"}) if done else b"")
+        return out + (self.end(counts) if done else b"")
 
-    def error(self) -> bytes:
+    def end(self, counts: Counts) -> bytes:
+        return _sse("message_stop", {"type": "message_stop"})
+
+    def deep(self) -> bytes:
+        return b'event: ping\ndata: {"type":"ping","x":' + DEEP + b"}\n\n"
+
+    def error(self, message: str = "engine died") -> bytes:
         return _sse("error", {"type": "error", "error": {"type": "overloaded_error",
-                                                         "message": "engine died"}})
+                                                         "message": message}})
 
     def malformed(self) -> bytes:
         return b"event: content_block_delta\ndata: {not json at all\n\n"

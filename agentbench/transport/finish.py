@@ -11,6 +11,7 @@ from agentbench.results import schema as records
 from agentbench.results.schema import RequestRecord
 from agentbench.transport.apis import read_stream
 from agentbench.transport.http import redact
+from agentbench.transport.sse import StreamResult
 
 
 def finish_record(rec: RequestRecord) -> dict[str, Any]:
@@ -32,8 +33,7 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
     }
     if rec.http_status == 200 and (rec.chunks or rec.result is not None
                                    or rec.status == records.OK):
-        st = rec.result if rec.result is not None else read_stream(rec.api, rec.chunks,
-                                                                     rec.chunk_ns)
+        st = rec.result if rec.result is not None else _read(rec)
         ev = st.token_event_ns
         row["token_events"] = len(ev)
         row["token_event_ns"] = ev
@@ -58,3 +58,14 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
     rec.chunk_ns = []
     rec.result = None
     return row
+
+
+def _read(rec: RequestRecord) -> StreamResult:
+    """What the stream said; a stream its reader cannot read (a shape no check foresaw) is
+    this request's ``malformed_sse`` error, never an exception that ends the run."""
+    try:
+        return read_stream(rec.api, rec.chunks, rec.chunk_ns)
+    except Exception as e:
+        return StreamResult(error_type="malformed_sse",
+                            error_message=f"the stream could not be read: {type(e).__name__}:"
+                                          f" {str(e)[:200]}")

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any
 
 from agentbench.results.schema import USAGE_MAX
 from agentbench.traces import words as tokenize
@@ -245,7 +246,7 @@ def _event(ev: bytes, out: StreamResult) -> int:
 def _read_usage(ev: bytes, out: StreamResult) -> None:
     data = b"".join(line[5:].strip() for line in ev.splitlines() if line.startswith(b"data:"))
     try:
-        obj = json.loads(data)
+        obj = loads(data)
     except ValueError as e:
         out.error_type = "malformed_sse"
         out.error_message = f"usage event is not valid JSON: {e}"
@@ -320,20 +321,38 @@ def spread_counts(n: int, completion_tokens: int | None,
 def _event_text_tokens(ev: bytes) -> int:
     data = b"".join(line[5:].strip() for line in ev.splitlines() if line.startswith(b"data:"))
     try:
-        obj = json.loads(data)
+        obj = loads(data)
     except ValueError:
         return 1
     texts: list[str] = []
-    for ch in obj.get("choices") or []:
+    # any JSON may stand where an object or a list belongs: only the expected shapes count
+    for ch in _list(obj.get("choices") if isinstance(obj, dict) else None):
         if not isinstance(ch, dict):
             continue
         if isinstance(ch.get("text"), str):
             texts.append(ch["text"])
-        delta = ch.get("delta") or {}
+        delta = ch.get("delta")
+        if not isinstance(delta, dict):
+            continue
         for k in ("content", "reasoning_content", "reasoning"):
             if isinstance(delta.get(k), str):
                 texts.append(delta[k])
-        for call in delta.get("tool_calls") or []:
-            fn = (call or {}).get("function") or {}
-            texts.append(str(fn.get("arguments") or "") + str(fn.get("name") or ""))
+        for call in _list(delta.get("tool_calls")):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                texts.append(str(fn.get("arguments") or "") + str(fn.get("name") or ""))
     return tokenize.count_tokens("".join(texts))
+
+
+def _list(v: object) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def loads(data: bytes | str) -> Any:
+    """``json.loads``, with JSON nested past Python's recursion limit (which raises
+    RecursionError, not a ValueError) one more ValueError: what a server sends is read
+    or refused, never raised out of the reader."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from agentbench.traces import words as tokenize
-from agentbench.transport.sse import StreamResult, read_count, spread_counts
+from agentbench.transport.sse import StreamResult, loads, read_count, spread_counts
 
 #: a blank line: two line ends, ``\r\n`` always read as one (atomic groups)
 _BLANK = re.compile(rb"(?>\r\n|\n|\r)(?>\r\n|\n|\r)")
@@ -123,7 +122,7 @@ def parse_typed(chunks: Sequence[bytes], times: Sequence[int], api: str) -> Stre
         if data.strip() == b"[DONE]":  # some gateways end with it as chat does: not an event
             continue
         try:
-            obj = json.loads(data)
+            obj = loads(data)
         except ValueError:
             out.error_type = "malformed_sse"
             out.error_message = f"event data is not valid JSON: {data[:80]!r}"
@@ -164,7 +163,8 @@ def _token_text(api: str, kind: str, obj: dict[str, Any]) -> str:
     if kind != "content_block_delta" or not isinstance(obj.get("delta"), dict):
         return ""
     delta = obj["delta"]
-    key = MESSAGES_TOKEN_DELTAS.get(delta.get("type"))
+    kind = delta.get("type")
+    key = MESSAGES_TOKEN_DELTAS.get(kind) if isinstance(kind, str) else None
     v = delta.get(key) if key else None
     return v if isinstance(v, str) else ""
 

@@ -56,3 +56,27 @@ def test_every_typed_stream_fault_is_one_row_and_the_run_reads(
     # cached > prompt (bad_usage) and 2**70 (huge_usage) are counted as impossible
     assert summary["overall"]["requests"]["usage_invalid"] == 2
     report_reads(run, tmp_path)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_an_event_nested_past_any_json_readers_depth_is_one_row(
+        tmp_path: Path, fault_server: Any, api: str) -> None:
+    """An event whose JSON nests 100,000 deep (Python's reader raises RecursionError, no
+    ValueError): that request's ``malformed_sse`` row; the run goes on, exits 0 and reads
+    (it ended the run with a traceback, run.json ``crashed``, and rows lost)."""
+    srv = fault_server("ok,deep_json")
+    sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
+                  limits="max_requests: 6")
+    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
+                "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    run = tmp_path / "out" / "r"
+    req = rows(run)
+    assert len(req) == len(srv.seen()) == 6
+    got = Counter((s, e if isinstance(e, str) else None)
+                  for s, e in zip(req.status, req.error_type, strict=True))
+    assert got == Counter({("ok", None): 3, ("error", "malformed_sse"): 3})
+    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    report_reads(run, tmp_path)

@@ -1,0 +1,106 @@
+"""Events whose JSON parses but is not what a reader expects, or does not parse for a reason
+the JSON reader raises as no ValueError (nested past Python's recursion limit): each is the
+request's error row, never an exception out of the reader (which ended the whole run: a
+traceback, run.json ``crashed``, the rows buffered since the last flush lost)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentbench import load
+from agentbench.results.schema import RUN_FILE, RequestRecord
+from agentbench.results.writer import ResultsWriter
+from agentbench.testing.shapes import DEEP
+from agentbench.transport.finish import finish_record
+
+TOKEN = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+#: usage saying more tokens than events, so each event's text is read to split them
+USAGE = b'data: {"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5}}\n\n'
+DONE = b"data: [DONE]\n\n"
+DELTA = b'data: {"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}\n\n'
+STOP = b'data: {"type":"message_stop"}\n\n'
+
+CASES = {
+    # chat: only the usage event is decoded, so depth there; shapes in the events whose
+    # text is read to split usage's count among them
+    "chat usage nested too deep": (
+        "chat", [TOKEN, b'data: {"choices":[],"usage":{"prompt_tokens":1},"x":' + DEEP
+                 + b"}\n\n", DONE], "malformed_sse"),
+    "chat delta a list": ("chat", [TOKEN, b'data: {"choices":[{"delta":[1]}],"content":"x"}'
+                                  b"\n\n", USAGE, DONE], None),
+    "chat tool_calls strings": (
+        "chat", [b'data: {"choices":[{"delta":{"content":"x","tool_calls":["s"]}}]}\n\n',
+                 USAGE, DONE], None),
+    "chat choices a number": ("chat", [TOKEN, b'data: {"choices":5,"content":"x"}\n\n', USAGE,
+                                       DONE], None),
+    "chat tool call function a string": (
+        "chat", [b'data: {"choices":[{"delta":{"content":"x","tool_calls":[{"function":"f"}]'
+                 b"}}]}\n\n", USAGE, DONE], None),
+    # typed APIs decode every event
+    "responses event nested too deep": (
+        "responses", [b'data: {"type":"response.output_text.delta","delta":"x"}\n\n',
+                      b'data: {"type":"response.output_text.delta","delta":' + DEEP
+                      + b"}\n\n"], "malformed_sse"),
+    "messages event nested too deep": ("messages", [DELTA, b"data: " + DEEP + b"\n\n", STOP],
+                                       "malformed_sse"),
+    "messages delta type a list": (
+        "messages", [b'data: {"type":"content_block_delta","delta":{"type":[1],"text":"x"}}'
+                     b"\n\n", DELTA, STOP], None),
+    "messages delta type an object": (
+        "messages", [b'data: {"type":"content_block_delta","delta":{"type":{},"text":"x"}}'
+                     b"\n\n", DELTA, STOP], None),
+}
+
+
+def _rec(api: str, chunks: list[bytes], i: int = 0) -> RequestRecord:
+    r = RequestRecord(request_id=i, stage="s", phase="measure", endpoint="e", lane=0,
+                      tree_id="t#0", session_id="t", relation="root", copy=0, turn=0,
+                      scheduled_ns=0, expected_input_tokens=10, expected_output_tokens=5,
+                      potential_cached_tokens=0, sent_ns=0, end_ns=9_000_000,
+                      http_status=200, api=api)
+    r.chunks = chunks
+    r.chunk_ns = [1_000_000 * (k + 1) for k in range(len(chunks))]
+    return r
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_json_no_reader_expected_is_the_requests_row_not_a_crash(case: str) -> None:
+    api, chunks, error = CASES[case]
+    row = finish_record(_rec(api, chunks))
+    assert row["error_type"] == error, row["error_message"]
+    assert row["status"] == ("ok" if error is None else "error")
+    assert row["token_events"] >= 1
+    assert len(row["token_event_tokens"]) == row["token_events"]
+
+
+def test_every_such_row_is_written_and_read(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    w = ResultsWriter(run)
+    for i, (api, chunks, _) in enumerate(CASES.values()):
+        w.add_request(finish_record(_rec(api, chunks, i)))
+    w.close()
+    assert w.failure is None
+    (run / RUN_FILE).write_text('{"scenario": {"name": "x"}, "status": "completed"}')
+    req = load(run).requests
+    assert sorted(req.request_id) == list(range(len(CASES)))
+    want = [e for _, _, e in CASES.values()]
+    assert [e if isinstance(e, str) else None
+            for e in req.sort_values("request_id").error_type] == want
+
+
+def test_a_stream_its_reader_cannot_read_is_the_requests_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a reader has not foreseen ends as that request's row (the run goes on)."""
+    import agentbench.transport.finish as finish
+
+    def broken(api: str, chunks: object, times: object) -> None:
+        raise RuntimeError("a shape nobody foresaw")
+
+    monkeypatch.setattr(finish, "read_stream", broken)
+    row = finish_record(_rec("chat", [TOKEN, USAGE, DONE]))
+    assert (row["status"], row["error_type"]) == ("error", "malformed_sse")
+    assert "RuntimeError: a shape nobody foresaw" in row["error_message"]
+    assert row["token_events"] == 0

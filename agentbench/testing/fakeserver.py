@@ -31,7 +31,8 @@ from agentbench.traces import words as tokenize
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
 FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset", "stall",
           "malformed", "error_event", "no_done", "no_usage", "bad_usage", "huge_usage",
-          "absurd_usage", "endless_line", "endless_stream", "deep_json")
+          "absurd_usage", "endless_line", "endless_stream", "deep_json",
+          "surrogate_error")
 #: usage counts of the "huge_usage" (beyond 64-bit integers) and "absurd_usage" faults
 HUGE_USAGE, ABSURD_USAGE = 2**70, 10**12
 
@@ -184,8 +185,10 @@ class FakeServer:
             if fault == "malformed" and sent >= out_n // 2:
                 await resp.write(wire.malformed())
                 fault = None
-            if fault == "error_event" and sent >= out_n // 2:
-                await resp.write(wire.error())
+            if fault in ("error_event", "surrogate_error") and sent >= out_n // 2:
+                # surrogate_error: a message holding a lone surrogate, as JSON can
+                await resp.write(wire.error("engine died \ud800" if fault == "surrogate_error"
+                                            else "engine died"))
                 await resp.write_eof()
                 return resp
             words = "".join(tokenize.VOCAB[(n * 7 + sent + i) % 8100] for i in range(m))

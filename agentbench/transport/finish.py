@@ -51,6 +51,11 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
             # error bodies are
             row["error_message"] = redact(st.error_message, rec.secrets, cut=True) \
                 if st.error_message and rec.secrets else st.error_message
+    msg = row["error_message"]
+    if isinstance(msg, str) and not msg.isascii():
+        # a JSON error event may hold a lone surrogate ("\\ud800"), which no UTF-8 file
+        # can: replaced, or the journal and the table would refuse the row
+        row["error_message"] = msg.encode("utf-8", "replace").decode("utf-8")
     parts = rec.breakdown_ns if row["status"] == records.OK else None
     for i, name in enumerate(records.BREAKDOWN):
         row[name] = parts[i] if parts is not None else None

@@ -80,3 +80,25 @@ def test_an_event_nested_past_any_json_readers_depth_is_one_row(
     assert got == Counter({("ok", None): 3, ("error", "malformed_sse"): 3})
     assert json.loads((run / "run.json").read_text())["status"] == "completed"
     report_reads(run, tmp_path)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_an_error_event_with_a_lone_surrogate_is_one_row(
+        tmp_path: Path, fault_server: Any, api: str) -> None:
+    r"""An ``error`` event whose message is ``"\ud800"`` (valid JSON, no valid UTF-8): one
+    ``stream_error`` row, the run exits 0 (it crashed writing the rows: a traceback,
+    run.json ``crashed``, rows lost)."""
+    srv = fault_server("ok,surrogate_error")
+    sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
+                  limits="max_requests: 6")
+    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
+                "--no-progress")
+    assert r.returncode == 0, r.stderr
+    run = tmp_path / "out" / "r"
+    req = rows(run)
+    assert len(req) == len(srv.seen()) == 6
+    assert (req.error_type == "stream_error").sum() == 3
+    assert req.error_message.dropna().str.contains("engine died ?", regex=False).all()
+    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    report_reads(run, tmp_path)

@@ -104,3 +104,29 @@ def test_a_stream_its_reader_cannot_read_is_the_requests_error(
     assert (row["status"], row["error_type"]) == ("error", "malformed_sse")
     assert "RuntimeError: a shape nobody foresaw" in row["error_message"]
     assert row["token_events"] == 0
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_an_error_message_with_a_lone_surrogate_is_written_and_read(
+        tmp_path: Path, api: str) -> None:
+    r"""A JSON error event may say ``"\ud800"``, a lone surrogate that no UTF-8 file holds:
+    the journal and the table refused the row (the run crashed at its next flush, losing
+    every row buffered with it). It is replaced, the rest of the message kept."""
+    from agentbench.testing.shapes import shape
+
+    wire = shape(f"/v1/{api}")
+    chunks = [wire.token("x", False, None), wire.error("engine died \ud800 twice")]
+    run = tmp_path / "run"
+    run.mkdir()
+    w = ResultsWriter(run)
+    good = finish_record(_rec("chat", [TOKEN, USAGE, DONE], 0))
+    bad = finish_record(_rec(api, chunks, 1))
+    assert bad["error_type"] == "stream_error"
+    assert "engine died ? twice" in bad["error_message"]
+    w.add_request(good)
+    w.add_request(bad)
+    w.close()
+    assert w.failure is None
+    (run / RUN_FILE).write_text('{"scenario": {"name": "x"}, "status": "completed"}')
+    req = load(run).requests.sort_values("request_id")
+    assert list(req.status) == ["ok", "error"]

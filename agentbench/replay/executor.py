@@ -130,6 +130,13 @@ def finish_workers(fleet: Any, run_dir: Path, info: dict[str, Any],
     except OSError as err:
         if writer.failure is None:
             writer.failure = ResultsWriteError(str(run_dir), err.strerror or str(err))
+    if writer.failure is not None:
+        # a worker's disk stopped the run (which its early end made look ``crashed``): said
+        # as a one-process run says it, with the rows a reader finds
+        info["status"] = "results_write_failed"
+        info["results_write_error"] = writer.failure.reason
+        if isinstance(info.get("requests_written"), int):
+            writer.failure.kept = info["requests_written"]
     info["idle_pulled_in_ns"] = max(
         [c["idle_pulled_in_ns"] for c in fleet.closed], default=0)
     info["client_health"] = {"parent": info["client_health"],

@@ -90,6 +90,23 @@ def test_a_file_size_limit_stops_the_run_the_same_way(tmp_path: Path,
 
 
 @pytest.mark.timeout(180)
+def test_a_file_size_limit_stops_a_workers_run_the_same_way(tmp_path: Path,
+                                                            fault_server: Any) -> None:
+    """With ``--workers 2`` a worker's spool is what meets the limit: run.json said
+    ``crashed`` (the worker's early end broke the parent's stage) and the line had no count
+    of the rows kept."""
+    srv = fault_server()
+    r = run_cli("run", str(_long_run(tmp_path, srv.url)), "-o", str(tmp_path / "out"),
+                "--run-id", "r", "--workers", "2", "--no-progress", timeout=150,
+                preexec_fn=_limit_file_size(200_000))
+    run = tmp_path / "out" / "r"
+    info = run_json(run)
+    assert info["status"] == "results_write_failed", info["status"]
+    assert "File too large" in info["results_write_error"]
+    _check_stopped_run(r, run, srv, tmp_path, "File too large")
+
+
+@pytest.mark.timeout(180)
 def test_a_results_folder_that_turns_read_only_mid_run(tmp_path: Path,
                                                       fault_server: Any) -> None:
     """The run folder is mounted read-only over itself mid-run (the files already open

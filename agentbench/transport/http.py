@@ -242,7 +242,7 @@ async def _write(conn: Any, head: bytes, parts: list[bytes], size: int) -> None:
 def _refused(rec: RequestRecord, resp: stream.Response, status: int, target: Target) -> None:
     """A status other than 200 into the record: the body's start (or the redirect not
     followed) as the message, and the server's Retry-After."""
-    raw = b"".join(resp.body()[0])
+    raw = b"".join(resp.body(partial=True)[0])  # a chunked body cut at the cap, too
     cut = len(raw) > ERROR_BODY_BYTES
     text = raw[:ERROR_BODY_BYTES].decode("utf-8", "replace")
     if cut:  # a character cut in two is not kept (nor, in _fail, a secret cut in two)

@@ -405,6 +405,35 @@ async def test_odd_but_valid_last_chunks_and_capped_error_bodies() -> None:
 
 
 @pytest.mark.timeout(30)
+async def test_a_chunked_error_body_cut_at_the_cap_keeps_its_start_as_the_message() -> None:
+    """A 500 whose chunked body runs past the error-body cap: the row's message is the
+    body's start (it was the reason phrase alone: the cut body was not decoded)."""
+    import aiohttp
+
+    from agentbench.results.schema import RequestRecord
+    from agentbench.transport import http
+
+    conn = stream.Conn(connpool.Pool("http://127.0.0.1:9/x"))
+    conn.alive = True
+    resp = conn.begin(0)
+    conn.data_received(_HEAD.replace(b"200 OK", b"500 Oops"))
+    conn.data_received(_chunk(b'{"error":{"message":"model overloaded"}}'))
+    for _ in range(20):  # 160 KB more of it
+        if conn.done is not None and conn.done.done():
+            break
+        conn.data_received(_chunk(b" " * 8000))
+    assert conn.done is not None and conn.done.done()
+    rec = RequestRecord(request_id=0, stage="s", phase="measure", endpoint="e", lane=0,
+                        tree_id="t#0", session_id="t", relation="root", copy=0, turn=0,
+                        scheduled_ns=0, expected_input_tokens=1, expected_output_tokens=1,
+                        potential_cached_tokens=0)
+    target = http.Target("e", "http://127.0.0.1:9/x", {}, aiohttp.ClientTimeout(total=5))
+    http._refused(rec, resp, 500, target)
+    assert rec.error_type == "http_500"
+    assert rec.error_message is not None and "model overloaded" in rec.error_message
+
+
+@pytest.mark.timeout(30)
 async def test_bytes_on_an_idle_connection_retire_it() -> None:
     """Bytes nobody asked for on an idle keep-alive connection: it is closed, and the pool
     hands out a fresh one."""

@@ -160,7 +160,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
-        self._check_closed()  # type: ignore[attr-defined]
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")  # asyncio's ``_check_closed``
         if self._debug:  # type: ignore[attr-defined]
             timer = asyncio.TimerHandle(when, callback, args, self, context)
             if timer._source_traceback:  # type: ignore[attr-defined]
@@ -204,12 +205,19 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         if ready or self._stopping:  # type: ignore[attr-defined]
             timeout: float | None = 0
         elif heap:
-            timeout = max(0, heap[0][0] - self.time())
+            timeout = max(0, heap[0][0] - self._vnow_ns / 1e9)  # ``time()``, inline
         else:
             timeout = None
-        events = self._selector.select(timeout)  # type: ignore[attr-defined]
-        if events:
-            self._process_events(events)  # type: ignore[attr-defined]
+        sel = self._selector  # type: ignore[attr-defined]
+        if timeout is not None and sel._skipped < POLL_EVERY - 1:
+            # ``_JumpSelector.select``'s turn without a poll, inline (most turns)
+            sel._skipped += 1
+            if timeout:
+                self._vnow_ns = max(self._vnow_ns, round(heap[0][0] * 1e9))  # ``_advance``
+        else:
+            events = sel.select(timeout)
+            if events:
+                self._process_events(events)  # type: ignore[attr-defined]
         # the timers due: those of this nanosecond (the clock's unit), so that a callback
         # never runs before its own time (two timers less than 1 ns apart in different
         # nanoseconds run in two turns, each at its own)

@@ -48,7 +48,13 @@ def test_a_server_killed_for_good_stops_the_run_after_reconnect_s(
     assert info["status"] == "completed" and "the run stopped" in info["stopped_reason"]
     req = rows(run_dir)
     refused = req[req.error_type == "connect_error"]
-    assert 0 <= len(req) - len(refused) - len(srv.seen()) <= 4  # at most one per lane cut
+    # rows the server never saw that were not refused: per lane, the request in flight at
+    # the kill, and one that connected while the killed process was still going down (the
+    # kernel queues connections to a listening socket before the process accepts them, and
+    # resets them when it closes); seen 5 twice when other processes shared the core
+    unseen = req[req.error_type != "connect_error"]
+    assert 0 <= len(unseen) - len(srv.seen()) <= 2 * 4
+    assert (unseen.status == "ok").sum() <= len(srv.seen())  # an ok row was served
     assert 1 <= len(refused) <= 4 * 8
     assert len(req) - len(refused) < 60
     report_reads(run_dir, tmp_path)

@@ -116,6 +116,7 @@ class Recorder:
             return
         if user and call.session_key is None:
             call.session_key = _user_of(raw["body_bytes"])
+        store.text_safe(call)
         if (why := store.problem(call)) is not None:
             print(f"agentbench record: call {call.index} left out of the trace (kept in the "
                   f"journal): {why}", file=sys.stderr)

@@ -77,6 +77,26 @@ class Journal:
         self._f.close()
 
 
+#: the text fields of a call, which go into the trace's string columns
+_TEXTS = ("path", "model", "session_key", "parent_key", "error", "request_text",
+          "response_text", "stream_error")
+
+
+def text_safe(call: Call) -> Call:
+    """``call`` with every lone surrogate in its text written as its escape (``\\udc00``):
+    JSON may hold one (``"user": "\\udc00"``), an invalid UTF-8 header byte becomes one,
+    and no parquet string column takes it (one such call lost the whole trace). The
+    escape keeps two keys that differ apart."""
+    for name in _TEXTS:
+        v = getattr(call, name)
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                setattr(call, name, v.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return call
+
+
 def read_journal(path: Path) -> tuple[dict[str, Any], list[Call]]:
     """(metadata, calls) of a journal. A torn last line (killed mid-write) is left out;
     any other line that is not a call is skipped, named on stderr and counted in the
@@ -96,7 +116,7 @@ def read_journal(path: Path) -> tuple[dict[str, Any], list[Call]]:
                 continue
             if not isinstance(doc, dict):
                 raise TypeError("not a JSON object")
-            out.append(Call.from_json(doc))
+            out.append(text_safe(Call.from_json(doc)))
         except (ValueError, TypeError) as e:
             if i >= len(lines) - 2:  # the last line, torn by a kill
                 break

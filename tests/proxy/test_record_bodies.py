@@ -1,0 +1,85 @@
+"""The recorder against odd request bodies and broken relays: text no parquet column
+takes (lone surrogates) is escaped, not the end of the recording."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from agentbench.proxy import RecordConfig, rebuild, start_proxy
+from agentbench.proxy.store import journal_path, read_meta
+from agentbench.traces.readers import native
+from tests.helpers import served
+
+pytestmark = pytest.mark.timeout(60)
+
+EVENT = b'data: {"choices":[{"delta":{"content":"tok "}}]}\n\n'
+
+
+class Upstream:
+    """Answers chat calls (model ``die``: three events of a stream, then the connection
+    is dropped); keeps each request's body and Content-Encoding as it arrived."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bytes, str | None]] = []
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self.chat)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append((await request.read(), request.headers.get("Content-Encoding")))
+        body = await request.json()
+        if body.get("model") == "die":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(EVENT * 3)
+            assert request.transport is not None
+            request.transport.close()
+            return resp
+        return web.json_response({"choices": [{"message": {"content": "one two"}}],
+                                  "usage": {"prompt_tokens": 7, "completion_tokens": 2}})
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
+    up = Upstream()
+    async with served(up.app) as url:
+        yield up, url
+
+
+async def _post(url: str, data: bytes, headers: dict[str, str] | None = None) -> int:
+    async with aiohttp.ClientSession() as http, http.post(
+            url + "/v1/chat/completions", data=data, headers=headers) as r:
+        await r.read()
+        return r.status
+
+
+def _chat(content: str, **extra: object) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": content}], **extra}
+
+
+async def test_lone_surrogates_in_a_call_are_escaped_not_the_end_of_the_trace(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0, keep_text=True))
+    try:  # valid JSON, no valid UTF-8: "user" (the session key) and the model
+        for user in ("\udc00a", "\udc01a", "plain"):
+            body = json.dumps(_chat(f"hi {user!r}", user=user, model="\ud800m")).encode()
+            assert await _post(proxy.url, body) == 200
+    finally:
+        await proxy.close()  # raised UnicodeEncodeError: no trace written at all
+    sessions = native.read(out).sessions
+    assert len(sessions) == 3 and read_meta(out)["calls_in_trace"] == 3
+    assert [s.model for s in sessions] == ["\\ud800m"] * 3
+    # a journal an older recorder wrote with the surrogates as they came: --rebuild
+    lines = journal_path(out).read_text().splitlines()
+    lines[1] = lines[1].replace("\\\\ud800m", "\\ud800m").replace("\\\\udc00a", "\\udc00a")
+    assert "\\ud800m" in lines[1]
+    journal_path(out).write_text("\n".join(lines) + "\n")
+    rebuild(out)
+    assert read_meta(out)["calls_in_trace"] == 3

@@ -41,6 +41,8 @@ _REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "conne
                            "trailer", "upgrade"})
 _RESPONSE_DROP = frozenset({"transfer-encoding", "connection", "keep-alive",
                             "proxy-connection", "trailer", "upgrade"})
+#: request Content-Encodings the aiohttp server decodes before the body is read
+_DECODED = frozenset({"gzip", "deflate", "br", "zstd"})
 _LLM_PATHS = ("/chat/completions", "/completions", "/responses", "/messages")
 
 
@@ -205,8 +207,15 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         rec = self.recorder
         arrival = rec.now_ns()
-        body = await request.read()
+        try:  # aiohttp decodes a gzip, deflate, br or zstd body: it goes on decoded
+            body = await request.read()
+        except web.RequestPayloadError as e:  # one it cannot decode (br without brotli)
+            return web.json_response({"error": {
+                "message": f"agentbench record: request body unreadable ({e})".strip(),
+                "type": "proxy_error"}}, status=400)
         drop = _REQUEST_DROP | ({"authorization"} if self.auth else set())
+        if request.headers.get("Content-Encoding", "").lower() in _DECODED:
+            drop |= {"content-encoding"}
         headers = CIMultiDict((k, v) for k, v in request.headers.items()
                               if k.lower() not in drop)
         if self.auth:  # the upstream URL's user:password, in place of the client's own

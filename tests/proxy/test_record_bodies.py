@@ -3,6 +3,7 @@ takes (lone surrogates) is escaped, not the end of the recording."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -83,3 +84,18 @@ async def test_lone_surrogates_in_a_call_are_escaped_not_the_end_of_the_trace(
     journal_path(out).write_text("\n".join(lines) + "\n")
     rebuild(out)
     assert read_meta(out)["calls_in_trace"] == 3
+
+
+async def test_a_gzip_request_body_reaches_the_upstream_readable_and_is_recorded(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    up, url = upstream
+    out = tmp_path / "rec.parquet"
+    body = json.dumps(_chat("a prompt sent compressed " * 20)).encode()
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:  # the proxy's server decodes the body: it went on still labelled gzip (a 500)
+        assert await _post(proxy.url, gzip.compress(body),
+                           {"Content-Encoding": "gzip"}) == 200
+    finally:
+        await proxy.close()
+    assert up.seen == [(body, None)]
+    assert read_meta(out)["calls_in_trace"] == 1

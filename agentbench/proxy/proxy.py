@@ -239,17 +239,26 @@ class Proxy:
         tap = ResponseTap(encoding) if llm else None  # what the analysis needs, bounded
         first: int | None = None
         error: str | None = None
+        reading = False  # waiting on the upstream (not writing to the client)
         try:
             await resp.prepare(request)
+            reading = True
             async for chunk in up.content.iter_any():
+                reading = False
                 if first is None:
                     first = rec.now_ns()
                 await resp.write(chunk)
                 if tap is not None:
                     tap.add(chunk)
+                reading = True
+            reading = False
             await resp.write_eof()
         except (TimeoutError, ConnectionError, aiohttp.ClientError) as e:
             error = f"relay stopped: {type(e).__name__}"  # client gone or upstream broke
+            if reading and request.transport is not None:
+                # the upstream broke: so does the client's answer (ending it here would
+                # hand the agent a cut stream as a whole one)
+                request.transport.close()
         finally:
             up.release() if error is None else up.close()
         if tap is not None:

@@ -99,3 +99,21 @@ async def test_a_gzip_request_body_reaches_the_upstream_readable_and_is_recorded
         await proxy.close()
     assert up.seen == [(body, None)]
     assert read_meta(out)["calls_in_trace"] == 1
+
+
+async def test_an_upstream_that_breaks_mid_stream_breaks_the_clients_answer_too(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    body = json.dumps(_chat("hi", model="die", stream=True)).encode()
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:  # as straight from the upstream: the client cannot take a cut stream as whole
+        for base in (url, proxy.url):
+            async with aiohttp.ClientSession() as http, http.post(
+                    base + "/v1/chat/completions", data=body) as r:
+                with pytest.raises(aiohttp.ClientPayloadError):
+                    await r.read()
+        assert await _post(proxy.url, json.dumps(_chat("again")).encode()) == 200
+    finally:
+        await proxy.close()
+    assert read_meta(out)["calls"] == 2

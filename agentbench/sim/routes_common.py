@@ -69,6 +69,10 @@ async def read_body(request: web.Request, cluster: Cluster) -> dict[str, Any]:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequest(f"request body is not valid JSON: {e}") from None
+    except RecursionError:  # 100,000 ``[``: valid to the grammar, past the reader's depth
+        raise BadRequest("request body is not valid JSON: nested too deep") from None
+    except web.RequestPayloadError as e:  # a Content-Encoding its bytes do not decode as
+        raise BadRequest(f"request body unreadable: {' '.join(str(e).split())}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     model = body.get("model")

@@ -126,7 +126,8 @@ def messages_messages(body: dict[str, Any]) -> list[Message]:
     if system:
         out.append(Message("system", _texts(system, ("text",)), "",
                            cache_mark=_marked(system)))
-    for m in body.get("messages") or ():
+    messages = body.get("messages")
+    for m in messages if isinstance(messages, list) else ():
         if not isinstance(m, dict):
             continue
         role = m["role"] if isinstance(m.get("role"), str) else "user"
@@ -158,7 +159,8 @@ def chat_messages(body: dict[str, Any]) -> list[Message]:
     """A chat body's messages: the content's text (a content the text reader refuses, as
     its JSON), the ids of its ``tool_calls``, their JSON read by the model."""
     out: list[Message] = []
-    for m in body.get("messages") or ():
+    messages = body.get("messages")
+    for m in messages if isinstance(messages, list) else ():
         if not isinstance(m, dict):
             continue
         role = m["role"] if isinstance(m.get("role"), str) else "user"

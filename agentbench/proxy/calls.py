@@ -203,7 +203,7 @@ class Analyzer:
         ``error`` says so)."""
         try:
             body = json.loads(body_bytes)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the reader
             body = {}
         if not isinstance(body, dict):
             body = {}

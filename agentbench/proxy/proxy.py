@@ -178,7 +178,7 @@ def _user_of(body: bytes) -> str | None:
 
     try:
         user = json.loads(body).get("user")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     return user if isinstance(user, str) and user else None
 

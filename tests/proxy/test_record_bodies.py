@@ -117,3 +117,21 @@ async def test_an_upstream_that_breaks_mid_stream_breaks_the_clients_answer_too(
     finally:
         await proxy.close()
     assert read_meta(out)["calls"] == 2
+
+
+async def test_a_call_whose_body_the_recorder_cannot_read_is_still_journaled_once(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    _, url = upstream
+    out = tmp_path / "rec.parquet"
+    deep = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:  # each raised in the analysis: the call was left out of the journal unsaid
+        async with aiohttp.ClientSession() as http:
+            for path, data in (("/v1/chat/completions", deep),
+                               ("/v1/messages", b'{"model": "m", "messages": 5}')):
+                async with http.post(proxy.url + path, data=data) as r:
+                    assert r.status in (404, 500)
+    finally:
+        await proxy.close()
+    meta = read_meta(out)
+    assert meta["calls"] == 2 and meta["calls_left_out"] == {"http_error": 2}

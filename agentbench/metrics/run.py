@@ -5,7 +5,6 @@ rather than with the results schema it reads."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,8 +150,8 @@ class Run:
 def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     """Open ``results/<run>/``. The summary is read from summary.json when it is newer
     than the records, else computed (and written) by ``agentbench.metrics.summarize``."""
-    from agentbench.errors import InputError
     from agentbench.metrics import summarize
+    from agentbench.metrics.summaryfile import read_summary
     from agentbench.results import schema as R
 
     p = Path(run_dir)
@@ -161,16 +160,12 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     from agentbench.results.spool import has_spools
 
     summary = None
-    # newer than the rows and run.json (its GPUs, prices and SLOs, edited by hand)
+    # newer than the rows and run.json (its GPUs, prices and SLOs, edited by hand), and
+    # intact (its digest: a file edited by hand or not a summary is computed again)
     fresh = sp.exists() and rp.exists() and all(
         sp.stat().st_mtime >= f.stat().st_mtime for f in (rp, p / R.RUN_FILE) if f.exists())
     if not refresh and not has_spools(p) and fresh:
-        try:
-            summary = json.loads(sp.read_text())
-        except ValueError as e:
-            raise InputError(f"not valid JSON ({e})", source=str(sp)) from None
-        if not isinstance(summary, dict):
-            raise InputError("summary.json must hold a JSON object", source=str(sp))
+        summary = read_summary(sp)
     from agentbench.metrics.summary import SCHEMA_VERSION
 
     if summary is None or summary.get("schema_version") != SCHEMA_VERSION:

@@ -7,7 +7,6 @@ denominator that counts requests."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, co
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.groups import by_context, by_turn, by_warmth
 from agentbench.metrics.stats import dist, none_if_nan, ratio
+from agentbench.metrics.summaryfile import write_summary
 from agentbench.metrics.validity import (
     CONTEXT_OVERFLOW,
     agentx_headline,
@@ -377,8 +377,5 @@ def summarize(run_dir: str | Path, *, write: bool = True) -> dict[str, Any]:
     rr = read_records(run_dir)
     summary = summarize_records(rr)
     if write:
-        path = Path(run_dir) / R.SUMMARY_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, allow_nan=False, separators=(",", ":")))
-        tmp.replace(path)
+        write_summary(Path(run_dir) / R.SUMMARY_FILE, summary)
     return summary

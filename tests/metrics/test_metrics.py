@@ -247,11 +247,16 @@ def test_bad_input(tmp_path: Path) -> None:
         summarize(d)
 
 
-@pytest.mark.parametrize("text", ["[1]", "null", "3", '"summary"'])
-def test_a_summary_json_that_is_not_an_object_is_one_line(hand_run: Path, tmp_path: Path,
-                                                          text: str) -> None:
-    """summary.json holding valid JSON that is not an object (a wrong file copied in) was
-    an AttributeError traceback from ``load``, ``report`` and ``gate``."""
+@pytest.mark.parametrize("text", [
+    "[1]", "null", "3", '"summary"', "{not json", "[" * 100_000,
+    # the shape of a summary, edited: a section of the wrong type, a figure changed
+    "WRONG_SHAPE", "DOCTORED"])
+def test_a_summary_json_that_is_not_one_written_intact_is_computed_again(
+        hand_run: Path, tmp_path: Path, text: str) -> None:
+    """summary.json is derived from the tables: one that is not JSON, not an object, or
+    was edited by hand (its digest no longer matches) is computed again, so ``load``,
+    ``report`` and ``gate`` neither fail on it (an AttributeError traceback for
+    ``"overall": "x"``) nor show figures the tables do not give."""
     import os
     import shutil
 
@@ -259,18 +264,46 @@ def test_a_summary_json_that_is_not_an_object_is_one_line(hand_run: Path, tmp_pa
 
     from agentbench import load
     from agentbench.cli import app
+    from agentbench.metrics.summaryfile import DIGEST_KEY
 
     d = tmp_path / "copied"
     shutil.copytree(hand_run, d)
-    summarize(d)
+    truth = summarize(d)
     sp = d / R.SUMMARY_FILE
+    on_disk = json.loads(sp.read_text())
+    assert DIGEST_KEY in on_disk
+    if text == "WRONG_SHAPE":
+        text = json.dumps({**on_disk, "overall": "x"})
+    elif text == "DOCTORED":
+        on_disk["overall"]["requests"]["total"] = 4_000  # the digest kept as it was
+        text = json.dumps(on_disk)
     sp.write_text(text)
     later = (d / R.REQUESTS_FILE).stat().st_mtime + 1
-    os.utime(sp, (later, later))  # fresh: read, not recomputed
-    with pytest.raises(InputError, match="summary.json: .*JSON object"):
-        load(d)
-    res = CliRunner().invoke(app, ["report", str(d)])
-    assert res.exit_code == 2 and "JSON object" in res.output, res.output
+    os.utime(sp, (later, later))  # fresh by its time: it would be read as it is
+    got = load(d).summary
+    assert got["overall"] == truth["overall"] and got["overall"]["requests"]["total"] == 4
+    assert DIGEST_KEY not in got
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    # and written again, intact: the next reader takes it as it is
+    assert json.loads(sp.read_text())["overall"] == truth["overall"]
+
+
+def test_an_intact_summary_json_is_read_not_computed(hand_run: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbench import load
+    from agentbench.metrics import summary as summary_module
+
+    want = summarize(hand_run)
+    os_time = (hand_run / R.REQUESTS_FILE).stat().st_mtime + 1
+    import os
+    os.utime(hand_run / R.SUMMARY_FILE, (os_time, os_time))
+
+    def fail(*a: object, **k: object) -> None:
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(summary_module, "summarize_records", fail)
+    assert load(hand_run).summary == want
 
 
 def test_only_warmup_and_empty(tmp_path: Path) -> None:

@@ -574,6 +574,22 @@ def test_a_folder_without_run_json_is_no_run_to_gate(runs: dict[str, Path],
     assert "no run.json" in out and out.count("\n") == 1, out
 
 
+@pytest.mark.parametrize("run_json", ["{}", '{"status": "completed"}'])
+def test_a_run_json_that_names_no_scenario_is_no_run_to_gate(runs: dict[str, Path],
+                                                             tmp_path: Path,
+                                                             run_json: str) -> None:
+    """A run.json of ``{}`` gave the gate one GPU and a false throughput/GPU regression
+    (exit 1) on an identical copy: every run.json agentbench writes names its scenario."""
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["base"], copy)
+    (copy / R.RUN_FILE).write_text(run_json)
+    code, out = _gate(str(runs["base"]), str(copy))
+    assert code == 2, out
+    assert "names no scenario" in out and out.count("\n") == 1, out
+    code, out = _gate(str(copy), str(runs["base"]))
+    assert code == 2 and "names no scenario" in out, out
+
+
 def test_a_summary_older_than_its_run_json_is_computed_again(runs: dict[str, Path],
                                                              tmp_path: Path) -> None:
     """run.json edited after the summary (its GPUs, say) makes the summary stale:

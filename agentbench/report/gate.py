@@ -244,10 +244,18 @@ def _rule_result(rule: Rule, i: int, bases: list[Any], cand: Any, exact: bool,
     got = [m.value(b.summary["overall"]) for b in bases]
     values = [float(v) for v in got if v is not None]
     b = float(np.mean(values)) if None not in got else None
-    if b is None or c is None or (rule.kind == "rel" and b == 0):
+    if b is None or c is None:
         return RuleResult(rule, b, c, None, None, "n/a", "value missing in a run",
                           point=point)
     change = float(_change(rule, b, c))
+    if rule.kind == "rel" and b == 0:
+        # no relative change from 0: equal values did not change, and any rise from 0 is
+        # past every % threshold (an error rate from 0% to 50% once read n/a and passed)
+        change = 0.0 if c == 0 else change
+        return RuleResult(rule, b, c, change, change,
+                          "FAIL" if change > rule.threshold else "pass",
+                          "baseline 0: compared as values (no relative change from 0)",
+                          point=point)
     warning = ""
     detectable: float | None
     if exact:
@@ -313,6 +321,8 @@ def run_level(rule: Rule, values: list[float], confidence: float) -> float:
 def _fmt_reg(rule: Rule, x: float | None) -> str:
     if x is None:
         return "-"
+    if math.isinf(x):  # a change from a baseline of 0
+        return "+∞" if x > 0 else "-∞"
     if rule.kind == "rel":
         return f"{100 * x:+.1f}%"
     if rule.kind == "pt":

@@ -610,3 +610,30 @@ def test_a_summary_older_than_its_run_json_is_computed_again(runs: dict[str, Pat
     os.utime(copy / R.RUN_FILE, (later, later))
     after = agentbench.load(copy).summary["overall"]["throughput"]["per_gpu_total_tok_s"]
     assert after == pytest.approx(before / 2)
+
+
+def test_a_relative_rule_from_a_baseline_of_zero_is_not_passed_as_n_a(tmp_path: Path) -> None:
+    """``error_rate: {max_increase: 10%}`` with no failure in the baseline and a third of
+    the candidate's requests failed once read n/a ("value missing in a run") and the gate
+    passed. A rise from 0 now fails a relative rule; 0 in both runs passes."""
+    small = {"trees": 6, "turns": 4, "concurrency": (2,), "warmup": 0}
+    base = write_demo_run(tmp_path / "base", seed=1, fail_rate=0.0, **small)  # type: ignore[arg-type]
+    worse = write_demo_run(tmp_path / "worse", seed=1, fail_rate=0.3, **small)  # type: ignore[arg-type]
+    rules, opts = parse_rules({"error_rate": {"max_increase": "10%"}})
+    res = evaluate(base, worse, rules, opts)
+    (r,) = res.results
+    assert r.base == 0.0 and r.cand is not None and r.cand > 0
+    assert r.status == "FAIL" and not res.passed
+    assert rows(res)[0][4] == "+∞"
+    code, out = _gate(str(base), str(worse), "--rules", str(_rules_file(tmp_path)),
+                      "--markdown", str(tmp_path / "g.md"))
+    assert code == 1 and "REGRESSION" in out, out
+    same = evaluate(base, base, rules, opts)
+    assert same.passed and same.results[0].status == "pass"
+    assert same.results[0].change == 0.0
+
+
+def _rules_file(tmp_path: Path) -> Path:
+    p = tmp_path / "gate.yaml"
+    p.write_text("error_rate: {max_increase: 10%}\n")
+    return p

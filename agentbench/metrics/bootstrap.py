@@ -19,6 +19,7 @@ import numpy.typing as npt
 from agentbench.metrics.agents import build_trees, lost_requests, request_meets_slos
 from agentbench.metrics.derive import Derived, derive
 from agentbench.metrics.summary import stage_windows
+from agentbench.results import schema as R
 from agentbench.results.reader import RunRecords
 
 FloatArray = npt.NDArray[np.float64]
@@ -62,6 +63,9 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
     np.maximum.at(last, tree, np.nan_to_num(d.end_ns[m], nan=-np.inf))
     busy = np.where(last > first, last - first, 0.0) / 1e9 * d.time_factor
     ok = d.ok[m]
+    # a request the run's own bound cancelled is neither a failure nor in the error rate's
+    # or goodput's denominator, as in the summary (docs/metrics.md)
+    ended = d.df["status"].to_numpy(dtype=object)[m] != R.CANCELLED
     good = request_meets_slos(d, rr.settings.slos)[m]
     cached = d.cached_tokens[m]
     prompt = d.prompt_tokens[m]
@@ -77,7 +81,8 @@ def tree_data(rr: RunRecords, d: Derived) -> TreeData:
     return TreeData(
         n_trees=n, tree=tree, ok=ok,
         values={k: getattr(d, v)[m] for k, v in LATENCY.items()},
-        sums={"requests": s(np.ones(tree.size)), "failed": s(~ok), "good": s(good),
+        sums={"requests": s(np.ones(tree.size)), "ended": s(ended),
+              "failed": s(~ok & ended), "good": s(good),
               "tokens": s(tokens), "output": s(np.where(ok, np.nan_to_num(d.output_tokens[m]),
                                                          0.0)),
               "ok": s(ok), "cached": s(np.where(known, cached, 0.0)),
@@ -150,8 +155,8 @@ def _replicate_fn(name: str) -> Callable[[TreeData, FloatArray], FloatArray] | N
         return f
 
     table: dict[str, Callable[[TreeData, FloatArray], FloatArray]] = {
-        "hit_rate": share("cached", "prompt"), "goodput": share("good", "requests"),
-        "error_rate": share("failed", "requests"),
+        "hit_rate": share("cached", "prompt"), "goodput": share("good", "ended"),
+        "error_rate": share("failed", "ended"),
         "throughput": rate("tokens", False), "throughput_per_gpu": rate("tokens", True),
         "output_throughput": rate("output", False), "requests_per_s": rate("ok", False),
     }

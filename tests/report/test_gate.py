@@ -209,7 +209,8 @@ def _td(keys: list[str], ttft: list[list[float]], tokens: list[float],
     ones = np.bincount(tree, minlength=n).astype(np.float64)
     return TreeData(n_trees=n, tree=tree, ok=np.ones(tree.size, dtype=bool),
                     values={"ttft": vals, "tpot": vals, "e2e": vals},
-                    sums={"requests": ones, "failed": np.zeros(n), "good": ones,
+                    sums={"requests": ones, "ended": ones, "failed": np.zeros(n),
+                          "good": ones,
                           "tokens": np.asarray(tokens, dtype=np.float64),
                           "output": np.zeros(n), "ok": ones, "cached": np.zeros(n),
                           "prompt": ones},
@@ -637,3 +638,35 @@ def _rules_file(tmp_path: Path) -> Path:
     p = tmp_path / "gate.yaml"
     p.write_text("error_rate: {max_increase: 10%}\n")
     return p
+
+
+def test_requests_cancelled_by_the_run_are_no_failures_in_the_resampled_error_rate(
+        tmp_path: Path) -> None:
+    """A wall-clock candidate whose deadline cancelled more requests than the baseline's
+    (a slower server has more in flight at the deadline) read error rate 0.0% → 0.0%,
+    regression +0.00pt, lower bound +26pt: FAIL. The replicates counted cancelled
+    requests as failures (and in goodput's denominator), which the summary does not."""
+    small = {"trees": 12, "turns": 6, "concurrency": (4,), "warmup": 0}
+    base = write_demo_run(tmp_path / "base", seed=1, fail_rate=0.0, **small)  # type: ignore[arg-type]
+    cand = tmp_path / "cand"
+    shutil.copytree(base, cand)
+    t = pq.read_table(cand / R.REQUESTS_FILE)
+    turn = t["turn"].to_numpy()
+    tree = t["tree_id"].to_pylist()
+    # the last two turns of half the trees were cut by the run's deadline
+    cut = [k >= 4 and int(str(tid)[1:].split("#")[0]) % 2 == 0  # tree ids s<k>#0
+           for k, tid in zip(turn, tree, strict=True)]
+    status = [R.CANCELLED if c else s for c, s in zip(cut, t["status"].to_pylist(),
+                                                         strict=True)]
+    t = t.set_column(t.schema.get_field_index("status"), "status",
+                     pa.array(status, t.schema.field("status").type))
+    pq.write_table(t, cand / R.REQUESTS_FILE)
+    (cand / R.SUMMARY_FILE).unlink(missing_ok=True)
+    rules, opts = parse_rules({"error_rate": {"max_increase": "1pt"},
+                               "goodput": {"max_drop": "2pt"}})
+    res = evaluate(base, cand, rules, opts)
+    err, good = res.results
+    assert err.base == 0.0 and err.cand == 0.0
+    assert err.status == "pass" and err.bound is not None and abs(err.bound) < 1e-9
+    assert good.change is not None and good.bound is not None
+    assert good.bound <= good.change + 0.05, rows(res)

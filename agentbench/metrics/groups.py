@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from agentbench.metrics.derive import Derived
 from agentbench.metrics.stats import QNAMES, group_quantiles, none_if_nan
+from agentbench.results import schema as R
 
 Mask = npt.NDArray[np.bool_]
 
@@ -24,7 +25,9 @@ def _group_table(d: Derived, codes: npt.NDArray[np.int64], n: int, m: Mask
     """Per-group columns for the by-turn and by-context tables."""
     okm = m & d.ok
     cnt = np.bincount(codes[m], minlength=n)
-    failed = np.bincount(codes[m & ~d.ok], minlength=n)
+    # a request the run's own bound cancelled is no failure (the summary's ``requests``)
+    cancelled = d.df["status"].to_numpy(dtype=object) == R.CANCELLED
+    failed = np.bincount(codes[m & ~d.ok & ~cancelled], minlength=n)
     ttft = np.where(okm, d.ttft_ms, np.nan)
     e2e = np.where(okm, d.e2e_ms, np.nan)
     tc, tmean, tq = group_quantiles(codes, ttft, n)

@@ -338,6 +338,11 @@ def test_cancelled_and_unsent(tmp_path: Path) -> None:
     assert s["latency"]["ttft_ms"]["count"] == 1
     assert s["window_s"] == pytest.approx(0.05)  # first send 0 → the unsent one at 50 ms
     assert s["goodput"]["requests"] == pytest.approx(1 / 2)
+    # nor in the per-group tables (they once said 2 failed of 3, beside 1 failed overall)
+    full = summarize(tmp_path / "c")
+    for name in ("by_turn", "by_context", "by_warmth"):
+        assert sum(g["failed"] for g in full[name]) == 1, name
+        assert sum(g["requests"] for g in full[name]) == 3, name
 
 
 def test_agent_goodput_and_makespan_without_sessions(tmp_path: Path) -> None:

@@ -25,6 +25,19 @@ def stage_points(summary: dict[str, Any], x_metric: str, y_metric: str
     return [(float(x), float(y), st) for x, y, st in pts if x is not None and y is not None]
 
 
+def left_out(named: Sequence[tuple[str, dict[str, Any]]],
+             x_metric: str = "interactivity_p50") -> list[str]:
+    """A line naming the runs an ``agentx`` chart leaves out (no stage has both figures),
+    and why; none when every run is on it."""
+    left = [lab for lab, s in named if not stage_points(s, x_metric, "throughput_per_gpu")]
+    if not left:
+        return []
+    if x_metric == "interactivity_p50":
+        return [f"Not on the interactivity chart: {', '.join(left)} (no P50 interactivity: "
+                "no successful request with more than one output token)."]
+    return [f"Not on the E2E chart: {', '.join(left)} (no successful measured request)."]
+
+
 def _point_label(stage: str, b: dict[str, Any]) -> str:
     """A stage's label with the load it delivered (``c=8, 1.3 in flight``): lanes that sit
     in the agents' pauses make ``c=8`` a lighter load than it reads."""

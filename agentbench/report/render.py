@@ -108,6 +108,7 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
         sweep = Section("Sweep stages", tables=[_table_rows(s["stages"], STAGE_METRICS)])
         if len(s.get("agentx") or []) <= 1:  # else the AgentX section above has the chart
             sweep.figures.append(_agentx_figure([(label, s)], key))
+            sweep.text.extend(charts.left_out([(label, s)]))
         out.append(sweep)
     if len(s.get("endpoints", {})) > 1:
         out.append(Section("Endpoints", tables=[_table_rows(s["endpoints"], STAGE_METRICS)]))
@@ -170,6 +171,12 @@ def _latency_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Se
     note = time_note([r.summary for r in runs])
     reqs = [_measured(r) for r in runs]
     ok = [q[(q["status"] == "ok").to_numpy(dtype=bool)] for q in reqs]
+    none = [lab for lab, q in zip(labels, ok, strict=True) if q.empty]
+    if len(none) == len(runs):  # empty axes would say nothing
+        sec.text.append("No measured request succeeded: no latency to draw.")
+        return sec
+    if none:
+        sec.text.append(f"Not drawn: {', '.join(none)} (no successful measured request).")
     for col, name in (("ttft_ms", "TTFT"), ("e2e_ms", "E2E")):
         png = plots.cdf([(lab, q[col].to_numpy(dtype=np.float64))
                          for lab, q in zip(labels, ok, strict=True)], f"{name}, ms{note}",
@@ -204,20 +211,27 @@ def _curve_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Sect
             (name(lab, dashed[0]), xs(rows, k), [x[dashed[1]] for x in rows], i, True))]
 
     hit = (("achieved", "hit_rate"), ("potential", "potential_hit_rate"))
-    sec.figures.append((f"{key}ttft_vs_context.png", "TTFT vs context", plots.lines(
-        pairs(ctx, "context_lo", ("p50", "ttft_ms_p50"), ("p90", "ttft_ms_p90")),
-        "context length, tokens (bucket start)", f"TTFT, ms{note}",
-        "TTFT vs context length (solid p50, dashed p90)", logx=True)))
+    # a run without a successful request has no TTFT: empty axes would say nothing
+    ttft = any(x.get("ttft_ms_p50") is not None for _, rows in ctx for x in rows)
+    if not ttft:
+        sec.text.append("No measured request succeeded: no TTFT to draw against context "
+                        "length or turn index.")
+    else:
+        sec.figures.append((f"{key}ttft_vs_context.png", "TTFT vs context", plots.lines(
+            pairs(ctx, "context_lo", ("p50", "ttft_ms_p50"), ("p90", "ttft_ms_p90")),
+            "context length, tokens (bucket start)", f"TTFT, ms{note}",
+            "TTFT vs context length (solid p50, dashed p90)", logx=True)))
     sec.figures.append((f"{key}hit_vs_context.png", "hit rate vs context", plots.lines(
         pairs(ctx, "context_lo", *hit),
         "context length, tokens (bucket start)", "hit rate, %",
         "Prefix cache hit rate vs context length (solid achieved, dashed potential)",
         logx=True, percent=True)))
-    sec.figures.append((f"{key}ttft_vs_turn.png", "TTFT vs turn", plots.lines(
-        [(lab, xs(rows, "turn"), [x["ttft_ms_p50"] for x in rows], i)
-         for i, (lab, rows) in enumerate(turn)],
-        "turn index", f"TTFT p50, ms{note}",
-        f"TTFT vs turn index (turns at least {MIN_TURN_REQUESTS} requests reached)")))
+    if ttft:
+        sec.figures.append((f"{key}ttft_vs_turn.png", "TTFT vs turn", plots.lines(
+            [(lab, xs(rows, "turn"), [x["ttft_ms_p50"] for x in rows], i)
+             for i, (lab, rows) in enumerate(turn)],
+            "turn index", f"TTFT p50, ms{note}",
+            f"TTFT vs turn index (turns at least {MIN_TURN_REQUESTS} requests reached)")))
     sec.figures.append((f"{key}hit_vs_turn.png", "hit rate vs turn", plots.lines(
         pairs(turn, "turn", *hit),
         "turn index", "hit rate, %",
@@ -458,8 +472,10 @@ def sections_for(runs: Sequence[Run]) -> list[Section]:
         "points, joined by the grey band, are the Pareto front: no other point beats them "
         "on both axes."],
         figures=[_agentx_figure(named, "cmp_")])
+    agentx.text.extend(charts.left_out(named))
     sweep = any(len(s.get("stages", {})) > 1 for s in sums)
     if sweep:
+        agentx.text.extend(charts.left_out(named, "e2e_p50"))
         agentx.figures.append((
             "cmp_pareto_e2e.png", "Pareto: throughput/GPU vs P50 E2E", charts.agentx(
                 named, "Throughput per GPU vs P50 E2E, per sweep stage", x_metric="e2e_p50",

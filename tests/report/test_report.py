@@ -340,3 +340,26 @@ def test_stage_labels_that_would_overlap_are_left_out() -> None:
     assert [t.get_text() for t in ax.texts] == ["c=32, 18.5 in flight",
                                                 "c=64, 47.7 in flight", "c=32"]
     plt.close(fig)
+
+
+def test_plots_without_data_say_why_instead_of_empty_axes(three: list[Path],
+                                                          tmp_path: Path) -> None:
+    """A run where every request failed drew empty TTFT/E2E CDFs and empty TTFT curves,
+    and in a comparison it (and a run with no TPOT) vanished from the plots without a
+    word. Now the report says which run is left out of what, and why."""
+    failed = write_demo_run(tmp_path / "allfailed", trees=3, turns=4, fail_rate=1.0,
+                            name="allfailed")
+    res = CliRunner().invoke(app, ["report", str(failed), "-o", str(tmp_path / "one")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "one" / "report.md").read_text()
+    assert "No measured request succeeded: no latency to draw." in md
+    assert "no TTFT to draw against context length or turn index" in md
+    assert not {"ttft_ms_cdf.png", "ttft_vs_context.png", "ttft_vs_turn.png"} & {
+        p.name for p in (tmp_path / "one" / "plots").iterdir()}
+    res = CliRunner().invoke(app, ["report", str(three[1]), str(failed),
+                                   "-o", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "cmp" / "report.md").read_text()
+    assert "Not drawn: allfailed (no successful measured request)." in md
+    assert "Not on the interactivity chart: allfailed" in md
+    assert "Not on the E2E chart: allfailed" in md

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+#: a CDF of at most this many values marks each one
+SPARSE = 20
 WIDE = (10.0, 4.6)   # inches: 1,000 px wide at DPI
 DPI = 100
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
@@ -53,8 +55,10 @@ def cdf(series: Sequence[tuple[str, npt.NDArray[np.float64]]], xlabel: str,
         v = np.sort(v[~np.isnan(v)])
         if v.size == 0:
             continue
+        # a few values get markers: a run of one request is one point, no line at all
         ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label,
-                color=COLORS[k % len(COLORS)])
+                color=COLORS[k % len(COLORS)], marker="o" if v.size <= SPARSE else None,
+                markersize=4)
         spans.append((v[0], v[-1]))
     if spans and min(a for a, _ in spans) > 0 and \
             max(b for _, b in spans) / min(a for a, _ in spans) > 100:

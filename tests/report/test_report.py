@@ -363,3 +363,24 @@ def test_plots_without_data_say_why_instead_of_empty_axes(three: list[Path],
     assert "Not drawn: allfailed (no successful measured request)." in md
     assert "Not on the interactivity chart: allfailed" in md
     assert "Not on the E2E chart: allfailed" in md
+
+
+def test_a_cdf_of_one_request_is_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of exactly one request was in the CDF's legend but nowhere on it: one value
+    is one point, and a line through one point draws nothing."""
+    import numpy as np
+
+    from agentbench.report import plots
+
+    drawn: list[tuple[str, int, str]] = []
+
+    def keep(fig: object) -> bytes:
+        for ln in fig.axes[0].get_lines():  # type: ignore[attr-defined]
+            drawn.append((ln.get_label(), len(ln.get_xdata()), str(ln.get_marker())))
+        plots.plt_module().close(fig)
+        return b""
+
+    monkeypatch.setattr(plots, "png", keep)
+    plots.cdf([("one", np.array([30.0])), ("many", np.linspace(1, 100, 500))], "TTFT", "t")
+    (one,) = [d for d in drawn if d[0] == "one"]
+    assert one[1] == 1 and one[2] not in ("None", "", " ")

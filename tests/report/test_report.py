@@ -384,3 +384,22 @@ def test_a_cdf_of_one_request_is_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
     plots.cdf([("one", np.array([30.0])), ("many", np.linspace(1, 100, 500))], "TTFT", "t")
     (one,) = [d for d in drawn if d[0] == "one"]
     assert one[1] == 1 and one[2] not in ("None", "", " ")
+
+
+def test_a_comparison_says_which_runs_did_not_complete(three: list[Path],
+                                                       tmp_path: Path) -> None:
+    """A killed run's figures cover part of it; its changes were shown in the comparison's
+    headlines without a word (only its own section, further down, said so)."""
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(three[2], cut)
+    info = json.loads((cut / R.RUN_FILE).read_text())
+    info["status"] = "killed"
+    (cut / R.RUN_FILE).write_text(json.dumps(info))
+    (cut / R.SUMMARY_FILE).unlink(missing_ok=True)
+    res = CliRunner().invoke(app, ["report", str(three[1]), str(cut), "-o", str(tmp_path / "c")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "c" / "report.md").read_text()
+    comparison = md.split("## Comparison", 1)[1].split("\n## ", 1)[0]
+    assert "(killed) did not complete: their figures cover part of the run" in comparison

@@ -247,10 +247,10 @@ def _warmth_table(runs: Sequence[Run], labels: Sequence[str], one: bool
                   ) -> tuple[list[str], list[list[str]]] | None:
     """TTFT and hit rate of cold, partly cached and warm requests: what a cache hit buys."""
     def ms(v: Any) -> str:
-        return "" if v is None else f"{v:,.1f}"
+        return "-" if v is None else f"{v:,.1f}"
 
     def pct(v: Any) -> str:
-        return "" if v is None else f"{100 * v:.1f}%"
+        return "-" if v is None else f"{100 * v:.1f}%"
 
     rows = [[*([] if one else [lab]), str(w["warmth"]), f"{w['requests']:,}",
              ms(w.get("ttft_ms_p50")), ms(w.get("ttft_ms_p90")), ms(w.get("e2e_ms_p50")),

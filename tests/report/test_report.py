@@ -403,3 +403,14 @@ def test_a_comparison_says_which_runs_did_not_complete(three: list[Path],
     md = (tmp_path / "c" / "report.md").read_text()
     comparison = md.split("## Comparison", 1)[1].split("\n## ", 1)[0]
     assert "(killed) did not complete: their figures cover part of the run" in comparison
+
+
+def test_the_warmth_table_shows_a_dash_where_a_group_has_no_figure(tmp_path: Path) -> None:
+    """Cold requests that all failed have no TTFT: their cells were left blank, where
+    every other table of the report shows '-'."""
+    failed = write_demo_run(tmp_path / "f", trees=2, turns=3, fail_rate=1.0)
+    res = CliRunner().invoke(app, ["report", str(failed), "-o", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith(("| cold |", "| warm |"))]
+    assert rows and all("|  |" not in ln and "| - |" in ln for ln in rows), rows

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 
 # keys whose values differ between two runs of the same scenario and seed by design
 VOLATILE = {"run_id", "git_commit", "host", "start_wall", "end_wall", "pid",
-            "wall_duration_ns", "client_health", "results_dir", "path", "dir"}
+            "wall_duration_ns", "client_health", "results_dir", "path", "dir",
+            "digest"}  # summary.json's digest of its own text, the volatile keys included
 TABLES = ("requests.parquet", "sessions.parquet", "server_metrics.parquet")
 
 

@@ -200,7 +200,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
         if Path(d).is_dir():
             # its GPUs, time base and fingerprint are unknown: a summary left in it and the
             # figures resampled from its rows would disagree (a false regression)
-            require_run_json(Path(d))
+            require_run_json(Path(d), scenario=True)
     bases = [load(d) for d in base_dirs]
     runs = [bases[0], load(cand_dir)]
     for r, which in [*((b, "baseline") for b in bases), (runs[1], "candidate")]:

@@ -144,16 +144,17 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     return data
 
 
-def require_run_json(d: Path) -> None:
-    """A folder without run.json (empty, mistyped, a copy without it), or whose run.json
-    names no scenario, is no run folder: one line. A run.json that is there but no regular
-    file is left to the reader's own check, which names it (``_regular_files_only``)."""
+def require_run_json(d: Path, scenario: bool = False) -> None:
+    """A folder without run.json (empty, mistyped, a copy without it) is no run folder:
+    one line. With ``scenario`` (a run to judge: its GPUs, time base and fingerprint are
+    in it), so is one whose run.json names no scenario, which every run.json has from the
+    run's start (``{}`` gave the gate one GPU and a false per-GPU regression). A run.json
+    that is there but no regular file is left to the reader's own check, which names it
+    (``_regular_files_only``)."""
     path = d / R.RUN_FILE
     if not os.path.lexists(path):
         raise InputError("no run.json: not a run folder agentbench wrote", source=str(d))
-    # every run.json names its scenario (from the run's start): one without (``{}``)
-    # gave the gate no GPU count, and per-GPU figures a false regression
-    if path.is_file() and "scenario" not in read_run_json(d):
+    if scenario and path.is_file() and "scenario" not in read_run_json(d):
         raise InputError("run.json names no scenario: not a run agentbench wrote",
                          source=str(path))
 

@@ -10,19 +10,23 @@ prompts get equal block hashes exactly where their text would share a token pref
 (block text of n tokens is a prefix of the same block with more tokens), so prefix-cache
 hits, and so cached tokens, are the ones the text would give.
 
-A session's builder keeps its previous prompt: a turn that extends it hashes only the
-engine blocks past the shared prefix.
+A session's turns come in lineages, each turn's hash ids extending the previous turn's (a
+growing conversation; a compaction starts a new one). The whole blocks of a lineage are
+hashed once, with numpy, up to its last turn's; each turn then hashes only the few engine
+blocks past them (its cut last block, its tail, the template's closing tokens) and copies
+the rest (``SegmentPrompt``).
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from agentbench.prompts.layout import SHARED_PREFIX_SALT, Segment, tail_layout
+from agentbench.prompts.layout import SHARED_PREFIX_SALT, tail_layout
 from agentbench.traces.model import Turn
 from agentbench.traces.words import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
 
@@ -81,15 +85,6 @@ def _ident(salt: int, keys: npt.NDArray[np.int64] | list[int], tail: bool = Fals
     return _mix(_mix(k.view(np.uint64) + np.uint64(base)))
 
 
-def _seg_idents(salt: int, segs: list[Segment]) -> list[int]:
-    """``_ident`` of each segment (its key, as a tail or not; the shared prefix's own), as
-    Python ints."""
-    base, tail = _salt_base(salt, False), _salt_base(salt, True)
-    return [_SHARED if s.shared else
-            _mix_int(_mix_int(((int(s.key) & _M64) + (tail if s.tail else base)) & _M64))
-            for s in segs]
-
-
 class _Weights:
     """Fixed odd random weights per segment position (grown on demand)."""
 
@@ -119,113 +114,196 @@ class SimPrompt:
     hashes: array[int]  # int64 values: a prefix is copied as one block of memory
 
 
+class _Epoch:
+    """The block hashes of one lineage of a session's turns (each one's hash ids extending
+    the one before), hashed once for all of them: the head segments, then every whole
+    block of the lineage's last turn, ``bs`` tokens each. A turn of the lineage shares its
+    leading segments with this sequence, and so the hashes of the engine blocks that end
+    in them (``chain``: the chain before each segment)."""
+
+    __slots__ = ("ids", "bs", "turns", "chain", "hashes", "n_head", "head_tokens")
+
+    def __init__(self, owner: SegmentPrompt, ids: npt.NDArray[np.int64], bs: int,
+                 turns: range) -> None:
+        self.ids = ids
+        self.bs = bs
+        self.turns = turns  # the indices of the owner's turns in the lineage
+        idents = np.concatenate([owner._head_i, _ident(owner.salt, ids)])
+        lens = np.concatenate([owner._head_n, np.full(ids.size, bs, dtype=np.int64)])
+        self.n_head = owner._head_i.size
+        self.head_tokens = owner._head_tokens
+        n_seg, bsz = idents.size, owner.block_size
+        w = WEIGHTS.get(n_seg)
+        chain = np.zeros(n_seg + 1, dtype=np.uint64)
+        mixed = _mix(idents)
+        mixed *= w
+        mixed.cumsum(dtype=np.uint64, out=chain[1:])
+        self.chain = chain
+        ends = lens.cumsum()
+        n_blocks = int(ends[-1]) // bsz if n_seg else 0
+        last = np.arange(bsz - 1, n_blocks * bsz, bsz, dtype=np.int64)
+        j = ends.searchsorted(last, side="right")
+        off = (last - (ends - lens)[j] + 1).view(np.uint64)
+        inner = _mix(idents[j] + off * _GOLD)
+        inner *= w[j]
+        inner += chain[j]
+        inner += last.view(np.uint64)
+        self.hashes = _mix(inner).view(np.int64)
+
+
 class SegmentPrompt:
     """One session's prompts for the in-process simulator (see the module doc); the
-    counterpart of ``agentbench.prompts.layout.SessionPrompt``, with the same layout."""
+    counterpart of ``agentbench.prompts.layout.SessionPrompt``, with the same layout.
+
+    With the session's ``turns``, the whole blocks of each lineage of turns (each turn's
+    hash ids extending the previous turn's) are hashed once for the lineage (``_Epoch``:
+    about 40 numpy calls a lineage, not a turn); a turn then hashes only the few engine
+    blocks past them (its cut last block, its tail, the template's last tokens) in Python
+    integers, and copies the rest. A turn outside the session's list is hashed as a
+    lineage of its own (and its next turn, when that extends it)."""
 
     def __init__(self, salt: int, session_id: str, overhead: int, shared_prefix: int,
-                 chat: bool, block_size: int) -> None:
+                 chat: bool, block_size: int, turns: Sequence[Turn] = ()) -> None:
         self.salt = salt
         self.session_id = session_id
         self.overhead = overhead
         self.shared_prefix = shared_prefix
         self.chat = chat
         self.block_size = block_size
-        self._ids: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._whole: U64 = np.zeros(0, dtype=np.uint64)  # identities of the whole blocks
-        self._prev_idents: U64 = np.zeros(0, dtype=np.uint64)
-        self._prev_lens: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._prev_hashes: array[int] = array("q")
-        # the previous prompt's chain: _chain[i] is the sum of its segments 0..i-1, mixed
-        self._chain: U64 = np.zeros(1, dtype=np.uint64)
+        self.turns = turns
         head_i = ([_ROLE_I] if chat else []) + ([_SHARED] if shared_prefix else [])
         head_n = ([1] if chat else []) + ([shared_prefix] if shared_prefix else [])
         self._head_i = np.array(head_i, dtype=np.uint64)
         self._head_n = np.array(head_n, dtype=np.int64)
+        self._head_tokens = sum(head_n)
         self._tail_i = [_END_I, _PRIMER_I] if chat else []
         self._tail_n = [1, 1] if chat else []
-        self._head_tokens = int(self._head_n.sum())
-        self._bs = 0  # the previous turn's block size, and its whole blocks kept
-        self._keep = 0
-        #: hashes of the previous prompt that lead the last one (``_hashes``' ``keep``)
+        self._base = _salt_base(salt, False)
+        self._tail_base = _salt_base(salt, True)
+        self._epoch: _Epoch | None = None
+        self._last: tuple[_Epoch, int] | None = None  # the last prompt's epoch and blocks
+        #: hashes of the previous prompt that lead the last one (``PromptMemo``)
         self.kept = 0
 
     def build(self, turn: Turn, next_turn: Turn | None) -> SimPrompt:
-        ids, bs = turn.hash_ids, turn.block_size
-        n_full = min(len(ids), turn.input_tokens // bs)
-        have = len(self._ids)
-        # the previous turn's whole blocks lead this one's (one memcmp)
-        if not (have <= n_full and bs == self._bs and ids.dtype == self._ids.dtype
-                and ids[:have].tobytes() == self._ids.tobytes()):
-            have = 0
-            self._whole = np.zeros(0, dtype=np.uint64)
-            self._keep = 0
-        if n_full > have:
-            self._whole = np.concatenate([self._whole, _ident(self.salt, ids[have:n_full])])
-        self._ids, self._bs = ids[:n_full], bs
+        bs = turn.block_size
+        n_full = min(len(turn.hash_ids), turn.input_tokens // bs)
         keep, segs = tail_layout(turn, self.session_id, next_turn, n_full,
                                  self.overhead + self.shared_prefix)
-        rest_i = _seg_idents(self.salt, segs) + self._tail_i
-        rest_n = [s.n for s in segs] + self._tail_n
-        idents = np.concatenate([self._head_i, self._whole[:keep],
-                                 np.array(rest_i, dtype=np.uint64)])
-        lens = np.concatenate([self._head_n, np.full(keep, bs, dtype=np.int64),
-                               np.array(rest_n, dtype=np.int64)])
-        # segments known equal to the previous prompt's: the head and the whole blocks both
-        # kept (``_whole`` only grew since); ``_hashes`` looks past them one at a time
-        same = self._head_i.size + min(keep, self._keep)
-        self._keep = keep
-        return SimPrompt(self._head_tokens + keep * bs + sum(rest_n),
-                         self._hashes(idents, lens, same))
-
-    def _hashes(self, idents: U64, lens: npt.NDArray[np.int64], same: int) -> array[int]:
-        """Hashes of every full engine block; blocks inside the token prefix shared with the
-        previous prompt are taken from it, and so is the chain of segments before the
-        first one that differs (``same``: segments known to be the previous prompt's)."""
-        bsz = self.block_size
-        ends = lens.cumsum()  # the method: numpy's function wrapper costs a microsecond
-        n_seg = idents.size
-        n_tok = int(ends[-1]) if n_seg else 0
-        n_blocks = n_tok // bsz
-        # the token prefix shared with the previous prompt: segments 0..d-1 are equal
-        pi, pl = self._prev_idents, self._prev_lens
-        m = min(pi.size, n_seg)
-        d = min(same, m)
-        for _ in range(_FEW):  # a few more one at a time, then the rest at once
-            if d == m or pi[d] != idents[d] or pl[d] != lens[d]:
+        ep = self._epoch_for(turn, next_turn, keep)
+        # the segments after the kept whole blocks that are the epoch's next whole blocks
+        # (a tail made of the next turn's blocks): matched too
+        m, i, ids = keep, 0, ep.ids
+        while i < len(segs) and m < ids.size:
+            s = segs[i]
+            if s.n != bs or s.tail or s.shared or s.key != ids[m]:
                 break
-            d += 1
+            m += 1
+            i += 1
+        pos = ep.n_head + m  # the first segment hashed here
+        t0 = ep.head_tokens + m * bs  # and its first token
+        rest = segs[i:]
+        idents = [_SHARED if s.shared else
+                  _mix_int(_mix_int(((s.key & _M64) + (self._tail_base if s.tail
+                                                        else self._base)) & _M64))
+                  for s in rest] + self._tail_i
+        lens = [s.n for s in rest] + self._tail_n
+        tokens = t0 + sum(lens)
+        bsz = self.block_size
+        b0 = t0 // bsz  # blocks ending before t0: the epoch's
+        out = array("q")
+        out.frombytes(ep.hashes[:b0].data.cast("B"))  # one copy of the epoch's leading hashes
+        b1 = tokens // bsz
+        if b1 - b0 > _FEW_BLOCKS:
+            out.frombytes(_tail_hashes_np(idents, lens, pos, t0, int(ep.chain[pos]), b0, b1,
+                                          bsz).data.cast("B"))
+        elif b1 > b0:
+            out.extend(_tail_hashes(idents, lens, pos, t0, int(ep.chain[pos]), b0, b1, bsz))
+        last = self._last
+        self.kept = min(last[1], b0) if last is not None and last[0] is ep else 0
+        self._last = (ep, b0)
+        return SimPrompt(tokens, out)
+
+    def _epoch_for(self, turn: Turn, next_turn: Turn | None, keep: int) -> _Epoch:
+        """An epoch whose whole blocks start with ``turn``'s first ``keep``: the current
+        one when ``turn`` is of its lineage (or its ids lead the epoch's), else the
+        lineage from ``turn`` on."""
+        ep = self._epoch
+        bs = turn.block_size
+        turns = self.turns
+        k = turn.turn
+        listed = 0 <= k < len(turns) and turns[k] is turn
+        if ep is not None and ep.bs == bs:
+            if listed and k in ep.turns:
+                return ep
+            ids = turn.hash_ids
+            if keep <= ep.ids.size and ids[:keep].tobytes() == ep.ids[:keep].tobytes():
+                return ep
+        if listed:
+            end = k
+            while end + 1 < len(turns) and _extends(turns[end + 1], turns[end]):
+                end += 1
+            lineage, ids = range(k, end + 1), turns[end].hash_ids
         else:
-            diff = np.flatnonzero((pi[d:m] != idents[d:m]) | (pl[d:m] != lens[d:m]))
-            d = d + int(diff[0]) if diff.size else m
-        common = int(ends[d - 1]) if d else 0
-        if d < m and pi[d] == idents[d]:
-            common += int(min(pl[d], lens[d]))
-        keep = min(common // bsz, n_blocks, len(self._prev_hashes))
-        out = self._prev_hashes[:keep]
-        self.kept = keep
-        w = WEIGHTS.get(n_seg)
-        # one splitmix pass over the changed segments and the new blocks' inner values
-        if n_blocks > keep:
-            last = np.arange(keep * bsz + bsz - 1, n_blocks * bsz, bsz, dtype=np.int64)
-            j = ends.searchsorted(last, side="right")
-            off = (last - (ends - lens)[j] + 1).view(np.uint64)
-            mixed_all = _mix(np.concatenate([idents[d:], idents[j] + off * _GOLD]))
-        else:
-            mixed_all = _mix(idents[d:])
-        # the chain up to segment d is the previous prompt's (same segments, same places)
-        mixed = mixed_all[:n_seg - d]
-        mixed *= w[d:]
-        chain = np.empty(n_seg + 1, dtype=np.uint64)
-        chain[:d + 1] = self._chain[:d + 1]
-        mixed.cumsum(dtype=np.uint64, out=chain[d + 1:])
-        chain[d + 1:] += chain[d]
-        if n_blocks > keep:
-            inner = mixed_all[n_seg - d:]
-            inner *= w[j]
-            inner += chain[j]
-            inner += last.view(np.uint64)
-            out.frombytes(_mix(inner).tobytes())  # ``out`` is a new array
-        self._prev_idents, self._prev_lens, self._prev_hashes = idents, lens, out
-        self._chain = chain
-        return out
+            lineage = range(0)
+            ids = next_turn.hash_ids if next_turn is not None and _extends(next_turn, turn) \
+                else turn.hash_ids
+        self._epoch = ep = _Epoch(self, np.ascontiguousarray(ids, dtype=np.int64), bs,
+                                  lineage)
+        return ep
+
+
+def _extends(later: Turn, earlier: Turn) -> bool:
+    """Whether ``later``'s hash ids start with all of ``earlier``'s (same block size)."""
+    a, b = later.hash_ids, earlier.hash_ids
+    return later.block_size == earlier.block_size and len(a) >= len(b) \
+        and a[:len(b)].tobytes() == b.tobytes()
+
+
+def _tail_hashes(idents: list[int], lens: list[int], pos: int, t0: int, chain: int,
+                 b0: int, b1: int, bsz: int) -> list[int]:
+    """The hashes of engine blocks ``b0..b1-1``, each ending in one of the segments
+    ``idents``/``lens`` (the ``pos``-th segment of the prompt on, its first token
+    ``t0``; ``chain`` the chain before them), as int64 values."""
+    w = WEIGHTS.get(pos + len(idents))
+    out = []
+    j, start = 0, t0
+    for b in range(b0, b1):
+        last = b * bsz + bsz - 1
+        while start + lens[j] <= last:
+            chain = (chain + _mix_int(idents[j]) * int(w[pos + j])) & _M64
+            start += lens[j]
+            j += 1
+        inner = (_mix_int((idents[j] + (last - start + 1) * _GOLD_I) & _M64)
+                 * int(w[pos + j]) + chain + last) & _M64
+        h = _mix_int(inner)
+        out.append(h - (1 << 64) if h >> 63 else h)
+    return out
+
+
+#: more engine blocks than this past a turn's epoch are hashed with numpy (a long unique
+#: tail), fewer in Python integers (numpy's per-call cost is more than the arithmetic)
+_FEW_BLOCKS = 24
+
+
+def _tail_hashes_np(idents: list[int], lens: list[int], pos: int, t0: int, chain0: int,
+                    b0: int, b1: int, bsz: int) -> npt.NDArray[np.int64]:
+    """``_tail_hashes`` with numpy (the same operations, elementwise)."""
+    ident = np.array(idents, dtype=np.uint64)
+    n = np.array(lens, dtype=np.int64)
+    w = WEIGHTS.get(pos + ident.size)[pos:]
+    chain = np.empty(ident.size + 1, dtype=np.uint64)
+    chain[0] = chain0
+    mixed = _mix(ident)
+    mixed *= w
+    mixed.cumsum(dtype=np.uint64, out=chain[1:])
+    chain[1:] += np.uint64(chain0)
+    ends = n.cumsum() + t0
+    last = np.arange(b0 * bsz + bsz - 1, b1 * bsz, bsz, dtype=np.int64)
+    j = ends.searchsorted(last, side="right")
+    off = (last - (ends - n)[j] + 1).view(np.uint64)
+    inner = _mix(ident[j] + off * _GOLD)
+    inner *= w[j]
+    inner += chain[j]
+    inner += last.view(np.uint64)
+    return _mix(inner).view(np.int64)

@@ -221,7 +221,8 @@ class TreeRun:
         builder = self.prompts.get(key)
         if builder is None:
             builder = transport.prompt_builder(self.ctx.caches, self.salts[sess.scope],
-                                               sess.session_id, self.ctx.shared_prefix_tokens)
+                                               sess.session_id, self.ctx.shared_prefix_tokens,
+                                               sess.turns)
             if self.ctx.prompt_memo is not None:
                 builder = self.ctx.prompt_memo.wrap(builder)
             self.prompts[key] = builder

@@ -10,7 +10,7 @@ endpoint is one new implementation and one branch of the opener
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentbench.results.samples import SampleBlock
@@ -50,7 +50,10 @@ class Transport(Protocol):
         ...
 
     def prompt_builder(self, caches: Mapping[str, Any], salt: int, session_id: str,
-                       shared_prefix: int) -> PromptBuilder: ...
+                       shared_prefix: int, turns: Sequence[Turn] = ()) -> PromptBuilder:
+        """A session's prompt builder; ``turns``: the session's turns, which a builder
+        may read ahead of the turn it builds."""
+        ...
 
     async def send(self, rec: RequestRecord, prompt: Any, max_tokens: int, session: str,
                    t0_ns: int) -> None: ...

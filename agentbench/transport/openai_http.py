@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ import aiohttp
 from agentbench.errors import InputError
 from agentbench.prompts.layout import BlockCache, BodyTemplate, Segment, SessionPrompt
 from agentbench.results.schema import RequestRecord
+from agentbench.traces.model import Turn
 from agentbench.transport import apis
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.http import Target, make_body, redact, send
@@ -64,7 +65,7 @@ class HttpTransport:
         return (self.api, self.overhead, None)
 
     def prompt_builder(self, caches: Mapping[str, Any], salt: int, session_id: str,
-                       shared_prefix: int) -> SessionPrompt:
+                       shared_prefix: int, turns: Sequence[Turn] = ()) -> SessionPrompt:
         return SessionPrompt(caches[self.api], salt, session_id, self.overhead, shared_prefix)
 
     async def send(self, rec: RequestRecord, prompt: Any, max_tokens: int, session: str,

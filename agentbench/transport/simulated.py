@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentbench.prompts.layout import MESSAGE_APIS, chat_overhead
@@ -23,6 +23,7 @@ from agentbench.sim.engine import SimRequest
 from agentbench.sim.metrics import SampleRows
 from agentbench.sim.timeline import breakdown
 from agentbench.sim.virtual import TimerDriver
+from agentbench.traces.model import Turn
 from agentbench.transport.base import Collector, Flavor
 from agentbench.transport.sse import StreamResult
 
@@ -63,10 +64,11 @@ class SimTransport:
         self.driver.close()
 
     def prompt_builder(self, caches: Mapping[str, Any], salt: int, session_id: str,
-                       shared_prefix: int) -> SegmentPrompt:
-        """Prompts as prefix-chained block hashes (no text)."""
+                       shared_prefix: int, turns: Sequence[Turn] = ()) -> SegmentPrompt:
+        """Prompts as prefix-chained block hashes (no text), each lineage of ``turns``
+        hashed once."""
         return SegmentPrompt(salt, session_id, self.overhead, shared_prefix, self.chat,
-                             int(self.block_size))
+                             int(self.block_size), turns)
 
     def collector(self) -> Collector:
         """The server-metrics rows of each sample, read from the cluster directly (its

@@ -1,7 +1,8 @@
 """The virtual-time replay's fast paths give what the plain ones give:
 
 - the virtual loop's own turn (a heap of tuples, asyncio's rules for cancelled timers);
-- a simulated prompt's block hashes built incrementally, against their definition;
+- a simulated prompt's block hashes, each lineage of turns hashed once, against their
+  definition and the builder that built each turn from the previous one;
 - a metrics sample that reads decode runs without cutting them, against one that cuts;
 - a decode run's step ends in numpy and in Python;
 - the writer's own flushes in virtual time.
@@ -26,6 +27,7 @@ from agentbench.sim import decoderuns
 from agentbench.sim.virtual import TimerDriver
 from agentbench.traces.model import Turn
 from tests.helpers import SCENARIOS
+from tests.replay.segments_reference import ReferencePrompt
 from tests.replay.test_virtual_time import _same_run
 
 M64 = (1 << 64) - 1
@@ -151,30 +153,64 @@ def _session(rng: random.Random, bs: int, other_bs: int | None = None) -> list[T
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_incremental_prompt_hashes_are_the_defined_ones(seed: int) -> None:
-    """Each prompt of a session, built by one builder (reusing the previous prompt's
-    hashes and chain; now and then the same turn twice), equals a fresh builder's and the
-    hashes' definition."""
+def test_prompt_hashes_are_the_defined_ones(seed: int) -> None:
+    """Each prompt of a session equals the hashes' definition and the builder before
+    lineages were hashed once (``ReferencePrompt``), built with the session's turns (the
+    lineages hashed ahead), without them, in order or from a warm start on, now and then
+    the same turn twice."""
     rng = random.Random(seed)
     bs, bsz = rng.choice([(4, 4), (8, 4), (4, 8), (16, 16)])
     chat, shared = rng.random() < 0.5, rng.choice([0, 0, 7])
     turns = _session(rng, bs, other_bs=rng.choice([None, 2 * bs]) if seed >= 6 else None)
     args = (rng.randrange(1, 1 << 20), f"s{seed}", 9 if chat else 0, shared, chat, bsz)
-    one = SegmentPrompt(*args)
-    for k, turn in enumerate(turns):
-        nxt = turns[k + 1] if k + 1 < len(turns) else None
-        got = one.build(turn, nxt)
+    first = rng.choice([0, 0, rng.randrange(len(turns))])  # a warm start's turn
+    ahead, loose, ref = SegmentPrompt(*args, turns), SegmentPrompt(*args), \
+        ReferencePrompt(*args)
+    prev = None
+    for k in range(first, len(turns)):
+        turn, nxt = turns[k], turns[k + 1] if k + 1 < len(turns) else None
+        got = ahead.build(turn, nxt)
+        # the prompt before leads this one by at least ``kept`` hashes (the memo's share)
+        if prev is not None:
+            assert got.hashes[:ahead.kept] == prev[:ahead.kept]
+        prev = got.hashes
         if rng.random() < 0.3:  # the same turn again: the same prompt, a new array
-            again = one.build(turn, nxt)
+            again = ahead.build(turn, nxt)
             assert (again.tokens, again.hashes) == (got.tokens, got.hashes)
             assert again.hashes is not got.hashes
-        fresh = SegmentPrompt(*args)
-        want = fresh.build(turn, nxt)
+        want = ref.build(turn, nxt)
         assert (got.tokens, got.hashes) == (want.tokens, want.hashes)
-        idents = [int(x) for x in fresh._prev_idents]
-        lens = [int(x) for x in fresh._prev_lens]
+        assert (loose.build(turn, nxt).hashes) == want.hashes
+        idents = [int(x) for x in ref._prev_idents]
+        lens = [int(x) for x in ref._prev_lens]
         assert sum(lens) == got.tokens
         assert got.hashes.tolist() == _defined_hashes(idents, lens, bsz)
+
+
+@pytest.mark.parametrize("name", ["scale-out.yaml", "pd-ratio.yaml", "agentx.yaml"])
+def test_prompt_hashes_of_shipped_traces_are_those_built_turn_by_turn(name: str) -> None:
+    """The sessions of shipped scenarios' traces (compactions, forks, long tails), every
+    turn: the builder that hashes a lineage once gives the hashes of the one that built
+    each turn from the previous one, for the block sizes and templates runs use."""
+    from agentbench.replay.runner import load_trace
+    from agentbench.scenario.loading import expand_variants
+
+    sc = expand_variants(load_scenario(SCENARIOS / name))[0]
+    trace = load_trace(sc)
+    rng = random.Random(name)
+    n = 0
+    for sess in trace.sessions[:60]:
+        bsz = rng.choice([16, 16, 32, 8])
+        chat = rng.random() < 0.8
+        args = (rng.randrange(1 << 48), sess.session_id, 9 if chat else 0,
+                rng.choice([0, 0, 300]), chat, bsz)
+        ahead, ref = SegmentPrompt(*args, sess.turns), ReferencePrompt(*args)
+        for k, turn in enumerate(sess.turns):
+            nxt = sess.turns[k + 1] if k + 1 < len(sess.turns) else None
+            got, want = ahead.build(turn, nxt), ref.build(turn, nxt)
+            assert (got.tokens, got.hashes) == (want.tokens, want.hashes), (sess.session_id, k)
+            n += 1
+    assert n > 500
 
 
 # ------------------------------------------------------------------ metrics samples

@@ -19,6 +19,7 @@ import heapq
 import itertools
 import selectors
 import time
+from asyncio import format_helpers
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -184,19 +185,84 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         return handle
 
     def _run_once(self) -> None:
+        """asyncio's turns, one after another until the loop is told to stop (what
+        ``run_forever`` does between calls of ``_run_once``, without a call a turn), each
+        callback run as ``Handle._run`` runs it (``_run_handle``'s rules, inline)."""
+        if self._debug:  # type: ignore[attr-defined]
+            self._turn_debug()
+            return
+        pop = heapq.heappop
+        ready: Any = self._ready  # type: ignore[attr-defined]
+        popleft = ready.popleft
+        sel = self._selector  # type: ignore[attr-defined]
+        while True:
+            heap = self._vheap
+            n = len(heap)
+            if n > _MIN_SCHEDULED and \
+                    self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION:
+                heap = self._drop_cancelled()
+            else:
+                while heap and heap[0][2]._cancelled:
+                    self._timer_cancelled_count -= 1
+                    pop(heap)[2]._scheduled = False  # type: ignore[attr-defined]
+            if ready or self._stopping:  # type: ignore[attr-defined]
+                timeout: float | None = 0
+            elif heap:
+                timeout = max(0, heap[0][0] - self._vnow_ns / 1e9)  # ``time()``, inline
+            else:
+                timeout = None
+            if timeout is not None and sel._skipped < POLL_EVERY - 1:
+                # ``_JumpSelector.select``'s turn without a poll, inline (most turns)
+                sel._skipped += 1
+                if timeout:  # ``_advance``
+                    self._vnow_ns = max(self._vnow_ns, round(heap[0][0] * 1e9))
+            else:
+                events = sel.select(timeout)
+                if events:
+                    self._process_events(events)  # type: ignore[attr-defined]
+            # the timers due: those of this nanosecond (the clock's unit), so that a
+            # callback never runs before its own time (two timers less than 1 ns apart in
+            # different nanoseconds run in two turns, each at its own)
+            now_ns = self._vnow_ns
+            while heap and round(heap[0][0] * 1e9) <= now_ns:
+                handle = pop(heap)[2]
+                handle._scheduled = False  # type: ignore[attr-defined]
+                ready.append(handle)
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    _report(self, handle, exc)
+            if self._stopping:  # type: ignore[attr-defined]
+                return
+
+    def _drop_cancelled(self) -> list[tuple[float, int, asyncio.TimerHandle]]:
+        """asyncio's rule: the cancelled timers leave the heap at once when they are over
+        half of more than ``_MIN_SCHEDULED``."""
+        kept = []
+        for entry in self._vheap:
+            if entry[2]._cancelled:
+                entry[2]._scheduled = False  # type: ignore[attr-defined]
+            else:
+                kept.append(entry)
+        heapq.heapify(kept)
+        self._vheap = kept
+        self._timer_cancelled_count = 0
+        return kept
+
+    def _turn_debug(self) -> None:
+        """One turn in asyncio's debug mode: the same steps, the callbacks run with the
+        current handle kept (``_run_ready_debug``)."""
         heap = self._vheap
         n = len(heap)
-        cancelled: int = getattr(self, "_timer_cancelled_count")  # noqa: B009 (asyncio's)
-        if n > _MIN_SCHEDULED and cancelled / n > _MAX_CANCELLED_FRACTION:
-            kept = []
-            for entry in heap:
-                if entry[2]._cancelled:
-                    entry[2]._scheduled = False  # type: ignore[attr-defined]
-                else:
-                    kept.append(entry)
-            heapq.heapify(kept)
-            self._vheap = heap = kept
-            self._timer_cancelled_count = 0
+        if n > _MIN_SCHEDULED and \
+                self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION:
+            heap = self._drop_cancelled()
         else:
             while heap and heap[0][2]._cancelled:
                 self._timer_cancelled_count -= 1
@@ -205,36 +271,18 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         if ready or self._stopping:  # type: ignore[attr-defined]
             timeout: float | None = 0
         elif heap:
-            timeout = max(0, heap[0][0] - self._vnow_ns / 1e9)  # ``time()``, inline
+            timeout = max(0, heap[0][0] - self.time())
         else:
             timeout = None
-        sel = self._selector  # type: ignore[attr-defined]
-        if timeout is not None and sel._skipped < POLL_EVERY - 1:
-            # ``_JumpSelector.select``'s turn without a poll, inline (most turns)
-            sel._skipped += 1
-            if timeout:
-                self._vnow_ns = max(self._vnow_ns, round(heap[0][0] * 1e9))  # ``_advance``
-        else:
-            events = sel.select(timeout)
-            if events:
-                self._process_events(events)  # type: ignore[attr-defined]
-        # the timers due: those of this nanosecond (the clock's unit), so that a callback
-        # never runs before its own time (two timers less than 1 ns apart in different
-        # nanoseconds run in two turns, each at its own)
+        events = self._selector.select(timeout)  # type: ignore[attr-defined]
+        if events:
+            self._process_events(events)  # type: ignore[attr-defined]
         now_ns = self._vnow_ns
-        pop = heapq.heappop
         while heap and round(heap[0][0] * 1e9) <= now_ns:
-            handle = pop(heap)[2]
+            handle = heapq.heappop(heap)[2]
             handle._scheduled = False  # type: ignore[attr-defined]
             ready.append(handle)
-        if self._debug:  # type: ignore[attr-defined]
-            self._run_ready_debug(len(ready))
-            return
-        popleft = ready.popleft
-        for _ in range(len(ready)):
-            handle = popleft()
-            if not handle._cancelled:
-                handle._run()
+        self._run_ready_debug(len(ready))
 
     def _run_ready_debug(self, ntodo: int) -> None:
         """The ready callbacks in asyncio's debug mode (the current handle kept)."""
@@ -263,6 +311,19 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         heap = self._vheap
         when = heap[0][0] if heap else self.time() + timeout
         self._vnow_ns = max(self._vnow_ns, round(when * 1e9))
+
+
+def _report(loop: asyncio.AbstractEventLoop, handle: asyncio.Handle,
+            exc: BaseException) -> None:
+    """What ``asyncio.Handle._run`` does with a callback's exception: the loop's exception
+    handler, with the callback named as asyncio names it."""
+    cb = format_helpers._format_callback_source(
+        handle._callback, handle._args)  # type: ignore[attr-defined]
+    context: dict[str, Any] = {"message": f"Exception in callback {cb}", "exception": exc,
+                               "handle": handle}
+    if handle._source_traceback:  # type: ignore[attr-defined]
+        context["source_traceback"] = handle._source_traceback  # type: ignore[attr-defined]
+    loop.call_exception_handler(context)
 
 
 class Pause:

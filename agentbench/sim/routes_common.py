@@ -164,8 +164,11 @@ async def serve(request: web.Request, cluster: Cluster, req: SimRequest,
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        await stream(resp, req, progress)
-        await resp.write_eof()
+        try:
+            await stream(resp, req, progress)
+            await resp.write_eof()
+        except ConnectionResetError:  # the client went away mid-stream (aiohttp's too)
+            pass  # its request is aborted below: nothing to report, no traceback to print
         return resp
     finally:
         if req.finished_at is None:

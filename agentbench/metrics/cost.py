@@ -143,6 +143,7 @@ def cost_block(*, gpu_hour_usd: float | None, gpus: float | None, window_s: floa
     out["api_equivalent_usd"] = api_usd
     out["api_per_agent_usd"] = ratio(api_usd, counted) if api_usd is not None else None
     out["api_per_mtok_usd"] = ratio(api_usd * MTOK, total) if api_usd is not None else None
+    # over no token the two costs compare nothing (a run that served none showed "0x")
     out["api_over_self_hosted"] = ratio(api_usd, self_hosted) \
-        if api_usd is not None and self_hosted is not None else None
+        if api_usd is not None and self_hosted is not None and total else None
     return out

@@ -315,6 +315,17 @@ def test_only_warmup_and_empty(tmp_path: Path) -> None:
     assert "0 measured" in format_summary(s)
     s = summarize(write_run(tmp_path / "e", []))
     assert s["overall"]["requests"]["total"] == 0
+    # every request cancelled before a token: no token served, so the API and
+    # self-hosted costs compare nothing (it said "API/self-hosted 0x")
+    cut = [req(tree_id=f"t{i}#0", sent_ns=0, end_ns=5 * MS, status="cancelled",
+               expected_input_tokens=0, expected_output_tokens=0) for i in range(3)]
+    s = summarize(write_run(tmp_path / "cut", cut, scenario={
+        "name": "cut", "hardware": {"gpus": 4, "gpu_hour_usd": 3.5},
+        "prices": {"input_per_mtok": 3.0, "cached_input_per_mtok": 0.3,
+                   "output_per_mtok": 15.0}}))
+    c = s["overall"]["cost"]
+    assert c["tokens"]["total"] == 0 and c["api_over_self_hosted"] is None
+    assert "API/self-hosted 0x" not in format_summary(s)
 
 
 def test_cancelled_and_unsent(tmp_path: Path) -> None:

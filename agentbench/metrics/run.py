@@ -5,6 +5,7 @@ rather than with the results schema it reads."""
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -151,7 +152,7 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     """Open ``results/<run>/``. The summary is read from summary.json when it is newer
     than the records, else computed (and written) by ``agentbench.metrics.summarize``."""
     from agentbench.metrics import summarize
-    from agentbench.metrics.summaryfile import read_summary
+    from agentbench.metrics.summaryfile import read_summary, write_summary
     from agentbench.results import schema as R
 
     p = Path(run_dir)
@@ -169,8 +170,12 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     from agentbench.metrics.summary import SCHEMA_VERSION
 
     if summary is None or summary.get("schema_version") != SCHEMA_VERSION:
+        summary = summarize(p, write=False)
         try:
-            summary = summarize(p)
-        except PermissionError:  # a read-only folder (a stored CI baseline): do not write
-            summary = summarize(p, write=False)
+            write_summary(sp, summary)
+        except OSError as err:
+            # a read-only folder or file system (a stored CI baseline; a run an earlier
+            # version wrote, whose summary.json has no digest): computed, not written
+            if not isinstance(err, PermissionError) and err.errno != errno.EROFS:
+                raise
     return Run(p, summary)

@@ -306,6 +306,32 @@ def test_an_intact_summary_json_is_read_not_computed(hand_run: Path,
     assert load(hand_run).summary == want
 
 
+def test_a_summary_without_digest_on_a_read_only_file_system_is_computed_not_written(
+        hand_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run folder an earlier version wrote (its summary.json has no digest) on a
+    read-only file system (a stored baseline mounted read-only): the summary is computed
+    again and not written, as in a read-only folder; the write's EROFS was an error that
+    stopped ``load``, ``report`` and ``gate``."""
+    import errno
+    import os
+
+    from agentbench import load
+
+    want = summarize(hand_run, write=False)
+    sp = hand_run / R.SUMMARY_FILE
+    sp.write_text(json.dumps(want, allow_nan=False, separators=(",", ":")))  # no digest
+    later = (hand_run / R.REQUESTS_FILE).stat().st_mtime + 1
+    os.utime(sp, (later, later))
+    before = sp.read_text()
+
+    def read_only(self: Path, *a: object, **k: object) -> int:
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "write_text", read_only)
+    assert load(hand_run).summary == want
+    assert sp.read_text() == before
+
+
 def test_only_warmup_and_empty(tmp_path: Path) -> None:
     reqs = [req(phase="warmup", sent_ns=0, first_token_ns=MS, last_token_ns=MS, end_ns=2 * MS)]
     s = summarize(write_run(tmp_path / "w", reqs))

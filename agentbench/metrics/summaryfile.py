@@ -5,13 +5,18 @@ reader computes it again from the tables instead."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 #: the key holding the SHA-256 of the rest of the object, as ``_text`` writes it
 DIGEST_KEY = "digest"
+#: this process's writes, naming each one's temporary file
+_WRITES = itertools.count()
 
 
 def _text(summary: dict[str, Any]) -> str:
@@ -23,10 +28,18 @@ def _digest(summary: dict[str, Any]) -> str:
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    """Write ``summary`` and its digest to ``path`` (through a temporary file)."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(_text({**summary, DIGEST_KEY: _digest(summary)}))
-    tmp.replace(path)
+    """Write ``summary`` and its digest to ``path`` (through a temporary file of this
+    writer's own: two processes summarizing one run at once, a notebook's ``load`` and
+    ``agentbench report``, each replace the file whole; with one temporary name for both,
+    the second's replace found it gone)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{next(_WRITES)}.tmp")
+    try:
+        tmp.write_text(_text({**summary, DIGEST_KEY: _digest(summary)}))
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a read-only folder: there is none
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:

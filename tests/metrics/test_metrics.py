@@ -332,6 +332,31 @@ def test_a_summary_without_digest_on_a_read_only_file_system_is_computed_not_wri
     assert sp.read_text() == before
 
 
+def test_two_writers_of_one_summary_at_once_both_replace_it(
+        hand_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes summarizing one run at once (a notebook's ``load`` and ``agentbench
+    report``): the second writer's whole write and replace falls between the first's
+    write and replace. Each replaces summary.json whole and leaves no temporary file (one
+    temporary name for both: the first's replace found it gone, FileNotFoundError)."""
+    from agentbench.metrics.summaryfile import read_summary, write_summary
+
+    want = summarize(hand_run, write=False)
+    sp = hand_run / R.SUMMARY_FILE
+    replace = Path.replace
+    other = []
+
+    def meanwhile(self: Path, target: Any) -> Path:
+        if not other:
+            other.append(self)
+            write_summary(sp, {**want, "other": 1})  # the other process, all of it
+        return replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", meanwhile)
+    write_summary(sp, want)
+    assert read_summary(sp) == want  # the last replace's, intact
+    assert sorted(p.name for p in hand_run.iterdir() if p.suffix == ".tmp") == []
+
+
 def test_only_warmup_and_empty(tmp_path: Path) -> None:
     reqs = [req(phase="warmup", sent_ns=0, first_token_ns=MS, last_token_ns=MS, end_ns=2 * MS)]
     s = summarize(write_run(tmp_path / "w", reqs))

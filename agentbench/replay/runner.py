@@ -227,6 +227,8 @@ class _Run:
                     sigterm.undo()
         if sigterm is not None and sigterm.came:  # while a completed run's files were
             raise asyncio.CancelledError  # written: it stays complete, and the process stops
+        if sigterm is not None and sigterm.int_came:  # a Ctrl-C, the same way
+            raise KeyboardInterrupt
 
     async def _open(self, auto: bool) -> None:
         """Endpoints open, the run context ready, server-metrics collection started."""
@@ -410,10 +412,11 @@ def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
 
 class _Sigterm:
     """SIGTERM ends the run as Ctrl-C does: the run task is cancelled, and every finished row
-    and run.json are written. While they are (``hold``), a further SIGTERM only is noted
-    (``came``): ``timeout`` and process managers signal the process and then its group, so
-    a second one comes at once, and the default action would kill the process half-way
-    through its files (run.json left ``running``, the tables in pieces). One noted during a
+    and run.json are written. While they are (``hold``), a further SIGTERM or Ctrl-C only is
+    noted (``came``, ``int_came``): ``timeout`` and process managers signal the process and
+    then its group, so a second one comes at once, and a person presses Ctrl-C twice; the
+    default action (asyncio's, for a second Ctrl-C) would stop the process half-way through
+    its files (run.json left ``running``, the tables in pieces). One noted during a
     completed run's files stops the process after them, before any later variant.
 
     The handler is Python's own (as ``asyncio.Runner``'s for Ctrl-C): it hands the cancel to
@@ -429,6 +432,10 @@ class _Sigterm:
         self.came = False
         self.holding = False
         self.old = signal.signal(signal.SIGTERM, self._signal)
+        #: a Ctrl-C while the files are written (``hold``): asyncio.Runner's own handler
+        #: raises KeyboardInterrupt at the second one, wherever the files are
+        self.int_came = False
+        self.old_int: Any = None
 
     def _signal(self, signum: int, frame: Any) -> None:
         self.came = True
@@ -439,12 +446,20 @@ class _Sigterm:
             self.task.cancel()
 
     def hold(self) -> None:
+        import signal
+
         self.holding = True
+        self.old_int = signal.signal(signal.SIGINT, self._note_int)
+
+    def _note_int(self, signum: int, frame: Any) -> None:
+        self.int_came = True
 
     def undo(self) -> None:
         import signal
 
         signal.signal(signal.SIGTERM, self.old)
+        if self.old_int is not None:
+            signal.signal(signal.SIGINT, self.old_int)
 
 
 def _cancel_on_sigterm() -> _Sigterm | None:

@@ -94,9 +94,10 @@ from agentbench.replay import runner
 
 real = runner._Run._finish
 mid_run = sys.argv.pop(1) == "mid-run"
+SIG = getattr(signal, sys.argv.pop(1))
 
 async def finish(self, status):
-    os.kill(os.getpid(), signal.SIGTERM)  # as a second signal to the group would come
+    os.kill(os.getpid(), SIG)  # as a second signal to the group, or a second Ctrl-C, would
     await real(self, status)
 
 runner._Run._finish = finish
@@ -106,7 +107,7 @@ if mid_run:  # the first SIGTERM while the run goes on
     async def opened(self, auto):
         await real_open(self, auto)
         import asyncio
-        asyncio.get_running_loop().call_later(30, os.kill, os.getpid(), signal.SIGTERM)
+        asyncio.get_running_loop().call_later(30, os.kill, os.getpid(), SIG)
 
     runner._Run._open = opened
 sys.argv = ["agentbench", *sys.argv[1:]]
@@ -116,20 +117,22 @@ main()
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("first", ["mid-run", "none"])
-def test_a_sigterm_while_the_files_are_written_waits_for_them(tmp_path: Path,
-                                                               first: str) -> None:
-    """``timeout`` and process managers signal the process and then its group: a SIGTERM
-    that comes while a run's files are written (after a first one, or at the end of a
-    run) no longer kills the process half-way (run.json left ``running``); the run is
-    whole, and the process stops with 143 before any later variant."""
+@pytest.mark.parametrize(("sig", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_while_the_files_are_written_waits_for_them(tmp_path: Path, first: str,
+                                                             sig: str, code: int) -> None:
+    """``timeout`` and process managers signal the process and then its group, and a
+    person presses Ctrl-C twice: a SIGTERM or SIGINT that comes while a run's files are
+    written (after a first one, or at the end of a run) no longer stops the process
+    half-way (run.json left ``running``: a second Ctrl-C did until 2026-12-06); the run is
+    whole, and the process stops (143, 130) before any later variant."""
     import subprocess
     import sys
 
     sc = Path(__file__).resolve().parents[2] / "scenarios" / "shared-kv-what-if.yaml"
-    p = subprocess.run([sys.executable, "-c", _SIGTERM_IN_FINISH, first, "run", str(sc),
-                        "-o", str(tmp_path / "out"), "--no-progress"],
+    p = subprocess.run([sys.executable, "-c", _SIGTERM_IN_FINISH, first, sig, "run",
+                        str(sc), "-o", str(tmp_path / "out"), "--no-progress"],
                        capture_output=True, text=True, timeout=110)
-    assert p.returncode == 143, p.stderr
+    assert p.returncode == code, p.stderr
     assert "Traceback" not in p.stderr
     runs = sorted((tmp_path / "out").iterdir())
     assert len(runs) == 1  # the sweep's later variants did not start

@@ -30,28 +30,30 @@ from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: 
 from tests.replay.segments_reference import ReferencePrompt  # noqa: E402
 
 
-def build_all(make: Any, sessions: list[Any]) -> tuple[int, str]:
-    """Every turn of ``sessions`` with two salts; (prompts, digest of their hashes)."""
+def build_all(make: Any, sessions: list[Any], digest: bool = False) -> tuple[int, str]:
+    """Every turn of ``sessions`` with two salts; (prompts, digest of their hashes when
+    ``digest``: it costs more than a prompt, so timed runs leave it out)."""
     n, h = 0, hashlib.sha256()
     for salt in (1, 2):
         for s in sessions:
             b = make(salt, s)
             for k, t in enumerate(s.turns):
                 p = b.build(t, s.turns[k + 1] if k + 1 < len(s.turns) else None)
-                h.update(p.hashes.tobytes())
-                h.update(str(p.tokens).encode())
+                if digest:
+                    h.update(p.hashes.tobytes())
+                    h.update(str(p.tokens).encode())
                 n += 1
     return n, h.hexdigest()[:16]
 
 
 def best_cpu(make: Any, sessions: list[Any], repeat: int) -> tuple[float, int, str]:
-    """Least CPU seconds of ``repeat`` runs, prompts built, digest."""
-    best, n, digest = float("inf"), 0, ""
+    """Least CPU seconds of ``repeat`` runs, prompts built, digest (an untimed run)."""
+    best, n = float("inf"), 0
     for _ in range(repeat):
         c0 = time.process_time()
-        n, digest = build_all(make, sessions)
+        n, _ = build_all(make, sessions)
         best = min(best, time.process_time() - c0)
-    return best, n, digest
+    return best, n, build_all(make, sessions, digest=True)[1]
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,6 +192,8 @@ class Proxy:
         self.cfg = cfg
         self.recorder = recorder
         self.client: aiohttp.ClientSession | None = None
+        #: the upstream answers being relayed (``cut`` ends them)
+        self.relaying: set[aiohttp.ClientResponse] = set()
 
     async def start(self) -> None:
         self.client = aiohttp.ClientSession(
@@ -203,6 +205,13 @@ class Proxy:
     async def close(self) -> None:
         if self.client is not None:
             await self.client.close()
+
+    def cut(self) -> None:
+        """End the relays in flight now (a second Ctrl-C while the trace is written): each
+        upstream answer's connection closes, and its relay ends as an upstream that broke
+        off does (the call journaled as ``relay stopped``, its client's answer broken)."""
+        for up in list(self.relaying):
+            up.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         rec = self.recorder
@@ -240,6 +249,7 @@ class Proxy:
         first: int | None = None
         error: str | None = None
         reading = False  # waiting on the upstream (not writing to the client)
+        self.relaying.add(up)
         try:
             await resp.prepare(request)
             reading = True
@@ -260,6 +270,7 @@ class Proxy:
                 # hand the agent a cut stream as a whole one)
                 request.transport.close()
         finally:
+            self.relaying.discard(up)
             up.release() if error is None else up.close()
         if tap is not None:
             rec.submit(index=next(rec.ids), path=request.path, body_bytes=body,
@@ -325,8 +336,28 @@ async def serve(cfg: RecordConfig, on_ready: Callable[[ProxyHandle], None] | Non
     try:
         await stop.wait()
     finally:
-        await asyncio.shield(handle.close())
+        with _cut_on_sigint(loop, handle.proxy):
+            await asyncio.shield(handle.close())
     return handle
+
+
+@contextlib.contextmanager
+def _cut_on_sigint(loop: asyncio.AbstractEventLoop, proxy: Proxy) -> Iterator[None]:
+    """While the trace is written, a Ctrl-C ends the relays still in flight (``cut``)
+    instead of asyncio's second-Ctrl-C KeyboardInterrupt, which stopped the writing
+    half-way (no trace, an unclosed session, a message about an unreadable file)."""
+    import signal
+
+    try:
+        old = signal.signal(signal.SIGINT,
+                            lambda signum, frame: loop.call_soon_threadsafe(proxy.cut))
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def run_record(cfg: RecordConfig, echo: Callable[[str], None]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -38,12 +39,22 @@ class Upstream:
 
     def __init__(self) -> None:
         self.auth: list[str | None] = []
+        self.slow_started = asyncio.Event()
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self.chat)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.auth.append(request.headers.get("Authorization"))
         body = await request.json()
+        if body.get("model") == "slow":  # an event every 0.1 s, for a minute
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            self.slow_started.set()
+            with contextlib.suppress(ConnectionError):  # the proxy cut it
+                for _ in range(600):
+                    await resp.write(EVENT)
+                    await asyncio.sleep(0.1)
+            return resp
         if body.get("model") == "big":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -187,6 +198,44 @@ async def test_a_long_response_is_relayed_with_bounded_memory(
     assert grew_mb < 50, grew_mb
     turns = [t for s in native.read(out).sessions for t in s.turns]
     assert sorted(t.output_tokens for t in turns) == [2, 1234567]
+
+
+async def test_two_ctrl_c_with_a_stream_in_flight_still_write_the_trace(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    """A person stops ``record`` with Ctrl-C twice while an agent's stream is in flight:
+    the first waits for the stream, the second ends it (its call journaled as a relay
+    that stopped), and the trace is written whole. asyncio's second-Ctrl-C
+    KeyboardInterrupt had stopped the writing wherever it was: the call in flight lost,
+    an unclosed client session, or no trace at all."""
+    up, url = upstream
+    out = tmp_path / "rec.parquet"
+    proc, proxy_url, _ = await _record_process(url, out)
+    slow = None
+    try:
+        assert await _chat(proxy_url, "ok") == 200
+        slow = asyncio.ensure_future(_chat(proxy_url, "slow"))
+        await asyncio.wait_for(up.slow_started.wait(), 20)
+        await asyncio.sleep(0.3)  # a few events relayed
+        proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.3)  # the first is waiting for the stream
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if slow is not None:
+            await asyncio.gather(slow, return_exceptions=True)  # its answer broke off
+    err = stderr.decode()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "Unclosed" not in err, err
+    assert "wrote" in stdout.decode(), stdout
+    assert read_meta(out)["calls"] == 2  # the finished call and the one cut
+    calls = {c["model"]: c for c in map(json.loads,
+                                        journal_path(out).read_text().splitlines()[1:])}
+    assert calls["ok"].get("error") is None
+    assert calls["slow"]["error"].startswith("relay stopped")
+    assert sum(len(s.turns) for s in native.read(out).sessions) == 2
 
 
 async def test_an_absolute_form_target_goes_to_the_upstream_like_its_path(

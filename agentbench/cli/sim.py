@@ -100,6 +100,9 @@ def fit(
 
     if scheduler not in (None, "paged", "slots"):
         raise InputError("must be paged or slots", field="--scheduler")
+    if out.is_dir():  # -o '' reads as the current folder
+        raise InputError(f"{str(out)!r} is a folder: --out names the preset file to write",
+                         field="--out")
     if out.exists() and not force:
         raise InputError("exists; pass --force to replace it", source=str(out))
     dirs = [str(r) for r in runs or []]

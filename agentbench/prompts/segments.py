@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.prompts.layout import SHARED_PREFIX_SALT, tail_layout
-from agentbench.traces.model import Turn
+from agentbench.traces.model import Turn, common_prefix
 from agentbench.traces.words import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_REPLY_PRIMER
 
 U64 = npt.NDArray[np.uint64]
@@ -132,23 +132,9 @@ class _Epoch:
         lens = np.concatenate([owner._head_n, np.full(ids.size, bs, dtype=np.int64)])
         self.n_head = owner._head_i.size
         self.head_tokens = owner._head_tokens
-        n_seg, bsz = idents.size, owner.block_size
-        w = WEIGHTS.get(n_seg)
-        chain = np.zeros(n_seg + 1, dtype=np.uint64)
-        mixed = _mix(idents)
-        mixed *= w
-        mixed.cumsum(dtype=np.uint64, out=chain[1:])
-        self.chain = chain
-        ends = lens.cumsum()
-        n_blocks = int(ends[-1]) // bsz if n_seg else 0
-        last = np.arange(bsz - 1, n_blocks * bsz, bsz, dtype=np.int64)
-        j = ends.searchsorted(last, side="right")
-        off = (last - (ends - lens)[j] + 1).view(np.uint64)
-        inner = _mix(idents[j] + off * _GOLD)
-        inner *= w[j]
-        inner += chain[j]
-        inner += last.view(np.uint64)
-        self.hashes = _mix(inner).view(np.int64)
+        bsz = owner.block_size
+        n_blocks = (owner._head_tokens + ids.size * bs) // bsz
+        self.chain, self.hashes = _block_hashes(idents, lens, 0, 0, 0, 0, n_blocks, bsz)
 
 
 class SegmentPrompt:
@@ -236,8 +222,7 @@ class SegmentPrompt:
         if ep is not None and ep.bs == bs:
             if listed and k in ep.turns:
                 return ep
-            ids = turn.hash_ids
-            if keep <= ep.ids.size and ids[:keep].tobytes() == ep.ids[:keep].tobytes():
+            if keep <= ep.ids.size and common_prefix(turn.hash_ids[:keep], ep.ids) == keep:
                 return ep
         if listed:
             end = k
@@ -257,7 +242,7 @@ def _extends(later: Turn, earlier: Turn) -> bool:
     """Whether ``later``'s hash ids start with all of ``earlier``'s (same block size)."""
     a, b = later.hash_ids, earlier.hash_ids
     return later.block_size == earlier.block_size and len(a) >= len(b) \
-        and a[:len(b)].tobytes() == b.tobytes()
+        and common_prefix(a, b) == len(b)
 
 
 def _tail_hashes(idents: list[int], lens: list[int], pos: int, t0: int, chain: int,
@@ -286,11 +271,13 @@ def _tail_hashes(idents: list[int], lens: list[int], pos: int, t0: int, chain: i
 _FEW_BLOCKS = 24
 
 
-def _tail_hashes_np(idents: list[int], lens: list[int], pos: int, t0: int, chain0: int,
-                    b0: int, b1: int, bsz: int) -> npt.NDArray[np.int64]:
-    """``_tail_hashes`` with numpy (the same operations, elementwise)."""
-    ident = np.array(idents, dtype=np.uint64)
-    n = np.array(lens, dtype=np.int64)
+def _block_hashes(ident: U64, n: npt.NDArray[np.int64], pos: int, t0: int, chain0: int,
+                  b0: int, b1: int, bsz: int) -> tuple[U64, npt.NDArray[np.int64]]:
+    """The block hashes' definition with numpy, over segments ``ident``/``n`` (the
+    ``pos``-th segment of the prompt on, its first token ``t0``, ``chain0`` the chain
+    before them): (the chain before each segment and after the last, the hashes of engine
+    blocks ``b0..b1-1`` as int64 values). A lineage's whole blocks (``_Epoch``, from the
+    prompt's start) and a long tail past them (``_tail_hashes_np``)."""
     w = WEIGHTS.get(pos + ident.size)[pos:]
     chain = np.empty(ident.size + 1, dtype=np.uint64)
     chain[0] = chain0
@@ -306,4 +293,11 @@ def _tail_hashes_np(idents: list[int], lens: list[int], pos: int, t0: int, chain
     inner *= w[j]
     inner += chain[j]
     inner += last.view(np.uint64)
-    return _mix(inner).view(np.int64)
+    return chain, _mix(inner).view(np.int64)
+
+
+def _tail_hashes_np(idents: list[int], lens: list[int], pos: int, t0: int, chain0: int,
+                    b0: int, b1: int, bsz: int) -> npt.NDArray[np.int64]:
+    """``_tail_hashes`` with numpy (the same operations, elementwise)."""
+    return _block_hashes(np.array(idents, dtype=np.uint64), np.array(lens, dtype=np.int64),
+                         pos, t0, chain0, b0, b1, bsz)[1]

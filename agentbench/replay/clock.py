@@ -187,10 +187,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def _run_once(self) -> None:
         """asyncio's turns, one after another until the loop is told to stop (what
         ``run_forever`` does between calls of ``_run_once``, without a call a turn), each
-        callback run as ``Handle._run`` runs it (``_run_handle``'s rules, inline)."""
-        if self._debug:  # type: ignore[attr-defined]
-            self._turn_debug()
-            return
+        callback run as ``Handle._run`` runs it (``_report``'s rules, inline). In debug mode,
+        one turn a call, its callbacks run with the current handle kept
+        (``_run_ready_debug``)."""
+        debug = self._debug  # type: ignore[attr-defined]
         pop = heapq.heappop
         ready: Any = self._ready  # type: ignore[attr-defined]
         popleft = ready.popleft
@@ -228,6 +228,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                 handle = pop(heap)[2]
                 handle._scheduled = False  # type: ignore[attr-defined]
                 ready.append(handle)
+            if debug:
+                self._run_ready_debug(len(ready))
+                return
             for _ in range(len(ready)):
                 handle = popleft()
                 if handle._cancelled:
@@ -254,35 +257,6 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self._vheap = kept
         self._timer_cancelled_count = 0
         return kept
-
-    def _turn_debug(self) -> None:
-        """One turn in asyncio's debug mode: the same steps, the callbacks run with the
-        current handle kept (``_run_ready_debug``)."""
-        heap = self._vheap
-        n = len(heap)
-        if n > _MIN_SCHEDULED and \
-                self._timer_cancelled_count / n > _MAX_CANCELLED_FRACTION:
-            heap = self._drop_cancelled()
-        else:
-            while heap and heap[0][2]._cancelled:
-                self._timer_cancelled_count -= 1
-                heapq.heappop(heap)[2]._scheduled = False  # type: ignore[attr-defined]
-        ready: Any = self._ready  # type: ignore[attr-defined]
-        if ready or self._stopping:  # type: ignore[attr-defined]
-            timeout: float | None = 0
-        elif heap:
-            timeout = max(0, heap[0][0] - self.time())
-        else:
-            timeout = None
-        events = self._selector.select(timeout)  # type: ignore[attr-defined]
-        if events:
-            self._process_events(events)  # type: ignore[attr-defined]
-        now_ns = self._vnow_ns
-        while heap and round(heap[0][0] * 1e9) <= now_ns:
-            handle = heapq.heappop(heap)[2]
-            handle._scheduled = False  # type: ignore[attr-defined]
-            ready.append(handle)
-        self._run_ready_debug(len(ready))
 
     def _run_ready_debug(self, ntodo: int) -> None:
         """The ready callbacks in asyncio's debug mode (the current handle kept)."""

@@ -6,15 +6,16 @@ same series (name and labels) with new values: 60 series an instance, 18,000 row
 quickstart. As dicts, each row was built, journaled by ``orjson`` and converted by Arrow one
 at a time, a fifth to a quarter of a small what-if's CPU. A :class:`SampleBlock` is one
 sample as its time, its endpoint and a list of values over a :class:`SeriesLayout` made
-once per run; the writer journals it from templates made once per series, and spools it
-as columns. The rows it stands for are exactly ``SampleBlock.rows()``, and each journal
-line holds the JSON object ``orjson`` would write for its row, keys in another order (the
-same ``<seq> <json>`` lines ``agentbench.results.spool.journal_rows`` reads back), so
-recovery is unchanged.
+once per run; the writer spools it as columns, and journals it as one line (a *block
+line*, ``<seq> {"endpoint":..,"series":[[name, labels], ..],"time_ns":..,"values":[..]}``,
+its rows numbered from ``seq``), whose text up to the time is made once per series layout.
+``agentbench.results.spool.journal_rows`` reads a block line back as exactly the rows of
+``SampleBlock.rows()``, as it reads a row's line.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,20 +36,21 @@ class SeriesLayout:
             raise ValueError("one labels list per series name")
         self.names = list(names)
         self.labels = list(labels)
-        self._heads: dict[str, list[bytes]] = {}
+        self._heads: dict[str, bytes] = {}
         self._columns: tuple[pa.Array, pa.Array] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def heads(self, endpoint: str) -> list[bytes]:
-        """Each series' journal line up to its time: ``{"endpoint":..,"name":..,"labels":..,
-        "time_ns":`` (made once per endpoint)."""
+    def head(self, endpoint: str) -> bytes:
+        """A block line's text from its sequence number to its time: `` {"endpoint":..,
+        "series":[[name, labels], ..],"time_ns":`` (made once per endpoint)."""
         got = self._heads.get(endpoint)
         if got is None:
-            got = self._heads[endpoint] = [
-                orjson.dumps({"endpoint": endpoint, "name": n, "labels": lab})[:-1]
-                + b',"time_ns":' for n, lab in zip(self.names, self.labels, strict=True)]
+            got = self._heads[endpoint] = b" " + orjson.dumps(
+                {"endpoint": endpoint, "series": [[n, lab] for n, lab in
+                                                  zip(self.names, self.labels, strict=True)]}
+            )[:-1] + b',"time_ns":'
         return got
 
     def columns(self, schema: pa.Schema) -> tuple[pa.Array, pa.Array]:
@@ -83,19 +85,18 @@ class SampleBlock:
                 for n, lab, v in zip(lay.names, lay.labels, self.values, strict=True)]
 
     def journal(self, first: int) -> bytes:
-        """The journal lines of the rows, numbered from ``first``: the JSON ``orjson`` makes
-        of each row, keys in another order (one ``orjson`` call for all the values: a
-        float's text has no comma)."""
+        """The block's journal line, its rows numbered from ``first`` (one line for all of
+        them: the rows' own lines were 8 KB a sample of the quickstart's 53 series, and
+        made in Python a row). A NaN or infinite value is written as its text, as the
+        writer journals a row's."""
         if not self.values:
             return b""
-        vals = orjson.dumps(self.values)[1:-1].split(b",")
-        if b"null" in vals:  # NaN or an infinity: as text, as the writer journals rows
-            vals = [v if v != b"null" else b'"%s"' % nonfinite_text(x).encode()
-                    for v, x in zip(vals, self.values, strict=True)]
-        head = b"%d," % self.time_ns
-        return b"".join(b"%d %s%s\"value\":%s}\n" % (first + i, h, head, v)
-                        for i, (h, v) in enumerate(zip(self.layout.heads(self.endpoint), vals,
-                                                       strict=True)))
+        vals = orjson.dumps(self.values)
+        if b"null" in vals:  # NaN or an infinity: orjson's null
+            vals = orjson.dumps([v if math.isfinite(v) else nonfinite_text(v)
+                                 for v in self.values])
+        return b"%d%s%d,\"values\":%s}\n" % (first, self.layout.head(self.endpoint),
+                                              self.time_ns, vals)
 
 
 def blocks_batch(blocks: Sequence[SampleBlock], schema: pa.Schema) -> pa.RecordBatch:

@@ -87,7 +87,9 @@ def nonfinite_as_text(row: dict[str, Any], floats: tuple[str, ...]) -> dict[str,
 
 def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.RecordBatch]:
     """Rows of a journal (``<seq> <json>`` lines) that the spool lacks (``seq >= after``).
-    A line cut short by the kill, or one that does not fit the schema, is left out."""
+    A line cut short by the kill, or one that does not fit the schema, is left out. A
+    server-metrics sample's block line (``agentbench.results.samples``) holds the rows
+    ``seq``, ``seq + 1``, ... of its series."""
     rows: list[dict[str, object]] = []
     maps = [f.name for f in schema if pa.types.is_map(f.type)]  # JSON made the pairs lists
     floats = float_columns(schema)
@@ -95,12 +97,18 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
         for line in f:
             seq, _, text = line.partition(b" ")
             try:
-                if int(seq) < after:
-                    continue
-                row = orjson.loads(text)
+                first = int(seq)
+                if first < after and b'"series":' not in text:
+                    continue  # (a block line's later rows may be past ``after``)
+                obj = orjson.loads(text)
             except (ValueError, orjson.JSONDecodeError):
                 continue
-            if isinstance(row, dict):
+            if not isinstance(obj, dict):
+                continue
+            block = _block_rows(obj)  # a server-metrics sample's rows, on one line
+            for i, row in enumerate([obj] if block is None else block):
+                if first + i < after:
+                    continue
                 for name in floats:  # NaN and infinities, written as text
                     v = row.get(name)
                     if isinstance(v, str) and v in _NONFINITE:
@@ -123,6 +131,24 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
             if _complete(one):
                 out.append(one)
     return out
+
+
+#: the keys of a block line's object (``agentbench.results.samples.SampleBlock.journal``)
+_BLOCK_KEYS = {"endpoint", "series", "time_ns", "values"}
+
+
+def _block_rows(line: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The rows of a block line's object, in its series' order; None when ``line`` is not
+    one (a row's line), and no row when its series and values do not pair up."""
+    if line.keys() != _BLOCK_KEYS:
+        return None
+    series, values, t, ep = line["series"], line["values"], line["time_ns"], line["endpoint"]
+    if not isinstance(series, list) or not isinstance(values, list) \
+            or len(series) != len(values) \
+            or not all(isinstance(s, list) and len(s) == 2 for s in series):
+        return []
+    return [{"time_ns": t, "endpoint": ep, "name": s[0], "labels": s[1], "value": v}
+            for s, v in zip(series, values, strict=True)]
 
 
 def _complete(batch: pa.RecordBatch) -> bool:

@@ -1,5 +1,5 @@
-"""Server-metrics samples kept as columns (``agentbench.results.samples``): the journal lines
-and the spooled rows of a ``SampleBlock`` are exactly those of its rows written one by one,
+"""Server-metrics samples kept as columns (``agentbench.results.samples``): the journal line
+and the spooled rows of a ``SampleBlock`` read back as exactly its rows written one by one,
 whatever the names, labels and values, and a killed run gets them back from the journal."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from agentbench.results import schema as records
 from agentbench.results.samples import SampleBlock, SeriesLayout, blocks_batch
-from agentbench.results.spool import journal_rows, nonfinite_as_text
+from agentbench.results.spool import journal_rows
 from agentbench.results.writer import ResultsWriter, recover
 
 SCHEMA = records.SERVER_METRICS_SCHEMA
@@ -42,18 +42,43 @@ def _same(a: object, b: object) -> bool:
 
 
 @settings(max_examples=150, deadline=None)
-@given(_blocks(), st.integers(0, 10**6))
-def test_journal_lines_are_orjsons_lines_of_the_rows(blocks: list[SampleBlock],
-                                                     first: int) -> None:
+@given(_blocks(), st.integers(0, 10**6), st.integers(0, 30))
+def test_a_block_line_reads_back_as_its_rows(tmp_path_factory: pytest.TempPathFactory,
+                                             blocks: list[SampleBlock], first: int,
+                                             cut: int) -> None:
+    """Each block is one journal line; recovery reads it back as the rows of ``rows()``
+    numbered from the line's sequence number, those the spool lacks (``after``: here
+    anywhere, inside a block too, as a full disk's halved batches leave it) and no
+    other, NaN and infinities included."""
+    journal = tmp_path_factory.mktemp("j") / "server_metrics.parquet.journal.jsonl"
+    lines, rows, seq = [], [], first
     for b in blocks:
-        got = b.journal(first).splitlines()
-        want = [b"%d %s" % (first + i, orjson.dumps(nonfinite_as_text(r, ("value",))))
-                for i, r in enumerate(b.rows())]
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            gs, _, gt = g.partition(b" ")
-            ws, _, wt = w.partition(b" ")
-            assert gs == ws and _same(orjson.loads(gt), orjson.loads(wt))
+        line = b.journal(seq)
+        assert line.count(b"\n") == (1 if len(b) else 0)
+        lines.append(line)
+        rows += b.rows()
+        seq += len(b)
+    journal.write_bytes(b"".join(lines))
+    after = first + cut
+    got = journal_rows(journal, after, SCHEMA)
+    want = rows[cut:]
+    assert sum(x.num_rows for x in got) == len(want)
+    if want:
+        assert _same([r for x in got for r in x.to_pylist()],
+                     pa.RecordBatch.from_pylist(want, schema=SCHEMA).to_pylist())
+
+
+def test_a_block_line_that_does_not_pair_up_is_left_out(tmp_path: Path) -> None:
+    """A block line whose series and values differ in number, or whose series is not
+    [name, labels] pairs, gives no row; the lines around it read."""
+    good = SampleBlock(_layout(), 7, "sim", [1.0, 2.0])
+    journal = tmp_path / "server_metrics.parquet.journal.jsonl"
+    bad = [b'2 {"endpoint":"sim","series":[["a",[]]],"time_ns":1,"values":[1.0,2.0]}\n',
+           b'2 {"endpoint":"sim","series":["a","b"],"time_ns":1,"values":[1.0,2.0]}\n',
+           b'2 {"endpoint":"sim","series":{},"time_ns":1,"values":[]}\n']
+    journal.write_bytes(good.journal(0) + b"".join(bad) + good.journal(2))
+    got = [r for b in journal_rows(journal, 0, SCHEMA) for r in b.to_pylist()]
+    assert [(r["time_ns"], r["value"]) for r in got] == [(7, 1.0), (7, 2.0)] * 2
 
 
 @settings(max_examples=150, deadline=None)

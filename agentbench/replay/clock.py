@@ -303,20 +303,43 @@ def _report(loop: asyncio.AbstractEventLoop, handle: asyncio.Handle,
 class Pause:
     """A background loop's pause: ``await pause.until_stop(s)`` returns after ``s`` seconds
     of the run's clock, or as soon as ``stop`` is set. One waiter on the event serves
-    every pause, and ``asyncio.wait``'s timer wakes it: two callbacks a pause, where
+    every pause, and a timer wakes it: two callbacks a pause, where
     ``wait_for(stop.wait(), s)`` makes a task and cancels it through an exception each time
     (a server-metrics sample every 10 simulated seconds made a third of a virtual run's
-    callbacks that way)."""
+    callbacks that way). A pause is ``asyncio.wait((stopped,), timeout=s)``'s steps
+    without its sets and coroutines: the timer set at ``loop.time() + s``, the waiter
+    released by whichever comes first, the pause resumed a turn later, the timer cancelled
+    and the callback removed after."""
 
     def __init__(self, stop: asyncio.Event) -> None:
         self._stopped = asyncio.ensure_future(stop.wait())
 
     async def until_stop(self, seconds: float) -> None:
-        if not self._stopped.done():
-            await asyncio.wait((self._stopped,), timeout=seconds)
+        stopped = self._stopped
+        if stopped.done():
+            return
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        timer = loop.call_at(loop.time() + seconds, _release, waiter)
+
+        def on_stop(_: object) -> None:
+            timer.cancel()
+            _release(waiter)
+
+        stopped.add_done_callback(on_stop)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            stopped.remove_done_callback(on_stop)
 
     def close(self) -> None:
         self._stopped.cancel()
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def run_on(clock: str, main: Coroutine[Any, Any, T]) -> T:

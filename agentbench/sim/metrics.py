@@ -15,8 +15,9 @@ client-visible seconds (simulated seconds divided by ``speedup``).
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # re-exported: they lived here before ``histogram`` (the engine imports them from there)
 from agentbench.sim.histogram import E2E_BUCKETS as E2E_BUCKETS
@@ -38,30 +39,35 @@ def _lab(model: str, index: int, key: str = "", value: str = "") -> dict[str, st
     return out
 
 
-#: one series: its labels and what reads its value now
-Series = tuple[dict[str, str], Callable[[], float]]
-#: a metric family: (name, type, help, its series)
-Family = tuple[str, str, str, list[Series]]
+#: one series: its labels and what reads its value now (a number)
+Series = tuple[dict[str, str], Callable[[], Any]]
+#: a metric family: (name, type, help, its series, whether its values are shown as floats)
+Family = tuple[str, str, str, list[Series], bool]
 
 
 def _families(model: str, instances: Sequence[Instance]) -> list[Family]:
     """Every gauge and counter family of ``instances``, each series with a reader of its
     value (called when sampled: which series exist is fixed by the instances, their tiers
-    and roles; only the values move)."""
+    and roles; only the values move). The readers are bound to the objects they read
+    (an instance's stats, queue and caches, made once with it), most of them builtins:
+    a virtual-time run reads every series every few simulated seconds (a quarter of the
+    samples' CPU in the quickstart was Python readers around ``getattr``). ``float``
+    families' values are shown as floats in the exposition text; the others as they are."""
     fams: list[Family] = []
     part = functools.partial
 
-    def fam(name: str, kind: str, help_: str, per: Callable[[Instance], float]) -> None:
-        fams.append((name, kind, help_, [(_lab(model, i.index), part(per, i))
-                                         for i in instances]))
+    def fam(name: str, kind: str, help_: str, per: Callable[[Instance], Callable[[], Any]],
+            as_float: bool) -> None:
+        fams.append((name, kind, help_, [(_lab(model, i.index), per(i)) for i in instances],
+                     as_float))
 
     fam("vllm:num_requests_running", "gauge", "Requests in model execution batches.",
-        _running)
+        lambda i: part(_running, i), False)
     fam("vllm:num_requests_waiting", "gauge", "Requests waiting to be processed.",
-        _waiting)
+        lambda i: part(len, i.waiting), False)
     fam("vllm:kv_cache_usage_perc", "gauge",
         "KV-cache usage. 1 means 100 percent usage (blocks held by running requests).",
-        _kv_usage)
+        lambda i: i.kv_usage, False)
     for name, help_, attr in (
             ("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
              "prompt_tokens"),
@@ -72,26 +78,26 @@ def _families(model: str, instances: Sequence[Instance]) -> list[Family]:
             ("vllm:prefix_cache_hits_total",
              "Prefix cache hits, in terms of number of cached tokens (all tiers).",
              "prefix_hits")):
-        fam(name, "counter", help_, part(_stat, attr=attr))
+        fam(name, "counter", help_, part(_stat_reader, attr=attr), True)
     rows: list[Series] = []
     for i in instances:
         for tier, attr in (("gpu", "hits_gpu"), ("cpu", "hits_cpu"),
                            *((("nvme", "hits_nvme"),) if "nvme" in _tiers(i) else ()),
                            ("shared", "hits_shared")):
-            rows.append((_lab(model, i.index, "tier", tier), part(_raw, i, attr)))
+            rows.append((_lab(model, i.index, "tier", tier), part(getattr, i.stats, attr)))
     fams.append(("agentbench_sim_prefix_cache_hits_by_tier_total", "counter",
                  "Cached prompt tokens by where they were found (gpu, cpu, nvme, shared).",
-                 rows))
+                 rows, False))
     fams += _tier_families(model, instances)
     rows = []
     for i in instances:
         for reason in ("length", "stop"):
             rows.append((_lab(model, i.index, "finished_reason", reason),
-                         part(_finished, i, reason)))
+                         part(operator.getitem, i.stats.finished, reason)))
     fams.append(("vllm:request_success_total", "counter",
-                 "Count of successfully processed requests.", rows))
+                 "Count of successfully processed requests.", rows, False))
     fam("agentbench_sim_cache_evictions_total", "counter", "GPU KV blocks evicted (LRU).",
-        _evictions)
+        lambda i: part(getattr, i.gpu, "evictions"), False)
     decode = [i for i in instances if i.role == "decode"]
     for name, help_, attr in (
             ("agentbench_sim_kv_transfer_tokens_total",
@@ -102,7 +108,8 @@ def _families(model: str, instances: Sequence[Instance]) -> list[Family]:
              "P/D: seconds requests waited for their KV to reach this decode instance.",
              "kv_in_wait_s")) if decode else ():
         fams.append((name, "counter", help_, [
-            (_lab(model, i.index, "role", "decode"), part(_stat, i, attr)) for i in decode]))
+            (_lab(model, i.index, "role", "decode"), part(getattr, i.stats, attr))
+            for i in decode], True))
     return fams
 
 
@@ -110,28 +117,8 @@ def _running(inst: Instance) -> float:
     return len(inst.running)
 
 
-def _waiting(inst: Instance) -> float:
-    return len(inst.waiting)
-
-
-def _kv_usage(inst: Instance) -> float:
-    return inst.kv_usage()
-
-
-def _evictions(inst: Instance) -> float:
-    return inst.gpu.evictions
-
-
-def _raw(inst: Instance, attr: str) -> float:
-    return getattr(inst.stats, attr)
-
-
-def _finished(inst: Instance, reason: str) -> float:
-    return inst.stats.finished[reason]
-
-
-def _tier_stat(inst: Instance, attr: str, tier: str) -> float:
-    return float(getattr(inst.stats, attr)[tier])
+def _stat_reader(inst: Instance, attr: str) -> Callable[[], Any]:
+    return functools.partial(getattr, inst.stats, attr)
 
 
 def _tiers(inst: Instance) -> tuple[str, ...]:
@@ -143,29 +130,25 @@ def _tiers(inst: Instance) -> tuple[str, ...]:
 def _tier_families(model: str, instances: Sequence[Instance]) -> list[Family]:
     """Per tier an instance has: seconds spent loading from it, tokens written to it
     (none for an instance with no tier behind its GPU cache)."""
-    out = []
+    out: list[Family] = []
     for name, help_, attr in (
             ("agentbench_sim_tier_load_seconds_total",
              "Seconds spent loading cached KV from each tier into the GPU.", "load_s"),
             ("agentbench_sim_tier_stored_tokens_total",
              "Tokens written through to each tier (new blocks only).", "stored")):
         rows: list[Series] = [(_lab(model, i.index, "tier", t),
-                               functools.partial(_tier_stat, i, attr, t))
+                               functools.partial(operator.getitem, getattr(i.stats, attr), t))
                               for i in instances for t in _tiers(i)]
         if rows:
-            out.append((name, "counter", help_, rows))
+            out.append((name, "counter", help_, rows, True))
     return out
-
-
-def _stat(inst: Instance, attr: str) -> float:
-    return float(getattr(inst.stats, attr))
 
 
 def samples(model: str, instances: Sequence[Instance]) -> list[tuple[str, dict[str, str],
                                                                     float]]:
     """The gauge and counter samples of ``render`` as (name, labels, value), without text:
     what the in-process transport records in virtual time (histograms left out)."""
-    return [(name, labels, float(read())) for name, _, _, rows in _families(model, instances)
+    return [(name, labels, float(read())) for name, _, _, rows, _ in _families(model, instances)
             for labels, read in rows]
 
 
@@ -179,8 +162,9 @@ class SampleRows:
 
     def __init__(self, model: str, instances: Sequence[Instance]) -> None:
         self._series = [(name, list(labels.items()), read)
-                        for name, _, _, rows in _families(model, instances)
+                        for name, _, _, rows, _ in _families(model, instances)
                         for labels, read in rows]
+        self._reads = [read for _, _, read in self._series]
 
     @property
     def names(self) -> list[str]:
@@ -192,7 +176,7 @@ class SampleRows:
 
     def values(self) -> list[float]:
         """Every series' value now, in the order of ``names``."""
-        return [float(read()) for _, _, read in self._series]
+        return list(map(float, map(operator.call, self._reads)))
 
 
 def _labels(model: str, inst: Instance) -> str:
@@ -202,12 +186,13 @@ def _labels(model: str, inst: Instance) -> str:
 def render(model: str, instances: Sequence[Instance]) -> str:
     """Prometheus exposition text of every instance."""
     out: list[str] = []
-    for name, kind, help_, rows in _families(model, instances):
+    for name, kind, help_, rows, as_float in _families(model, instances):
         out.append(f"# HELP {name} {help_}")
         out.append(f"# TYPE {name} {kind}")
         for labels, read in rows:
             lab = ",".join(f'{k}="{x}"' for k, x in labels.items())
-            out.append(f"{name}{{{lab}}} {read()!r}")
+            value = float(read()) if as_float else read()
+            out.append(f"{name}{{{lab}}} {value!r}")
     labs = [_labels(model, i) for i in instances]
     out.append("# HELP vllm:time_to_first_token_seconds Histogram of time to first token in "
                "seconds.")

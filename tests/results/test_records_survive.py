@@ -107,6 +107,13 @@ def test_a_killed_run_keeps_its_rows_and_every_reader_reads_it(tmp_path: Path,
     assert n > 0 and r.summary["overall"]["requests"]["total"] == n
     status = json.loads((d / "run.json").read_text())["status"]
     assert status == ("interrupted" if sig == "SIGTERM" else "killed")
+    # every server-metrics sample whole (a SIGKILL leaves most in the journal, one line a
+    # sample): the same series at each time, once each
+    m = pq.read_table(d / "server_metrics.parquet").to_pandas()
+    m["lab"] = m["labels"].map(str)
+    per = m.groupby("time_ns")["name"].count()
+    assert len(per) > 1 and per.nunique() == 1
+    assert not m.duplicated(["time_ns", "name", "lab"]).any()
     from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["recover", str(d)])

@@ -155,7 +155,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         sel.loop = self
         self._vnow_ns = 0
         self._timer_seq = itertools.count()
-        self._vheap: list[tuple[float, int, asyncio.TimerHandle]] = []
+        #: (when, sequence, handle, when in ns): the ns rounded once, when scheduled
+        self._vheap: list[tuple[float, int, asyncio.TimerHandle, int]] = []
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
@@ -169,7 +170,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                 del timer._source_traceback[-1]  # type: ignore[attr-defined]
         else:
             timer = _TimerHandle(when, callback, args, self, context)
-        heapq.heappush(self._vheap, (when, next(self._timer_seq), timer))
+        heapq.heappush(self._vheap, (when, next(self._timer_seq), timer, round(when * 1e9)))
         timer._scheduled = True  # type: ignore[attr-defined]
         return timer
 
@@ -215,7 +216,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                 # ``_JumpSelector.select``'s turn without a poll, inline (most turns)
                 sel._skipped += 1
                 if timeout:  # ``_advance``
-                    self._vnow_ns = max(self._vnow_ns, round(heap[0][0] * 1e9))
+                    self._vnow_ns = max(self._vnow_ns, heap[0][3])
             else:
                 events = sel.select(timeout)
                 if events:
@@ -224,7 +225,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             # callback never runs before its own time (two timers less than 1 ns apart in
             # different nanoseconds run in two turns, each at its own)
             now_ns = self._vnow_ns
-            while heap and round(heap[0][0] * 1e9) <= now_ns:
+            while heap and heap[0][3] <= now_ns:
                 handle = pop(heap)[2]
                 handle._scheduled = False  # type: ignore[attr-defined]
                 ready.append(handle)
@@ -244,7 +245,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             if self._stopping:  # type: ignore[attr-defined]
                 return
 
-    def _drop_cancelled(self) -> list[tuple[float, int, asyncio.TimerHandle]]:
+    def _drop_cancelled(self) -> list[tuple[float, int, asyncio.TimerHandle, int]]:
         """asyncio's rule: the cancelled timers leave the heap at once when they are over
         half of more than ``_MIN_SCHEDULED``."""
         kept = []
@@ -283,8 +284,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def _advance(self, timeout: float) -> None:
         heap = self._vheap
-        when = heap[0][0] if heap else self.time() + timeout
-        self._vnow_ns = max(self._vnow_ns, round(when * 1e9))
+        self._vnow_ns = max(self._vnow_ns, heap[0][3] if heap
+                            else round((self.time() + timeout) * 1e9))
 
 
 def _report(loop: asyncio.AbstractEventLoop, handle: asyncio.Handle,

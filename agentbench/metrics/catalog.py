@@ -95,23 +95,7 @@ def format_value(m: Metric, v: float | None) -> str:
     return f"{v:,.{digits}f} {m.unit}".strip()
 
 
-def _times(r: float) -> str:
-    return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
-
-
-def change_phrase(m: Metric, base: float | None, cand: float | None) -> str | None:
-    """The published form of a change: 'throughput 3.8x', 'P50 TTFT 46x lower',
-    'hit rate 1.7% → 92.2%'. None when either side is missing."""
-    if base is None or cand is None:
-        return None
-    if m.share:
-        return f"{m.label} {format_value(m, base)} → {format_value(m, cand)}"
-    if base == 0 or cand == 0:
-        return f"{m.label} {format_value(m, base)} → {format_value(m, cand)}"
-    if abs(cand / base - 1) < 0.005:
-        return f"{m.label} unchanged"
-    if m.better == "higher":
-        r = cand / base
-        return f"{m.label} {_times(r)}" if r >= 1 else f"{m.label} {_times(1 / r)} lower"
-    r = base / cand
-    return f"{m.label} {_times(r)} lower" if r >= 1 else f"{m.label} {_times(1 / r)} higher"
+def shows_zero(text: str) -> bool:
+    """Whether a formatted value reads as zero ("$0.0000", "0.0 ms"): a ratio against it
+    would read as a ratio against zero ("2970000x lower" beside "$0.0000")."""
+    return not any(c in "123456789" for c in text)

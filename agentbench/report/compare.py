@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from agentbench.metrics.catalog import METRICS, Metric, format_value
+from agentbench.metrics.catalog import METRICS, Metric, format_value, shows_zero
 
 # figures the summary holds that the shared catalog does not name (report-only rows)
 EXTRA: dict[str, Metric] = {m.name: m for m in [
@@ -87,13 +87,15 @@ def _times(r: float) -> str:
 def change(m: Metric, base: float | None, cand: float | None) -> str:
     """How ``cand`` differs from ``base``, published style: '3.8x', '46x lower',
     '1.7% → 92.2%'; under a 1.05x change, in percent ('4.1% lower'); 'same' when the
-    two values agree to 0.5% (or print the same); '-' when one is missing."""
+    two values agree to 0.5% (or print the same); '-' when one is missing; the two
+    values, not a ratio, when one is or prints as zero."""
     if base is None or cand is None or math.isnan(base) or math.isnan(cand):
         return "-"
     a, b = format_value(m, base), format_value(m, cand)
     if a == b or (base != 0 and abs(cand / base - 1) < 0.005):
         return "same"
-    if m.share or base == 0 or cand == 0 or (base < 0) != (cand < 0):
+    if m.share or base == 0 or cand == 0 or (base < 0) != (cand < 0) \
+            or shows_zero(a) or shows_zero(b):
         return f"{a} → {b}"
     r = cand / base
     if abs(r - 1) < 0.05:

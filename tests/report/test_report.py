@@ -170,6 +170,10 @@ def test_changes_in_words() -> None:
     assert change(m["error_rate"], 0.0, 0.0) == "same"
     assert change(m["ttft_p50"], 100.0, None) == "-"
     assert change(m["throughput"], 100.0, 90.0) == "1.1x lower"
+    # a value that prints as zero gets no ratio (it read "2970000x lower" beside $0.0000)
+    assert change(m["cost_per_agent"], 0.0297, 1e-8) == "$0.0297 → $0.0000"
+    assert change(m["cost_per_agent"], 1e-8, 0.0297) == "$0.0000 → $0.0297"
+    assert change(m["cost_per_agent"], 0.0297, 0.0101) == "2.9x lower"
 
 
 def test_changes_are_judged_by_each_metric_s_direction() -> None:

@@ -45,11 +45,11 @@ import numpy.typing as npt
 from agentbench.errors import InputError
 from agentbench.experiment.enginefacts import EngineFacts, engine_facts, log_version
 from agentbench.experiment.savecost import SaveCost, is_save_probe, save_cost
-from agentbench.sim.cost import StepFit
+from agentbench.sim.cost import STEP_FIT_TERMS
 
-#: the model's terms (``StepFit.TERMS``): the step's five, then the time each request
+#: the model's terms (``STEP_FIT_TERMS``): the step's five, then the time each request
 #: spends outside the engine's steps (HTTP, tokenizing, the API server: ``request_s``)
-TERMS = StepFit.TERMS
+TERMS = STEP_FIT_TERMS
 Matrix = npt.NDArray[np.float64]
 #: token events this close together are always taken as ends of one engine step; a run
 #: whose requests' tokens come further apart allows more (``_same_step``)

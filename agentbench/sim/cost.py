@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -266,12 +266,13 @@ class StepFit:
     #: tokenizing, an API server): its arrival at the instance is that much later
     request_s: float = 0.0
 
-    #: the coefficients, in the order of the model's terms (and of a preset file)
-    TERMS: ClassVar[tuple[str, ...]] = ("intercept_s", "prefill_token_s", "decode_token_s",
-                                        "attention_pair_s", "kv_token_s", "request_s")
-
     def values(self) -> tuple[float, ...]:
-        return tuple(getattr(self, k) for k in self.TERMS)
+        return tuple(getattr(self, k) for k in STEP_FIT_TERMS)
+
+
+#: ``StepFit``'s coefficients, in the order of the model's terms (and of a preset file)
+STEP_FIT_TERMS = ("intercept_s", "prefill_token_s", "decode_token_s", "attention_pair_s",
+                  "kv_token_s", "request_s")
 
 
 def step_cost(preset: Preset) -> StepCost:

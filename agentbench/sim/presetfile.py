@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentbench.errors import InputError
 from agentbench.scenario.endpoints import is_simulated
 from agentbench.scenario.yamlfile import MAX_SHOWN, key_lines, one_line, read_yaml
-from agentbench.sim.cost import StepFit
+from agentbench.sim.cost import STEP_FIT_TERMS, StepFit
 from agentbench.sim.presets import FIGURES, ROOFLINE_ONLY, Preset, Provenance
 
 #: bytes at most in a preset file (a real one is a few KB)
@@ -245,7 +245,7 @@ class PresetFile(_Model):
         sm = self.step_model
         sources = [(k, f.source) for k, f in figs.items()]
         if sm is not None:
-            sources += [(k, f.source) for k in StepFit.TERMS
+            sources += [(k, f.source) for k in STEP_FIT_TERMS
                         if (f := getattr(sm, k)) is not None]
         p = self.provenance
         prov = Provenance(engine=p.engine, engine_version=p.engine_version, model=p.model,
@@ -254,7 +254,7 @@ class PresetFile(_Model):
                           figures=tuple(sources))
         values: dict[str, Any] = {k: 0 for k in ROOFLINE_ONLY}  # a fitted preset: unread
         values.update((k, f.value) for k, f in figs.items())
-        fit = None if sm is None else StepFit(**{k: f.value for k in StepFit.TERMS
+        fit = None if sm is None else StepFit(**{k: f.value for k in STEP_FIT_TERMS
                                                  if (f := getattr(sm, k)) is not None})
         return Preset(name=self.name, summary=self.summary, provenance=prov,
                       scheduler=self.scheduler, step_fit=fit, gpus=p.gpus,
@@ -367,7 +367,7 @@ def preset_yaml(preset: Preset) -> str:
     fit = preset.step_fit
     if fit is not None:
         data["step_model"] = {k: {"value": getattr(fit, k), "source": given.get(k, "fitted")}
-                              for k in StepFit.TERMS if k != "request_s" or k in given}
+                              for k in STEP_FIT_TERMS if k != "request_s" or k in given}
         data["step_model"]["fit"] = dict(preset.fit_summary or {})
     head = "# agentbench simulator preset (format: docs/engines.md, \"Simulator presets\")\n"
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=96)

@@ -20,7 +20,7 @@ from agentbench.experiment.simcheck import sim_check
 from agentbench.experiment.simfit import fit_runs, format_fit
 from agentbench.replay import run
 from agentbench.scenario.model import Scenario
-from agentbench.sim.cost import StepFit
+from agentbench.sim.cost import STEP_FIT_TERMS
 from agentbench.sim.presetfile import load_preset_file, parse_preset, preset_yaml
 from tests.helpers import ROOT, serve_sim
 from tests.sim.test_fitted_preset import FIT, TEXT
@@ -61,7 +61,7 @@ def test_a_fit_predicts_held_out_work_of_the_engine_it_came_from(runs: dict[str,
     assert fit.observations > 100 and set(fit.coef) >= {"intercept_s", "kv_token_s"}
     assert fit.residuals["decode_median"] < 0.01 and fit.residuals["ttft_p90"] < 0.01
     # the windows are exact on a simulator: the fit finds the coefficients it ran with
-    true = dict(zip(StepFit.TERMS, FIT.values(), strict=True))
+    true = dict(zip(STEP_FIT_TERMS, FIT.values(), strict=True))
     for k, v in true.items():
         assert fit.coef[k] == pytest.approx(v, rel=0.1, abs=1e-5), (k, fit.coef[k], v)
     preset = fitted_preset(fit, name="fitted", kv_capacity_tokens=4_000_000,
@@ -334,7 +334,7 @@ def test_a_client_that_reads_one_steps_tokens_apart_does_not_break_the_fit(
     fit = fit_runs([_client_late(runs["held"], tmp_path / "late", 600_000)])
     assert fit.residuals["ttft_median"] < 0.02 and fit.residuals["decode_median"] < 0.02, \
         fit.residuals
-    true = dict(zip(StepFit.TERMS, FIT.values(), strict=True))
+    true = dict(zip(STEP_FIT_TERMS, FIT.values(), strict=True))
     for k in ("intercept_s", "prefill_token_s", "decode_token_s"):
         assert fit.coef[k] == pytest.approx(true[k], rel=0.1), (k, fit.coef)
     assert fit.coef["request_s"] < 1e-3, fit.coef

@@ -62,7 +62,7 @@ def best_of(sc: Any, out: Path, repeat: int) -> dict[str, Any]:
 
 
 def show(r: dict[str, Any]) -> None:
-    spread = (f" (slowest of {r['repeat']}: {r['cpu_max_s']:.2f} s)"
+    spread = (f" (slowest of {r['repeat']}: {r['cpu_max_s']:.3f} s)"
               if r.get("repeat", 1) > 1 else "")
     print(f"  {r['name']:<34} {r['requests']:>7,} requests in {r['sim_s']:>7,.0f} simulated s:"
           f" wall {r['wall_s']:7.3f} s, CPU {r['cpu_s']:7.3f} s{spread} = "

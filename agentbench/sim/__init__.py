@@ -25,11 +25,14 @@ wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram`` (latency h
 ``launch`` (``start_simulator``), ``errors`` (``SimulatorStartError``).
 """
 
-from agentbench.sim.errors import SimulatorStartError
-from agentbench.sim.launch import start_simulator
-from agentbench.sim.process import SimProcess
-from agentbench.sim.routes_common import SESSION_HEADER
-from agentbench.sim.server import SimHandle
+from agentbench.sim import native
+
+native.install()  # first: an opt-in compiled engine (AGENTBENCH_NATIVE) replaces modules
+from agentbench.sim.errors import SimulatorStartError  # noqa: E402
+from agentbench.sim.launch import start_simulator  # noqa: E402
+from agentbench.sim.process import SimProcess  # noqa: E402
+from agentbench.sim.routes_common import SESSION_HEADER  # noqa: E402
+from agentbench.sim.server import SimHandle  # noqa: E402
 
 __all__ = ["SESSION_HEADER", "SimHandle", "SimProcess", "SimulatorStartError",
            "start_simulator"]

@@ -28,7 +28,7 @@ from agentbench.sim.slots import (
 from agentbench.sim.virtual import run_virtual
 from tests.sim.test_fitted_preset import TEXT
 from tests.sim.test_preset_files import _virtual_run
-from tests.sim.test_sim_virtual_runs import _build, _results, step_by_step
+from tests.sim.test_sim_virtual_runs import _build, _results, step_by_step, watches_engine
 
 SLOTS = TEXT.replace("scheduler: paged", "scheduler: slots")
 PRESET = parse_preset(SLOTS)
@@ -300,6 +300,7 @@ def test_virtual_runs_are_deterministic(tmp_path: Path) -> None:
     assert a.drop(["request_id"]).equals(b.drop(["request_id"]))
 
 
+@watches_engine
 @pytest.mark.parametrize("cfg", [
     dict(max_num_seqs=3, cpu_offload_blocks=3000),  # waiting for slots, RAM evictions
     dict(max_num_seqs=8, router="cache_aware"),

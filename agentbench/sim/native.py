@@ -62,7 +62,11 @@ def plan(folder: Path) -> dict[str, Path] | str:
             files[name] = folder / entry["file"]
         if set(files) != set(MODULES):
             return "the build lacks " + ", ".join(sorted(set(MODULES) - set(files)))
-        files[manifest["shared"]["name"]] = folder / manifest["shared"]["file"]
+        shared = manifest["shared"]["name"]
+        if not (isinstance(shared, str) and shared.endswith("__mypyc")
+                and shared.isidentifier()):
+            return f"{shared!r} is not a mypyc group's library"  # nor any module to replace
+        files[shared] = folder / manifest["shared"]["file"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         return f"no readable build ({type(e).__name__}: {e})"
     missing = [p.name for p in files.values() if not p.is_file()]

@@ -57,6 +57,8 @@ def test_a_build_that_cannot_be_used_says_why_in_one_line(tmp_path: Path) -> Non
     gone = _fake_build(tmp_path / "gone")
     (gone / f"agentbench.sim.kvcache{SUFFIX}").unlink()
     assert native.plan(gone) == f"missing agentbench.sim.kvcache{SUFFIX}"
+    assert native.plan(_fake_build(tmp_path / "json", shared={
+        "name": "json", "file": "x.so"})) == "'json' is not a mypyc group's library"
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / native.MANIFEST).write_bytes(b"\x00\xff not json")
     assert str(native.plan(tmp_path / "junk")).startswith("no readable build")

@@ -34,10 +34,11 @@ def build(out: Path) -> dict[str, object]:
         work = Path(tmp)
         shutil.copytree(ROOT / "agentbench", work / "agentbench",
                         ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
-        files = [str(source_of(m).relative_to(ROOT)) for m in MODULES]
-        subprocess.run([sys.executable, "-m", "mypyc", "--ignore-missing-imports", *files],
-                       cwd=work, check=True, stdout=subprocess.DEVNULL)
-        shared = [p for p in work.glob(f"*__mypyc{suffix}")]
+        rel = {m: source_of(m).relative_to(ROOT) for m in MODULES}
+        subprocess.run([sys.executable, "-m", "mypyc", "--ignore-missing-imports",
+                        *map(str, rel.values())], cwd=work, check=True,
+                       stdout=subprocess.DEVNULL)
+        shared = list(work.glob(f"*__mypyc{suffix}"))
         if len(shared) != 1:
             raise SystemExit(f"expected one shared library, found {len(shared)}")
         if out.exists():
@@ -45,10 +46,9 @@ def build(out: Path) -> dict[str, object]:
         out.mkdir(parents=True)
         modules = {}
         for m in MODULES:
-            name = m.rsplit(".", 1)[1] + suffix
-            shutil.copy2(work / source_of(m).relative_to(ROOT).with_name(name),
-                         out / f"{m}{suffix}")
-            modules[m] = {"file": f"{m}{suffix}", "sha256": digest(source_of(m))}
+            shutil.copy2(work / rel[m].with_suffix(suffix), out / f"{m}{suffix}")
+            # the hash of the copy compiled: a source edited meanwhile makes the build stale
+            modules[m] = {"file": f"{m}{suffix}", "sha256": digest(work / rel[m])}
         shutil.copy2(shared[0], out / shared[0].name)
     manifest: dict[str, object] = {
         "ext_suffix": suffix, "modules": modules,

@@ -84,7 +84,7 @@ def _families(model: str, instances: Sequence[Instance]) -> list[Family]:
         for tier, attr in (("gpu", "hits_gpu"), ("cpu", "hits_cpu"),
                            *((("nvme", "hits_nvme"),) if "nvme" in _tiers(i) else ()),
                            ("shared", "hits_shared")):
-            rows.append((_lab(model, i.index, "tier", tier), part(getattr, i.stats, attr)))
+            rows.append((_lab(model, i.index, "tier", tier), _stat_reader(i, attr)))
     fams.append(("agentbench_sim_prefix_cache_hits_by_tier_total", "counter",
                  "Cached prompt tokens by where they were found (gpu, cpu, nvme, shared).",
                  rows, False))
@@ -108,7 +108,7 @@ def _families(model: str, instances: Sequence[Instance]) -> list[Family]:
              "P/D: seconds requests waited for their KV to reach this decode instance.",
              "kv_in_wait_s")) if decode else ():
         fams.append((name, "counter", help_, [
-            (_lab(model, i.index, "role", "decode"), part(getattr, i.stats, attr))
+            (_lab(model, i.index, "role", "decode"), _stat_reader(i, attr))
             for i in decode], True))
     return fams
 

@@ -417,8 +417,9 @@ def test_check_comparable_names_every_differing_field() -> None:
 
 
 def _defined_trace_hash(trace: Trace) -> str:
-    """``trace_hash`` by its definition, as it was first written (runs recorded since
-    compare by it)."""
+    """``trace_hash`` by its definition (fingerprint version 2; runs recorded since compare
+    by it): each turn's ids after the ones it shares with its session's previous turn,
+    found element by element."""
     import hashlib
     import json
 
@@ -426,10 +427,16 @@ def _defined_trace_hash(trace: Trace) -> str:
     for s in sorted(trace.sessions, key=lambda s: s.session_id):
         h.update(json.dumps([s.session_id, s.parent_id, s.relation, s.parent_turn,
                              s.join_turn, len(s.turns)]).encode())
+        prev: list[int] = []
         for t in s.turns:
+            ids = [int(x) for x in t.hash_ids]
+            k = 0
+            while k < min(len(prev), len(ids)) and prev[k] == ids[k]:
+                k += 1
             h.update(np.array([t.turn, t.input_tokens, t.output_tokens, t.block_size,
-                               len(t.hash_ids)], dtype=np.int64).tobytes())
-            h.update(np.ascontiguousarray(t.hash_ids, dtype=np.int64).tobytes())
+                               len(ids), k], dtype=np.int64).tobytes())
+            h.update(np.array(ids[k:], dtype=np.int64).tobytes())
+            prev = ids
     return h.hexdigest()[:16]
 
 
@@ -437,9 +444,57 @@ def test_trace_hash_keeps_its_definition() -> None:
     tr = synthesize("agentx", 4, 2)
     assert trace_hash(tr) == _defined_trace_hash(tr)
     turns = tr.sessions[0].turns
+    assert turns[1].hash_ids.base is turns[2].hash_ids.base  # views of one buffer
+    whole = trace_hash(tr)
+    for t in turns:  # the same ids, each turn a copy of its own: the same hash
+        t.hash_ids = t.hash_ids.copy()
+    assert trace_hash(tr) == whole
     turns[0].hash_ids = turns[-1].hash_ids[::2]  # a strided view
     turns[1].hash_ids = turns[1].hash_ids.astype(np.int32)  # another width
     assert trace_hash(tr) == _defined_trace_hash(tr)
+
+
+def test_trace_hash_sees_a_change_inside_a_shared_prefix() -> None:
+    """A turn whose ids differ from the previous turn's inside what they would share
+    (an agent that rewrote its context) changes the hash, whether the change is at the
+    first id, in the middle, or at the last shared one."""
+    tr = synthesize("agentx", 2, 0)
+    base = trace_hash(tr)
+    turns = tr.sessions[0].turns
+    n = min(len(turns[1].hash_ids), len(turns[2].hash_ids))
+    assert n > 2
+    for at in (0, n // 2, n - 1):
+        ids = turns[2].hash_ids.copy()
+        ids[at] += 1
+        kept, turns[2].hash_ids = turns[2].hash_ids, ids
+        assert trace_hash(tr) != base, at
+        assert trace_hash(tr) == _defined_trace_hash(tr)
+        turns[2].hash_ids = kept
+    assert trace_hash(tr) == base
+    turns[2].hash_ids = turns[2].hash_ids.copy()  # no longer a view: the same content
+    assert trace_hash(tr) == base
+
+
+def test_trace_hashes_of_two_fingerprint_versions_are_not_compared() -> None:
+    """A baseline recorded before the hash changed (fingerprint version 1) against a run of
+    version 2: their trace hashes differ by definition, so the trace is not compared (a
+    warning says so); every other field still is."""
+    from agentbench.scenario.fingerprint import VERSION, check_comparable, fingerprint
+
+    sc = {"trace": {"kind": "synth"}, "load": {"kind": "lanes", "concurrency": 4}}
+    new = {"run_id": "new", "fingerprint": {**fingerprint(sc, "virtual"), "trace": "aa"}}
+    old = {"run_id": "old", "fingerprint": {**new["fingerprint"], "version": 1,
+                                            "trace": "bb"}}
+    assert VERSION == 2
+    warnings = check_comparable([old, new])
+    assert any("version 1" in w and "not checked" in w for w in warnings), warnings
+    same = {"run_id": "same", "fingerprint": {**new["fingerprint"], "trace": "bb"}}
+    with pytest.raises(InputError, match="trace"):
+        check_comparable([same, new])  # one version: the hashes are compared
+    other_load = {"run_id": "c2", "fingerprint": {
+        **old["fingerprint"], "load": {"load": {"kind": "lanes", "concurrency": 8}}}}
+    with pytest.raises(InputError, match="load"):
+        check_comparable([other_load, new])
 
 
 def test_trace_hash_is_deterministic_and_sees_token_counts(tmp_path: Path) -> None:

@@ -245,6 +245,14 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             if self._stopping:  # type: ignore[attr-defined]
                 return
 
+    def alone(self) -> bool:
+        """Whether the running callback is all there is at this instant: nothing else is
+        ready (in this turn or the next) and no timer is due at this nanosecond. Turns of
+        the loop from here would run only what the caller schedules."""
+        heap = self._vheap
+        return not self._ready and not (  # type: ignore[attr-defined]
+            heap and heap[0][3] <= self._vnow_ns)
+
     def _drop_cancelled(self) -> list[tuple[float, int, asyncio.TimerHandle, int]]:
         """asyncio's rule: the cancelled timers leave the heap at once when they are over
         half of more than ``_MIN_SCHEDULED``."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from agentbench.replay.clock import Pause
+from agentbench.replay.clock import Pause, VirtualEventLoop
 from agentbench.transport.base import Rows
 
 #: loop turns between a pause's end and the next sample with the ``wait_for`` pause this
@@ -25,6 +25,8 @@ async def scrape_loop(collect: Callable[[int], Awaitable[Rows | None]], interval
     samples every few simulated seconds: the quickstart has more samples than requests)."""
     n = 0
     pause = Pause(stop)
+    loop = asyncio.get_running_loop()
+    virtual = loop if isinstance(loop, VirtualEventLoop) else None
     try:
         while True:
             rows = await collect(now_ns())
@@ -37,7 +39,9 @@ async def scrape_loop(collect: Callable[[int], Awaitable[Rows | None]], interval
             if stop.is_set():
                 return n
             await pause.until_stop(interval_s)
-            if not stop.is_set():  # the sample comes as many turns after its time as ever
+            # the sample comes as many turns after its time as ever, unless nothing else
+            # is at this instant of a virtual clock (those turns would run nothing else)
+            if not stop.is_set() and not (virtual is not None and virtual.alone()):
                 for _ in range(_TURNS):
                     await asyncio.sleep(0)
     finally:

@@ -19,7 +19,7 @@ import pytest
 
 from agentbench.prompts.segments import WEIGHTS, SegmentPrompt
 from agentbench.replay import run
-from agentbench.replay.clock import VIRTUAL, run_on
+from agentbench.replay.clock import VIRTUAL, VirtualEventLoop, run_on
 from agentbench.results import schema as records
 from agentbench.results.writer import ResultsWriter
 from agentbench.scenario.loading import load_scenario
@@ -233,6 +233,63 @@ def test_a_sample_that_leaves_decode_runs_whole_changes_nothing(
         v.output.dir, v.output.run_id = str(tmp_path), mode
         dirs.append(run(v, progress=False).run_dir)
     _same_run(*dirs)
+
+
+def test_alone_sees_what_else_is_at_this_instant() -> None:
+    """``VirtualEventLoop.alone``: False while another callback is ready or a timer is due
+    at this nanosecond (cancelled or not), True when the next timer is later."""
+    seen: list[tuple[str, bool]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualEventLoop)
+        seen.append(("start", loop.alone()))
+        h = loop.call_soon(lambda: None)
+        seen.append(("ready", loop.alone()))
+        await asyncio.sleep(0)  # ``h`` runs
+        seen.append(("ran", loop.alone()))
+        h = loop.call_at(loop.time(), lambda: None)
+        seen.append(("due now", loop.alone()))
+        h.cancel()
+        seen.append(("cancelled, due now", loop.alone()))
+        await asyncio.sleep(0)
+        loop.call_at(loop.time() + 1e-9 * 2, lambda: None)
+        seen.append(("due later", loop.alone()))
+        await asyncio.sleep(1)
+
+    run_on(VIRTUAL, main())
+    assert seen == [("start", True), ("ready", False), ("ran", True), ("due now", False),
+                    ("cancelled, due now", False), ("due later", True)]
+
+
+@pytest.mark.parametrize("variant", ["codex-p2d6", "agentx-agg"])
+def test_a_sample_alone_at_its_instant_changes_nothing(
+        variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample with nothing else at its instant is read at once, not three loop turns
+    later (``replay.scrape``): the same run folder as waiting the turns out every time. (A
+    sample that shares its instant with another event waits them out as before: ``alone``
+    is False then, above.)"""
+    from agentbench.scenario.loading import expand_variants
+
+    sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
+              if v.name.endswith(variant))
+    sc.server_metrics.interval_s = 2.0
+    answers: list[bool] = []
+    alone = VirtualEventLoop.alone
+
+    def told(self: VirtualEventLoop) -> bool:
+        answers.append(alone(self))
+        return answers[-1]
+
+    dirs = []
+    for mode in ("at once", "turns"):
+        monkeypatch.setattr(VirtualEventLoop, "alone",
+                            told if mode == "at once" else lambda self: False)
+        v = sc.model_copy(deep=True)
+        v.output.dir, v.output.run_id = str(tmp_path), mode.replace(" ", "-")
+        dirs.append(run(v, progress=False).run_dir)
+    _same_run(*dirs)
+    assert answers.count(True) > 100, answers
 
 
 class _Nothing:

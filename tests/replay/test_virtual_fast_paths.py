@@ -262,18 +262,16 @@ def test_alone_sees_what_else_is_at_this_instant() -> None:
                     ("cancelled, due now", False), ("due later", True)]
 
 
-@pytest.mark.parametrize("variant", ["codex-p2d6", "agentx-agg"])
 def test_a_sample_alone_at_its_instant_changes_nothing(
-        variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sample with nothing else at its instant is read at once, not three loop turns
-    later (``replay.scrape``): the same run folder as waiting the turns out every time. (A
-    sample that shares its instant with another event waits them out as before: ``alone``
-    is False then, above.)"""
+    later (``replay.scrape``): the same run folder as waiting the turns out every time.
+    This P/D variant also has samples that share their instant with other events (its two
+    stages' ends), which wait the turns out as before."""
     from agentbench.scenario.loading import expand_variants
 
     sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
-              if v.name.endswith(variant))
-    sc.server_metrics.interval_s = 2.0
+              if v.name.endswith("agentx-p2d6"))
     answers: list[bool] = []
     alone = VirtualEventLoop.alone
 
@@ -289,7 +287,8 @@ def test_a_sample_alone_at_its_instant_changes_nothing(
         v.output.dir, v.output.run_id = str(tmp_path), mode.replace(" ", "-")
         dirs.append(run(v, progress=False).run_dir)
     _same_run(*dirs)
-    assert answers.count(True) > 100, answers
+    assert answers.count(True) > 80 and answers.count(False) >= 1, (
+        answers.count(True), answers.count(False))
 
 
 class _Nothing:

@@ -426,3 +426,15 @@ def test_codex_tracelab_tool_results_are_what_calibration_solves() -> None:
     for p, key in ((10, "p10"), (50, "median"), (90, "p90")):
         assert near(float(np.percentile(growth, p)), g[key], 0.05), (p, key)
     assert near(float(growth.mean()), g["mean_clipped"], 0.05)
+
+
+@pytest.mark.parametrize("name", profile_names())
+def test_a_shipped_profile_reads_the_same_through_libyaml(name: str) -> None:
+    """Shipped profiles are read by libyaml when PyYAML has it: the same profile as the
+    pure-Python reader's."""
+    from importlib import resources
+
+    import yaml
+
+    text = (resources.files("agentbench.traces.synth") / "profiles" / f"{name}.yaml").read_text()
+    assert load_profile(name) == Profile.model_validate(yaml.load(text, Loader=yaml.SafeLoader))

@@ -98,8 +98,9 @@ def journal_rows(journal: Path, after: int, schema: pa.Schema) -> list[pa.Record
             seq, _, text = line.partition(b" ")
             try:
                 first = int(seq)
-                if first < after and b'"series":' not in text:
-                    continue  # (a block line's later rows may be past ``after``)
+                if first < after and b'"series"' not in text:
+                    continue  # (a block line's later rows may be past ``after``; its key
+                    # is looked for without the colon, however the line is spaced)
                 obj = orjson.loads(text)
             except (ValueError, orjson.JSONDecodeError):
                 continue

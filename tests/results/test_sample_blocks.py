@@ -81,6 +81,18 @@ def test_a_block_line_that_does_not_pair_up_is_left_out(tmp_path: Path) -> None:
     assert [(r["time_ns"], r["value"]) for r in got] == [(7, 1.0), (7, 2.0)] * 2
 
 
+def test_a_block_line_spaced_otherwise_still_reads_past_after(tmp_path: Path) -> None:
+    """A block line spaced otherwise than orjson writes it (``"series" : [...]``), whose
+    first rows the spool holds: its rows past ``after`` come back (the reader once skipped
+    it, looking for the key with its colon right after it)."""
+    block = SampleBlock(_layout(), 7, "sim", [1.0, 2.0])
+    spaced = block.journal(0).replace(b'"series":', b'"series" : ')
+    journal = tmp_path / "server_metrics.parquet.journal.jsonl"
+    journal.write_bytes(spaced)
+    got = [r for b in journal_rows(journal, 1, SCHEMA) for r in b.to_pylist()]
+    assert [(r["time_ns"], r["value"]) for r in got] == [(7, 2.0)]
+
+
 @settings(max_examples=150, deadline=None)
 @given(_blocks())
 def test_columns_are_what_arrow_makes_of_the_rows(blocks: list[SampleBlock]) -> None:

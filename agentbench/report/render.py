@@ -235,16 +235,22 @@ WIDE_RUNS = 3
 
 def workload_differences(runs: Sequence[Run]) -> str | None:
     """One sentence when the runs' fingerprints differ (docs/ci.md: what ``gate`` and
-    ``compare`` refuse without ``--allow``), else None: a report compares them anyway, and
-    says that its changes are then not the serving's alone."""
-    from agentbench.scenario.fingerprint import fingerprint_differences
+    ``compare`` refuse without ``--allow``), or their traces could not be compared (hashed
+    by two fingerprint versions), else None: a report compares them anyway, and says that
+    its changes are then not the serving's alone."""
+    from agentbench.scenario.fingerprint import VERSIONS_NOT_COMPARED, fingerprint_differences
 
-    _, _, differing = fingerprint_differences([r.records.run for r in runs])
-    if not differing:
-        return None
-    return (f"the runs differ in {', '.join(differing)} (their fingerprints: the workload "
-            "or how it was replayed), so a change below is not the serving's alone; "
-            "agentbench gate and compare refuse such runs unless allowed")
+    warnings, _, differing = fingerprint_differences([r.records.run for r in runs])
+    said = []
+    if differing:
+        said.append(f"the runs differ in {', '.join(differing)} (their fingerprints: the "
+                    "workload or how it was replayed), so a change below is not the "
+                    "serving's alone; agentbench gate and compare refuse such runs unless "
+                    "allowed")
+    if any(w.startswith(VERSIONS_NOT_COMPARED) for w in warnings):
+        said.append("their traces were hashed by two fingerprint versions and could not be "
+                    "compared (record the older run again to compare them)")
+    return "; ".join(said) or None
 
 
 def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:

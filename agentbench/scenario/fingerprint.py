@@ -26,6 +26,8 @@ from agentbench.traces.model import common_prefix
 #: previous turn (1 took every turn's whole list); a trace hash is compared only between
 #: fingerprints of one version (``fingerprint_differences``)
 VERSION = 2
+#: how the warning about trace hashes of two versions begins
+VERSIONS_NOT_COMPARED = "trace: hashed by fingerprint version"
 FIELDS = ("trace", "filters", "transform", "load", "timing", "time_base", "endpoints")
 #: names accepted by ``--allow`` for a field
 ALIASES = {"endpoint": "endpoints", "trace_hash": "trace", "transforms": "transform",
@@ -172,7 +174,7 @@ def fingerprint_differences(infos: Sequence[Mapping[str, Any]]
             a, b = ref.get(name), fp.get(name)
             if name == "trace" and a is not None and b is not None \
                     and ref.get("version") != fp.get("version"):
-                warnings.append(f"trace: hashed by fingerprint version {ref.get('version')} "
+                warnings.append(f"{VERSIONS_NOT_COMPARED} {ref.get('version')} "
                                 f"in {ref_label} and {fp.get('version')} in {label} (the hash "
                                 "changed in version 2): not checked; record the baseline "
                                 "again to check it")

@@ -325,6 +325,14 @@ def test_a_comparison_of_different_workloads_says_so(three: list[Path],
     res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "b")])
     assert res.exit_code == 0 and "differ in" not in res.output
     assert "differ in" not in (tmp_path / "b" / "report.md").read_text()
+    # one run recorded before the trace hash changed (fingerprint version 2): its trace is
+    # not compared, and the report says so
+    info["fingerprint"]["version"], info["fingerprint"]["trace"] = 2, "def"
+    (runs[1] / R.RUN_FILE).write_text(json.dumps(info))
+    res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "c")])
+    said = "hashed by two fingerprint versions and could not be compared"
+    assert res.exit_code == 0 and said in res.output and "differ in" not in res.output
+    assert said in (tmp_path / "c" / "report.md").read_text()
 
 
 def test_stage_labels_that_would_overlap_are_left_out() -> None:

@@ -16,6 +16,8 @@ import itertools
 import time
 from collections.abc import Callable
 
+from agentbench.replay.clock import VirtualEventLoop
+
 
 class Timers:
     def __init__(self, t0_ns: int, idle_cap_ns: int | None,
@@ -62,6 +64,27 @@ class Timers:
         finally:
             if fut.done() and not fut.cancelled():
                 self._starting -= 1
+
+    def waited_now(self) -> bool:
+        """``await wait_until(now_ns(), pullable=False)`` without waiting, when that wait
+        would run nothing else before it returns: the loop is virtual and nothing else is
+        at this instant (``VirtualEventLoop.alone``), and no other waiter is due. The
+        heap's timer is left as the wait leaves it (re-armed for the first waiter), so
+        what follows is the same. False (nothing done) otherwise."""
+        loop = self._running_loop()
+        if not (isinstance(loop, VirtualEventLoop) and loop.alone()):
+            return False
+        heap = self._heap
+        while heap and heap[0][2] is None:  # as ``_arm`` drops them
+            heapq.heappop(heap)
+        if heap and int(heap[0][0]) <= self.now_ns():  # type: ignore[call-overload]
+            return False
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = None
+        self._armed_for = None
+        self._arm()
+        return True
 
     def request_started(self) -> None:
         self.inflight += 1

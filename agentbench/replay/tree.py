@@ -321,8 +321,10 @@ class TreeRun:
             ctx.endpoint_unreachable(ep)
         try:
             # reading the stored stream waits for its turn in the loop, so that streams
-            # still in flight are stamped first when many end at once
-            await ctx.timers.wait_until(ctx.timers.now_ns(), pullable=False)
+            # still in flight are stamped first when many end at once (no wait when that
+            # turn would run nothing else: ``Timers.waited_now``)
+            if not ctx.timers.waited_now():
+                await ctx.timers.wait_until(ctx.timers.now_ns(), pullable=False)
         except StageOver:
             pass
         finally:

@@ -291,6 +291,69 @@ def test_a_sample_alone_at_its_instant_changes_nothing(
         answers.count(True), answers.count(False))
 
 
+def test_a_finished_request_alone_at_its_instant_is_recorded_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose stream ended with nothing else at that instant is recorded at once
+    instead of after a turn of the run's timers (``Timers.waited_now``): the same run
+    folder as always waiting. This variant also ends several requests in one step, which
+    wait their turns as before; a ``waited_now`` that always said yes gives another folder
+    here."""
+    from agentbench.replay.timers import Timers
+    from agentbench.scenario.loading import expand_variants
+
+    sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
+              if v.name.endswith("codex-agg"))
+    answers: list[bool] = []
+    waited_now = Timers.waited_now
+
+    def told(self: Timers) -> bool:
+        answers.append(waited_now(self))
+        return answers[-1]
+
+    dirs = []
+    for mode in ("at once", "wait"):
+        monkeypatch.setattr(Timers, "waited_now",
+                            told if mode == "at once" else lambda self: False)
+        v = sc.model_copy(deep=True)
+        v.output.dir, v.output.run_id = str(tmp_path), mode.replace(" ", "-")
+        dirs.append(run(v, progress=False).run_dir)
+    _same_run(*dirs)
+    assert answers.count(True) > 1000 and answers.count(False) >= 10, (
+        answers.count(True), answers.count(False))
+
+
+def test_waited_now_leaves_the_timers_as_the_wait_would() -> None:
+    """``Timers.waited_now``: no when another waiter is due at this instant or a callback
+    is ready; yes when the next waiter is later, its timer armed anew at the same time
+    (a wait re-arms it: its place among timers of that instant is the re-armed one's)."""
+    from agentbench.replay.timers import Timers
+
+    seen: list[object] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timers = Timers(0, None, lambda: round(loop.time() * 1e9))
+        later = asyncio.ensure_future(timers.wait_until(5_000_000_000))
+        await asyncio.sleep(0)
+        first = timers._handle
+        assert first is not None
+        seen.append(timers.waited_now())
+        second = timers._handle
+        seen.append(second is not first and first.cancelled())
+        seen.append(second is not None and second.when() == first.when())
+        loop.call_soon(lambda: None)
+        seen.append(timers.waited_now())  # something else is ready
+        await asyncio.sleep(0)
+        now = asyncio.ensure_future(timers.wait_until(timers.now_ns(), pullable=False))
+        await asyncio.sleep(0)  # its waiter is due at this instant, its timer armed
+        seen.append(timers.waited_now())
+        await now
+        await later
+
+    run_on(VIRTUAL, main())
+    assert seen == [True, True, True, False, False]
+
+
 class _Nothing:
     def __enter__(self) -> None:
         return None

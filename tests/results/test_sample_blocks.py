@@ -181,3 +181,20 @@ def test_a_block_must_fit_its_layout() -> None:
         SampleBlock(_layout(), 0, "sim", [1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match="one labels list per series"):
         SeriesLayout(["a"], [])
+
+
+def test_labels_become_text_chunk_by_chunk() -> None:
+    """``labels_as_text`` turns each chunk of the labels column into text on its own (a
+    run sampled every millisecond has more label text than one Arrow string array holds):
+    the same text as the column made one chunk, slices included, and none for no rows."""
+    from agentbench.results.reader import labels_as_text
+
+    blocks = [SampleBlock(_layout(), t, "sim", [float(t), 2.0]) for t in range(40)]
+    table = pa.Table.from_batches([blocks_batch(blocks, SCHEMA)])
+    whole = labels_as_text(table.combine_chunks()).column("labels").to_pylist()
+    assert whole[:2] == ["model_name=m,instance=0", "k=é\\"]
+    parts = pa.concat_tables([table.slice(0, 7), table.slice(7, 50), table.slice(57)])
+    text = labels_as_text(parts).column("labels")
+    assert text.num_chunks == 3 and text.to_pylist() == whole
+    empty = labels_as_text(table.slice(0, 0))
+    assert empty.num_rows == 0 and empty.schema.field("labels").type == pa.string()

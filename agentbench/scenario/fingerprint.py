@@ -60,6 +60,8 @@ def trace_hash(trace: Any) -> str:
         prev, prev_at = _NO_IDS, -1
         for t in s.turns:
             ids = t.hash_ids
+            if not (isinstance(ids, np.ndarray) and ids.dtype == np.int64):
+                ids = np.asarray(ids).astype(np.int64)  # the values hashed, compared too
             at = _start_of(ids)
             if at == prev_at and at != -1:  # views from one address: a prefix, whole
                 k = min(len(prev), len(ids))
@@ -142,20 +144,28 @@ def check_comparable(infos: Sequence[Mapping[str, Any]],
     not record (e.g. the trace hash), is not refused; what could not be checked is said.
     """
     allowed = parse_allow(sorted(allow))
-    warnings, ref_label, every = fingerprint_differences(infos)
-    differing = {name: labels for name, labels in every.items() if name not in allowed}
+    warnings, _, every = fingerprint_differences(infos)
+    differing = {name: pairs for name, pairs in every.items() if name not in allowed}
     if differing:
-        parts = [f"{name} ({', '.join(labels)} vs {ref_label})"
-                 for name, labels in differing.items()]
+        parts = []
+        for name, pairs in differing.items():
+            by_ref: dict[str, list[str]] = {}
+            for label, against in pairs:
+                by_ref.setdefault(against, []).append(label)
+            parts += [f"{name} ({', '.join(labels)} vs {against})"
+                      for against, labels in by_ref.items()]
         raise InputError(f"runs are not comparable: {'; '.join(parts)} differ; allow "
                          f"with --allow {','.join(differing)}", field="fingerprint")
     return warnings
 
 
 def fingerprint_differences(infos: Sequence[Mapping[str, Any]]
-                            ) -> tuple[list[str], str, dict[str, list[str]]]:
-    """How the runs' fingerprints differ from the first's: (warnings for what could not be
-    checked, the first run's label, each differing field -> the runs that differ in it)."""
+                            ) -> tuple[list[str], str, dict[str, list[tuple[str, str]]]]:
+    """How the runs' fingerprints differ: (warnings for what could not be checked, the
+    first run's label, each differing field -> (the run, the run it differs from)). Every
+    run is compared with the first, except for the trace hash of another fingerprint
+    version than the first's: hashes of two versions are never compared (a warning says
+    so), and such a run's is compared with the first run of its own version."""
     warnings: list[str] = []
     prints: list[tuple[str, Mapping[str, Any]]] = []
     for i, info in enumerate(infos):
@@ -168,25 +178,37 @@ def fingerprint_differences(infos: Sequence[Mapping[str, Any]]
     if len(prints) < 2:
         return warnings, prints[0][0] if prints else "", {}
     (ref_label, ref), rest = prints[0], prints[1:]
-    differing: dict[str, list[str]] = {}
+    #: per fingerprint version other than the first run's: its first run with a trace hash
+    trace_refs: dict[str, tuple[str, Any]] = {}
+    differing: dict[str, list[tuple[str, str]]] = {}
     for label, fp in rest:
         for name in FIELDS:
-            a, b = ref.get(name), fp.get(name)
-            if name == "trace" and a is not None and b is not None \
-                    and ref.get("version") != fp.get("version"):
-                warnings.append(f"{VERSIONS_NOT_COMPARED} {ref.get('version')} "
-                                f"in {ref_label} and {fp.get('version')} in {label} (the hash "
-                                "changed in version 2): not checked; record the baseline "
-                                "again to check it")
-                continue
+            a, b, against = ref.get(name), fp.get(name), ref_label
+            if name == "trace" and _version(fp) != _version(ref):
+                if a is not None and b is not None:
+                    warnings.append(f"{VERSIONS_NOT_COMPARED} {_version(ref)} in {ref_label} "
+                                    f"and {_version(fp)} in {label} (the hash changed in "
+                                    "version 2): not checked; record the baseline again to "
+                                    "check it")
+                if b is None:
+                    continue
+                against, a = trace_refs.setdefault(_version(fp), (label, b))
+                if against == label:
+                    continue  # the first of its version
             if a is None or b is None:
                 if a != b:
                     warnings.append(f"{name}: not recorded in "
-                                    f"{ref_label if a is None else label}: not checked")
+                                    f"{against if a is None else label}: not checked")
                 continue
             if _canon(a) != _canon(b):
-                differing.setdefault(name, []).append(label)
+                differing.setdefault(name, []).append((label, against))
     return warnings, ref_label, differing
+
+
+def _version(fp: Mapping[str, Any]) -> str:
+    """A fingerprint's version as text (``unknown`` when it has none)."""
+    v = fp.get("version")
+    return "unknown" if v is None else str(v)
 
 
 def _canon(x: Any) -> str:

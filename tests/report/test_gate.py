@@ -495,6 +495,37 @@ def test_trace_hashes_of_two_fingerprint_versions_are_not_compared() -> None:
         **old["fingerprint"], "load": {"load": {"kind": "lanes", "concurrency": 8}}}}
     with pytest.raises(InputError, match="load"):
         check_comparable([other_load, new])
+    # several runs of version 2 after one of version 1: compared with each other, whatever
+    # the order (they were all compared with the first alone, so not at all)
+    other = {"run_id": "other", "fingerprint": {**new["fingerprint"], "trace": "cc"}}
+    for order in ([old, new, other], [new, old, other], [old, other, new]):
+        with pytest.raises(InputError, match=r"trace \((other vs new|new vs other)\)"):
+            check_comparable(order)
+    again = {"run_id": "again", "fingerprint": {**new["fingerprint"]}}
+    assert len(check_comparable([old, new, again])) == 2
+    # a fingerprint without a version: said as unknown
+    bare = {"run_id": "bare", "fingerprint": {k: v for k, v in new["fingerprint"].items()
+                                              if k != "version"}}
+    assert any("version 2 in new and unknown in bare" in w
+               for w in check_comparable([new, bare]))
+
+
+def test_float_hash_ids_hash_as_the_integers_they_are() -> None:
+    """Hash ids made by hand as floats hash as int64 values do, shared prefix included
+    (``[0.5, 1.0]`` then ``[0, 1]`` share both ids once made integers)."""
+    from agentbench.traces.model import Session, Trace, Turn
+
+    def trace(first: object) -> Trace:
+        turns = [Turn(turn=k, t=0.0, think_s=0.0, api_s=None, input_tokens=64,
+                      output_tokens=1, hash_ids=ids, block_size=16)  # type: ignore[arg-type]
+                 for k, ids in enumerate([first, np.array([0, 1], dtype=np.int64)])]
+        return Trace([Session(session_id="s", parent_id=None, relation="root",
+                              parent_turn=None, join_turn=None, model=None, source="t",
+                              scope="s", start_s=0.0, turns=turns)])
+
+    floats = trace(np.array([0.5, 1.0]))
+    ints = trace(np.array([0, 1], dtype=np.int64))
+    assert trace_hash(floats) == _defined_trace_hash(floats) == trace_hash(ints)
 
 
 def test_trace_hash_is_deterministic_and_sees_token_counts(tmp_path: Path) -> None:

@@ -74,10 +74,8 @@ class Timers:
         loop = self._running_loop()
         if not (isinstance(loop, VirtualEventLoop) and loop.alone()):
             return False
-        heap = self._heap
-        while heap and heap[0][2] is None:  # as ``_arm`` drops them
-            heapq.heappop(heap)
-        if heap and int(heap[0][0]) <= self.now_ns():  # type: ignore[call-overload]
+        first = self._first_target()
+        if first is not None and first <= self.now_ns():
             return False
         if self._handle is not None:
             self._handle.cancel()
@@ -117,12 +115,18 @@ class Timers:
         self.pulled_in_ns += shift
         self._arm()
 
+    def _first_target(self) -> int | None:
+        """The target of the earliest waiter still waiting (the cancelled ones on top of
+        the heap dropped), or None."""
+        heap = self._heap
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+        return int(heap[0][0]) if heap else None  # type: ignore[call-overload]
+
     def _arm(self) -> None:
-        while self._heap and self._heap[0][2] is None:
-            heapq.heappop(self._heap)
-        if not self._heap:
+        first = self._first_target()
+        if first is None:
             return
-        first = int(self._heap[0][0])  # type: ignore[call-overload]
         if self._armed_for is not None and self._armed_for <= first:
             return
         if self._handle is not None:
@@ -139,18 +143,15 @@ class Timers:
         self._handle = None
         self._armed_for = None
         now = self.now_ns()
-        heap = self._heap
-        while heap and heap[0][2] is None:
-            heapq.heappop(heap)
-        if heap and int(heap[0][0]) <= now:  # type: ignore[call-overload]
-            target, _, fut, _ = heapq.heappop(heap)
+        first = self._first_target()
+        if first is not None and first <= now:
+            target, _, fut, _ = heapq.heappop(self._heap)
             if not fut.done():  # type: ignore[attr-defined]
                 self._starting += 1
                 fut.set_result(target)  # type: ignore[attr-defined]
-        while heap and heap[0][2] is None:
-            heapq.heappop(heap)
-        if heap and int(heap[0][0]) <= now:  # type: ignore[call-overload]
-            self._armed_for = int(heap[0][0])  # type: ignore[call-overload]
+        first = self._first_target()
+        if first is not None and first <= now:
+            self._armed_for = first
             self._handle = self._running_loop().call_soon(self._fire)  # type: ignore[assignment]
         else:
             self._arm()

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from agentbench.errors import InputError
 from agentbench.traces.model import common_prefix
@@ -71,21 +72,17 @@ def trace_hash(trace: Any) -> str:
             h.update(_SIX.pack(t.turn, t.input_tokens, t.output_tokens, t.block_size,
                                len(ids), k))
             new = ids[k:]
-            if new.dtype == np.int64 and new.flags.c_contiguous:
-                h.update(new)  # its buffer: the bytes ``tobytes`` would copy out
-            else:
-                h.update(np.ascontiguousarray(new, dtype=np.int64).tobytes())
+            # its buffer: the bytes ``tobytes`` would copy out
+            h.update(new.data if new.flags.c_contiguous else new.tobytes())
             prev, prev_at = ids, at
     return h.hexdigest()[:16]
 
 
-def _start_of(ids: Any) -> int:
-    """The address of ``ids``' first element when it is a contiguous int64 array (two such
+def _start_of(ids: npt.NDArray[np.int64]) -> int:
+    """The address of ``ids``' first element when the int64 array is contiguous (two such
     arrays from one address share their first ``min(len)`` ids: a session's turns are
     usually views of one buffer, ``agentbench.traces.model``), else -1."""
-    if isinstance(ids, np.ndarray) and ids.dtype == np.int64 and ids.flags.c_contiguous:
-        return int(ids.ctypes.data)
-    return -1
+    return int(ids.ctypes.data) if ids.flags.c_contiguous else -1
 
 
 def fingerprint(scenario: Mapping[str, Any], time_base: str,

@@ -262,31 +262,40 @@ def test_alone_sees_what_else_is_at_this_instant() -> None:
                     ("cancelled, due now", False), ("due later", True)]
 
 
+def _shortcut_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              owner: type, name: str, variant: str) -> list[bool]:
+    """Run ``pd-ratio.yaml``'s ``variant`` twice: with ``owner.name`` (a shortcut's test)
+    as it is, and answering no every time; the two run folders must be the same. Returns
+    the test's answers in the first run."""
+    from agentbench.scenario.loading import expand_variants
+
+    sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
+              if v.name.endswith(variant))
+    answers: list[bool] = []
+    test = getattr(owner, name)
+
+    def told(self: object) -> bool:
+        answers.append(test(self))
+        return answers[-1]
+
+    dirs = []
+    for mode in ("shortcut", "never"):
+        monkeypatch.setattr(owner, name, told if mode == "shortcut" else lambda self: False)
+        v = sc.model_copy(deep=True)
+        v.output.dir, v.output.run_id = str(tmp_path), mode
+        dirs.append(run(v, progress=False).run_dir)
+    _same_run(*dirs)
+    return answers
+
+
 def test_a_sample_alone_at_its_instant_changes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sample with nothing else at its instant is read at once, not three loop turns
     later (``replay.scrape``): the same run folder as waiting the turns out every time.
     This P/D variant also has samples that share their instant with other events (its two
     stages' ends), which wait the turns out as before."""
-    from agentbench.scenario.loading import expand_variants
-
-    sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
-              if v.name.endswith("agentx-p2d6"))
-    answers: list[bool] = []
-    alone = VirtualEventLoop.alone
-
-    def told(self: VirtualEventLoop) -> bool:
-        answers.append(alone(self))
-        return answers[-1]
-
-    dirs = []
-    for mode in ("at once", "turns"):
-        monkeypatch.setattr(VirtualEventLoop, "alone",
-                            told if mode == "at once" else lambda self: False)
-        v = sc.model_copy(deep=True)
-        v.output.dir, v.output.run_id = str(tmp_path), mode.replace(" ", "-")
-        dirs.append(run(v, progress=False).run_dir)
-    _same_run(*dirs)
+    answers = _shortcut_changes_nothing(tmp_path, monkeypatch, VirtualEventLoop, "alone",
+                                        "agentx-p2d6")
     assert answers.count(True) > 80 and answers.count(False) >= 1, (
         answers.count(True), answers.count(False))
 
@@ -299,25 +308,9 @@ def test_a_finished_request_alone_at_its_instant_is_recorded_at_once(
     wait their turns as before; a ``waited_now`` that always said yes gives another folder
     here."""
     from agentbench.replay.timers import Timers
-    from agentbench.scenario.loading import expand_variants
 
-    sc = next(v for v in expand_variants(load_scenario(SCENARIOS / "pd-ratio.yaml"))
-              if v.name.endswith("codex-agg"))
-    answers: list[bool] = []
-    waited_now = Timers.waited_now
-
-    def told(self: Timers) -> bool:
-        answers.append(waited_now(self))
-        return answers[-1]
-
-    dirs = []
-    for mode in ("at once", "wait"):
-        monkeypatch.setattr(Timers, "waited_now",
-                            told if mode == "at once" else lambda self: False)
-        v = sc.model_copy(deep=True)
-        v.output.dir, v.output.run_id = str(tmp_path), mode.replace(" ", "-")
-        dirs.append(run(v, progress=False).run_dir)
-    _same_run(*dirs)
+    answers = _shortcut_changes_nothing(tmp_path, monkeypatch, Timers, "waited_now",
+                                        "codex-agg")
     assert answers.count(True) > 1000 and answers.count(False) >= 10, (
         answers.count(True), answers.count(False))
 

@@ -226,14 +226,18 @@ def _down_and_up(out: Any, port: int, up_url: str, reconnect_s: float
 @pytest.mark.parametrize("workers", [1, 2])
 async def test_a_request_waiting_to_reconnect_keeps_its_budget_when_others_spend_the_rest(
         tmp_path, workers):  # type: ignore[no-untyped-def]
-    """Two lanes, one tree each, on two endpoints: the first endpoint is down for ~0.8 s,
+    """Two lanes, one tree each, on two endpoints: the first endpoint is down at first,
     the second answers at once and its lane takes the rest of the budget meanwhile. The
     first lane's request, refused and waiting to reconnect, holds one unit of the budget:
     it goes on trying when the budget is spent, so the budget of 4 still buys 4 requests
     that reached a server (it used to end as a refused row, spending the unit). With two
-    worker processes the lanes are in different processes."""
+    worker processes the lanes are in different processes. The first endpoint comes up
+    once the second has had its 3 (then 0.5 s more): worker processes on a busy core can
+    take longer to start than any fixed time, and all lanes start together."""
     async def after(up: FakeServer) -> None:
-        await asyncio.sleep(0.8)
+        while len(up.received) < 3:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)
 
     await _budget_holds_across_a_reconnect(tmp_path, after, 30, 70, workers=workers)
 

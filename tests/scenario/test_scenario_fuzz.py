@@ -68,6 +68,9 @@ EXPECT: dict[str, tuple[str | None, str]] = {
     "scale-below-minimum.yaml": ("trace.transform.scale", "0.001"),
     "retry-on-status-out-of-range.yaml": ("endpoints.0.retry.on.0", "599"),
     "error-rate-above-one.yaml": ("fail_on.error_rate", "less than or equal to 1"),
+    # a sample a millisecond: a full disk, not a measurement
+    "scrape-every-millisecond.yaml": ("server_metrics.interval_s",
+                                      "greater than or equal to 0.1"),
     # keys
     "duplicate-key-name.yaml": ("(yaml)", "key 'name' is given twice"),
     "duplicate-section-load.yaml": ("(yaml)", "key 'load' is given twice"),

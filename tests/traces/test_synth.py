@@ -145,6 +145,27 @@ def test_a_bad_profile_file_is_one_line(tmp_path: Path) -> None:
     assert "\n" not in e.value.one_line() and "inside window_tokens" in e.value.one_line()
 
 
+def test_a_profile_file_that_is_not_yaml_text_is_one_line(tmp_path: Path) -> None:
+    """Binary bytes, a folder, an oversized file, broken YAML: one line naming the file
+    each (binary bytes were a UnicodeDecodeError traceback; PyYAML's own message spans
+    lines)."""
+    binary, folder, big = tmp_path / "b.yaml", tmp_path / "d.yaml", tmp_path / "big.yaml"
+    binary.write_bytes(b"name: x\n\xd2\xff\x00")
+    folder.mkdir()
+    big.write_text("#" * (2 << 20))
+    bell, cut = tmp_path / "bell.yaml", tmp_path / "cut.yaml"
+    bell.write_text("a: [1, 2\nb: \x07\n")
+    cut.write_text("a: [1, 2\nb: 3\n")
+    for path, said in ((binary, "not a text (UTF-8) file: byte 8"),
+                       (folder, "cannot read profile"), (big, "larger than 1,048,576 bytes"),
+                       (bell, "not valid YAML (unacceptable character #x0007"),
+                       (cut, "not valid YAML (while parsing a flow sequence")):
+        with pytest.raises(InputError) as e:
+            load_profile(path)
+        line = e.value.one_line()
+        assert "\n" not in line and line.startswith(str(path)) and said in line, line
+
+
 def test_codex_matches_published(codex: tuple[TraceStats, dict[str, Any]]) -> None:
     st, pub = codex
     calls = pub["calls_per_trace"]

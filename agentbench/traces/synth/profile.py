@@ -273,11 +273,33 @@ def profile_names() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+#: bytes at most in a profile file (a shipped one is a few KB)
+MAX_PROFILE_BYTES = 1 << 20
+
+
+def _profile_text(path: Path) -> str:
+    """A user's profile file as text; one line naming it when it is not one (too large,
+    unreadable, not UTF-8)."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)  # /dev/zero or a huge file is not read whole
+    except OSError as e:
+        raise InputError(f"cannot read profile ({e.strerror})", source=str(path)) from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise InputError(f"larger than {MAX_PROFILE_BYTES:,} bytes; a profile is a short "
+                         "YAML file", source=str(path))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not a text (UTF-8) file: byte {e.start} cannot be decoded",
+                         source=str(path)) from None
+
+
 def load_profile(name_or_path: str | Path) -> Profile:
     """A shipped profile by name (``agentx``, ``codex``) or a profile YAML file."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.exists():
-        text, source, loader = path.read_text(), str(path), yaml.SafeLoader
+        text, source, loader = _profile_text(path), str(path), yaml.SafeLoader
     else:
         res = resources.files("agentbench.traces.synth") / "profiles" / f"{name_or_path}.yaml"
         if not res.is_file():
@@ -291,7 +313,9 @@ def load_profile(name_or_path: str | Path) -> Profile:
         data = yaml.load(text, Loader=loader)  # a safe loader either way
         return Profile.model_validate(data)
     except yaml.YAMLError as e:
-        raise InputError(f"not valid YAML ({e})", source=source) from None
+        # PyYAML's text spans lines ("... in <unicode string>, line 3"): one line here
+        raise InputError(f"not valid YAML ({' '.join(str(e).split())})",
+                         source=source) from None
     except ValidationError as e:
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"])

@@ -238,7 +238,7 @@ def workload_differences(runs: Sequence[Run]) -> str | None:
     ``compare`` refuse without ``--allow``), or their traces could not be compared (hashed
     by two fingerprint versions), else None: a report compares them anyway, and says that
     its changes are then not the serving's alone."""
-    from agentbench.scenario.fingerprint import VERSIONS_NOT_COMPARED, fingerprint_differences
+    from agentbench.scenario.fingerprint import fingerprint_differences, versions_not_compared
 
     warnings, _, differing = fingerprint_differences([r.records.run for r in runs])
     said = []
@@ -247,9 +247,11 @@ def workload_differences(runs: Sequence[Run]) -> str | None:
                     "workload or how it was replayed), so a change below is not the "
                     "serving's alone; agentbench gate and compare refuse such runs unless "
                     "allowed")
-    if any(w.startswith(VERSIONS_NOT_COMPARED) for w in warnings):
+    versions = versions_not_compared(warnings)
+    if versions:
         said.append("their traces were hashed by two fingerprint versions and could not be "
-                    "compared (record the older run again to compare them)")
+                    f"compared (version {'; version '.join(versions)}): record the older "
+                    "run again to compare them")
     return "; ".join(said) or None
 
 

@@ -29,6 +29,8 @@ from agentbench.traces.model import common_prefix
 VERSION = 2
 #: how the warning about trace hashes of two versions begins
 VERSIONS_NOT_COMPARED = "trace: hashed by fingerprint version"
+_VERSIONS_NOTE = (" (the hash changed in version 2): not checked; record the baseline again "
+                  "to check it")
 FIELDS = ("trace", "filters", "transform", "load", "timing", "time_base", "endpoints")
 #: names accepted by ``--allow`` for a field
 ALIASES = {"endpoint": "endpoints", "trace_hash": "trace", "transforms": "transform",
@@ -126,6 +128,13 @@ def parse_allow(text: str | Sequence[str] | None) -> set[str]:
     return out
 
 
+def versions_not_compared(warnings: Sequence[str]) -> list[str]:
+    """Of ``fingerprint_differences``' warnings, the trace hashes not compared for their
+    fingerprint versions, each as ``"1 in RUN and 2 in RUN"``."""
+    return [w.removeprefix(VERSIONS_NOT_COMPARED + " ").removesuffix(_VERSIONS_NOTE)
+            for w in warnings if w.startswith(VERSIONS_NOT_COMPARED)]
+
+
 def _label(info: Mapping[str, Any], i: int) -> str:
     return str(info.get("run_id") or f"run {i + 1}")
 
@@ -184,9 +193,7 @@ def fingerprint_differences(infos: Sequence[Mapping[str, Any]]
             if name == "trace" and _version(fp) != _version(ref):
                 if a is not None and b is not None:
                     warnings.append(f"{VERSIONS_NOT_COMPARED} {_version(ref)} in {ref_label} "
-                                    f"and {_version(fp)} in {label} (the hash changed in "
-                                    "version 2): not checked; record the baseline again to "
-                                    "check it")
+                                    f"and {_version(fp)} in {label}{_VERSIONS_NOTE}")
                 if b is None:
                     continue
                 against, a = trace_refs.setdefault(_version(fp), (label, b))

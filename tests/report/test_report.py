@@ -330,7 +330,9 @@ def test_a_comparison_of_different_workloads_says_so(three: list[Path],
     info["fingerprint"]["version"], info["fingerprint"]["trace"] = 2, "def"
     (runs[1] / R.RUN_FILE).write_text(json.dumps(info))
     res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "c")])
-    said = "hashed by two fingerprint versions and could not be compared"
+    said = ("hashed by two fingerprint versions and could not be compared (version 1 in "
+            f"{json.loads((runs[0] / R.RUN_FILE).read_text())['run_id']} and 2 in "
+            f"{info['run_id']})")
     assert res.exit_code == 0 and said in res.output and "differ in" not in res.output
     assert said in (tmp_path / "c" / "report.md").read_text()
 

@@ -31,6 +31,7 @@ from agentbench.replay.overflow import classifier
 from agentbench.replay.progress import Progress, plan_of
 from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import scrape_loop
+from agentbench.replay.sigterm import cancel_on_sigterm
 from agentbench.replay.stages import (
     Health,
     TreeSource,
@@ -207,7 +208,7 @@ class _Run:
         self.health = Health()
         self.executor: Executor | None = None
         status = "crashed"
-        sigterm = _cancel_on_sigterm()
+        sigterm = cancel_on_sigterm()
         try:
             await self._open(auto)
             if self.on_open is not None:  # the endpoints answered: the run goes ahead
@@ -406,74 +407,6 @@ def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
                         "parquet files")
     failure.args = (failure.one_line(),)
     return failure
-
-
-
-
-class _Sigterm:
-    """SIGTERM ends the run as Ctrl-C does: the run task is cancelled, and every finished row
-    and run.json are written. While they are (``hold``), a further SIGTERM or Ctrl-C only is
-    noted (``came``, ``int_came``): ``timeout`` and process managers signal the process and
-    then its group, so a second one comes at once, and a person presses Ctrl-C twice; the
-    default action (asyncio's, for a second Ctrl-C) would stop the process half-way through
-    its files (run.json left ``running``, the tables in pieces). One noted during a
-    completed run's files stops the process after them, before any later variant.
-
-    The handler is Python's own (as ``asyncio.Runner``'s for Ctrl-C): it hands the cancel to
-    the loop's ready queue, which the virtual loop reads every turn, where a handler of the
-    loop's waits for its poll of real I/O (every 64 turns): a SIGTERM in a run's last
-    turns was lost with the handler when the run ended."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-        import signal
-
-        self.loop = loop
-        self.task = task
-        self.came = False
-        self.holding = False
-        self.old = signal.signal(signal.SIGTERM, self._signal)
-        #: a Ctrl-C while the files are written (``hold``): asyncio.Runner's own handler
-        #: raises KeyboardInterrupt at the second one, wherever the files are
-        self.int_came = False
-        self.old_int: Any = None
-
-    def _signal(self, signum: int, frame: Any) -> None:
-        self.came = True
-        self.loop.call_soon_threadsafe(self._cancel)
-
-    def _cancel(self) -> None:  # a loop callback: the task waits at an await
-        if not self.holding and not self.task.done():
-            self.task.cancel()
-
-    def hold(self) -> None:
-        import signal
-
-        self.holding = True
-        self.old_int = signal.signal(signal.SIGINT, self._note_int)
-
-    def _note_int(self, signum: int, frame: Any) -> None:
-        self.int_came = True
-
-    def undo(self) -> None:
-        import signal
-
-        signal.signal(signal.SIGTERM, self.old)
-        if self.old_int is not None:
-            signal.signal(signal.SIGINT, self.old_int)
-
-
-def _cancel_on_sigterm() -> _Sigterm | None:
-    """SIGTERM cancels the running task (``_Sigterm``); None where signals cannot be
-    handled here (not the main thread, another platform)."""
-    import signal
-
-    task = asyncio.current_task()
-    if task is None or not hasattr(signal, "SIGTERM"):
-        return None
-    try:
-        return _Sigterm(asyncio.get_running_loop(), task)
-    except (ValueError, OSError):  # not the main thread
-        return None
 
 
 def _modeled_gpus(cfg: Any) -> int | None:

@@ -260,7 +260,7 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     sec = Section("Comparison", text=[
         f"Reference: {labels[0]} (the first run given, or --reference); every change is "
         "against it.", *(
-            f"{lab} vs {labels[0]}: {headline(sums[0], s)}"
+            _headline_line(labels[0], sums[0], lab, s)
             for lab, s in zip(labels[1:], sums[1:], strict=True))])
     differ = workload_differences(runs)
     if differ is not None:
@@ -283,11 +283,14 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     rows = [[str(i), *map(str, row)] for i, row in zip(table.index, table.to_numpy(),
                                                        strict=True)]
     n = len(labels)
-    # each change's verdict, by row and by the change's place among the changes (0..n-2)
+    # each change's verdict, by row and by the change's place among the changes (0..n-2);
+    # none for a change of or against a run that did not complete: a run cut short looks
+    # cheaper (and its throughput lower) than any whole run
+    whole = [k for k in range(1, n) if not run_ended(sums[0]) and not run_ended(sums[k])]
     judged = {}
     for i, (name, vals) in enumerate(values.iterrows()):
         base = None if math.isnan(vals.iloc[0]) else float(vals.iloc[0])
-        for k in range(1, n):
+        for k in whole:
             cand = None if math.isnan(vals.iloc[k]) else float(vals.iloc[k])
             v = verdict(metric(str(name)), base, cand)
             if v is not None:
@@ -295,7 +298,9 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     if n > 1:
         sec.text.append("Each change is marked better or worse by its metric's own "
                         "direction (in report.html, green or red); the potential hit rate "
-                        "is the workload's, not judged.")
+                        "is the workload's, not judged" + (
+                            ", nor a change of or against a run that did not complete."
+                            if len(whole) < n - 1 else "."))
     if n <= WIDE_RUNS:
         sec.tables.append((["metric", *table.columns], rows))
         sec.marks[0] = {(i, n + 1 + k): v for (i, k), v in judged.items()}
@@ -306,6 +311,19 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
         sec.marks[1] = {(i, 1 + k): v for (i, k), v in judged.items()}
     sec.strong = {metric(n).label for n in KEY_ROWS if n in values.index}
     return sec
+
+
+def _headline_line(ref: str, base: dict[str, Any], lab: str, cand: dict[str, Any]) -> str:
+    """``lab vs ref:`` and the headline changes; a run that did not complete is said, its
+    changes not judged (``_comparison_section``), and a pair with no figure in common says
+    so rather than ending the line empty."""
+    said = headline(base, cand)
+    ended = [name for name, s in ((ref, base), (lab, cand)) if run_ended(s)]
+    note = f"not judged: {' and '.join(ended)} did not complete" if ended else ""
+    if not said:
+        return (f"{lab} vs {ref}: {note + ', and ' if note else ''}no headline figure is in "
+                "both (no successful measured request in one of them)")
+    return f"{lab} vs {ref}: {said}{f' ({note})' if note else ''}"
 
 
 def _where_section(named: Sequence[tuple[str, dict[str, Any]]], key: str) -> list[Section]:

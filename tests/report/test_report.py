@@ -403,7 +403,10 @@ def test_a_cdf_of_one_request_is_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_comparison_says_which_runs_did_not_complete(three: list[Path],
                                                        tmp_path: Path) -> None:
     """A killed run's figures cover part of it; its changes were shown in the comparison's
-    headlines without a word (only its own section, further down, said so)."""
+    headlines without a word (only its own section, further down, said so), and judged:
+    a run cut 5 s in showed its self-hosted cost "$10.50 -> $0.0000" as better and its
+    headline line ended empty. Its changes are now shown, not judged; the same run whole
+    gets verdicts."""
     import shutil
 
     cut = tmp_path / "cut"
@@ -412,11 +415,25 @@ def test_a_comparison_says_which_runs_did_not_complete(three: list[Path],
     info["status"] = "killed"
     (cut / R.RUN_FILE).write_text(json.dumps(info))
     (cut / R.SUMMARY_FILE).unlink(missing_ok=True)
-    res = CliRunner().invoke(app, ["report", str(three[1]), str(cut), "-o", str(tmp_path / "c")])
-    assert res.exit_code == 0, res.output
-    md = (tmp_path / "c" / "report.md").read_text()
-    comparison = md.split("## Comparison", 1)[1].split("\n## ", 1)[0]
-    assert "(killed) did not complete: their figures cover part of the run" in comparison
+    comparisons = {}
+    for name, runs in (("whole", [three[1], three[2]]), ("cut", [three[1], cut]),
+                       ("cut first", [cut, three[1]])):
+        out = tmp_path / name.replace(" ", "-")
+        res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        md = (out / "report.md").read_text()
+        comparisons[name] = md.split("## Comparison", 1)[1].split("\n## ", 1)[0]
+        html = (out / "report.html").read_text()
+        judged = 'class="better"' in html or 'class="worse"' in html
+        assert judged == (name == "whole"), name
+    assert "(better)" in comparisons["whole"] or "(worse)" in comparisons["whole"]
+    for name in ("cut", "cut first"):
+        comparison = comparisons[name]
+        assert "(killed) did not complete: their figures cover part of the run" in comparison
+        assert "(better)" not in comparison and "(worse)" not in comparison, comparison
+        assert "(not judged: affinity-x2 did not complete)" in comparison, comparison
+        assert "nor a change of or against a run that did not complete" in comparison
+    assert "did not complete" not in comparisons["whole"]
 
 
 def test_the_warmth_table_shows_a_dash_where_a_group_has_no_figure(tmp_path: Path) -> None:

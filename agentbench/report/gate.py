@@ -154,20 +154,21 @@ def parse_rules(data: Any, source: str = "<rules>") -> tuple[list[Rule], GateOpt
     return rules, opts
 
 
+#: bytes at most in a gate rules file (a few hundred in practice)
+MAX_RULES_BYTES = 1 << 20
+
+
 def load_rules(path: str | Path | None) -> tuple[list[Rule], GateOptions]:
     """Rules from a YAML file, or the defaults when no file is given."""
     if path is None:
         return parse_rules(DEFAULT_RULES, "<default rules>")
-    import yaml
+    from agentbench.scenario.yamlfile import read_small_text, read_yaml
 
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise InputError(f"cannot read ({e.strerror})", source=str(p)) from None
-    except yaml.YAMLError as e:
-        raise InputError(f"not valid YAML ({e})", source=str(p)) from None
-    return parse_rules(data, str(p))
+    # bounded as a scenario is (size, nesting, aliases): a rules file that crashed would
+    # exit 1, which CI reads as a regression
+    text = read_small_text(path, "rules file", MAX_RULES_BYTES)
+    data, _ = read_yaml(text, str(path))
+    return parse_rules(data, str(path))
 
 
 def _change(rule: Rule, base: Any, cand: Any) -> Any:

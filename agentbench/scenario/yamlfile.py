@@ -4,6 +4,7 @@ every message is one printable line. ``agentbench.scenario.loading`` validates w
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -48,6 +49,36 @@ class ScenarioError(InputError):
             loc = f"{self.source}:{line}" if line else f"{self.source}"
             out.append(f"{loc}: {path}: {msg}")
         return out
+
+
+def read_small_text(path: str | Path, what: str, max_bytes: int) -> str:
+    """The text of a short file the user names (a preset, gate rules), or an
+    ``InputError`` naming it in one line: not a regular file (a folder; a FIFO would
+    block), unreadable, over ``max_bytes`` (read at most one byte past them: /dev/zero is
+    not read whole), not UTF-8, or holding NUL bytes. ``what`` names the file's kind."""
+    import stat
+
+    p = Path(path)
+    try:
+        if p.exists() and not stat.S_ISREG(p.stat().st_mode):
+            raise InputError(f"not a regular file (a {what} is a short YAML file)",
+                             source=one_line(str(p)))
+        with p.open("rb") as f:
+            raw = f.read(max_bytes + 1)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        why = getattr(e, "strerror", None) or one_line(str(e), 80)
+        raise InputError(f"cannot read {what} ({why})", source=one_line(str(p))) from None
+    if len(raw) > max_bytes:
+        raise InputError(f"larger than {max_bytes:,} bytes; a {what} is a short YAML file",
+                         source=str(p))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not a text (UTF-8) file: byte {e.start} cannot be decoded",
+                         source=str(p)) from None
+    if "\x00" in text:
+        raise InputError("not a text file (it holds NUL bytes)", source=str(p))
+    return text
 
 
 # ---------------------------------------------------------------- reading YAML

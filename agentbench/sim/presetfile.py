@@ -18,7 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentbench.errors import InputError
 from agentbench.scenario.endpoints import is_simulated
-from agentbench.scenario.yamlfile import MAX_SHOWN, key_lines, one_line, read_yaml
+from agentbench.scenario.yamlfile import (
+    MAX_SHOWN,
+    key_lines,
+    one_line,
+    read_small_text,
+    read_yaml,
+)
 from agentbench.sim.cost import STEP_FIT_TERMS, StepFit
 from agentbench.sim.presets import FIGURES, ROOFLINE_ONLY, Preset, Provenance
 
@@ -265,27 +271,7 @@ def load_preset_file(path: str | Path) -> Preset:
     """The preset in the YAML file at ``path``; an ``InputError`` (one line naming the file,
     line and key) for a file that cannot be read or does not hold a valid preset."""
     p = Path(path)
-    import stat
-
-    try:
-        if p.exists() and not stat.S_ISREG(p.stat().st_mode):
-            raise InputError("not a regular file (a preset is a short YAML file)",
-                             source=str(p))
-        with p.open("rb") as f:  # at most one byte over the bound
-            raw = f.read(MAX_PRESET_BYTES + 1)
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        why = getattr(e, "strerror", None) or one_line(str(e), 80)
-        raise InputError(f"cannot read preset file ({why})", source=one_line(str(p))) from None
-    if len(raw) > MAX_PRESET_BYTES:
-        raise InputError(f"larger than {MAX_PRESET_BYTES:,} bytes; a preset is a short YAML "
-                         "file", source=str(p))
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not a text (UTF-8) file: byte {e.start} cannot be decoded",
-                         source=str(p)) from None
-    if "\x00" in text:
-        raise InputError("not a text file (it holds NUL bytes)", source=str(p))
+    text = read_small_text(p, "preset file", MAX_PRESET_BYTES)
     return parse_preset(text, str(p))
 
 

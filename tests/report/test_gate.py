@@ -4,6 +4,7 @@ comparison in virtual time, ``point`` rules, and the comparability fingerprint."
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -151,6 +152,28 @@ def test_bad_input_exits_2(runs: dict[str, Path], tmp_path: Path) -> None:
     rules.write_text("hit_rate: {max_drop: lots}\n")
     with pytest.raises(InputError, match="threshold"):
         load_rules(rules)
+
+
+def test_a_rules_file_that_is_no_short_yaml_text_exits_2_in_one_line(
+        runs: dict[str, Path], tmp_path: Path) -> None:
+    """Exit 1 says a rule regressed. A rules file nested 5,000 deep was a RecursionError
+    traceback (exit 1), binary bytes a UnicodeDecodeError, /dev/zero read without end, a
+    FIFO without a writer waited forever, and broken YAML spanned lines: each is now one
+    line naming the file, exit 2."""
+    deep, binary, broken, fifo = (tmp_path / n for n in ("deep.yaml", "bin.yaml",
+                                                          "broken.yaml", "fifo.yaml"))
+    deep.write_text("[" * 5000 + "]" * 5000)
+    binary.write_bytes(b"ttft_p50: \xd2\xff\n")
+    broken.write_text("ttft_p50: [1\n")
+    os.mkfifo(fifo)
+    for path, said in ((deep, "nested more than 64 levels deep"),
+                       (binary, "not a text (UTF-8) file: byte 10"),
+                       (broken, "expected ',' or ']'"), (fifo, "not a regular file"),
+                       (Path("/dev/zero"), "not a regular file"),
+                       (tmp_path / "none.yaml", "cannot read rules file")):
+        code, out = _gate(str(runs["base"]), str(runs["base"]), "--rules", str(path))
+        lines = out.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and str(path) in out and said in out, out
 
 
 def test_a_markdown_path_that_cannot_be_written_exits_2_not_1(runs: dict[str, Path],

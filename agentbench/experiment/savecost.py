@@ -11,7 +11,6 @@ save. An engine without such saves measures about 0.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from agentbench.errors import InputError
+from agentbench.results import jsonfile
 from agentbench.sim.cost import FittedCost, StepFit
 
 
@@ -42,7 +42,7 @@ def is_save_probe(run_dir: str | Path) -> bool:
     from agentbench.experiment.simgrid import SAVE_TRACE
 
     try:
-        data = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+        data = jsonfile.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False  # run_timeline says what is wrong with it
     trace = data.get("trace") if isinstance(data, dict) else None

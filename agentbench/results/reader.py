@@ -5,7 +5,6 @@ line naming file and field."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agentbench.errors import InputError
+from agentbench.results import jsonfile
 from agentbench.results import schema as R
 from agentbench.results.timebase import TimeBase, time_base
 
@@ -139,7 +139,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = jsonfile.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise InputError(f"not valid JSON ({e})", source=str(path)) from None
     if not isinstance(data, dict):

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from agentbench.results import jsonfile
 from agentbench.results import schema as records
 
 SPOOL_SUFFIX = ".spool.arrows"
@@ -379,7 +380,7 @@ def recover(run_dir: Path, force: bool = False) -> list[str]:
         (run_dir / RESERVE_FILE).unlink()  # the space a killed run set aside
     path = run_dir / records.RUN_FILE
     try:
-        run = json.loads(path.read_text())
+        run = jsonfile.loads(path.read_text())
     except (OSError, ValueError):
         return made
     if not isinstance(run, dict):

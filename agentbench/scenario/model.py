@@ -123,6 +123,11 @@ class LanesLoad(Strict):
         return v
 
 
+#: the slowest open-loop rate, session trees per second (1e-300 overflowed the arrival
+#: times; far below this a run is simulated idle time, or waits in vain on the wall clock)
+MIN_RATE_PER_S = 1e-6
+
+
 class RateLoad(Strict):
     """Open loop: new session trees arrive at a rate or at the trace's own times."""
 
@@ -141,6 +146,9 @@ class RateLoad(Strict):
         vals = self.rate_per_s if isinstance(self.rate_per_s, list) else [self.rate_per_s]
         if not vals or any(v is None or v <= 0 for v in vals):
             raise ValueError("rate_per_s must be given and positive for poisson/constant")
+        if any(v < MIN_RATE_PER_S for v in vals if v is not None):
+            raise ValueError(f"rate_per_s must be at least {MIN_RATE_PER_S:g} session trees "
+                             "per second (one every 11.6 days)")
         return self
 
 

@@ -68,6 +68,8 @@ EXPECT: dict[str, tuple[str | None, str]] = {
     "scale-below-minimum.yaml": ("trace.transform.scale", "0.001"),
     "retry-on-status-out-of-range.yaml": ("endpoints.0.retry.on.0", "599"),
     "error-rate-above-one.yaml": ("fail_on.error_rate", "less than or equal to 1"),
+    # a session tree every 1e300 s: arrival times overflowed (a traceback)
+    "rate-below-minimum.yaml": ("load", "at least 1e-06 session trees per second"),
     # a sample a millisecond: a full disk, not a measurement
     "scrape-every-millisecond.yaml": ("server_metrics.interval_s",
                                       "greater than or equal to 0.1"),

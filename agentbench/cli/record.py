@@ -31,6 +31,7 @@ def record(
     """Record a live agent through an OpenAI-compatible proxy into a native trace
     (docs/record.md)."""
     from agentbench.proxy.proxy import RecordConfig, parse_listen, run_record, summary
+    from agentbench.proxy.upstream import check_upstream
     from agentbench.traces.output import check_file_name
 
     check_file_name(out)
@@ -42,6 +43,7 @@ def record(
         return
     if upstream is None:
         raise InputError("--upstream is required (the server to forward to)", field="upstream")
+    check_upstream(upstream)
     if subagents not in ("infer", "off"):
         raise InputError(f"expected infer or off, got {subagents!r}", field="subagents")
     try:

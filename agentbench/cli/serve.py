@@ -48,6 +48,8 @@ def serve_sim(
 
         typer.echo("\n\n".join(p.describe() for p in PRESETS.values()))
         return
+    if not 0 <= port <= 65535:
+        raise InputError(f"expected a port of 0-65535, got {port}", field="port")
     try:
         cfg = SimulatedEndpoint.model_validate({
             "kind": "simulated", "preset": preset, "instances": instances, "router": router,

@@ -30,6 +30,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from agentbench.errors import InputError
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
 from agentbench.proxy.reply import ResponseTap
@@ -69,6 +70,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise ValueError(f"expected HOST:PORT, got {listen!r}")
+    if int(port) > 65535:
+        raise ValueError(f"expected a port of 0-65535, got {port}")
     return host.strip("[]"), int(port)
 
 
@@ -311,10 +314,16 @@ async def start_proxy(cfg: RecordConfig) -> ProxyHandle:
     site = web.TCPSite(runner, cfg.host, cfg.port)
     try:
         await site.start()
-    except BaseException:
+    except BaseException as e:
         await runner.cleanup()
         await proxy.close()
         recorder.journal.close()
+        # nothing was recorded: a journal left here would refuse the next try's -o
+        with contextlib.suppress(OSError):
+            store.journal_path(cfg.out).unlink()
+        if isinstance(e, OSError):  # the address is taken, unknown, or not ours
+            raise InputError(f"cannot listen on {cfg.host}:{cfg.port} "
+                             f"({e.strerror or e})", field="listen") from None
         raise
     host, port = runner.addresses[0][:2]
     url_host = f"[{host}]" if ":" in str(host) else host

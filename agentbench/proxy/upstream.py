@@ -43,6 +43,24 @@ def merged_query(agent: str, upstream: str) -> str:
                     + ours)
 
 
+def check_upstream(url: str) -> None:
+    """An ``InputError`` (one line, the URL's password hidden) unless ``url`` is an http or
+    https URL with a host: ``record --upstream notaurl`` started, then failed every call."""
+    from urllib.parse import urlsplit
+
+    from agentbench.errors import InputError
+
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises on a port out of range
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InputError(f"expected an http:// or https:// URL with a host, got "
+                         f"{shown(url)!r}", field="upstream")
+
+
 @dataclass(frozen=True)
 class Upstream:
     """Where the proxy forwards to: ``root`` (no user-info, query or trailing ``/v1``),

@@ -119,3 +119,38 @@ def test_the_url_parts() -> None:
     assert merged_query("", "") == "" and merged_query("a=1", "") == "a=1"
     assert merged_query("a=1&b=2", "b=3") == "a=1&b=3"
     assert merged_query("", "b=3&c") == "b=3&c"
+
+
+def test_a_bad_upstream_or_listen_address_is_one_line_and_leaves_no_journal(
+        tmp_path: Path) -> None:
+    """``--upstream notaurl`` started and failed every call; a port past 65535 was an
+    OverflowError traceback; a failed start (an unknown or taken address) exited 1 and left
+    the journal, which refused the next try's ``-o``. Each is now one line, exit 2, and the
+    next try may use the same ``-o``."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    out = tmp_path / "r.parquet"
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    try:
+        for upstream, listen, said in (
+                ("notaurl", "127.0.0.1:0", "field 'upstream': expected an http:// or https://"),
+                ("http://u:pw-SECRET@:80", "127.0.0.1:0", "got 'http://:80'"),
+                ("http://127.0.0.1:9", "127.0.0.1:70000", "expected a port of 0-65535"),
+                ("http://127.0.0.1:9", f"127.0.0.1:{busy}",
+                 f"cannot listen on 127.0.0.1:{busy} ("),
+                ("http://127.0.0.1:9", "999.0.0.1:0", "cannot listen on 999.0.0.1:0 (")):
+            res = CliRunner().invoke(app, ["record", "--upstream", upstream, "-o", str(out),
+                                           "--listen", listen])
+            lines = res.output.strip().splitlines()
+            assert res.exit_code == 2 and len(lines) == 1 and said in lines[0], res.output
+            assert "SECRET" not in res.output
+            assert not journal_path(out).exists() and not out.exists()
+    finally:
+        taken.close()

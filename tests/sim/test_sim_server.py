@@ -272,3 +272,7 @@ def test_serve_sim_cli_lists_presets_and_rejects_bad_options() -> None:
     assert bad.exit_code == 2 and "unknown simulator preset 'nope'" in bad.output
     bad = runner.invoke(app, ["serve-sim", "--router", "sticky"])
     assert bad.exit_code == 2 and "router" in bad.output
+    for port in ("70000", "-1"):  # a 61-line OverflowError traceback, exit 1
+        bad = runner.invoke(app, ["serve-sim", "--port", port])
+        assert bad.exit_code == 2 and bad.output.strip() == \
+            f"error: field 'port': expected a port of 0-65535, got {port}", bad.output

@@ -156,10 +156,13 @@ def test_a_profile_file_that_is_not_yaml_text_is_one_line(tmp_path: Path) -> Non
     bell, cut = tmp_path / "bell.yaml", tmp_path / "cut.yaml"
     bell.write_text("a: [1, 2\nb: \x07\n")
     cut.write_text("a: [1, 2\nb: 3\n")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 1000 + "]" * 1000)  # a RecursionError traceback
     for path, said in ((binary, "not a text (UTF-8) file: byte 8"),
                        (folder, "cannot read profile"), (big, "larger than 1,048,576 bytes"),
                        (bell, "not valid YAML (unacceptable character #x0007"),
-                       (cut, "not valid YAML (while parsing a flow sequence")):
+                       (cut, "not valid YAML (while parsing a flow sequence"),
+                       (deep, "not valid YAML (nested too deeply)")):
         with pytest.raises(InputError) as e:
             load_profile(path)
         line = e.value.one_line()

@@ -312,6 +312,8 @@ def load_profile(name_or_path: str | Path) -> Profile:
         # a fixed cost of every synthesized trace); a user's file as any other YAML
         data = yaml.load(text, Loader=loader)  # a safe loader either way
         return Profile.model_validate(data)
+    except RecursionError:  # PyYAML's composer recurses once a level
+        raise InputError("not valid YAML (nested too deeply)", source=source) from None
     except yaml.YAMLError as e:
         # PyYAML's text spans lines ("... in <unicode string>, line 3"): one line here
         raise InputError(f"not valid YAML ({' '.join(str(e).split())})",

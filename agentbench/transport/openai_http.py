@@ -115,10 +115,9 @@ class HttpTransport:
         for path in paths:
             status, raw = await self._call("POST", path)
             if not 200 <= status < 300:
-                text = redact(raw[:200].decode("utf-8", "replace"), self.target.secrets)
+                text = _server_said(raw[:200], self.target.secrets)
                 raise InputError(f"{kind} cache reset: POST {path} answered HTTP {status}: "
-                                 f"{' '.join(text.split())}", where=self.label,
-                                 field="reset_cache")
+                                 f"{text}", where=self.label, field="reset_cache")
             said.append(path)
         return f"{kind}: POST {', '.join(said) or '(no slots)'} ok"
 
@@ -250,12 +249,22 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
                          field="url") from None
     if status in (401, 403):
         raise InputError(f"{shown} answered HTTP {status} (check api_key_env and "
-                         f"headers): {redact(text, tr.target.secrets).strip()}", where=where,
+                         f"headers): {_server_said(text, tr.target.secrets)}", where=where,
                          field="api_key_env") from None
     if status == 404:
         raise InputError(f"{shown} answered HTTP 404 (wrong URL or model?): "
-                         f"{redact(text, tr.target.secrets).strip()}", where=where,
+                         f"{_server_said(text, tr.target.secrets)}", where=where,
                          field="model") from None
+
+
+def _server_said(raw: bytes | str, secrets: Any) -> str:
+    """A server's answer in an error: decoded, secrets redacted, whitespace runs as one
+    space and control characters escaped (a terminal escape sequence in a body set the
+    window title), one line."""
+    from agentbench.scenario.yamlfile import one_line
+
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return one_line(" ".join(redact(text, secrets).split()), 300)
 
 
 async def probe_ignore_eos(tr: HttpTransport, model: str, extra: dict[str, Any]) -> bool:

@@ -120,7 +120,10 @@ async def test_the_pre_run_check_never_shows_a_url_query_value(tmp_path, status)
     from aiohttp import web
 
     async def refuse(_request: web.Request) -> web.Response:
-        return web.Response(status=status or 500, text="no such thing")
+        # and a body with a terminal escape (a window title) and line breaks, which once
+        # reached the terminal as they were
+        return web.Response(status=status or 500,
+                            text="no such \x1b]0;pwned\x07thing\nline2\rline3")
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", refuse)
@@ -135,6 +138,9 @@ async def test_the_pre_run_check_never_shows_a_url_query_value(tmp_path, status)
     text = str(err.value)
     assert url.removeprefix("http://") in text and "<redacted>" in text
     assert "QSECRET99" not in text
+    assert text.isprintable(), text
+    if status is not None:
+        assert "no such \\x1b]0;pwned\\x07thing line2 line3" in text, text
 
 
 @pytest.mark.timeout(60)

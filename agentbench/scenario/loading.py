@@ -288,7 +288,7 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
             found = True
         if found:
             trace.source = str(cand.resolve()) if cand.exists() else str(cand)
-        elif not looks_like_hub_id(trace.source):
+        elif not looks_like_hub_id(trace.source, base_dir):
             problems.append(("trace.source", lines.get(("trace", "source")),
                              f"no such file or folder: {trace.source} (relative paths are "
                              f"relative to the scenario's folder {base_dir})"))

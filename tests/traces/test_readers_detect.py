@@ -51,6 +51,15 @@ def test_missing_local_file_is_not_taken_for_a_hub_id(tmp_path: Path,
     with pytest.raises(InputError, match="no such file"):
         detect_format("traces/missing.jsonl")
     assert detect_format("org/dataset-name") == "hf"
+    # a missing name inside a local folder is a mistyped path, not a hub id (it went to
+    # the hub: 25 s of retries, then a ConnectionError)
+    (tmp_path / "mydir").mkdir()
+    with pytest.raises(InputError, match="no such file"):
+        detect_format("mydir/traces")
+    from agentbench.traces.readers import looks_like_hub_id
+
+    assert looks_like_hub_id("mydir/traces", tmp_path / "elsewhere")
+    assert not looks_like_hub_id("mydir/traces", tmp_path)
 
 
 def test_a_conversation_dataset_of_messages_reads_as_conversations(tmp_path: Path) -> None:

@@ -291,11 +291,14 @@ def _is_json(text: bytes) -> bool:
 _FILE_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".yaml", ".yml", ".arrow", ".gz")
 
 
-def looks_like_hub_id(s: str) -> bool:
-    """``org/name`` (not a path that merely does not exist, like ``traces/x.jsonl``)."""
+def looks_like_hub_id(s: str, base: Path | None = None) -> bool:
+    """``org/name`` (not a path that merely does not exist, like ``traces/x.jsonl``, nor
+    one inside a local folder ``org``, relative to ``base`` or the working folder: a
+    mistyped file name there went to the hub, 25 s of retries and a ConnectionError)."""
     parts = s.split("/")
     return (len(parts) == 2 and all(p and not p.startswith((".", "~")) for p in parts)
-            and not s.endswith(_FILE_SUFFIXES))
+            and not s.endswith(_FILE_SUFFIXES)
+            and not ((base or Path()) / parts[0]).is_dir())
 
 
 def trace_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:

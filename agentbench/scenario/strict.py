@@ -34,6 +34,9 @@ class Strict(BaseModel):
                                  f"(at most {INT64:,})")
             if seconds and isinstance(x, int | float) and not isinstance(x, bool) \
                     and x > MAX_SECONDS:
+                if (info.field_name or "").endswith("per_s"):  # a rate: the same bound
+                    raise ValueError(f"{x:g} per second is out of range (at most "
+                                     f"{MAX_SECONDS:g})")
                 raise ValueError(f"{x:g} s is out of range (at most {MAX_SECONDS:g} s, "
                                  "about 31 years)")
         return v

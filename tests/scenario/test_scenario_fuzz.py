@@ -70,6 +70,7 @@ EXPECT: dict[str, tuple[str | None, str]] = {
     "error-rate-above-one.yaml": ("fail_on.error_rate", "less than or equal to 1"),
     # a session tree every 1e300 s: arrival times overflowed (a traceback)
     "rate-below-minimum.yaml": ("load", "at least 1e-06 session trees per second"),
+    "rate-1e300.yaml": ("load.rate_per_s", "1e+300 per second is out of range"),
     # a sample a millisecond: a full disk, not a measurement
     "scrape-every-millisecond.yaml": ("server_metrics.interval_s",
                                       "greater than or equal to 0.1"),

@@ -131,7 +131,11 @@ async def run_scenario(scenario: Any, *, trace: Trace | None = None,
 
     virtual = scenario.clock_mode == VIRTUAL
     auto = not virtual and workers == "auto"  # decided once the endpoints are open
-    n_workers = 1 if virtual or auto else resolve_workers(workers, scenario)
+    # checked in virtual time too, where it is one process whatever it says (--workers abc
+    # passed there without a word)
+    n_workers = 1 if auto else resolve_workers(workers, scenario)
+    if virtual:
+        n_workers = 1
     if n_workers > 1 and on_request is not None:
         raise ValueError("on_request needs workers=1 (rows are written by worker processes)")
     if trace is None:

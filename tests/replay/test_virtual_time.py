@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from agentbench.errors import InputError
 from agentbench.metrics import summarize
 from agentbench.replay import run
 from agentbench.scenario.loading import load_scenario
@@ -111,6 +112,12 @@ def test_quickstart_is_deterministic(weka_dir: Path, tmp_path: Path) -> None:
     assert s["overall"]["latency"]["itl_ms"]["p50"] > 1.0
     info = json.loads((runs[3] / "run.json").read_text())
     assert info["workers"] == 1 and "ignored" in info["workers_note"]
+    # what it ignores must still be a count or auto (--workers abc passed without a word)
+    for bad in ("abc", 0):
+        sc.output.run_id = f"bad-{bad}"
+        with pytest.raises(InputError, match="workers must be"):
+            run(sc, progress=False, workers=bad)
+        assert not (tmp_path / "out" / f"bad-{bad}").exists()
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])

@@ -91,7 +91,7 @@ server_metrics: {{enabled: false}}
     return path
 
 
-def _sigint_default() -> None:
+def sigint_default() -> None:
     """In the child: SIGINT as a terminal would deliver it. A process started in the
     background of a script inherits SIGINT ignored (as do its children, agentbench
     included, which then rightly keeps ignoring it); the tests are about what agentbench
@@ -102,7 +102,7 @@ def _sigint_default() -> None:
 
 
 def agentbench(*args: str, **kw: Any) -> subprocess.Popen[str]:
-    kw.setdefault("preexec_fn", _sigint_default)
+    kw.setdefault("preexec_fn", sigint_default)
     return subprocess.Popen([sys.executable, "-m", "agentbench.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 

@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from tests.faults.harness import agentbench, report_reads, rows, run_json, scenario, wait_for
+from tests.faults.harness import (
+    agentbench,
+    report_reads,
+    rows,
+    run_json,
+    scenario,
+    sigint_default,
+    wait_for,
+)
 
 
 def _start(tmp_path: Path, srv: Any) -> Any:
@@ -131,7 +139,8 @@ def test_a_signal_while_the_files_are_written_waits_for_them(tmp_path: Path, fir
     sc = Path(__file__).resolve().parents[2] / "scenarios" / "shared-kv-what-if.yaml"
     p = subprocess.run([sys.executable, "-c", _SIGTERM_IN_FINISH, first, sig, "run",
                         str(sc), "-o", str(tmp_path / "out"), "--no-progress"],
-                       capture_output=True, text=True, timeout=110)
+                       capture_output=True, text=True, timeout=110,
+                       preexec_fn=sigint_default)  # a test run in a script's background
     assert p.returncode == code, p.stderr
     assert "Traceback" not in p.stderr
     runs = sorted((tmp_path / "out").iterdir())

@@ -22,6 +22,7 @@ from aiohttp import web
 from agentbench.proxy import RecordConfig, rebuild, start_proxy
 from agentbench.proxy.store import journal_path, read_meta
 from agentbench.traces.readers import native
+from tests.faults.harness import sigint_default
 from tests.helpers import served
 
 pytestmark = pytest.mark.timeout(60)
@@ -136,7 +137,8 @@ async def _record_process(upstream_url: str, out: Path
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentbench.cli", "record", "--upstream", upstream_url,
         "--listen", "127.0.0.1:0", "-o", str(out), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        stderr=asyncio.subprocess.PIPE,
+        preexec_fn=sigint_default)  # Ctrl-C reaches it, whatever started the tests
     assert proc.stdout is not None
     banner = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
     assert "point the agent at" in banner, banner

@@ -80,6 +80,25 @@ def test_bad_trace_is_one_line_exit_2(tmp_path: Path, content: str, expect: str)
     assert "Traceback" not in res.stderr
 
 
+def test_an_empty_trace_source_is_one_line_not_the_working_folder(tmp_path: Path) -> None:
+    """``traces stats ''`` read the working folder (``Path('')`` is ``.``)."""
+    from agentbench.errors import InputError
+    from agentbench.scenario.loading import parse_scenario
+    from agentbench.traces.readers import read_trace
+
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "traces", "stats", ""],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: field 'source': an empty trace source (give a file, folder, dataset id or "
+        "builtin:NAME)"), res.stderr
+    for blank in ("", "  "):
+        with pytest.raises(InputError, match="an empty trace source"):
+            read_trace(blank)
+    with pytest.raises(InputError, match="trace.source: String should have at least 1"):
+        parse_scenario("name: x\nendpoints: [{kind: simulated}]\n"
+                       "trace: {kind: file, source: ''}\nload: {kind: lanes, concurrency: 1}\n")
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')

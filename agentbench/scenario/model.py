@@ -66,7 +66,8 @@ class TraceSource(Strict):
     """Where the trace comes from and how to read it."""
 
     kind: Literal["file"] = Field("file", description="A file, folder or dataset id.")
-    source: str = Field(description="Path (relative to the scenario file), HF dataset id, "
+    source: str = Field(min_length=1, description="Path (relative to the scenario file), "
+                        "HF dataset id, "
                         "builtin:NAME (a bundled trace) or cache:NAME (one `agentbench "
                         "traces fetch` got).")
     format: str | None = Field(None, description="Reader to use; None: detect from content.")

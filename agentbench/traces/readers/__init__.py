@@ -92,6 +92,9 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
     (``builtin:`` traces) read only their trees' turns; the trace may still hold others."""
     if not isinstance(skip_bad, bool):
         raise InputError(f"expected true or false, got {skip_bad!r}", field="skip_bad")
+    if isinstance(source, str) and not source.strip():  # Path("") is the working folder
+        raise InputError("an empty trace source (give a file, folder, dataset id or "
+                         "builtin:NAME)", field="source")
     if isinstance(source, str) and source.startswith(("builtin:", "cache:")):
         from agentbench.traces.sources import resolve
 

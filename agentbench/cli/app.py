@@ -24,6 +24,30 @@ traces_app = typer.Typer(help="Read, convert, synthesize and analyse traces.",
 app.add_typer(traces_app, name="traces")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class EmptyPath(type(Path())):  # type: ignore[misc]
+    """What ``path_value`` makes of ``''``: the command's guard refuses it in one line."""
+
+
+def path_value(text: str) -> Path:
+    """A path argument or option as given; ``''`` (``Path('')`` is ``.``, so an empty name,
+    such as a shell variable never set, would silently mean the working folder) becomes an
+    ``EmptyPath`` that ``guarded`` refuses, naming the parameter."""
+    return EmptyPath(".") if text == "" else Path(text)
+
+
+def _refuse_empty_paths(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """One line naming the option (``--output``) or argument (``RUNS``) given ``''``."""
+    import inspect
+
+    for name, value in kwargs.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, EmptyPath) for v in values):
+            info = inspect.signature(fn).parameters[name].default
+            decls = [d for d in getattr(info, "param_decls", None) or () if d.startswith("--")]
+            raise InputError("empty: give a path (. for the working folder)",
+                             field=decls[0] if decls else name.upper())
 _STATE = {"debug": False}
 
 
@@ -33,6 +57,7 @@ def guarded(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _refuse_empty_paths(fn, kwargs)
             return fn(*args, **kwargs)
         except InputError as e:
             if _STATE["debug"]:
@@ -76,7 +101,7 @@ def version() -> None:
 @app.command()
 @guarded
 def validate(
-    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    scenario: Path = typer.Argument(..., help="Scenario YAML file.", parser=path_value),
 ) -> None:
     """Check a scenario and print every problem with its key path."""
     from agentbench.scenario.loading import check_scenario, load_scenario

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
 
-from agentbench.cli.app import app, guarded
+from agentbench.cli.app import app, guarded, path_value
 from agentbench.errors import InputError
+
+#: an HTTP header name (RFC 9110's token)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 @app.command()
 @guarded
 def record(
-    out: Path = typer.Option(..., "--output", "-o", help="Trace file to write (.parquet)."),
+    out: Path = typer.Option(..., "--output", "-o", help="Trace file to write (.parquet).",
+                             parser=path_value),
     upstream: str | None = typer.Option(None, "--upstream",
                                         help="The OpenAI-compatible server to forward to."),
     listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HOST:PORT to serve on."),
@@ -44,6 +49,10 @@ def record(
     if upstream is None:
         raise InputError("--upstream is required (the server to forward to)", field="upstream")
     check_upstream(upstream)
+    if not _HEADER_NAME.fullmatch(session_header):
+        # a name with a space or a colon is no HTTP header name: no call would ever carry it
+        raise InputError(f"not an HTTP header name: {session_header!r}",
+                         field="session_header")
     if subagents not in ("infer", "off"):
         raise InputError(f"expected infer or off, got {subagents!r}", field="subagents")
     try:

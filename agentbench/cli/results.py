@@ -6,19 +6,21 @@ from pathlib import Path
 
 import typer
 
-from agentbench.cli.app import app, guarded
+from agentbench.cli.app import app, guarded, path_value
 from agentbench.errors import InputError
 
 
 @app.command()
 @guarded
 def report(
-    runs: list[Path] = typer.Argument(..., help="Results folder(s); several: a comparison."),
+    runs: list[Path] = typer.Argument(..., help="Results folder(s); several: a comparison.",
+                                      parser=path_value),
     output: Path | None = typer.Option(None, "--output", "-o", help="Output folder; default: "
-                                       "the run's folder (one run) or ./report (several)."),
+                                       "the run's folder (one run) or ./report (several).",
+                                       parser=path_value),
     reference: Path | None = typer.Option(
         None, "--reference", "-r", help="The run the others are compared against (one of "
-        "RUNS, or a name within them); default: the first given."),
+        "RUNS, or a name within them); default: the first given.", parser=path_value),
 ) -> None:
     """Render report.html (self-contained) and report.md for one run or a comparison."""
     from agentbench.metrics.run import load
@@ -40,12 +42,14 @@ def gate(
     runs: list[Path] = typer.Argument(..., metavar="BASELINE... CANDIDATE", help="Baseline "
                                       "results folder(s), then the candidate's. Several "
                                       "baselines (identical re-runs, e.g. run --repeat 3): "
-                                      "the run is the unit (docs/ci.md)."),
-    rules: Path | None = typer.Option(None, "--rules", help="Rules YAML; default: built-in."),
+                                      "the run is the unit (docs/ci.md).", parser=path_value),
+    rules: Path | None = typer.Option(None, "--rules", help="Rules YAML; default: built-in.",
+                                      parser=path_value),
     confidence: float | None = typer.Option(None, "--confidence",
                                             help="Confidence level (default 0.95)."),
     markdown: Path | None = typer.Option(None, "--markdown", help="Markdown for a PR "
-                                         "comment; default: <candidate>/gate.md."),
+                                         "comment; default: <candidate>/gate.md.",
+                                         parser=path_value),
     allow: str | None = typer.Option(
         None, "--allow", help="Fingerprint fields that may differ, comma-separated: trace, "
         "filters, transform, load, timing, time_base, endpoint(s)."),

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from agentbench.cli.app import app, guarded
+from agentbench.cli.app import app, guarded, path_value
 from agentbench.errors import InputError
 
 
@@ -24,7 +24,7 @@ def _default_trace() -> str:
 def run(
     scenario: Path | None = typer.Argument(
         None, help="Scenario YAML file; none: a scenario built from --url, --model and the "
-        "other flags."),
+        "other flags.", parser=path_value),
     url: str | None = typer.Option(None, "--url", help="Without a scenario file: the "
                                    "OpenAI-compatible server's base URL (with or without /v1)."),
     model: str | None = typer.Option(None, "--model", help="Without a file: model name sent."),
@@ -55,7 +55,8 @@ def run(
         [], "--set", help="KEY.PATH=VALUE: override a scenario key (value read as YAML, "
         "validated like the file), e.g. --set limits.duration_s=30 (repeatable)."),
     output: Path | None = typer.Option(None, "--output", "-o",
-                                       help="Parent folder of run folders (output.dir)."),
+                                       help="Parent folder of run folders (output.dir).",
+                                       parser=path_value),
     run_id: str | None = typer.Option(None, "--run-id", help="Run folder name (output.run_id)."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress",
                                          help="A progress bar on a terminal; off one (a "
@@ -201,7 +202,8 @@ def ray_line(placed: dict[str, Any]) -> str:
 @app.command()
 @guarded
 def recover(
-    runs: list[Path] = typer.Argument(..., help="Results folder(s) of runs cut short."),
+    runs: list[Path] = typer.Argument(..., help="Results folder(s) of runs cut short.",
+                                      parser=path_value),
     force: bool = typer.Option(False, "--force", help="Finish the run even if run.json's "
                                "pid still runs or is on another host (a copied run, a "
                                "reused pid)."),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentbench.cli.app import app, guarded
+from agentbench.cli.app import app, guarded, path_value
 
 
 def _range(text: str, flag: str) -> tuple[float, float]:
@@ -23,7 +23,8 @@ def _range(text: str, flag: str) -> tuple[float, float]:
 @app.command()
 @guarded
 def search(
-    scenario: Path = typer.Argument(..., help="Scenario YAML file (its slos are the goal)."),
+    scenario: Path = typer.Argument(..., help="Scenario YAML file (its slos are the goal).",
+                                    parser=path_value),
     lanes: str | None = typer.Option(None, "--lanes", help="LOW:HIGH lanes to search "
                                      "(a lanes load)."),
     rate: str | None = typer.Option(None, "--rate", help="LOW:HIGH sessions per second to "
@@ -35,7 +36,8 @@ def search(
     set_: list[str] = typer.Option([], "--set", help="KEY.PATH=VALUE: override a scenario "
                                    "key (repeatable)."),
     output: Path | None = typer.Option(None, "--output", "-o",
-                                       help="Parent folder of the probes' run folders."),
+                                       help="Parent folder of the probes' run folders.",
+                                       parser=path_value),
 ) -> None:
     """Find the most lanes (or rate) that still meets the scenario's SLOs, by bisection:
     one run per probed load, the frontier printed and written to <output>/<name>-search.json

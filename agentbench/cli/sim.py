@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from agentbench.cli.app import app, guarded
+from agentbench.cli.app import app, guarded, path_value
 
 sim_app = typer.Typer(help="Check simulator presets against real runs.", no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
@@ -18,14 +18,14 @@ app.add_typer(sim_app, name="sim")
 @guarded
 def check(
     run: Path = typer.Argument(..., help="Results folder of a finished run (its run.json "
-                               "holds the scenario replayed)."),
+                               "holds the scenario replayed).", parser=path_value),
     preset: str = typer.Option(..., "--preset", help="Simulator preset: a shipped name "
                                "(serve-sim --list-presets) or a preset YAML file."),
     instances: int | None = typer.Option(None, "--instances", min=1,
                                          help="Simulated instances (default: as many as "
                                          "the run had endpoints)."),
     out: Path | None = typer.Option(None, "-o", "--out", help="Folder for the simulated run "
-                                    "(default: a new run folder beside RUN)."),
+                                    "(default: a new run folder beside RUN).", parser=path_value),
     block_size: int | None = typer.Option(None, "--block-size", min=1,
                                           help="Simulated KV block, tokens (default: the "
                                           "engine's where the run says it, else 16)."),
@@ -46,8 +46,10 @@ def check(
 @guarded
 def fit(
     runs: list[Path] = typer.Argument(None, help="Results folders of finished runs against "
-                                      "the engine to fit (wall-clock runs with usage)."),
-    out: Path = typer.Option(..., "-o", "--out", help="Preset YAML file to write."),
+                                      "the engine to fit (wall-clock runs with usage).",
+                                      parser=path_value),
+    out: Path = typer.Option(..., "-o", "--out", help="Preset YAML file to write.",
+                             parser=path_value),
     name: str | None = typer.Option(None, "--name", help="Preset name (default: the "
                                     "file's stem)."),
     engine: str | None = typer.Option(None, "--engine", help="Engine name for the "
@@ -83,7 +85,7 @@ def fit(
     max_context: int = typer.Option(4096, "--max-context", min=256, help="The grid's "
                                     "longest prompt plus output, tokens (--endpoint)."),
     grid_out: Path | None = typer.Option(None, "--grid-out", help="Folder for the grid's "
-                                         "runs (default: beside --out)."),
+                                         "runs (default: beside --out).", parser=path_value),
     header: list[str] = typer.Option(None, "--header", help="'Name: value' sent with "
                                      "every grid request (repeatable; ${ENV} expands as in "
                                      "a scenario)."),

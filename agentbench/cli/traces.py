@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from agentbench.cli.app import guarded, traces_app
+from agentbench.cli.app import guarded, path_value, traces_app
 from agentbench.errors import InputError
 
 
@@ -57,7 +57,8 @@ def traces_stats(
 def traces_convert(
     source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
     output: Path = typer.Option(..., "--output", "-o",
-                                help="Native parquet file to write (not there yet)."),
+                                help="Native parquet file to write (not there yet).",
+                                parser=path_value),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     scale: float | None = typer.Option(
         None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
@@ -87,7 +88,8 @@ def traces_synth(
     sessions: int = typer.Option(..., "--sessions", "-n", help="Root sessions to generate."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (0 is a seed)."),
     output: Path = typer.Option(..., "--output", "-o",
-                                help="Native parquet file to write (not there yet)."),
+                                help="Native parquet file to write (not there yet).",
+                                parser=path_value),
 ) -> None:
     """Synthesize a trace calibrated to a published agentic workload (native parquet;
     refuses to overwrite -o)."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: where the GPU count comes from when run.json has no scenario (1, the model's default)
+NO_SCENARIO_GPUS = "assumed, since run.json names no scenario to state hardware.gpus"
+
 
 def _n(x: Any, fmt: str = ",.1f", unit: str = "") -> str:
     return "-" if x is None else f"{x:{fmt}}{unit}"
@@ -229,7 +232,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         head += "; wall-clock time"
     ended = run_ended(summary)
     src = str(run.get("gpus_source") or "")
-    gpus = [src] if src.startswith("hardware.gpus is ") else []  # a mismatch (validity.py)
+    gpus = ([src] if src.startswith("hardware.gpus is ")  # a mismatch (validity.py)
+            else [f"per-GPU figures count 1 GPU, {src}"] if src == NO_SCENARIO_GPUS else [])
     lines = [head, *(f"warning       {w}" for w in tb.get("warnings", [])),
              *([f"warning       {ended}"] if ended else []),
              *(f"warning       {w}" for w in gpus),

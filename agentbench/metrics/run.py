@@ -154,8 +154,9 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     from agentbench.metrics import summarize
     from agentbench.metrics.summaryfile import read_summary, write_summary
     from agentbench.results import schema as R
+    from agentbench.results.reader import run_folder
 
-    p = Path(run_dir)
+    p = run_folder(run_dir)
     sp = p / R.SUMMARY_FILE
     rp = p / R.REQUESTS_FILE
     from agentbench.results.spool import has_spools

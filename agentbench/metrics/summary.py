@@ -19,6 +19,7 @@ from agentbench.metrics import cache, load, saturation
 from agentbench.metrics.agents import build_trees, lost_requests, missed_by, request_meets_slos
 from agentbench.metrics.cost import agent_fractions, api_cached_input_tokens, cost_block
 from agentbench.metrics.derive import Derived, derive
+from agentbench.metrics.format import NO_SCENARIO_GPUS
 from agentbench.metrics.groups import by_context, by_turn, by_warmth
 from agentbench.metrics.stats import dist, none_if_nan, ratio
 from agentbench.metrics.summaryfile import write_summary
@@ -249,6 +250,9 @@ def _run_info(rr: RunRecords, windows: dict[str, Window]) -> dict[str, Any]:
 
 def _gpus_source(run: dict[str, Any]) -> str:
     """Where the run's GPU count (per-GPU figures, self-hosted cost) comes from."""
+    if not isinstance(run.get("scenario"), dict):
+        # a run.json without its scenario (damaged, or written by hand): nothing states it
+        return NO_SCENARIO_GPUS
     modeled = modeled_gpus(run)
     if modeled is None:
         return "hardware.gpus as the scenario states (not checked: a real endpoint, or a " \

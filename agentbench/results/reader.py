@@ -240,11 +240,24 @@ def _regular_files_only(d: Path) -> None:
                              source=str(path))
 
 
+def run_folder(run_dir: str | Path) -> Path:
+    """``run_dir`` as a folder that is there, or one line: ``''`` (``Path('')`` would be
+    the working folder), a name the file system refuses (too long), or no folder."""
+    if str(run_dir) == "":
+        raise InputError("an empty path: give a results folder")
+    d = Path(run_dir)
+    try:
+        there = d.is_dir()
+    except OSError as e:
+        raise InputError(f"cannot read it ({e.strerror})", source=str(d)) from None
+    if not there:
+        raise InputError("results folder not found", source=str(d))
+    return d
+
+
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:
     """Read ``results/<run>/``; ``requests.parquet`` is required, the rest optional."""
-    d = Path(run_dir)
-    if not d.is_dir():
-        raise InputError("results folder not found", source=str(d))
+    d = run_folder(run_dir)
     recover_if_cut_short(d)
     req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
                       dictionary=DICTIONARY_COLUMNS)

@@ -215,11 +215,11 @@ def test_bad_runs_are_one_line(tmp_path: Path) -> None:
         fit_runs([])
     res = CliRunner().invoke(app, ["sim", "fit", str(tmp_path), "-o", str(tmp_path / "p")])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
-    # an --out that is a folder ('' reads as the current one): said as such, not as an
-    # existing file to --force over
-    for out in ("", str(tmp_path)):
+    # an --out that is a folder: said as such, not as an existing file to --force over;
+    # '' (which would read as the current folder) is refused as an empty path
+    for out, want in (("", "'--out': empty: give a path"), (str(tmp_path), "is a folder")):
         res = CliRunner().invoke(app, ["sim", "fit", str(tmp_path), "-o", out, "--force"])
-        assert res.exit_code == 2 and "is a folder" in res.output, res.output
+        assert res.exit_code == 2 and want in res.output, res.output
         assert len(res.output.strip().splitlines()) == 1, res.output
 
 

@@ -1,0 +1,127 @@
+"""Paths and names as a careless shell gives them: ``''`` (an unset variable) is never the
+working folder, a trace named ``.jsonl`` is never parquet, a header name with a space is
+refused before anything starts, and a run.json without its scenario says that its GPU
+count is assumed."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentbench.cli import app
+from agentbench.cli.app import path_value
+from agentbench.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _commands(t: typer.Typer, prefix: tuple[str, ...] = ()):
+    for c in t.registered_commands:
+        yield (*prefix, c.name or c.callback.__name__), c.callback
+    for g in t.registered_groups:
+        yield from _commands(g.typer_instance, (*prefix, g.name))
+
+
+def _path_params() -> list[tuple[tuple[str, ...], str, object]]:
+    out = []
+    for name, fn in _commands(app):
+        for p in inspect.signature(fn).parameters.values():
+            if p.annotation in ("Path", "Path | None", "list[Path]"):
+                out.append((name, p.name, p.default))
+    return out
+
+
+def test_every_path_parameter_of_the_command_line_refuses_an_empty_name() -> None:
+    """A path parameter added later without ``parser=path_value`` fails here."""
+    params = _path_params()
+    assert len(params) >= 19  # report, gate, recover, run, search, sim, traces, record
+    missing = [(n, p) for n, p, d in params if getattr(d, "parser", None) is not path_value]
+    assert missing == []
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["report", ""], "RUNS"), (["report", "a", "-o", ""], "--output"),
+    (["recover", ""], "RUNS"), (["gate", "a", ""], "RUNS"),
+    (["gate", "a", "b", "--rules", ""], "--rules"), (["run", ""], "SCENARIO"),
+    (["run", "x.yaml", "-o", ""], "--output"), (["validate", ""], "SCENARIO"),
+    (["traces", "convert", "builtin:x", "-o", ""], "--output"),
+    (["traces", "synth", "-p", "codex", "-n", "1", "-o", ""], "--output"),
+    (["sim", "fit", "-o", ""], "--out"),
+    (["record", "-o", "", "--upstream", "http://127.0.0.1:9"], "--output"),
+])
+def test_an_empty_path_is_one_line_before_anything_runs(tmp_path: Path, args: list[str],
+                                                        field: str,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (f"error: field '{field}': empty: give a path (. for the "
+                                "working folder)"), r.output
+    assert list(tmp_path.iterdir()) == []  # nothing written in the working folder
+
+
+def test_load_of_an_empty_or_too_long_name_is_one_line(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentbench
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match="an empty path: give a results folder"):
+        agentbench.load("")
+    with pytest.raises(InputError, match=r"cannot read it \(File name too long\)"):
+        agentbench.load("a" * 300)  # was a raw OSError from the summary's stat
+    with pytest.raises(InputError, match="results folder not found"):
+        agentbench.load(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.JSON", "t.csv", "sub/t.jsonl.gz"])
+def test_a_trace_named_for_another_format_is_refused(tmp_path: Path, name: str) -> None:
+    """``traces convert -o x.jsonl`` wrote parquet under that name."""
+    out = tmp_path / name
+    for args in (["traces", "convert", "builtin:claude-code-weka", "-o", str(out)],
+                 ["traces", "synth", "-p", "codex", "-n", "1", "-o", str(out)]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2, r.output
+        assert "written as native parquet, not" in r.output
+        assert f"name it {out.with_suffix('.parquet').name}" in r.output
+        assert not out.exists()
+    ok = tmp_path / "t.parquet"
+    r = CliRunner().invoke(app, ["traces", "synth", "-p", "codex", "-n", "1", "-o", str(ok)])
+    assert r.exit_code == 0 and ok.read_bytes()[:4] == b"PAR1", r.output
+
+
+@pytest.mark.parametrize("header", ["a b", "X-Session:", "", "Ses\u00e9sion"])
+def test_record_refuses_a_session_header_that_is_no_header_name(tmp_path: Path,
+                                                                 header: str) -> None:
+    r = CliRunner().invoke(app, ["record", "-o", str(tmp_path / "t.parquet"), "--upstream",
+                                 "http://127.0.0.1:9", "--listen", "127.0.0.1:0",
+                                 "--session-header", header])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().startswith("error: field 'session_header': not an HTTP header name")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_json_without_its_scenario_says_its_gpu_count_is_assumed(tmp_path: Path
+                                                                       ) -> None:
+    """``{}`` as run.json read "hardware.gpus as the scenario states"; nothing stated it."""
+    import agentbench
+    from agentbench.metrics import format_summary
+    from agentbench.metrics.format import NO_SCENARIO_GPUS
+    from agentbench.scenario.loading import load_scenario
+
+    sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    sc.output.dir = str(tmp_path / "r")
+    x = agentbench.run_experiment(sc)
+    run_dir = x.runs[0].run_dir
+    assert "assumed" not in x.runs[0].summary["run"]["gpus_source"]
+    (run_dir / "run.json").write_text("{}")
+    (run_dir / "summary.json").unlink()
+    s = agentbench.load(run_dir).summary
+    assert s["run"]["gpus"] == 1 and s["run"]["gpus_source"] == NO_SCENARIO_GPUS
+    assert f"warning       per-GPU figures count 1 GPU, {NO_SCENARIO_GPUS}" in format_summary(s)
+    json.dumps(s)

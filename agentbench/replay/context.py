@@ -63,6 +63,10 @@ class RunContext:
     #: (every endpoint given up): run.json ``endpoints_unreachable``, ``stopped_reason``
     unreachable: dict[str, dict[str, Any]] = field(default_factory=dict)
     stopped_reason: str | None = None
+    #: why the run is being stopped before its stage's bound (SIGTERM, the results refused):
+    #: the message of the requests it cancels, which the deadline's read "cancelled at
+    #: the deadline" (``tree``); None: no such stop (or not yet)
+    cancel_reason: str | None = None
     #: called once when the run stops early (worker processes: stop the others' lanes too)
     on_run_stopped: Callable[[], None] | None = None
     #: called when the stage stops (a warm-up waiting for its lanes ends there)

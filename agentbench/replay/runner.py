@@ -193,7 +193,8 @@ class _Run:
         self.writer = writer = ResultsWriter(self.run_dir)
         main = asyncio.current_task()
         if main is not None:  # a disk that refuses the results stops the run
-            writer.on_failure = lambda _e: main.cancel()
+            writer.on_failure = lambda e: self._stop(
+                main, f"the results could not be written ({e.reason})")
         self.wall_t0 = time.perf_counter_ns()
         self.t0 = t0 = 0 if self.virtual else self.wall_t0
         if not self.virtual:
@@ -212,7 +213,8 @@ class _Run:
         self.health = Health()
         self.executor: Executor | None = None
         status = "crashed"
-        sigterm = cancel_on_sigterm()
+        sigterm = cancel_on_sigterm(
+            lambda: self._stop(None, "the run was stopped by SIGTERM"))
         try:
             await self._open(auto)
             if self.on_open is not None:  # the endpoints answered: the run goes ahead
@@ -234,6 +236,15 @@ class _Run:
             raise asyncio.CancelledError  # written: it stays complete, and the process stops
         if sigterm is not None and sigterm.int_came:  # a Ctrl-C, the same way
             raise KeyboardInterrupt
+
+    def _stop(self, task: asyncio.Task[Any] | None, why: str) -> None:
+        """Say ``why`` the run stops (the message of the requests it cancels), then cancel
+        ``task`` (None: the caller cancels it)."""
+        ctx = getattr(self, "ctx", None)
+        if ctx is not None and ctx.cancel_reason is None:
+            ctx.cancel_reason = why
+        if task is not None:
+            task.cancel()
 
     async def _open(self, auto: bool) -> None:
         """Endpoints open, the run context ready, server-metrics collection started."""

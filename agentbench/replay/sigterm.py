@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 
@@ -21,11 +22,14 @@ class Sigterm:
     loop's waits for its poll of real I/O (every 64 turns): a SIGTERM in a run's last
     turns was lost with the handler when the run ended."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
+                 before: Callable[[], None] | None = None) -> None:
         import signal
 
         self.loop = loop
         self.task = task
+        #: called before the cancel (the run notes why it stops)
+        self.before = before
         self.came = False
         self.holding = False
         self.old = signal.signal(signal.SIGTERM, self._signal)
@@ -40,6 +44,8 @@ class Sigterm:
 
     def _cancel(self) -> None:  # a loop callback: the task waits at an await
         if not self.holding and not self.task.done():
+            if self.before is not None:
+                self.before()
             self.task.cancel()
 
     def hold(self) -> None:
@@ -59,15 +65,15 @@ class Sigterm:
             signal.signal(signal.SIGINT, self.old_int)
 
 
-def cancel_on_sigterm() -> Sigterm | None:
-    """SIGTERM cancels the running task (``Sigterm``); None where signals cannot be
-    handled here (not the main thread, another platform)."""
+def cancel_on_sigterm(before: Callable[[], None] | None = None) -> Sigterm | None:
+    """SIGTERM cancels the running task (``Sigterm``), calling ``before`` first; None where
+    signals cannot be handled here (not the main thread, another platform)."""
     import signal
 
     task = asyncio.current_task()
     if task is None or not hasattr(signal, "SIGTERM"):
         return None
     try:
-        return Sigterm(asyncio.get_running_loop(), task)
+        return Sigterm(asyncio.get_running_loop(), task, before)
     except (ValueError, OSError):  # not the main thread
         return None

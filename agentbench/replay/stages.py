@@ -227,6 +227,11 @@ class Shard:
         return total // self.count + (1 if self.index < total % self.count else 0)
 
 
+#: the message of requests cancelled by a stop that is not the stage's deadline and
+#: names no other reason (``RunContext.cancel_reason``)
+STOPPED = "the run was stopped before its bound (Ctrl-C, or an error)"
+
+
 async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
                      trace: Trace, shard: Shard = Shard(),
                      stage_start_ns: int | None = None) -> None:
@@ -273,6 +278,8 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
             raise body.exception()  # type: ignore[misc]
     except BaseException:
         stop_now()
+        if ctx.cancel_reason is None:  # Ctrl-C, a worker's parent gone, an error
+            ctx.cancel_reason = STOPPED
         for t in list(tasks):
             t.cancel()
         body.cancel()

@@ -313,6 +313,8 @@ class TreeRun:
         except BaseException:  # cancelled at the deadline: recorded all the same
             ep.inflight -= 1
             ctx.timers.request_ended()
+            if ctx.cancel_reason is not None and rec.status == records.CANCELLED:
+                rec.error_message = f"cancelled: {ctx.cancel_reason}"  # not the deadline
             self._record(rec, st, ep, phase)
             raise
         ep.inflight -= 1

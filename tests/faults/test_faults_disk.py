@@ -63,6 +63,9 @@ def _check_stopped_run(r: Any, run: Path, srv: Any, tmp_path: Path, why: str) ->
     shutil.copytree(run, where)  # to a disk with room: the first reader finishes it
     req = rows(where)
     assert kept == len(req) <= len(srv.seen())  # the line counts what a reader recovers
+    # no deadline came (300 s): a kept row cancelled by the stop says why
+    cancelled = set(req.error_message[req.status == "cancelled"])
+    assert cancelled <= {f"cancelled: the results could not be written ({why})"}, cancelled
     report_reads(where, tmp_path)
 
 

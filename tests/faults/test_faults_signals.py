@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from agentbench.replay.stages import STOPPED
 from tests.faults.harness import (
     agentbench,
     report_reads,
@@ -44,6 +45,10 @@ def test_an_interrupted_run_has_a_row_for_every_request_the_server_saw(
     req = rows(run)
     assert len(req) == len(srv.seen())  # finished ones and the cancelled in-flight ones
     assert (req.status == "cancelled").sum() >= 1
+    # the cancelled rows say why: no deadline cut them (they read "cancelled at the
+    # deadline", as a run's bound does)
+    why = ("the run was stopped by SIGTERM" if sig == signal.SIGTERM else STOPPED)
+    assert set(req.error_message[req.status == "cancelled"]) == {f"cancelled: {why}"}
     assert run_json(run)["status"] == "interrupted"
     report_reads(run, tmp_path)
 

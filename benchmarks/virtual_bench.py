@@ -115,6 +115,30 @@ def sweep_best(path: Path, out: Path, repeat: int) -> dict[str, Any]:
     return best
 
 
+#: the engine alone on sim_bench's "agentic" workload on the host of the issue's figures
+#: (2026-12-01, docs/performance.md): the reference this host's speed is read against
+ISSUE_ENGINE_ALONE = 28_846
+
+
+def engine_reference(repeat: int = 2) -> float:
+    """The engine alone, fed pre-hashed prompts (``sim_bench.py``'s "agentic, 64 agents on
+    4 instances"), in this process and hour: simulated requests per CPU second, best of
+    ``repeat``. A host's speed moves from hour to hour and host to host by 2x and more; a
+    replay figure beside this one says how much of it is the host."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from sim_bench import WORKLOADS, bench_scheduling
+
+    kw = WORKLOADS["agentic, 64 agents on 4 instances"]
+    return max(bench_scheduling(**kw)["requests_per_s"]  # type: ignore[arg-type]
+               for _ in range(repeat))
+
+
+def show_reference(engine: float) -> None:
+    print(f"host reference: the engine alone {engine:,.0f} simulated requests/CPU s "
+          f"(sim_bench's agentic workload; {ISSUE_ENGINE_ALONE:,} on the host of the issue's "
+          f"figures, so this host runs at {engine / ISSUE_ENGINE_ALONE:.2f} of it there)")
+
+
 def virtual_scenarios() -> list[Path]:
     """The shipped scenarios whose every variant runs in virtual time (simulated
     endpoints only), by name."""
@@ -164,6 +188,7 @@ def main() -> None:
         # per process, which the first scenario measured would otherwise carry alone
         timed_run(expand_variants(load_scenario(ROOT / "scenarios" / "quickstart.yaml"))[0],
                   out)
+        show_reference(engine_reference())
         print(f"virtual-time runs (one process, one core; after one warm-up run; least CPU of "
               f"{args.repeat} runs each):")
         t0 = time.perf_counter()

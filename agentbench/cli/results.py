@@ -58,6 +58,7 @@ def gate(
     or runs that are not comparable (their fingerprints differ beyond --allow)."""
     from agentbench.report.gate import evaluate, format_markdown, format_table, load_rules
     from agentbench.scenario.fingerprint import parse_allow
+    from agentbench.traces.smallfile import write_text
 
     if len(runs) < 2:
         raise InputError("give a baseline and a candidate results folder (several "
@@ -74,8 +75,9 @@ def gate(
     typer.echo(format_table(result))
     md_path = markdown or candidate / "gate.md"
     try:
-        md_path.write_text(format_markdown(result, ", ".join(map(str, baselines)),
-                                           str(candidate)))
+        # a FIFO that nothing reads is refused (ENXIO), not waited on forever
+        write_text(md_path, format_markdown(result, ", ".join(map(str, baselines)),
+                                            str(candidate)))
     except OSError as e:  # exit 1 would say a rule regressed
         raise InputError(f"cannot write the Markdown there ({e.strerror or e})",
                          source=str(md_path), field="--markdown") from None

@@ -28,6 +28,7 @@ from agentbench.scenario.yamlfile import (  # noqa: F401 - re-exported
     text_lines,
     yaml_problem,
 )
+from agentbench.traces.smallfile import read_head
 
 
 def parse_scenario(text: str, source: str = "<scenario>",
@@ -352,9 +353,9 @@ def load_scenario(path: str | Path, *, check: bool = True,
     problem under one is shown as ``--set KEY`` (or its entry in ``labels``)."""
     p = Path(path)
     try:
-        # at most one byte over the bound: /dev/zero or a huge file is not read whole
-        with p.open("rb") as f:
-            raw = f.read(MAX_SCENARIO_CHARS + 1)
+        # at most one byte over the bound: /dev/zero or a huge file is not read whole; a
+        # FIFO without a writer reads as empty (it waited for one forever)
+        raw = read_head(p, MAX_SCENARIO_CHARS + 1)
     except OSError as e:
         raise InputError(f"cannot read scenario ({e.strerror})", source=str(p)) from None
     if len(raw) > MAX_SCENARIO_CHARS:

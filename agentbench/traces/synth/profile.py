@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentbench.errors import InputError
+from agentbench.traces.smallfile import read_head
 
 Z90 = NormalDist().inv_cdf(0.9)  # standard-normal quantile of p90: lognormal sigma from p50/p90
 
@@ -281,8 +282,8 @@ def _profile_text(path: Path) -> str:
     """A user's profile file as text; one line naming it when it is not one (too large,
     unreadable, not UTF-8)."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_PROFILE_BYTES + 1)  # /dev/zero or a huge file is not read whole
+        # /dev/zero or a huge file is not read whole; a FIFO without a writer reads as empty
+        raw = read_head(path, MAX_PROFILE_BYTES + 1)
     except OSError as e:
         raise InputError(f"cannot read profile ({e.strerror})", source=str(path)) from None
     if len(raw) > MAX_PROFILE_BYTES:
@@ -311,6 +312,9 @@ def load_profile(name_or_path: str | Path) -> Profile:
         # a shipped profile through libyaml when PyYAML has it (agentx's: 7.7 -> 1.0 ms,
         # a fixed cost of every synthesized trace); a user's file as any other YAML
         data = yaml.load(text, Loader=loader)  # a safe loader either way
+        if data is None:  # an empty file (a FIFO with nothing writing reads as one)
+            raise InputError("the profile is empty (a YAML mapping of the profile's fields)",
+                             source=source)
         return Profile.model_validate(data)
     except RecursionError:  # PyYAML's composer recurses once a level
         raise InputError("not valid YAML (nested too deeply)", source=source) from None

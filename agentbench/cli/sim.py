@@ -102,12 +102,9 @@ def fit(
 
     if scheduler not in (None, "paged", "slots"):
         raise InputError("must be paged or slots", field="--scheduler")
-    if out.is_dir():  # -o '' reads as the current folder
-        raise InputError(f"{str(out)!r} is a folder: --out names the preset file to write",
-                         field="--out")
-    if out.exists() and not force:
-        raise InputError("exists; pass --force to replace it", source=str(out))
-    dirs = [str(r) for r in runs or []]
+    _check_out(out, force)
+    _check_name(name or out.stem, "--name" if name else "--out")  # before minutes of work
+    dirs = _distinct_runs(runs or [])
     if endpoint is None and not dirs:
         raise InputError("name run folders to fit on, or --endpoint to profile")
     if api not in APIS:
@@ -154,6 +151,71 @@ def fit(
         typer.echo(f"warning: {warn}", err=True)
     typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
                f"--preset {out}")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """``--out`` names a preset file that ``sim check --preset`` reads back: a ``.yaml`` or
+    ``.yml`` name, not a folder, and never anything but a regular file (``--force`` over
+    ``/dev/null`` replaced the device with a file); one line each."""
+    import os
+    import stat
+
+    from agentbench.errors import InputError
+
+    try:
+        mode: int | None = os.lstat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:  # a name too long, a path through a file
+        raise InputError(f"cannot write there ({e.strerror})", source=str(out),
+                         field="--out") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise InputError("is a folder: --out names the preset file to write",
+                         source=str(out), field="--out")
+    if out.suffix.lower() not in (".yaml", ".yml"):
+        raise InputError("a preset file's name ends in .yaml or .yml (as `sim check "
+                         "--preset` reads it)", source=str(out), field="--out")
+    if mode is None:
+        return
+    if not stat.S_ISREG(mode):
+        raise InputError("not a regular file (a device, FIFO or link): --out names the "
+                         "preset file to write", source=str(out), field="--out")
+    if not force:
+        raise InputError("exists; pass --force to replace it", source=str(out))
+
+
+def _check_name(name: str, field: str) -> None:
+    """The preset's name as its file will hold it, checked before the fit."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from agentbench.errors import InputError
+    from agentbench.sim.presetfile import PresetFile
+
+    try:
+        TypeAdapter(Annotated[str, PresetFile.model_fields["name"]]).validate_python(name)
+    except ValidationError as e:
+        why = e.errors()[0]["msg"]
+        raise InputError(f"not a preset name: {why} (the name is --name, else the file's "
+                         f"stem)", source=repr(name)[:80], field=field) from None
+
+
+def _distinct_runs(runs: list[Path]) -> list[str]:
+    """The run folders, each once: ``RUN`` and ``RUN/`` given together are one run, which
+    the fit would count twice."""
+    import os
+
+    from agentbench.errors import InputError
+
+    seen: dict[str, Path] = {}
+    for r in runs:
+        key = os.path.realpath(r)
+        if key in seen:
+            raise InputError(f"given twice (as {str(seen[key])!r} too): each run counts "
+                             "once in a fit", source=str(r))
+        seen[key] = r
+    return [str(r) for r in runs]
 
 
 def _write(path: Path, text: str) -> None:

@@ -1,0 +1,59 @@
+"""``sim fit``'s ``--out``, name and runs, checked before any fit or profiling: a device or
+FIFO is never replaced (``-o /dev/null --force`` made /dev/null a regular file), a name
+``sim check --preset`` could not read back is refused, and a run given twice is refused
+(it counted twice)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentbench.cli import app
+
+
+def _fit(*args: str) -> str:
+    r = CliRunner().invoke(app, ["sim", "fit", *args, "--kv-capacity-tokens", "1000"])
+    assert r.exit_code == 2, r.output
+    line, = r.output.strip().splitlines()
+    return line
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_a_link_named_by_out_is_never_replaced(tmp_path: Path) -> None:
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    kept = tmp_path / "kept.yaml"
+    kept.write_text("mine")
+    link = tmp_path / "l.yaml"
+    link.symlink_to(kept)
+    for out in (fifo, link):
+        assert "not a regular file" in _fit(str(tmp_path), "-o", str(out), "--force")
+    assert fifo.is_fifo() and link.is_symlink() and kept.read_text() == "mine"
+
+
+@pytest.mark.parametrize(("out", "says"), [
+    ("noext", "ends in .yaml or .yml"), ("p.json", "ends in .yaml or .yml"),
+    ("my preset.yaml", "not a preset name"), ("-x.yaml", "not a preset name"),
+    ("a" * 150 + ".yaml", "not a preset name"),
+])
+def test_a_preset_name_that_cannot_be_read_back_is_refused_first(tmp_path: Path, out: str,
+                                                                 says: str) -> None:
+    assert says in _fit(str(tmp_path), "-o", str(tmp_path / out))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_too_long_path_and_a_bad_name_option_are_one_line(tmp_path: Path) -> None:
+    assert "cannot write there (File name too long)" in _fit(
+        str(tmp_path), "-o", str(tmp_path / ("a" * 300) / "p.yaml"))
+    assert "field '--name': not a preset name" in _fit(
+        str(tmp_path), "-o", str(tmp_path / "p.yaml"), "--name", "bad name")
+
+
+def test_a_run_given_twice_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    line = _fit(str(run), f"{run}/", "-o", str(tmp_path / "p.yaml"))
+    assert "given twice" in line and "each run counts once" in line

@@ -45,6 +45,7 @@ def search(
     from agentbench.errors import InputError
     from agentbench.experiment.search import Probe, format_search, write_search
     from agentbench.experiment.search import search as run_search
+    from agentbench.results.rundir import safe_name
     from agentbench.scenario.loading import load_scenario, parse_set
 
     if (lanes is None) == (rate is None):
@@ -64,11 +65,16 @@ def search(
         typer.echo(f"probe {p.load:g}: {'pass' if p.passed else 'FAIL'} ({p.run_dir})",
                    err=True)
 
+    # inside --output whatever the name says (a name '../../x' wrote two folders up), and
+    # checked before the probes run
+    out = Path(sc.output.dir) / f"{safe_name(sc.name)}-search.json"
+    if out.is_dir():
+        raise InputError("is a folder where the search writes its result; move it away",
+                         source=str(out))
     res = run_search(sc, lo=lo, hi=hi, goal=goal, target=target, max_probes=max_probes,
                      scenario_path=scenario, on_probe=told)
     for line in format_search(res):
         typer.echo(line)
-    out = Path(sc.output.dir) / f"{sc.name}-search.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_search(res, out)
     typer.echo(f"search: {out}")

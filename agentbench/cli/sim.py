@@ -104,6 +104,9 @@ def fit(
         raise InputError("must be paged or slots", field="--scheduler")
     _check_out(out, force)
     _check_name(name or out.stem, "--name" if name else "--out")  # before minutes of work
+    for flag, text in (("--engine", engine), ("--engine-version", engine_version),
+                       ("--model", model), ("--hardware", hardware)):
+        _check_line(text, flag)
     dirs = _distinct_runs(runs or [])
     if endpoint is None and not dirs:
         raise InputError("name run folders to fit on, or --endpoint to profile")
@@ -199,6 +202,17 @@ def _check_name(name: str, field: str) -> None:
         why = e.errors()[0]["msg"]
         raise InputError(f"not a preset name: {why} (the name is --name, else the file's "
                          f"stem)", source=repr(name)[:80], field=field) from None
+
+
+def _check_line(text: str | None, flag: str) -> None:
+    """A provenance text of the preset, checked before the fit as its file will be."""
+    from agentbench.errors import InputError
+    from agentbench.scenario.strict import one_printable_line
+
+    try:
+        one_printable_line(text or "")
+    except ValueError as e:
+        raise InputError(str(e), field=flag) from None
 
 
 def _distinct_runs(runs: list[Path]) -> list[str]:

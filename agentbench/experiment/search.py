@@ -172,6 +172,16 @@ def _search_range(scenario: Any, lo: float, hi: float, goal: str, target: float
         raise InputError(f"at most {MAX_LANES:,} lanes, got {hi:g}", field=flag)
     if kind == "rate" and scenario.load.arrival == "trace":
         raise InputError("an arrival: trace load has no rate to search", field="load")
+    if not lanes:  # each end as a scenario's rate: within its bounds, before any probe
+        from pydantic import ValidationError
+
+        for v in (lo, hi):
+            try:
+                type(scenario.load).model_validate(
+                    {**scenario.load.model_dump(), "rate_per_s": v})
+            except ValidationError as e:
+                why = str(e.errors()[0]["msg"]).removeprefix("Value error, ")
+                raise InputError(f"{why}, got {v:g}", field=flag) from None
     return lo, hi
 
 

@@ -35,7 +35,7 @@ def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
     except OSError as e:
         raise InputError(f"cannot write results there ({e.strerror})", source=str(base),
                          field="output.dir") from None
-    rid = run_id or f"{_safe(name)}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+    rid = run_id or f"{safe_name(name)}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     path = base / rid
     n = 1
     try:
@@ -49,8 +49,19 @@ def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
     return path
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "run"
+def safe_name(name: str) -> str:
+    """``name`` (a scenario's) as a plain file name: letters, digits and ``-_.``, the rest
+    as ``-``, without a leading ``.`` or ``-`` (a hidden file, an option to the shell),
+    at most ``MAX_NAME`` characters (a run folder's name adds its time)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name).lstrip(".-")
+    while len(safe.encode()) > MAX_NAME:  # bytes: a letter may take several
+        safe = safe[:-1]
+    return safe or "run"
+
+
+#: the longest part of a file name a scenario's name gives, in bytes (file systems allow
+#: 255)
+MAX_NAME = 120
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     Discriminator,
     Field,
     Tag,
@@ -25,7 +26,12 @@ from agentbench.scenario.endpoints import (  # noqa: F401 - the model's names, r
     SimulatedEndpoint,
     is_preset_path,
 )
-from agentbench.scenario.strict import INT64, Strict, json_only  # noqa: F401 - re-exported
+from agentbench.scenario.strict import (  # noqa: F401 - re-exported
+    INT64,
+    Strict,
+    json_only,
+    one_printable_line,
+)
 from agentbench.traces import MAX_SYNTH_SESSIONS
 
 #: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
@@ -341,7 +347,9 @@ class Variant(Strict):
 class Scenario(Strict):
     """One agentbench run (or, with ``variants``, one run per variant)."""
 
-    name: str = Field(description="Scenario name; appears in run ids and reports.")
+    name: Annotated[str, AfterValidator(one_printable_line)] = Field(
+        min_length=1, max_length=200,
+        description="Scenario name; appears in run ids and reports (one printable line).")
     description: str | None = Field(None, description="Free text for reports.")
     seed: int = Field(0, ge=0, description="Seed for every random choice (0 is a seed).")
     endpoints: list[Endpoint] = Field(min_length=1, description="Endpoint(s) to replay against.")

@@ -48,6 +48,16 @@ INT64 = 2**63 - 1
 MAX_SECONDS = 1e9
 
 
+def one_printable_line(v: str) -> str:
+    """``v`` unchanged, or a ``ValueError``: a name or label that is printed to a terminal
+    and into reports holds no control character (a line break, a carriage return, an
+    escape sequence that would recolour, retitle or clear the user's terminal)."""
+    if any(c < " " or "\x7f" <= c <= "\x9f" for c in v):
+        raise ValueError("must be one line of printable text (no control characters: line "
+                         "breaks, tabs, escape sequences)")
+    return v
+
+
 def json_only(value: dict[str, Any]) -> dict[str, Any]:
     """Check that ``value`` is plain JSON (string keys, finite numbers): it is sent or stored
     as JSON, and YAML can also make dates, sets, binary and NaN, which JSON cannot carry."""

@@ -14,10 +14,11 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentbench.errors import InputError
 from agentbench.scenario.endpoints import is_simulated
+from agentbench.scenario.strict import one_printable_line
 from agentbench.scenario.yamlfile import (
     MAX_SHOWN,
     key_lines,
@@ -34,6 +35,17 @@ MAX_PRESET_BYTES = 1 << 20
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _printable(cls, v: Any) -> Any:
+        """Every text of a preset file is printed (``sim check``, ``serve-sim
+        --list-presets``): one printable line each (an escape sequence in its model name
+        retitled and cleared the terminal)."""
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, str):
+                one_printable_line(x)
+        return v
 
 
 class _Figure(_Model):

@@ -280,10 +280,11 @@ class SimulatedEndpoint(Strict):
     nvme_tier: NvmeTier | None = Field(
         None, description="Optional per-instance NVMe tier (behind the CPU one).")
     shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
-    speedup: float = Field(1.0, gt=0,
+    speedup: float = Field(1.0, ge=1e-3, le=1e6,
                            description="clock: wall only: divide every simulated duration by "
                            "this (the HTTP simulator answers that much faster than real "
-                           "time); no effect in virtual time.")
+                           "time), 0.001-1e6 (1e308 made the clock infinite and every request "
+                           "wait forever); no effect in virtual time.")
     max_num_batched_tokens: int | None = Field(
         None, gt=0, description="Token budget of one engine step; None: the preset's.")
     max_num_seqs: int | None = Field(

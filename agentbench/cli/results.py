@@ -86,13 +86,19 @@ def gate(
 
 
 def _reference_first(runs: list[Path], reference: Path) -> list[Path]:
-    """``runs`` with ``reference`` first: the same folder, or the one run whose folder name
-    starts with, or contains, the name given (``--reference shared-tier``)."""
+    """``runs`` with ``reference`` first: the same folder; else, for a bare name, the run
+    whose folder is named so, else the one whose name starts with it, else the one that
+    contains it (``--reference shared-tier``). A path that is none of the runs is refused
+    (``/elsewhere/b`` chose the run named ``b``)."""
     same = [r for r in runs if r.resolve() == reference.resolve()]
+    if not same and len(reference.parts) > 1:
+        raise InputError(f"--reference {reference} is none of the runs given; give one of "
+                         "them, or a name within them", source="agentbench report")
     if not same:
         name = reference.name
-        same = [r for r in runs if r.name.startswith(name)] or \
-            [r for r in runs if name in r.name]
+        same = ([r for r in runs if r.name == name]
+                or [r for r in runs if r.name.startswith(name)]
+                or [r for r in runs if name in r.name])
     if len(same) != 1:
         what = "none" if not same else ", ".join(r.name for r in same)
         raise InputError(f"--reference {reference} matches {what} of the runs given; name "

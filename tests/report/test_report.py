@@ -294,6 +294,19 @@ def test_reference_picks_the_run_others_are_compared_against(tmp_path: Path) -> 
         res = CliRunner().invoke(app, [*args, "-r", bad])
         assert res.exit_code == 2 and "name exactly one" in res.output
         assert res.output.count("\n") == 1
+    # a path that is none of the runs is refused (it chose the run of that last name)
+    res = CliRunner().invoke(app, [*args, "-r", str(tmp_path / "elsewhere" / "kv-affinity")])
+    assert res.exit_code == 2 and "is none of the runs given" in res.output, res.output
+
+
+def test_a_reference_named_exactly_wins_over_names_it_starts(tmp_path: Path) -> None:
+    """Runs ``a`` and ``a-1``: ``-r a`` is ``a`` (it was refused as matching both)."""
+    runs = [write_demo_run(tmp_path / n, seed=i, hit=0.5, name=n, trees=2, turns=2)
+            for i, n in enumerate(("a-1", "a"))]
+    res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "c"),
+                                   "-r", "a"])
+    assert res.exit_code == 0, res.output
+    assert "Reference: a (" in (tmp_path / "c" / "report.md").read_text()
 
 
 def test_a_comparison_of_different_workloads_says_so(three: list[Path],

@@ -55,3 +55,29 @@ class ResultsWriteError(Exception):
         kept = "" if self.kept is None else f"; {self.kept} request rows kept"
         hint = f"; {self.hint}" if self.hint else ""
         return f"{self.path}: cannot write results ({self.reason}){kept}{hint}"
+
+
+def quiet_bad_http() -> None:
+    """A malformed request to one of agentbench's HTTP servers (``serve-sim``, ``record``)
+    is logged as one line, not aiohttp's traceback ("Error handling request" and a dozen
+    lines for a header over 8,190 bytes or a negative Content-Length): the client gets its
+    400 either way. Installed once per process."""
+    import logging
+
+    log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _OneLineBadHttp) for f in log.filters):
+        log.addFilter(_OneLineBadHttp())
+
+
+class _OneLineBadHttp:
+    def filter(self, record: object) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = getattr(record, "exc_info", None)
+        if exc and isinstance(exc[1], HttpProcessingError):
+            why = " ".join(str(exc[1].message or exc[1]).split())[:160]
+            record.msg = f"{record.getMessage()}: bad HTTP: {why}"  # type: ignore[attr-defined]
+            record.args = ()  # type: ignore[attr-defined]
+            record.exc_info = None  # type: ignore[attr-defined]
+            record.exc_text = None  # type: ignore[attr-defined]
+        return True

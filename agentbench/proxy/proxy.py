@@ -30,7 +30,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from agentbench.errors import InputError
+from agentbench.errors import InputError, quiet_bad_http
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
 from agentbench.proxy.reply import ResponseTap
@@ -309,6 +309,7 @@ async def start_proxy(cfg: RecordConfig) -> ProxyHandle:
     await proxy.start()
     app = web.Application(client_max_size=1 << 30)  # agent prompts run to megabytes
     app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    quiet_bad_http()  # a malformed request: one line, not a traceback
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port)

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentbench.errors import quiet_bad_http
 from agentbench.scenario.model import SimulatedEndpoint
 from agentbench.sim.cluster import Cluster
 from agentbench.sim.engine import SimRequest
@@ -207,6 +208,7 @@ async def start_in_process(cfg: SimulatedEndpoint, host: str = "127.0.0.1",
     child process (``agentbench.sim.process``) come here."""
     cluster = Cluster(cfg)
     await cluster.start()
+    quiet_bad_http()  # a malformed request: one line, not a traceback
     runner = web.AppRunner(make_app(cluster), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

@@ -186,3 +186,19 @@ def test_compare_refuses_runs_that_replayed_different_things(tmp_path: Path) -> 
     assert agentbench.compare(a, c, allow="trace,load").values.shape[1] == 2
     with pytest.raises(InputError, match="unknown field 'lode'"):
         agentbench.compare(a, c, allow="lode")
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"block": "nosuch"}, "field 'block': no block 'nosuch' in its summary (blocks: overall)"),
+    ({"allow": [5]}, "allow: expected field names (strings), got 5"),
+    ({"allow": "nope"}, "allow: unknown field 'nope'"),
+])
+def test_compare_says_what_is_wrong_with_its_arguments(run_dir: Path, kw: dict,
+                                                       says: str) -> None:
+    """A bare ``KeyError`` for an unknown block, an ``AttributeError`` for ``allow=[5]``,
+    and "--allow" named to a Python caller: each is now one ``InputError`` line."""
+    from agentbench.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        agentbench.compare(run_dir, run_dir, **kw)
+    assert says in e.value.one_line()

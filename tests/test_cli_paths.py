@@ -125,3 +125,16 @@ def test_a_run_json_without_its_scenario_says_its_gpu_count_is_assumed(tmp_path:
     assert s["run"]["gpus"] == 1 and s["run"]["gpus_source"] == NO_SCENARIO_GPUS
     assert f"warning       per-GPU figures count 1 GPU, {NO_SCENARIO_GPUS}" in format_summary(s)
     json.dumps(s)
+
+
+def test_report_refuses_a_folder_where_its_file_goes_before_making_anything(
+        tmp_path: Path) -> None:
+    """``d/report.html`` a folder: exit 1 (an OSError) after ``d/plots`` was made."""
+    from agentbench.testing.demo import write_demo_run
+
+    run = write_demo_run(tmp_path / "r", seed=0, hit=0.5, name="r", trees=2, turns=2)
+    out = tmp_path / "d"
+    (out / "report.html").mkdir(parents=True)
+    r = CliRunner().invoke(app, ["report", str(run), str(run), "-o", str(out)])
+    assert r.exit_code == 2 and "is a folder where the report writes its file" in r.output
+    assert [p.name for p in out.iterdir()] == ["report.html"]

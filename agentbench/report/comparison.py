@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentbench.errors import InputError
 from agentbench.metrics.run import Run, load
 
 if TYPE_CHECKING:
@@ -62,7 +63,12 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     rs = [r if isinstance(r, Run) else load(r) for r in runs]
     if len(rs) < 2:
         raise ValueError("compare needs at least two runs")
-    allowed = parse_allow(allow if isinstance(allow, str) else list(allow))
+    allowed = parse_allow(allow if isinstance(allow, str) else list(allow), source="allow")
+    for r in rs:  # a block every summary has (a bare KeyError otherwise)
+        if not _is_block(r.summary.get(block)):
+            known = sorted(k for k, v in r.summary.items() if _is_block(v))
+            raise InputError(f"no block {block!r} in its summary (blocks: "
+                             f"{', '.join(known)})", source=str(r.path), field="block")
     warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
     sums = [r.summary for r in rs]
     labels = run_labels(sums)
@@ -72,6 +78,11 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     values = comparison_values(sums, block=block)
     return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
                       warnings)
+
+
+def _is_block(v: Any) -> bool:
+    """A summary's block of figures (``overall``): a mapping with its requests."""
+    return isinstance(v, dict) and isinstance(v.get("requests"), dict)
 
 
 #: successful measured requests under which a run's figures are called rough

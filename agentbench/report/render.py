@@ -401,6 +401,10 @@ def render(run_dirs: Sequence[str | Path | Run], out_dir: str | Path | None = No
     runs = [d if isinstance(d, Run) else load(d) for d in run_dirs]
     out = Path(out_dir) if out_dir else (Path(runs[0].path) if len(runs) == 1
                                          else Path("report"))
+    for name in ("report.html", "report.md"):  # checked before anything is made
+        if (out / name).is_dir():
+            raise InputError("is a folder where the report writes its file; move it away",
+                             source=str(out / name), field="--output")
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "plots").mkdir(exist_ok=True)

@@ -106,14 +106,18 @@ def fingerprint(scenario: Mapping[str, Any], time_base: str,
     }
 
 
-def parse_allow(text: str | Sequence[str] | None) -> set[str]:
+def parse_allow(text: str | Sequence[str] | None, source: str = "--allow") -> set[str]:
     """``"endpoint,load"`` (or a list of names) → the fingerprint fields they name;
-    ``all`` names every field."""
+    ``all`` names every field. ``source`` names the option in errors (``--allow``, or
+    the API's ``allow``)."""
     if text is None:
         return set()
     items = text.split(",") if isinstance(text, str) else list(text)
     out: set[str] = set()
     for raw in items:
+        if not isinstance(raw, str):
+            raise InputError(f"expected field names (strings), got {raw!r}"[:120],
+                             source=source)
         name = raw.strip()
         if not name:
             continue
@@ -123,7 +127,7 @@ def parse_allow(text: str | Sequence[str] | None) -> set[str]:
         name = ALIASES.get(name, name)
         if name not in FIELDS:
             raise InputError(f"unknown field {raw.strip()!r}; known: {', '.join(FIELDS)}",
-                             source="--allow")
+                             source=source)
         out.add(name)
     return out
 

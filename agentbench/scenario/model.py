@@ -246,7 +246,8 @@ class Prompt(Strict):
 class Hardware(Strict):
     """What the endpoint runs on, for per-GPU throughput and cost."""
 
-    gpus: float = Field(1.0, gt=0, description="GPUs serving the endpoint(s) in total.")
+    gpus: float = Field(1.0, gt=0, le=1e6, description="GPUs serving the endpoint(s) in "
+                        "total (at most a million).")
     gpu_hour_usd: float | None = Field(None, ge=0, description="Price of one GPU-hour, $.")
 
 

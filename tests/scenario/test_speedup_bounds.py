@@ -25,3 +25,13 @@ def test_a_speedup_out_of_range_is_refused(speedup: float) -> None:
 def test_a_speedup_in_range_is_kept(speedup: float) -> None:
     cfg = SimulatedEndpoint.model_validate({"kind": "simulated", "speedup": speedup})
     assert cfg.speedup == speedup
+
+
+def test_hardware_gpus_is_at_most_a_million() -> None:
+    """``hardware.gpus: 1180591620717411303424`` was taken, and its cost printed in 22
+    digits."""
+    from agentbench.scenario.model import Hardware
+
+    assert Hardware(gpus=1e6).gpus == 1e6
+    with pytest.raises(ValidationError, match="less than or equal to 1000000"):
+        Hardware(gpus=2**70)

@@ -110,7 +110,12 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
     top = probe(hi)
     if top.passed:
         out.best = hi
-        out.notes.append(f"the top of the range passed: raise it (more than {hi:g} may pass)")
+        from agentbench.scenario.model import MAX_LANES
+
+        out.notes.append(
+            f"the top of the range passed, at the most lanes a scenario may run ({hi:g})"
+            if lanes and hi >= MAX_LANES else
+            f"the top of the range passed: raise it (more than {hi:g} may pass)")
         return _checked(out)
     out.best_failing = hi
     if max_probes == 1:
@@ -145,7 +150,7 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
 
 def _search_range(scenario: Any, lo: float, hi: float, goal: str, target: float
                   ) -> tuple[float, float]:
-    """The checked range to search (lanes rounded inwards to whole lanes); one-line
+    """The checked range to search (lanes in whole numbers); one-line
     ``InputError`` for a scenario or a range a search cannot use."""
     if not any(v is not None for v in scenario.slos.model_dump().values()):
         raise InputError("set slos (e.g. ttft_ms) to search for the load that meets them",
@@ -162,10 +167,10 @@ def _search_range(scenario: Any, lo: float, hi: float, goal: str, target: float
     flag = "--lanes" if lanes else "--rate"
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise InputError(f"the range must be finite numbers, got {lo:g}:{hi:g}", field=flag)
-    if lanes:
-        lo, hi = float(math.ceil(lo)), float(math.floor(hi))
     if not 0 < lo <= hi:
         raise InputError(f"the range must be 0 < low <= high, got {lo:g}:{hi:g}", field=flag)
+    if lanes and (lo != math.floor(lo) or hi != math.floor(hi)):  # 1.5:4 searched 2:4
+        raise InputError(f"lanes are whole numbers, got {lo:g}:{hi:g}", field=flag)
     from agentbench.scenario.model import MAX_LANES
 
     if lanes and hi > MAX_LANES:

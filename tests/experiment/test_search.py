@@ -100,6 +100,8 @@ def test_the_load_must_be_delivered_and_probes_must_be_enough(fake_runs: list[fl
     ({"hi": float("inf")}, "finite numbers"),
     ({"lo": float("nan")}, "finite numbers"),
     ({"hi": 1_000_000}, "at most 100,000 lanes"),
+    ({"lo": 1.5}, "lanes are whole numbers, got 1.5:4"),  # searched 2:4 without a word
+    ({"lo": 1.5, "hi": 1.9}, "whole numbers, got 1.5:1.9"),  # said "got 2:1"
 ])
 def test_bad_requests_are_one_line(kw: dict[str, Any], match: str) -> None:
     sc = _scenario({"kind": "lanes", "concurrency": 1}, kw.pop("slos", None))
@@ -136,3 +138,14 @@ def test_a_scenario_with_variants_is_refused(fake_runs: list[float]) -> None:
         search(sc, lo=1, hi=4)
     assert fake_runs == []
 
+
+
+def test_a_top_at_the_most_lanes_is_not_told_to_be_raised(fake_runs: list[float],
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    from agentbench.scenario import model
+
+    monkeypatch.setattr(model, "MAX_LANES", 8)  # every load passes up to 8 (goodput 0.8)
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=8, target=0.5)
+    assert res.best == 8 and "at the most lanes a scenario may run (8)" in res.notes[0]
+    assert "raise it" not in " ".join(res.notes)

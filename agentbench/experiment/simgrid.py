@@ -107,13 +107,22 @@ def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
     from agentbench.metrics.run import load
     from agentbench.traces.model import Trace
 
+    made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
     out_dir.mkdir(parents=True, exist_ok=True)
     # seeds of their own: no run, of this grid or an earlier one, meets its prompts cached
     seed = int.from_bytes(os.urandom(4), "little") << 8
     ep = {"kind": "openai", "name": "engine", "url": url, "model": model, "api": api,
           "ignore_eos": True, "timeout_s": timeout_s, "headers": dict(headers or {})}
-    probe = _replay(ep, out_dir, "grid-probe", Trace([_session("probe", [512], 4, [1])],
-                                                    "sim-fit-probe"), 1, seed)
+    try:
+        probe = _replay(ep, out_dir, "grid-probe", Trace([_session("probe", [512], 4, [1])],
+                                                        "sim-fit-probe"), 1, seed)
+    except InputError:  # refused before a request (unreachable): nothing of it is left
+        (out_dir / "grid-probe.parquet").unlink(missing_ok=True)
+        for d in made:  # the folders this call made, while empty
+            if any(d.iterdir()):
+                break
+            d.rmdir()
+        raise
     req = load(probe).requests
     ok = req[(req["status"] == "ok") & req["prompt_tokens"].notna()]
     if not len(ok):

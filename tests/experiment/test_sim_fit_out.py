@@ -57,3 +57,17 @@ def test_a_run_given_twice_is_refused(tmp_path: Path) -> None:
     run.mkdir()
     line = _fit(str(run), f"{run}/", "-o", str(tmp_path / "p.yaml"))
     assert "given twice" in line and "each run counts once" in line
+
+
+def test_an_unreachable_endpoint_leaves_no_grid_behind(tmp_path: Path) -> None:
+    """``--endpoint`` that cannot be reached left ``<out>-grid/grid-probe.parquet``."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = CliRunner().invoke(app, ["sim", "fit", "--endpoint", f"http://127.0.0.1:{port}",
+                                 "--kv-capacity-tokens", "1000",
+                                 "-o", str(tmp_path / "new" / "p.yaml")])
+    assert r.exit_code == 2 and "cannot reach" in r.output, r.output
+    assert list(tmp_path.iterdir()) == []  # neither new/ nor new/p-grid/ is left

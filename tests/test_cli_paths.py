@@ -138,3 +138,13 @@ def test_report_refuses_a_folder_where_its_file_goes_before_making_anything(
     r = CliRunner().invoke(app, ["report", str(run), str(run), "-o", str(out)])
     assert r.exit_code == 2 and "is a folder where the report writes its file" in r.output
     assert [p.name for p in out.iterdir()] == ["report.html"]
+
+
+def test_a_bad_run_id_is_named_as_it_was_given(tmp_path: Path) -> None:
+    """``--set output.run_id=...`` was named ``--run-id``, a flag not given."""
+    q = str(ROOT / "scenarios" / "quickstart.yaml")
+    for args, named in ((["--set", "output.run_id=a/b"], "--set output.run_id"),
+                        (["--run-id", "a" * 300], "--run-id")):
+        r = CliRunner().invoke(app, ["run", q, "-o", str(tmp_path), *args])
+        assert r.exit_code == 2, r.output
+        assert f"{named}: must be a plain folder name of at most 200 characters" in r.output

@@ -91,7 +91,10 @@ def run(
     # --output and --run-id win over the file and --set; validated like them, named as typed
     outputs = [(k, v) for k, v in (("output.dir", None if output is None else str(output)),
                                    ("output.run_id", run_id)) if v is not None]
-    out_labels = {"output.dir": "--output", "output.run_id": "--run-id"}
+    # named as typed: an --set output.run_id is named so, not as --run-id
+    out_labels = {k: lbl for k, lbl in (("output.dir", "--output"), ("output.run_id",
+                                                                    "--run-id"))
+                  if k in dict(outputs)}
     if scenario is None:
         from agentbench.scenario.flags import scenario_from_flags
 

@@ -109,8 +109,8 @@ def validation_problems(e: Any, lines: dict[tuple[str, ...], int], data: Any
         elif kind == "finite_number":
             msg = f"must be a finite number, not {err.get('input')}"
         elif kind == "string_pattern_mismatch" and path and path[-1] == "run_id":
-            msg = ("must be a plain folder name: letters, digits and _ . = + - (no '/', not "
-                   "starting with '.')")
+            msg = ("must be a plain folder name of at most 200 characters: letters, digits "
+                   "and _ . = + - (no '/', not starting with '.')")
         elif kind == "string_pattern_mismatch" and len(path) >= 2 and path[-1] == "name" \
                 and path[0] == "variants":
             msg = (f"must be a plain name (letters, digits and _ . -: it becomes part of the "

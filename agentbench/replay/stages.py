@@ -232,6 +232,17 @@ class Shard:
 STOPPED = "the run was stopped before its bound (Ctrl-C, or an error)"
 
 
+def _stop_reason(e: BaseException) -> str:
+    """Why the requests a stage cancels on ``e`` were cancelled (their rows' message)."""
+    from agentbench.errors import ResultsWriteError
+
+    if isinstance(e, ResultsWriteError):  # raised by a write, not told by the writer
+        return f"the results could not be written ({e.reason})"
+    if isinstance(e, asyncio.CancelledError | KeyboardInterrupt):
+        return STOPPED
+    return f"the run stopped on an error ({type(e).__name__})"
+
+
 async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
                      trace: Trace, shard: Shard = Shard(),
                      stage_start_ns: int | None = None) -> None:
@@ -276,10 +287,10 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
             await asyncio.gather(body, return_exceptions=True)
         elif body.exception() is not None:
             raise body.exception()  # type: ignore[misc]
-    except BaseException:
+    except BaseException as e:
         stop_now()
-        if ctx.cancel_reason is None:  # Ctrl-C, a worker's parent gone, an error
-            ctx.cancel_reason = STOPPED
+        if ctx.cancel_reason is None:  # not said where the stop began (SIGTERM, the writer)
+            ctx.cancel_reason = _stop_reason(e)
         for t in list(tasks):
             t.cancel()
         body.cancel()

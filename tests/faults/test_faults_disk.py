@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agentbench.replay.stages import STOPPED
 from tests.faults.harness import (
     agentbench,
     one_line_error,
@@ -53,7 +54,10 @@ def _long_run(tmp_path: Path, url: str) -> Path:
     return scenario(tmp_path, url, lanes=8, limits="duration_s: 300")
 
 
-def _check_stopped_run(r: Any, run: Path, srv: Any, tmp_path: Path, why: str) -> None:
+def _check_stopped_run(r: Any, run: Path, srv: Any, tmp_path: Path, why: str,
+                       stopped_by: str | None = None) -> None:
+    """``stopped_by``: what stopped the run, as its cancelled rows say (default: the
+    results that could not be written)."""
     assert r.returncode == 1, r.stderr
     line = one_line_error(r.stderr)
     assert why in line and "request rows kept" in line, line
@@ -65,7 +69,8 @@ def _check_stopped_run(r: Any, run: Path, srv: Any, tmp_path: Path, why: str) ->
     assert kept == len(req) <= len(srv.seen())  # the line counts what a reader recovers
     # no deadline came (300 s): a kept row cancelled by the stop says why
     cancelled = set(req.error_message[req.status == "cancelled"])
-    assert cancelled <= {f"cancelled: the results could not be written ({why})"}, cancelled
+    said = stopped_by or f"the results could not be written ({why})"
+    assert cancelled <= {f"cancelled: {said}"}, cancelled
     report_reads(where, tmp_path)
 
 
@@ -135,7 +140,8 @@ def test_a_results_folder_that_turns_read_only_mid_run(tmp_path: Path,
     finally:
         subprocess.run(["umount", "-l", str(run)], capture_output=True)
     r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
-    _check_stopped_run(r, run, srv, tmp_path, "Read-only file system")
+    # Ctrl-C stopped it (the writes failed only at the end): its cancelled rows say so
+    _check_stopped_run(r, run, srv, tmp_path, "Read-only file system", stopped_by=STOPPED)
 
 
 @pytest.mark.timeout(60)

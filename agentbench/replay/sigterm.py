@@ -1,5 +1,5 @@
 """SIGTERM during a run: the run ends as on Ctrl-C, its files written
-(``agentbench.replay.runner``)."""
+(``agentbench.replay.runner``); and what the requests a stop cancels say of it."""
 
 from __future__ import annotations
 
@@ -77,3 +77,19 @@ def cancel_on_sigterm(before: Callable[[], None] | None = None) -> Sigterm | Non
         return Sigterm(asyncio.get_running_loop(), task, before)
     except (ValueError, OSError):  # not the main thread
         return None
+
+
+#: the message of requests cancelled by a stop that is not the stage's deadline and
+#: names no other reason (``RunContext.cancel_reason``)
+STOPPED = "the run was stopped before its bound (Ctrl-C, or an error)"
+
+
+def stop_reason(e: BaseException) -> str:
+    """Why the requests a stage cancels on ``e`` were cancelled (their rows' message)."""
+    from agentbench.errors import ResultsWriteError
+
+    if isinstance(e, ResultsWriteError):  # raised by a write, not told by the writer
+        return f"the results could not be written ({e.reason})"
+    if isinstance(e, asyncio.CancelledError | KeyboardInterrupt):
+        return STOPPED
+    return f"the run stopped on an error ({type(e).__name__})"

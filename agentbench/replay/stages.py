@@ -16,6 +16,7 @@ from typing import Any
 from agentbench.replay.clock import Pause
 from agentbench.replay.context import RunContext, StageOver
 from agentbench.replay.schedule import NS, arrival_offsets_ns, warmup_start_turn
+from agentbench.replay.sigterm import stop_reason
 from agentbench.replay.tree import TreeRun
 from agentbench.replay.treespec import TreeSpec
 from agentbench.replay.warmup import LaneWarmup
@@ -227,22 +228,6 @@ class Shard:
         return total // self.count + (1 if self.index < total % self.count else 0)
 
 
-#: the message of requests cancelled by a stop that is not the stage's deadline and
-#: names no other reason (``RunContext.cancel_reason``)
-STOPPED = "the run was stopped before its bound (Ctrl-C, or an error)"
-
-
-def _stop_reason(e: BaseException) -> str:
-    """Why the requests a stage cancels on ``e`` were cancelled (their rows' message)."""
-    from agentbench.errors import ResultsWriteError
-
-    if isinstance(e, ResultsWriteError):  # raised by a write, not told by the writer
-        return f"the results could not be written ({e.reason})"
-    if isinstance(e, asyncio.CancelledError | KeyboardInterrupt):
-        return STOPPED
-    return f"the run stopped on an error ({type(e).__name__})"
-
-
 async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: TreeSource,
                      trace: Trace, shard: Shard = Shard(),
                      stage_start_ns: int | None = None) -> None:
@@ -290,7 +275,7 @@ async def run_stage(ctx: RunContext, sc: Any, stage: Stage, k: int, source: Tree
     except BaseException as e:
         stop_now()
         if ctx.cancel_reason is None:  # not said where the stop began (SIGTERM, the writer)
-            ctx.cancel_reason = _stop_reason(e)
+            ctx.cancel_reason = stop_reason(e)
         for t in list(tasks):
             t.cancel()
         body.cancel()

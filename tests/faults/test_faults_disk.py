@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agentbench.replay.stages import STOPPED
+from agentbench.replay.sigterm import STOPPED
 from tests.faults.harness import (
     agentbench,
     one_line_error,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentbench.replay.stages import STOPPED
+from agentbench.replay.sigterm import STOPPED
 from tests.faults.harness import (
     agentbench,
     report_reads,

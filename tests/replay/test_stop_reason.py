@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from agentbench.errors import ResultsWriteError
-from agentbench.replay.stages import STOPPED, _stop_reason
+from agentbench.replay.sigterm import STOPPED, stop_reason
 
 
 @pytest.mark.parametrize(("e", "says"), [
@@ -19,5 +19,5 @@ from agentbench.replay.stages import STOPPED, _stop_reason
     (RuntimeError("boom"), "the run stopped on an error (RuntimeError)"),
 ])
 def test_each_stop_names_itself(e: BaseException, says: str) -> None:
-    assert _stop_reason(e) == says
+    assert stop_reason(e) == says
     assert "deadline" not in says

@@ -79,17 +79,28 @@ def test_load_of_an_empty_or_too_long_name_is_one_line(tmp_path: Path,
         agentbench.load(tmp_path / "nothing")
 
 
-@pytest.mark.parametrize("name", ["t.jsonl", "t.JSON", "t.csv", "sub/t.jsonl.gz"])
-def test_a_trace_named_for_another_format_is_refused(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(("name", "use"), [
+    ("t.jsonl", "t.parquet"), ("t.JSON", "t.parquet"), ("t.csv", "t.parquet"),
+    ("sub/t.jsonl.gz", "t.parquet"), ("t.parquet.gz", "t.parquet")])
+def test_a_trace_named_for_another_format_is_refused(tmp_path: Path, name: str,
+                                                     use: str) -> None:
     """``traces convert -o x.jsonl`` wrote parquet under that name."""
     out = tmp_path / name
     for args in (["traces", "convert", "builtin:claude-code-weka", "-o", str(out)],
-                 ["traces", "synth", "-p", "codex", "-n", "1", "-o", str(out)]):
+                 ["traces", "synth", "-p", "codex", "-n", "1", "-o", str(out)],
+                 ["record", "-o", str(out), "--upstream", "http://127.0.0.1:9"]):
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 2, r.output
         assert "written as native parquet, not" in r.output
-        assert f"name it {out.with_suffix('.parquet').name}" in r.output
+        assert f"name it {use}" in r.output
         assert not out.exists()
+
+
+def test_a_recording_made_under_another_name_can_still_be_rebuilt(tmp_path: Path) -> None:
+    """``record --rebuild`` keeps the name the recording was made with (``.jsonl`` was
+    allowed then): the name is not refused, its journal is what it reads."""
+    r = CliRunner().invoke(app, ["record", "--rebuild", "-o", str(tmp_path / "calls.jsonl")])
+    assert r.exit_code == 2 and "native parquet" not in r.output, r.output
     ok = tmp_path / "t.parquet"
     r = CliRunner().invoke(app, ["traces", "synth", "-p", "codex", "-n", "1", "-o", str(ok)])
     assert r.exit_code == 0 and ok.read_bytes()[:4] == b"PAR1", r.output

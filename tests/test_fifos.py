@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,22 @@ def fifo(tmp_path: Path) -> Path:
     return f
 
 
+@pytest.fixture
+def short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbench.traces import smallfile
+
+    monkeypatch.setattr(smallfile, "PEER_WAIT_S", 0.3)  # 10 s in use
+
+
 def _one_line(args: list[str]) -> str:
-    r = subprocess.run([sys.executable, "-m", "agentbench.cli", *args], capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    line, = r.stderr.strip().splitlines()
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    line, = r.output.strip().splitlines()
     return line
 
 
-def test_a_fifo_with_nothing_at_its_other_end_is_one_line(fifo: Path, tmp_path: Path) -> None:
+def test_a_fifo_with_nothing_at_its_other_end_is_one_line(fifo: Path, tmp_path: Path,
+                                                          short_wait: None) -> None:
     assert "the file is empty" in _one_line(["validate", str(fifo)])
     assert "the profile is empty" in _one_line(
         ["traces", "synth", "-p", str(fifo), "-n", "1", "-o", str(tmp_path / "t.parquet")])
@@ -42,15 +48,19 @@ def test_a_fifo_with_nothing_at_its_other_end_is_one_line(fifo: Path, tmp_path: 
         write_text(fifo, "x")
 
 
-def test_a_fifo_with_a_writer_waiting_is_read_whole(fifo: Path) -> None:
-    """The writer opens first (its open waits for a reader), as a program feeding the FIFO
-    does; a writer that comes only after the read began is not waited for (the FIFO reads
-    as empty: the case above)."""
+@pytest.mark.parametrize("writer_first", [True, False])
+def test_a_fifo_whose_writer_opens_first_or_a_moment_later_is_read_whole(
+        fifo: Path, writer_first: bool) -> None:
+    """A writer that opens after the read began is waited for (up to ``PEER_WAIT_S``), as
+    the old blocking open waited for it."""
     import time
 
-    w = subprocess.Popen(["sh", "-c", f"cat '{ROOT}/scenarios/quickstart.yaml' > '{fifo}'"])
+    delay = 0 if writer_first else 1.0
+    w = subprocess.Popen(["sh", "-c", f"sleep {delay}; "
+                          f"cat '{ROOT}/scenarios/quickstart.yaml' > '{fifo}'"])
     try:
-        time.sleep(0.5)  # the shell is in open(), waiting for a reader
+        if writer_first:
+            time.sleep(0.5)  # the shell is in open(), waiting for a reader
         r = CliRunner().invoke(app, ["validate", str(fifo)])
         assert r.exit_code == 0 and "ok (quickstart)" in r.output, r.output
     finally:
@@ -58,6 +68,15 @@ def test_a_fifo_with_a_writer_waiting_is_read_whole(fifo: Path) -> None:
             with open(fifo, "rb") as f:
                 f.read()
         w.wait(timeout=30)
+
+
+def test_a_fifo_whose_reader_opens_a_moment_later_is_written(fifo: Path) -> None:
+    r = subprocess.Popen(["sh", "-c", f"sleep 1; cat '{fifo}'"], stdout=subprocess.PIPE)
+    try:
+        write_text(fifo, "héllo\n")
+        assert r.communicate(timeout=30)[0] == "héllo\n".encode()
+    finally:
+        r.kill()
 
 
 def test_read_head_and_write_text_on_regular_files(tmp_path: Path) -> None:

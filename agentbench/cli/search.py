@@ -40,8 +40,8 @@ def search(
                                        parser=path_value),
 ) -> None:
     """Find the most lanes (or rate) that still meets the scenario's SLOs, by bisection:
-    one run per probed load, the frontier printed and written to <output>/<name>-search.json
-    (docs/metrics.md, "Capacity search")."""
+    one run per probed load, the frontier printed and written to <output>/<name>-search.json,
+    the name as run folders spell it (docs/metrics.md, "Capacity search")."""
     from agentbench.errors import InputError
     from agentbench.experiment.search import Probe, format_search, write_search
     from agentbench.experiment.search import search as run_search

@@ -70,10 +70,11 @@ def traces_convert(
 ) -> None:
     """Write any readable trace in agentbench's native parquet format (refuses to
     overwrite -o)."""
-    from agentbench.traces.output import check_file_name, check_new
+    from agentbench.traces.output import check_file_name, check_new, check_parquet_name
     from agentbench.traces.readers import native
 
     check_file_name(output)
+    check_parquet_name(output)
     check_new(output)  # before the read, which may take minutes
     trace = _read_transformed(source, format, scale, max_context, option)
     out = native.write(trace, output)
@@ -93,7 +94,7 @@ def traces_synth(
 ) -> None:
     """Synthesize a trace calibrated to a published agentic workload (native parquet;
     refuses to overwrite -o)."""
-    from agentbench.traces.output import check_file_name, check_new
+    from agentbench.traces.output import check_file_name, check_new, check_parquet_name
     from agentbench.traces.readers import native
     from agentbench.traces.synth import check_sessions, load_profile, synthesize
 
@@ -102,6 +103,7 @@ def traces_synth(
         raise InputError(f"must be >= 0, got {seed}", field="--seed")
     prof = load_profile(profile)
     check_file_name(output)
+    check_parquet_name(output)
     check_new(output)
     trace = synthesize(prof, sessions, seed)
     out = native.write(trace, output)

@@ -113,11 +113,14 @@ def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
     seed = int.from_bytes(os.urandom(4), "little") << 8
     ep = {"kind": "openai", "name": "engine", "url": url, "model": model, "api": api,
           "ignore_eos": True, "timeout_s": timeout_s, "headers": dict(headers or {})}
+    probe_trace = out_dir / "grid-probe.parquet"
+    had_trace = probe_trace.exists()  # an earlier grid's: overwritten, as every grid file
     try:
         probe = _replay(ep, out_dir, "grid-probe", Trace([_session("probe", [512], 4, [1])],
                                                         "sim-fit-probe"), 1, seed)
     except InputError:  # refused before a request (unreachable): nothing of it is left
-        (out_dir / "grid-probe.parquet").unlink(missing_ok=True)
+        if not had_trace:
+            probe_trace.unlink(missing_ok=True)
         for d in made:  # the folders this call made, while empty
             if any(d.iterdir()):
                 break

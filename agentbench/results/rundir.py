@@ -54,11 +54,19 @@ def safe_name(name: str) -> str:
     as ``-``, without a leading ``.`` or ``-`` (a hidden file, an option to the shell),
     at most ``MAX_NAME`` characters (a run folder's name adds its time)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name).lstrip(".-")
-    while len(safe.encode()) > MAX_NAME:  # bytes: a letter may take several
-        safe = safe[:-1]
-    return safe or "run"
+    if len(safe.encode()) <= MAX_NAME:
+        return safe or "run"
+    # too long: its start and its end (where a variant, probe or repeat adds its suffix)
+    head, tail = safe[:MAX_NAME], safe[-KEEP_TAIL:]
+    while len(tail.encode()) > MAX_NAME // 2:  # bytes: a letter may take several
+        tail = tail[1:]
+    while len(f"{head}--{tail}".encode()) > MAX_NAME:
+        head = head[:-1]
+    return f"{head}--{tail}"
 
 
+#: the end of a name kept when it is cut (a variant's, probe's or repeat's suffix)
+KEEP_TAIL = 48
 #: the longest part of a file name a scenario's name gives, in bytes (file systems allow
 #: 255)
 MAX_NAME = 120

@@ -349,7 +349,6 @@ class Scenario(Strict):
     """One agentbench run (or, with ``variants``, one run per variant)."""
 
     name: Annotated[str, AfterValidator(one_printable_line)] = Field(
-        min_length=1, max_length=200,
         description="Scenario name; appears in run ids and reports (one printable line).")
     description: str | None = Field(None, description="Free text for reports.")
     seed: int = Field(0, ge=0, description="Seed for every random choice (0 is a seed).")

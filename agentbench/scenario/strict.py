@@ -52,7 +52,7 @@ def one_printable_line(v: str) -> str:
     """``v`` unchanged, or a ``ValueError``: a name or label that is printed to a terminal
     and into reports holds no control character (a line break, a carriage return, an
     escape sequence that would recolour, retitle or clear the user's terminal)."""
-    if any(c < " " or "\x7f" <= c <= "\x9f" for c in v):
+    if not v.isprintable():  # also U+2028 (a line break to splitlines), U+202E (reversal)
         raise ValueError("must be one line of printable text (no control characters: line "
                          "breaks, tabs, escape sequences)")
     return v

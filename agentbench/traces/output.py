@@ -16,15 +16,22 @@ OTHER_FORMATS = frozenset({".jsonl", ".json", ".ndjson", ".csv", ".gz", ".zst", 
 
 
 def check_file_name(out: Path) -> None:
-    """``-o ''`` (the current folder), ``.`` or a folder is no file name, and a name ending
-    in another format's suffix (``.jsonl``) would mislead: one line."""
+    """``-o ''`` (the current folder), ``.`` or a folder is no file name: one line."""
     if not out.name or out.is_dir():
         raise InputError("give a file name for the trace (e.g. -o agent.parquet)",
                          source=str(out), field="output")
-    if out.suffix.lower() in OTHER_FORMATS:
-        # the file is parquet whatever its name: named .jsonl it would mislead every reader
-        raise InputError(f"the trace is written as native parquet, not {out.suffix}; name it "
-                         f"{out.with_suffix('.parquet').name}", source=str(out), field="output")
+
+
+def check_parquet_name(out: Path) -> None:
+    """A trace written as native parquet is not named for another format (``t.jsonl``,
+    ``t.parquet.gz``): every reader would be misled. One line with the name to use."""
+    if out.suffix.lower() not in OTHER_FORMATS:
+        return
+    stem = out.name
+    while Path(stem).suffix.lower() in OTHER_FORMATS | {".parquet"}:
+        stem = Path(stem).stem
+    raise InputError(f"the trace is written as native parquet, not {out.suffix}; name it "
+                     f"{stem or 'trace'}.parquet", source=str(out), field="output")
 
 
 def check_new(*paths: Path, hint: str = "") -> None:

@@ -71,3 +71,20 @@ def test_an_unreachable_endpoint_leaves_no_grid_behind(tmp_path: Path) -> None:
                                  "-o", str(tmp_path / "new" / "p.yaml")])
     assert r.exit_code == 2 and "cannot reach" in r.output, r.output
     assert list(tmp_path.iterdir()) == []  # neither new/ nor new/p-grid/ is left
+
+
+def test_an_unreachable_endpoint_keeps_an_earlier_grids_probe(tmp_path: Path) -> None:
+    """Only what the call made is removed (an earlier grid's probe trace was deleted)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    grid = tmp_path / "g"
+    grid.mkdir()
+    (grid / "grid-probe.parquet").write_text("keep")
+    r = CliRunner().invoke(app, ["sim", "fit", "--endpoint", f"http://127.0.0.1:{port}",
+                                 "--kv-capacity-tokens", "1000", "--grid-out", str(grid),
+                                 "-o", str(tmp_path / "p.yaml")])
+    assert r.exit_code == 2 and "cannot reach" in r.output, r.output
+    assert (grid / "grid-probe.parquet").exists()

@@ -25,7 +25,8 @@ BASE = ("endpoints: [{kind: simulated, preset: instant}]\n"
         "load: {kind: lanes, concurrency: 1}\n")
 
 
-@pytest.mark.parametrize("name", ["q\x1b[31mRED", "a\nb", "a\rX", "tab\there", "\x9bc", ""])
+@pytest.mark.parametrize("name", ["q\x1b[31mRED", "a\nb", "a\rX", "tab\there", "\x9bc",
+                                  "line\u2028sep", "\u202egnp.exe"])
 def test_a_scenario_name_with_a_control_character_is_one_line(name: str) -> None:
     with pytest.raises(InputError) as e:
         parse_scenario(f"name: {json.dumps(name)}\n" + BASE)
@@ -35,11 +36,43 @@ def test_a_scenario_name_with_a_control_character_is_one_line(name: str) -> None
 @pytest.mark.parametrize(("name", "file"), [
     ("../../escaped", "escaped"), ("/tmp/anywhere/deep", "tmp-anywhere-deep"),
     (".hidden", "hidden"), ("--x", "x"), ("..", "run"), ("my run", "my-run"),
-    ("é" * 120, "é" * (MAX_NAME // 2)),
+    ("é" * 50, "é" * 50),
 ])
 def test_a_name_as_a_file_name_is_one_plain_name(name: str, file: str) -> None:
     assert safe_name(name) == file
     assert len(safe_name(name).encode()) <= MAX_NAME
+
+
+@pytest.mark.parametrize("base", ["b" * 125, "é" * 200, "x" * 1000])
+def test_a_long_name_is_cut_in_its_middle_keeping_each_suffix(base: str) -> None:
+    """Cut at its end, two variants' folders had one name (``-gpu`` and ``-cpu`` lost)."""
+    names = {safe_name(f"{base}-{suffix}") for suffix in ("gpu", "cpu", "search-c12",
+                                                           "rep01")}
+    assert len(names) == 4
+    for n in names:
+        assert len(n.encode()) <= MAX_NAME and n.startswith(base[:10]) and "--" in n
+
+
+def test_a_long_name_runs_with_repeats_and_variants(tmp_path: Path) -> None:
+    """A 199-character name made ``--repeat`` and ``search`` crash (a length bound on the
+    name, which they extend), and lost the variants' suffixes in their folders."""
+    import yaml
+
+    from agentbench.scenario.loading import expand_variants
+
+    doc = yaml.safe_load((ROOT / "scenarios" / "quickstart.yaml").read_text())
+    doc.update(name="n" * 199, variants=[{"name": "gpu"}, {"name": "cpu"}])
+    f = tmp_path / "long.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    r = CliRunner().invoke(app, ["run", str(f), "-o", str(tmp_path / "out"), "--repeat", "2",
+                                 "--set", "limits.max_requests=3", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    folders = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert len(folders) == 4, folders
+    for v in ("gpu", "cpu"):
+        for k in (1, 2):
+            assert sum(f"-{v}-rep0{k}-" in f for f in folders) == 1, folders
+    assert len(expand_variants(parse_scenario(f.read_text()))) == 2
 
 
 def test_search_writes_inside_its_output_whatever_the_name(tmp_path: Path,

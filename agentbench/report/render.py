@@ -268,8 +268,9 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     cut = [f"{lab} ({s['run'].get('status')})" for lab, s in zip(labels, sums, strict=True)
            if run_ended(s)]
     if cut:  # a run cut short looks faster and cheaper than it is
-        sec.text.append(f"Warning: {', '.join(cut)} did not complete: their figures cover "
-                        "part of the run (agentbench gate refuses such runs).")
+        whose = "their figures cover" if len(cut) > 1 else "its figures cover"
+        sec.text.append(f"Warning: {', '.join(cut)} did not complete: {whose} part of the "
+                        "run (agentbench gate refuses such runs).")
     bases = {json.dumps({k: (s.get("time_base") or {}).get(k) for k in ("kind", "speedup")})
              for s in sums}
     if len(bases) > 1:

@@ -442,7 +442,7 @@ def test_a_comparison_says_which_runs_did_not_complete(three: list[Path],
     assert "(better)" in comparisons["whole"] or "(worse)" in comparisons["whole"]
     for name in ("cut", "cut first"):
         comparison = comparisons[name]
-        assert "(killed) did not complete: their figures cover part of the run" in comparison
+        assert "(killed) did not complete: its figures cover part of the run" in comparison
         assert "(better)" not in comparison and "(worse)" not in comparison, comparison
         assert "(not judged: affinity-x2 did not complete)" in comparison, comparison
         assert "nor a change of or against a run that did not complete" in comparison

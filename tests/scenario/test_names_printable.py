@@ -138,3 +138,18 @@ def _with_model(text: str, model: str) -> str:
     doc = yaml.safe_load(text)
     doc["provenance"]["model"] = model
     return yaml.safe_dump(doc)
+
+
+@pytest.mark.parametrize("key", ["name", "model"])
+@pytest.mark.parametrize("kind", ["simulated", "openai"])
+def test_an_endpoint_label_or_model_with_a_control_character_is_one_line(key: str,
+                                                                         kind: str) -> None:
+    ep = {"kind": kind, key: "a\x1b[2Jb"}
+    if kind == "openai":
+        ep = {"url": "http://127.0.0.1:9", "model": "m", **ep}
+    text = (f"name: x\nendpoints: [{json.dumps(ep)}]\n"
+            "trace: {kind: synth, profile: codex, sessions: 1}\n"
+            "load: {kind: lanes, concurrency: 1}\n")
+    with pytest.raises(InputError, match="one line of printable text") as e:
+        parse_scenario(text)
+    assert f"endpoints.0.{key}" in str(e.value)

@@ -41,11 +41,16 @@ def _one_line(args: list[str]) -> str:
 
 def test_a_fifo_with_nothing_at_its_other_end_is_one_line(fifo: Path, tmp_path: Path,
                                                           short_wait: None) -> None:
-    assert "the file is empty" in _one_line(["validate", str(fifo)])
-    assert "the profile is empty" in _one_line(
-        ["traces", "synth", "-p", str(fifo), "-n", "1", "-o", str(tmp_path / "t.parquet")])
+    said = "(a FIFO that nothing opened to write within 0.3 s)"
+    assert _one_line(["validate", str(fifo)]).endswith(f"cannot read scenario {said}")
+    assert _one_line(["traces", "synth", "-p", str(fifo), "-n", "1", "-o",
+                      str(tmp_path / "t.parquet")]).endswith(f"cannot read profile {said}")
     with pytest.raises(OSError):  # ENXIO: no reader
         write_text(fifo, "x")
+    empty = tmp_path / "e.yaml"  # what a FIFO closed without a byte reads as, too
+    empty.write_text("")
+    assert "the profile is empty" in _one_line(
+        ["traces", "synth", "-p", str(empty), "-n", "1", "-o", str(tmp_path / "t.parquet")])
 
 
 @pytest.mark.parametrize("writer_first", [True, False])

@@ -1,7 +1,7 @@
 """Short files a user names (a scenario, a synth profile, gate's Markdown) opened so that a
 FIFO never blocks forever: its other end is waited for at most ``PEER_WAIT_S`` (a program
-that opens it a moment later still works), then it reads as empty, or cannot be written
-(``ENXIO``): each is one line where it is used, where it hung forever. A pipe with its
+that opens it a moment later still works), then it cannot be read (``TimeoutError``) or
+written (``ENXIO``): each is one line where it is used, where it hung forever. A pipe with its
 other end open (``validate <(cat x.yaml)``, ``--markdown /dev/stdout``) and a regular file
 work as before."""
 
@@ -21,15 +21,20 @@ _POLL_S = 0.05
 
 def read_head(path: str | Path, limit: int, wait_s: float | None = None) -> bytes:
     """At most ``limit`` bytes of ``path`` (``OSError`` as ``open`` raises it). A FIFO
-    that no writer opens within ``wait_s`` (default ``PEER_WAIT_S``) reads as empty."""
+    that no writer opens within ``wait_s`` (default ``PEER_WAIT_S``) is a
+    ``TimeoutError`` that says so."""
     wait_s = PEER_WAIT_S if wait_s is None else wait_s
     fd = os.open(path, os.O_RDONLY | _NONBLOCK)
     with os.fdopen(fd, "rb", buffering=0) as raw:
         first = b""
         if _NONBLOCK and stat.S_ISFIFO(os.fstat(fd).st_mode):
-            first = _first_bytes(fd, wait_s)
-            if not first:
+            got = _first_bytes(fd, wait_s)
+            if got is None:
+                raise TimeoutError(errno.ETIMEDOUT, f"a FIFO that nothing opened to write "
+                                   f"within {wait_s:g} s", str(path))
+            if not got:
                 return b""
+            first = got
         os.set_blocking(fd, True)
         chunks, n = [first], len(first)
         while n < limit:
@@ -41,10 +46,10 @@ def read_head(path: str | Path, limit: int, wait_s: float | None = None) -> byte
         return b"".join(chunks)[:limit]
 
 
-def _first_bytes(fd: int, wait_s: float) -> bytes:
-    """The first bytes of a FIFO opened without waiting: ``b""`` when no writer came in
+def _first_bytes(fd: int, wait_s: float) -> bytes | None:
+    """The first bytes of a FIFO opened without waiting; None when no writer came in
     ``wait_s`` (a read with no writer is end-of-file); once a writer is there (a read is
-    ``EAGAIN``), its bytes are waited for as from any pipe."""
+    ``EAGAIN``), its bytes are waited for as from any pipe (``b""``: it wrote none)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -52,8 +57,10 @@ def _first_bytes(fd: int, wait_s: float) -> bytes:
         except BlockingIOError:  # a writer is there, with nothing written yet
             os.set_blocking(fd, True)
             return os.read(fd, 65536)
-        if b or time.monotonic() >= deadline:
+        if b:
             return b
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(_POLL_S)
 
 

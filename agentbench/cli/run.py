@@ -213,11 +213,9 @@ def recover(
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says killed. load, report and gate do this by themselves."""
-    from agentbench.results.reader import recover_if_cut_short, require_run_json
+    from agentbench.results.reader import recover_if_cut_short, require_run_json, run_folder
 
-    for d in runs:
-        if not d.is_dir():
-            raise InputError("results folder not found", source=str(d))
+    for d in map(run_folder, runs):
         require_run_json(d)  # a mistyped folder is not "nothing to recover"
         made = recover_if_cut_short(d, force=force)
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

@@ -9,16 +9,12 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     Field,
     field_validator,
     model_validator,
 )
 
-from agentbench.scenario.strict import Strict, json_only, one_printable_line
-
-#: a label or model name: printed in summaries and reports, one printable line
-_Line = Annotated[str, AfterValidator(one_printable_line)]
+from agentbench.scenario.strict import PrintableLine, Strict, json_only
 
 # ---------------------------------------------------------------- endpoints
 
@@ -66,7 +62,7 @@ class OpenAIEndpoint(Strict):
     """A real server speaking the OpenAI API (vLLM, SGLang, llama.cpp, a router...)."""
 
     kind: Literal["openai"] = Field("openai", description="A remote OpenAI-compatible server.")
-    name: _Line | None = Field(None, description="Label in results; defaults to the URL.")
+    name: PrintableLine | None = Field(None, description="Label in results; defaults to the URL.")
     url: str = Field(pattern=r"^https?://\S+$",
                      description="Base URL, e.g. http://localhost:8000 (with or without /v1).")
 
@@ -89,7 +85,7 @@ class OpenAIEndpoint(Strict):
         "chat", description="/v1/chat/completions (text blocks), /v1/completions (token-id "
         "blocks), /v1/responses (OpenAI Responses, text blocks) or /v1/messages (Anthropic "
         "Messages, text blocks; the key in x-api-key).")
-    model: _Line = Field(description="Model name sent in the request body.")
+    model: PrintableLine = Field(description="Model name sent in the request body.")
     api_key_env: str | None = Field(
         None, description="Name of the environment variable holding the API key; the key "
         "itself never appears in a scenario or in results.")
@@ -257,10 +253,10 @@ class SimulatedEndpoint(Strict):
     """The embedded KV-cache-aware serving simulator, started in its own process for the run."""
 
     kind: Literal["simulated"] = Field(description="Start agentbench's serving simulator.")
-    name: _Line | None = Field(None, description="Label in results; defaults to 'sim'.")
+    name: PrintableLine | None = Field(None, description="Label in results; defaults to 'sim'.")
     api: Literal["chat", "completions", "responses", "messages"] = Field(
         "chat", description="API the replay uses (the simulator serves all four).")
-    model: _Line = Field("sim", description="Model name the simulator serves.")
+    model: PrintableLine = Field("sim", description="Model name the simulator serves.")
     preset: str = Field("h200-llama3-70b",
                         description="Hardware/model timing preset: a shipped one's name "
                         "(`serve-sim --list-presets`) or the path of a preset YAML file, "

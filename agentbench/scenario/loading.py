@@ -354,7 +354,7 @@ def load_scenario(path: str | Path, *, check: bool = True,
     p = Path(path)
     try:
         # at most one byte over the bound: /dev/zero or a huge file is not read whole; a
-        # FIFO without a writer reads as empty (it waited for one forever)
+        # FIFO that no writer opens is a TimeoutError after a while (it waited forever)
         raw = read_head(p, MAX_SCENARIO_CHARS + 1)
     except OSError as e:
         raise InputError(f"cannot read scenario ({e.strerror})", source=str(p)) from None

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     Discriminator,
     Field,
     Tag,
@@ -28,9 +27,9 @@ from agentbench.scenario.endpoints import (  # noqa: F401 - the model's names, r
 )
 from agentbench.scenario.strict import (  # noqa: F401 - re-exported
     INT64,
+    PrintableLine,
     Strict,
     json_only,
-    one_printable_line,
 )
 from agentbench.traces import MAX_SYNTH_SESSIONS
 
@@ -348,7 +347,7 @@ class Variant(Strict):
 class Scenario(Strict):
     """One agentbench run (or, with ``variants``, one run per variant)."""
 
-    name: Annotated[str, AfterValidator(one_printable_line)] = Field(
+    name: PrintableLine = Field(
         description="Scenario name; appears in run ids and reports (one printable line).")
     description: str | None = Field(None, description="Free text for reports.")
     seed: int = Field(0, ge=0, description="Seed for every random choice (0 is a seed).")

@@ -4,9 +4,10 @@ NaN, integers within 64 bits) and the check that a free-form mapping is plain JS
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     ValidationInfo,
@@ -56,6 +57,10 @@ def one_printable_line(v: str) -> str:
         raise ValueError("must be one line of printable text (no control characters: line "
                          "breaks, tabs, escape sequences)")
     return v
+
+
+#: a name or label printed to a terminal and into reports (``one_printable_line``)
+PrintableLine = Annotated[str, AfterValidator(one_printable_line)]
 
 
 def json_only(value: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 from agentbench.engines.locate import find_llama_server, find_llama_vocab
 from agentbench.report.gate import evaluate, load_rules
 from tests.helpers import SCENARIOS, free_port
+from tests.integration import budget
 from tests.integration.engine_run import need, results_dir, run_scenario_on_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -42,12 +43,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     need(find_llama_vocab(), "no llama vocab GGUF: run `bash scripts/ci_engines.sh llama`")
     out = results_dir(tmp_path_factory, "gate-llama")
     two, one = _scenario(out, 2), _scenario(out, 1)
-    # the first run on a host fresh from other work has been the slowest (CI, 2026-12-04:
-    # 8,472 tok/s, then 9,462, 10,410, 10,152, 10,555): it warms the host and is dropped
-    run_scenario_on_port(two, out, free_port(), 8091)
-    same = [run_scenario_on_port(two, out, free_port(), 8091).run_dir
-            for _ in range(IDENTICAL)]
-    slow = [run_scenario_on_port(one, out, free_port(), 8091).run_dir]
+    with budget.step("gate-llama", "the gate on llama.cpp (seven runs)"):
+        # the first run on a host fresh from other work has been the slowest (CI,
+        # 2026-12-04: 8,472 tok/s, then 9,462, 10,410, 10,152, 10,555): it warms the host
+        # and is dropped
+        run_scenario_on_port(two, out, free_port(), 8091)
+        same = [run_scenario_on_port(two, out, free_port(), 8091).run_dir
+                for _ in range(IDENTICAL)]
+        slow = [run_scenario_on_port(one, out, free_port(), 8091).run_dir]
     return {"same": same, "slow": slow}
 
 

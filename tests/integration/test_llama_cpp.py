@@ -10,6 +10,7 @@ import pytest
 
 from agentbench.engines.locate import find_llama_server, find_llama_vocab
 from tests.helpers import SCENARIOS, free_port
+from tests.integration import budget
 from tests.integration.engine_run import (
     EngineRun,
     delta,
@@ -28,8 +29,9 @@ DEFAULT_PORT = 8091
 def llama_run(tmp_path_factory: pytest.TempPathFactory, weka_dir: Path) -> EngineRun:
     need(find_llama_server(), "no llama-server: run `bash scripts/ci_engines.sh llama`")
     need(find_llama_vocab(), "no llama vocab GGUF: run `bash scripts/ci_engines.sh llama`")
-    return run_scenario_on_port(SCENARIO, results_dir(tmp_path_factory, "llama"), free_port(),
-                                DEFAULT_PORT)
+    with budget.step("llama-cpp", "llama.cpp replaying scenarios/llama-cpp.yaml"):
+        return run_scenario_on_port(SCENARIO, results_dir(tmp_path_factory, "llama"),
+                                    free_port(), DEFAULT_PORT)
 
 
 def test_every_request_succeeded_or_carries_its_error(llama_run: EngineRun) -> None:

@@ -11,6 +11,7 @@ import pytest
 from agentbench.engines.locate import find_llama_server, find_llama_vocab
 from agentbench.metrics import summarize
 from tests.helpers import SCENARIOS, free_port
+from tests.integration import budget
 from tests.integration.engine_run import need, results_dir, run_scenario_on_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -32,8 +33,9 @@ def test_short_overridden_agentx_run_on_llama_cpp_is_invalid(
     text = text.replace(limits, "limits:\n  duration_s: 60\n", 1)
     path = tmp_path_factory.mktemp("scenario") / "llama-cpp-agentx.yaml"
     path.write_text(text)
-    run = run_scenario_on_port(path, results_dir(tmp_path_factory, "llama-agentx"),
-                               free_port(), DEFAULT_PORT)
+    with budget.step("llama-agentx", "an AgentX run on llama.cpp"):
+        run = run_scenario_on_port(path, results_dir(tmp_path_factory, "llama-agentx"),
+                                   free_port(), DEFAULT_PORT)
     s = summarize(run.run_dir)
     v = s["validity"]
     assert v["rules"] == "agentx" and v["valid"] is False

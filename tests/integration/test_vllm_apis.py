@@ -13,6 +13,7 @@ import pytest
 
 from agentbench.engines.locate import find_vllm_python
 from tests.helpers import SCENARIOS, free_port
+from tests.integration import budget
 from tests.integration.engine_run import need, results_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -41,7 +42,8 @@ def api_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pd.DataFrame
     sc.load.concurrency = 1  # type: ignore[union-attr]
     out = results_dir(tmp_path_factory, "vllm-apis")
     runs: dict[str, pd.DataFrame] = {}
-    with serving(sc, path) as adopt:
+    with budget.step("vllm-apis", "vLLM serving chat, Responses and Messages"), \
+            serving(sc, path) as adopt:
         for api in ("chat", "responses", "messages"):
             # each API sees the same prompts: its own salt keeps the earlier API's cached
             # blocks from serving it (each replay starts cold, as the chat one did)

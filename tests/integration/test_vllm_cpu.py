@@ -10,6 +10,7 @@ import pytest
 
 from agentbench.engines.locate import find_vllm_python
 from tests.helpers import SCENARIOS, free_port
+from tests.integration import budget
 from tests.integration.engine_run import (
     EngineRun,
     delta,
@@ -29,8 +30,9 @@ LABELS = {"model_name": "tiny-llama"}
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory: pytest.TempPathFactory, weka_dir: Path) -> EngineRun:
     need(find_vllm_python(), "no vLLM CPU install: run `bash scripts/ci_engines.sh vllm`")
-    return run_scenario_on_port(SCENARIO, results_dir(tmp_path_factory, "vllm"), free_port(),
-                                DEFAULT_PORT)
+    with budget.step("vllm-cpu", "vLLM replaying scenarios/vllm-cpu.yaml"):
+        return run_scenario_on_port(SCENARIO, results_dir(tmp_path_factory, "vllm"),
+                                    free_port(), DEFAULT_PORT)
 
 
 def test_every_request_succeeded_or_carries_its_error(vllm_run: EngineRun) -> None:

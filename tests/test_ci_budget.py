@@ -42,7 +42,7 @@ def test_a_step_that_does_not_fit_is_skipped_saying_why(
     assert not ran
     assert str(e.value).startswith(f"vLLM replaying: needs about {need:.0f} s, ")
     left = int(str(e.value).split(", ")[1].split(" s ")[0])
-    assert 290 <= left <= 300
+    assert need - 110 <= left <= need - 100
     assert not cache.exists()
 
 

@@ -58,7 +58,7 @@ def _measure() -> Any:
     return mod.measure
 
 
-@pytest.mark.parametrize("engine", ["llama", "vllm"])
+@pytest.mark.parametrize("engine", ["vllm", "llama"])  # vLLM first: conftest.ORDER
 def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
         engine: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     if engine == "llama":

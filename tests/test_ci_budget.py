@@ -34,7 +34,7 @@ def test_without_a_deadline_every_step_runs(cache: Path,
 def test_a_step_that_does_not_fit_is_skipped_saying_why(
         cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need = budget.STEPS["vllm-cpu"]
-    monkeypatch.setenv(budget.DEADLINE_ENV, str(time.time() + need - 100))
+    monkeypatch.setenv(budget.DEADLINE_ENV, str(time.time() + budget.MARGIN_S + need - 100))
     assert not budget.fits("vllm-cpu") and budget.fits("llama-cpp")
     ran = []
     with pytest.raises(pytest.skip.Exception) as e, budget.step("vllm-cpu", "vLLM replaying"):
@@ -56,7 +56,7 @@ def test_a_step_keeps_its_duration_and_a_slower_one_raises_the_estimate(
     assert budget.expected("llama-cpp") == budget.STEPS["llama-cpp"]  # the floor
     cache.write_text(json.dumps({**kept, "llama-cpp": 5_000}))
     assert budget.expected("llama-cpp") == 5_000
-    monkeypatch.setenv(budget.DEADLINE_ENV, str(time.time() + 4_000))
+    monkeypatch.setenv(budget.DEADLINE_ENV, str(time.time() + budget.MARGIN_S + 4_999))
     assert not budget.fits("llama-cpp")
     # a step that raised keeps no duration; a broken file is no estimate
     with pytest.raises(RuntimeError), budget.step("llama-agentx", "AgentX"):

@@ -14,16 +14,13 @@ import pytest
 
 from tests.integration import budget
 
-#: seconds kept after a test's forced end for the session's own end and the CI script's
-MARGIN_S = 60
-
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     marker = item.get_closest_marker("timeout")
     own = float(marker.args[0]) if marker is not None and marker.args else None
     left = budget.time_left()
-    limit = own if left is None else min(own or left, max(left - MARGIN_S, 1.0))
+    limit = own if left is None else min(own or left, max(left - budget.MARGIN_S, 1.0))
     if limit:
         # first among the item's own markers, so that pytest-timeout reads this one
         item.add_marker(pytest.mark.timeout(limit, method="thread"), append=False)

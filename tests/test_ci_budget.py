@@ -6,6 +6,7 @@ callback is ended (pytest-timeout's signal alarm is caught and logged there)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -104,6 +105,4 @@ def test_a_test_stuck_in_an_asyncio_callback_ends_at_the_deadline(tmp_path: Path
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in os.environ.items() if k != budget.DEADLINE_ENV}

@@ -107,17 +107,12 @@ def shortfall(name: str) -> str:
             f"integration tests left")
 
 
-def need_time(name: str, what: str) -> None:
-    """Skip unless step ``name`` is expected to end before the deadline."""
-    if not fits(name):
-        pytest.skip(f"{what}: {shortfall(name)}")
-
-
 @contextlib.contextmanager
 def step(name: str, what: str) -> Iterator[None]:
     """Run step ``name`` if it fits in the time left (else skip); keep how long it took
     when it ended without an error."""
-    need_time(name, what)
+    if not fits(name):
+        pytest.skip(f"{what}: {shortfall(name)}")
     t0 = time.monotonic()
     yield
     _record(name, time.monotonic() - t0)

@@ -1,9 +1,9 @@
 """Integration tests under a CI deadline (tests/integration/budget.py): none may run past
-it. pytest-timeout's default method raises inside whatever runs when the alarm comes, and
-an asyncio callback's caller catches that and logs it (a vLLM fit ran 1,080 s past its
-1,800 s timeout in CI that way, and a test stuck that way passes). So each test here has
-the thread method (stacks dumped, the session ended), and under a deadline a timeout no
-longer than the time left."""
+it. Under a deadline each test's timeout is cut to the time left less budget.MARGIN_S, by
+pytest-timeout's thread method (stacks dumped, the session ended), as pyproject.toml sets
+for every test: the signal method's exception, landing in an asyncio callback, is caught
+and logged there and the test goes on (a vLLM fit ran 1,080 s past its 1,800 s timeout in
+CI that way)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,15 @@ from tests.integration import budget
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    marker = item.get_closest_marker("timeout")
-    own = float(marker.args[0]) if marker is not None and marker.args else None
     left = budget.time_left()
-    limit = own if left is None else min(own or left, max(left - budget.MARGIN_S, 1.0))
-    if limit:
-        # first among the item's own markers, so that pytest-timeout reads this one
-        item.add_marker(pytest.mark.timeout(limit, method="thread"), append=False)
+    if left is not None:
+        marker = item.get_closest_marker("timeout")
+        own = float(marker.args[0]) if marker is not None and marker.args else None
+        limit = max(left - budget.MARGIN_S, 1.0)
+        # first among the item's own markers, so that pytest-timeout reads this one; the
+        # method given here too, so that the cut holds wherever the hook is used
+        item.add_marker(pytest.mark.timeout(min(own or limit, limit), method="thread"),
+                        append=False)
     yield
 
 

@@ -78,8 +78,8 @@ def test_a_preset_fitted_to_the_engine_predicts_held_out_work(
     # once, and both are shown. Each try runs only if the CI time left holds it
     # (tests/integration/budget.py): a retry that does not fit fails with the first try
     tries: list[dict[str, Any]] = []
+    what = f"a simulator fit to {engine} checked on held-out work"
     for attempt in range(2):
-        what = f"a simulator fit to {engine} checked on held-out work"
         if attempt and not budget.fits(f"sim-fit-{engine}"):
             pytest.fail(f"{what}: the first try missed and the CI time left holds no "
                         f"second ({budget.shortfall(f'sim-fit-{engine}')}): {tries}")

@@ -16,7 +16,7 @@ class Metric:
     better: str                  # "lower" | "higher"
     share: bool = False          # a fraction in [0, 1]: differences are in points
     #: a change is the serving's to answer for (better or worse); False for a figure of
-    #: the workload itself (the trace's potential hit rate)
+    #: the workload itself (the trace's potential hit rate, the API-price costs)
     judged: bool = True
 
     def value(self, block: dict[str, Any]) -> float | None:
@@ -67,10 +67,14 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("cost_per_agent", "$/agent", ("cost", "per_agent_usd"), "$", "lower"),
     Metric("cost_per_mtok", "$/Mtok (all tokens)", ("cost", "per_mtok_total_usd"), "$",
            "lower"),
-    Metric("api_cost", "API-equivalent cost", ("cost", "api_equivalent_usd"), "$", "lower"),
-    Metric("api_cost_per_agent", "API $/agent", ("cost", "api_per_agent_usd"), "$", "lower"),
+    # what the workload would cost at an API's prices, whatever the serving's own hits:
+    # the workload's figure, not judged (as the potential hit rate)
+    Metric("api_cost", "API-equivalent cost", ("cost", "api_equivalent_usd"), "$", "lower",
+           judged=False),
+    Metric("api_cost_per_agent", "API $/agent", ("cost", "api_per_agent_usd"), "$", "lower",
+           judged=False),
     Metric("api_cost_per_mtok", "API $/Mtok (all tokens)", ("cost", "api_per_mtok_usd"), "$",
-           "lower"),
+           "lower", judged=False),
     Metric("api_over_self_hosted", "API/self-hosted cost", ("cost", "api_over_self_hosted"),
            "x", "higher"),
 ]}

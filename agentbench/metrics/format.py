@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentbench.metrics.groups import WARMTH_NAMES
+
 #: where the GPU count comes from when run.json has no scenario (1, the model's default)
 NO_SCENARIO_GPUS = "assumed, since run.json names no scenario to state hardware.gpus"
 
@@ -306,11 +308,14 @@ def _where_lines(tb: dict[str, Any] | None) -> list[str]:
 
 def _warmth_lines(rows: list[dict[str, Any]]) -> list[str]:
     """TTFT of cold against warm requests (what a cache hit buys on this run)."""
-    if len(rows) < 2:
+    known = [r for r in rows if r["warmth"] != WARMTH_NAMES[-1]]
+    if len(known) < 2:
         return []
     parts = [f"{r['warmth']} p50 {_n(r.get('ttft_ms_p50'))} ms (n={r['requests']:,})"
-             for r in rows]
-    return ["TTFT by cache  " + ", ".join(parts)]
+             for r in known]
+    ended = sum(r["requests"] for r in rows if r["warmth"] == WARMTH_NAMES[-1])
+    return ["TTFT by cache  " + ", ".join(parts)
+            + (f"; {ended:,} ended without usage" if ended else "")]
 
 
 def _slowdown(d: dict[str, Any] | None) -> str:

@@ -76,20 +76,25 @@ def by_context(d: Derived) -> list[dict[str, Any]]:
 
 #: the cached share of a prompt under which a request is ``cold``, over which ``warm``
 WARMTH_EDGES = (0.1, 0.9)
+#: the groups of ``by_warmth``, in order
+WARMTH_NAMES = ("cold", "partly cached", "warm", "ended without usage")
 
 
 def by_warmth(d: Derived) -> list[dict[str, Any]]:
     """Cold (cached share of the prompt under 10%), partly cached and warm (over 90%)
     requests, as by_turn: what a cache hit buys in TTFT, on this run. The share is the
     server's usage (cached ÷ prompt tokens); without usage, the trace's potential
-    (potential ÷ expected input: what a perfect cache would have had)."""
+    (potential ÷ expected input: what a perfect cache would have had) for a request that
+    finished. One that failed or was cut without usage is ``ended without usage``: how
+    much of its prompt was cached is not known, and the trace's potential would count it
+    warm for a cache that never served it."""
     m = d.measured
+    no_usage = np.isnan(d.cached_tokens) | ~(d.prompt_tokens > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(np.isnan(d.cached_tokens) | ~(d.prompt_tokens > 0),
-                         d.potential / np.maximum(d.expected_input, 1),
+        share = np.where(no_usage, d.potential / np.maximum(d.expected_input, 1),
                          d.cached_tokens / d.prompt_tokens)
     codes = np.where(share < WARMTH_EDGES[0], 0, np.where(share > WARMTH_EDGES[1], 2, 1))
-    cols = _group_table(d, codes.astype(np.int64), 3, m)
-    names = ("cold", "partly cached", "warm")
-    return [{"warmth": names[i], **{k: none_if_nan(v[i]) for k, v in cols.items()}}
-            for i in range(3) if cols["requests"][i] > 0]
+    codes = np.where(no_usage & ~d.ok, 3, codes)
+    cols = _group_table(d, codes.astype(np.int64), len(WARMTH_NAMES), m)
+    return [{"warmth": name, **{k: none_if_nan(v[i]) for k, v in cols.items()}}
+            for i, name in enumerate(WARMTH_NAMES) if cols["requests"][i] > 0]

@@ -43,6 +43,16 @@ STAGE_METRICS = ("throughput_per_gpu", "input_throughput_per_gpu",
                  "interactivity_p50", "hit_rate", "goodput", "error_rate")
 
 
+def row_label(name: str, blocks: Sequence[dict[str, Any]]) -> str:
+    """A row's label; goodput's reads "(no SLOs)" when no block set one: it is then the
+    share that succeeded, and 100% says nothing of latency."""
+    label = metric(name).label
+    if name in ("goodput", "agent_goodput") and not any(
+            (b.get("goodput") or {}).get("slos") for b in blocks):
+        return f"{label} (no SLOs)"
+    return label
+
+
 def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
                 ) -> tuple[list[str], list[list[str]]]:
     names = list(blocks)
@@ -52,7 +62,7 @@ def _table_rows(blocks: dict[str, dict[str, Any]], metrics: Sequence[str]
         vals = [m.value(b) for b in blocks.values()]
         if all(v is None for v in vals):
             continue
-        rows.append([m.label, *(format_value(m, v) for v in vals)])
+        rows.append([row_label(n, list(blocks.values())), *(format_value(m, v) for v in vals)])
     return ["metric", *names], rows
 
 
@@ -281,8 +291,9 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
             sorted({(s.get("time_base") or {}).get("kind", "") for s in sums})) + ").")
     values = comparison_values(sums)
     table = format_table(values)
-    rows = [[str(i), *map(str, row)] for i, row in zip(table.index, table.to_numpy(),
-                                                       strict=True)]
+    overall = [s.get("overall") or {} for s in sums]
+    rows = [[row_label(str(name), overall), *map(str, row)]
+            for name, row in zip(values.index, table.to_numpy(), strict=True)]
     n = len(labels)
     # each change's verdict, by row and by the change's place among the changes (0..n-2);
     # none for a change of or against a run that did not complete: a run cut short looks
@@ -299,7 +310,7 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     if n > 1:
         sec.text.append("Each change is marked better or worse by its metric's own "
                         "direction (in report.html, green or red); the potential hit rate "
-                        "is the workload's, not judged" + (
+                        "and the API-price costs are the workload's, not judged" + (
                             ", nor a change of or against a run that did not complete."
                             if len(whole) < n - 1 else "."))
     if n <= WIDE_RUNS:

@@ -535,14 +535,21 @@ def test_ttft_of_cold_and_warm_requests_and_the_per_agent_table(tmp_path: Path) 
 
     rows = [r(0, 0, 900), r(1, 5, 800), r(2, 50, 400), r(3, 95, 100), r(4, 100, 50),
             r(5, None, 60, potential=96)]  # no usage: warm by the trace's potential
+    # cut and failed without usage: not warm by the potential, which no cache served
+    rows += [{**r(6 + i, None, 70, potential=96), "status": st, "first_token_ns": None,
+              "last_token_ns": None, "completion_tokens": 0, "error_type": et}
+             for i, (st, et) in enumerate([("cancelled", "cancelled"), ("error", "http_500")])]
     s = summarize(write_run(tmp_path / "w", rows))
-    got = {g["warmth"]: (g["requests"], g["ttft_ms_p50"]) for g in s["by_warmth"]}
-    assert got == {"cold": (2, pytest.approx(850)), "partly cached": (1, pytest.approx(400)),
-                   "warm": (3, pytest.approx(60))}
-    assert "TTFT by cache  cold p50 850.0 ms (n=2)" in format_summary(s)
+    got = {g["warmth"]: (g["requests"], g["failed"], g["ttft_ms_p50"]) for g in s["by_warmth"]}
+    assert got == {"cold": (2, 0, pytest.approx(850)), "partly cached": (1, 0, pytest.approx(400)),
+                   "warm": (3, 0, pytest.approx(60)), "ended without usage": (2, 1, None)}
+    line = next(ln for ln in format_summary(s).splitlines() if ln.startswith("TTFT by cache"))
+    assert line == ("TTFT by cache  cold p50 850.0 ms (n=2), partly cached p50 400.0 ms (n=1), "
+                    "warm p50 60.0 ms (n=3); 2 ended without usage")
     run = agentbench.load(tmp_path / "w")
-    assert run.table("by_warmth")["warmth"].tolist() == ["cold", "partly cached", "warm"]
-    assert len(run.agents) == 6 and {"good_share", "missed", "outcome"} <= set(run.agents)
+    assert run.table("by_warmth")["warmth"].tolist() == ["cold", "partly cached", "warm",
+                                                         "ended without usage"]
+    assert len(run.agents) == 8 and {"good_share", "missed", "outcome"} <= set(run.agents)
     with pytest.raises(ValueError, match="by_turn, by_context or by_warmth"):
         run.table("by_nothing")
 

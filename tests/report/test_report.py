@@ -186,6 +186,10 @@ def test_changes_are_judged_by_each_metric_s_direction() -> None:
     assert verdict(m["throughput"], 100.0, 100.3) is None  # 'same'
     assert verdict(m["ttft_p50"], None, 1.0) is None
     assert verdict(m["hit_rate_potential"], 0.5, 0.9) is None  # the workload's
+    # what the workload would cost at an API's prices: not the serving's doing
+    for name in ("api_cost", "api_cost_per_agent", "api_cost_per_mtok"):
+        assert verdict(m[name], 1.28, 1.37) is None, name
+    assert verdict(m["api_over_self_hosted"], 2.0, 3.0) == "better"
 
 
 def test_a_report_marks_changes_better_or_worse(three: list[Path], tmp_path: Path) -> None:
@@ -209,6 +213,21 @@ def test_a_report_marks_changes_better_or_worse(three: list[Path], tmp_path: Pat
     potential = next(r for r in html.split("<tr") if "<td>potential hit rate</td>" in r)
     assert 'class="better"' not in potential and 'class="worse"' not in potential
     assert "better or worse" in html and "(worse)" in md and "(better)" in md
+    # these runs set SLOs: goodput is judged against them, under its plain label
+    assert all(s["overall"]["goodput"]["slos"] for s in sums)
+    assert "<td>goodput</td>" in html and "(no SLOs)" not in html
+
+
+def test_goodput_without_slos_says_so() -> None:
+    """With no SLO in any run compared, goodput is the share that succeeded: 100% beside a
+    TTFT 400x worse must not read as SLOs met."""
+    from agentbench.report.render import row_label
+
+    none, some = {"goodput": {"slos": {}}}, {"goodput": {"slos": {"ttft_ms": 2000.0}}}
+    assert row_label("goodput", [none, none]) == "goodput (no SLOs)"
+    assert row_label("agent_goodput", [none]) == "agent goodput (no SLOs)"
+    assert row_label("goodput", [none, some]) == "goodput"
+    assert row_label("ttft_p50", [none]) == "P50 TTFT"
 
 
 def test_run_labels() -> None:
@@ -456,5 +475,6 @@ def test_the_warmth_table_shows_a_dash_where_a_group_has_no_figure(tmp_path: Pat
     res = CliRunner().invoke(app, ["report", str(failed), "-o", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     md = (tmp_path / "r" / "report.md").read_text()
-    rows = [ln for ln in md.splitlines() if ln.startswith(("| cold |", "| warm |"))]
+    rows = [ln for ln in md.splitlines()
+            if ln.startswith(("| cold |", "| warm |", "| ended without usage |"))]
     assert rows and all("|  |" not in ln and "| - |" in ln for ln in rows), rows

@@ -30,6 +30,18 @@ def test_import_is_light() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_the_lazy_names_are_listed_and_given() -> None:
+    """``dir(agentbench)`` offers what the API gives (tab completion in a notebook), and
+    each name is there, the classes ``load`` and ``compare`` return included."""
+    from agentbench.metrics.run import Run
+    from agentbench.report.comparison import Comparison
+
+    assert {"load", "compare", "run_experiment", "Run", "Comparison"} <= set(dir(agentbench))
+    assert agentbench.Run is Run and agentbench.Comparison is Comparison
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        agentbench.nothing  # noqa: B018
+
+
 def test_load(run_dir: Path) -> None:
     r = agentbench.load(run_dir)
     assert (run_dir / R.SUMMARY_FILE).exists()

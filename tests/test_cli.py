@@ -28,6 +28,14 @@ def test_help_does_not_import_heavy_libraries() -> None:
     assert res.returncode == 0 and "traces" in res.stdout and "validate" in res.stdout
 
 
+def test_version_as_an_option_and_a_command() -> None:
+    from agentbench import __version__
+
+    for args in (("--version",), ("version",)):
+        res = run(*args)
+        assert (res.returncode, res.stdout) == (0, f"{__version__}\n"), res.stderr
+
+
 def test_stats_json_on_the_weka_traces(weka_dir: Path) -> None:
     res = run("traces", "stats", str(weka_dir), "--json")
     assert res.returncode == 0, res.stderr

@@ -18,9 +18,12 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's own help: it wraps at the terminal's width, where rich's boxes cut option
+    # names and help at 80 columns ("--workers-per-no…")
+    rich_markup_mode=None,
 )
 traces_app = typer.Typer(help="Read, convert, synthesize and analyse traces.",
-                         no_args_is_help=True)
+                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(traces_app, name="traces")
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,9 +85,19 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from agentbench import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    _version: bool = typer.Option(False, "--version", callback=_print_version,
+                                  is_eager=True, help="Print the version and exit."),
 ) -> None:
     _STATE["debug"] = debug
 

@@ -102,12 +102,20 @@ def run(
                                    seed=seed, rules=rules,
                                    unsafe_override=unsafe_override or None, **flags)
     else:
-        given = [f"--{k.removesuffix('_s').replace('_', '-')}"
-                 for k, v in {"url": url, "model": model, **flags}.items() if v is not None]
+        from agentbench.scenario.flags import FLAG_KEYS
+
+        given = {k: v for k, v in {"url": url, "model": model, **flags}.items()
+                 if v is not None}
         if given:
-            raise InputError(f"{', '.join(given)}: only for a run without a scenario file; "
-                             f"with {scenario}, use --set KEY.PATH=VALUE (e.g. --set "
-                             "endpoints.0.url=http://host:8000)", source="agentbench run")
+            # each flag's own key; a number is repeated, text (a URL, maybe with its
+            # password) is not
+            sets_ = " ".join(
+                f"--set {'trace.source' if k == 'trace' else FLAG_KEYS[k][1]}="
+                + (str(v) if isinstance(v, int | float) else k.upper())
+                for k, v in given.items())
+            raise InputError(f"{', '.join(FLAG_KEYS[k][0] for k in given)}: only for a run "
+                             f"without a scenario file; with {scenario}, use {sets_}",
+                             source="agentbench run")
         extra = [(k, v) for k, v in (("seed", seed), ("rules", rules),
                                      ("unsafe_override", unsafe_override or None))
                  if v is not None]

@@ -10,7 +10,8 @@ import typer
 
 from agentbench.cli.app import app, guarded, path_value
 
-sim_app = typer.Typer(help="Check simulator presets against real runs.", no_args_is_help=True)
+sim_app = typer.Typer(help="Check simulator presets against real runs and fit them.",
+                      no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(sim_app, name="sim")
 
 

@@ -85,7 +85,8 @@ def traces_convert(
 @guarded
 def traces_synth(
     profile: str = typer.Option(..., "--profile", "-p",
-                                help="Profile: agentx, codex, or a profile YAML file."),
+                                help="Profile: agentx, codex, codex-tracelab, or a profile "
+                                     "YAML file."),
     sessions: int = typer.Option(..., "--sessions", "-n", help="Root sessions to generate."),
     seed: int = typer.Option(0, "--seed", "-s", help="Random seed (0 is a seed)."),
     output: Path = typer.Option(..., "--output", "-o",

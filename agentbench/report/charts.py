@@ -58,6 +58,11 @@ def _span(values: list[float]) -> tuple[float, float]:
     return max(0.0, lo - pad), hi + pad
 
 
+def _from_zero(lo: float) -> str:
+    """An axis label's note when ``_span`` started the axis above zero."""
+    return f" (axis from {lo:,.3g}, not 0)" if lo > 0 else ""
+
+
 def pareto_front(points: Sequence[tuple[float, float]], x_higher_better: bool = True
                  ) -> list[int]:
     """Indices of the points no other point beats on both axes (y: higher is better; x:
@@ -98,13 +103,18 @@ def agentx(runs: Sequence[tuple[str, dict[str, Any]]], title: str,
                 alpha=0.35, solid_capstyle="round", zorder=1, label="Pareto front")
         ax.scatter([p[0] for p in front], [p[1] for p in front], s=160, facecolors="none",
                    edgecolors="black", linewidths=1.2, zorder=4)
-        ax.set_xlim(*_span([p[0] for p in allpts]))
-        ax.set_ylim(*_span([p[1] for p in allpts]))
-        _stage_labels(ax, labels)
     xlabel = ("interactivity: output tokens/s per user (P50 of 1/TPOT)"
               if x_metric == "interactivity_p50" else f"{xm.label}, {xm.unit}")
     ylabel = ("total tokens/s per GPU" if y_metric == "throughput_per_gpu"
               else f"{ym.label}, {ym.unit}")
+    if allpts:
+        (x0, x1), (y0, y1) = (_span([p[i] for p in allpts]) for i in (0, 1))
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y0, y1)
+        _stage_labels(ax, labels)
+        # a zoomed axis says so where the eye reads the axis, not only in its ticks
+        xlabel += _from_zero(x0)
+        ylabel += _from_zero(y0)
     ax.set_xlabel(xlabel + time_note)
     ax.set_ylabel(ylabel + time_note)
     ax.set_title(title)

@@ -84,22 +84,29 @@ def curve_figures(runs: Sequence[Run], labels: Sequence[str], key: str) -> Secti
             pairs(ctx, "context_lo", ("p50", "ttft_ms_p50"), ("p90", "ttft_ms_p90")),
             "context length, tokens (bucket start)", f"TTFT, ms{note}",
             "TTFT vs context length (solid p50, dashed p90)", logx=True)))
-    sec.figures.append((f"{key}hit_vs_context.png", "hit rate vs context", plots.lines(
-        pairs(ctx, "context_lo", *hit),
-        "context length, tokens (bucket start)", "hit rate, %",
-        "Prefix cache hit rate vs context length (solid achieved, dashed potential)",
-        logx=True, percent=True)))
+    # nor without a hit rate, achieved or potential, in any group
+    rates = any(x.get(f) is not None for _, rows in ctx for x in rows for _, f in hit)
+    if not rates:
+        sec.text.append("No measured request has a hit rate, achieved or potential: no "
+                        "hit rate to draw against context length or turn index.")
+    else:
+        sec.figures.append((f"{key}hit_vs_context.png", "hit rate vs context", plots.lines(
+            pairs(ctx, "context_lo", *hit),
+            "context length, tokens (bucket start)", "hit rate, %",
+            "Prefix cache hit rate vs context length (solid achieved, dashed potential)",
+            logx=True, percent=True)))
     if ttft:
         sec.figures.append((f"{key}ttft_vs_turn.png", "TTFT vs turn", plots.lines(
             [(lab, xs(rows, "turn"), [x["ttft_ms_p50"] for x in rows], i)
              for i, (lab, rows) in enumerate(turn)],
             "turn index", f"TTFT p50, ms{note}",
             f"TTFT vs turn index (turns at least {MIN_TURN_REQUESTS} requests reached)")))
-    sec.figures.append((f"{key}hit_vs_turn.png", "hit rate vs turn", plots.lines(
-        pairs(turn, "turn", *hit),
-        "turn index", "hit rate, %",
-        "Prefix cache hit rate vs turn index (solid achieved, dashed potential)",
-        percent=True)))
+    if rates:
+        sec.figures.append((f"{key}hit_vs_turn.png", "hit rate vs turn", plots.lines(
+            pairs(turn, "turn", *hit),
+            "turn index", "hit rate, %",
+            "Prefix cache hit rate vs turn index (solid achieved, dashed potential)",
+            percent=True)))
     warm = warmth_table(runs, labels, one)
     if warm is not None:
         sec.tables.append(warm)

@@ -91,6 +91,8 @@ def lines(series: Sequence[Series], xlabel: str, ylabel: str, title: str,
                 linestyle="--" if dashed else "-", alpha=0.75 if dashed else 1.0)
     if logx:
         ax.set_xscale("log", base=2)
+    if percent:  # a share's axis from 0 (all-zero shares got -0.04% to 0.04%)
+        ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.0))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -104,7 +104,14 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
         f"{o['agents']['trees']:,} session trees ({o['agents']['completed']:,} completed, "
         f"{o['agents'].get('failed', 0):,} failed, {o['agents'].get('cut', 0):,} cut by the "
         "run bound)."])
-    head.tables.append(_table_rows({"overall": o}, [*HEADLINE, "ttft_p99", "e2e_p99",
+    # a sweep's stages are its load points: each its own column, the pooled figure last,
+    # named as what it is (it belongs to no load point)
+    stages = s.get("stages", {})
+    blocks = {**stages, "all stages, pooled": o} if len(stages) > 1 else {"overall": o}
+    if len(stages) > 1:
+        head.text.append(f"{len(stages)} stages, each a load point: read a stage's column; "
+                         "the pooled one mixes them.")
+    head.tables.append(_table_rows(blocks, [*HEADLINE, "ttft_p99", "e2e_p99",
                                                     "itl_p50", "hit_rate_potential",
                                                     "achieved_over_potential",
                                                     "agent_goodput", "llm_wait_p50",
@@ -114,11 +121,10 @@ def _requests_sections(run: Run, label: str, key: str) -> list[Section]:
     out = [head]
     if s.get("agentx"):
         out.append(_agentx_section(s, label, key))
-    if len(s.get("stages", {})) > 1:
-        sweep = Section("Sweep stages", tables=[_table_rows(s["stages"], STAGE_METRICS)])
-        if len(s.get("agentx") or []) <= 1:  # else the AgentX section above has the chart
-            sweep.figures.append(_agentx_figure([(label, s)], key))
-            sweep.text.extend(charts.left_out([(label, s)]))
+    # the stages' figures are in the headline; their chart, unless AgentX's section has it
+    if len(stages) > 1 and len(s.get("agentx") or []) <= 1:
+        sweep = Section("Sweep stages", figures=[_agentx_figure([(label, s)], key)])
+        sweep.text.extend(charts.left_out([(label, s)]))
         out.append(sweep)
     if len(s.get("endpoints", {})) > 1:
         out.append(Section("Endpoints", tables=[_table_rows(s["endpoints"], STAGE_METRICS)]))

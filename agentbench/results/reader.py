@@ -251,7 +251,8 @@ def run_folder(run_dir: str | Path) -> Path:
     except OSError as e:
         raise InputError(f"cannot read it ({e.strerror})", source=str(d)) from None
     if not there:
-        raise InputError("results folder not found", source=str(d))
+        raise InputError("a file, not a results folder" if d.is_file()
+                         else "results folder not found", source=str(d))
     return d
 
 

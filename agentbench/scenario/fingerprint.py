@@ -165,7 +165,7 @@ def check_comparable(infos: Sequence[Mapping[str, Any]],
             parts += [f"{name} ({', '.join(labels)} vs {against})"
                       for against, labels in by_ref.items()]
         raise InputError(f"runs are not comparable: {'; '.join(parts)} differ; allow "
-                         f"with --allow {','.join(differing)}", field="fingerprint")
+                         f"with --allow {','.join(differing)}")
     return warnings
 
 

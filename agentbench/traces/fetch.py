@@ -104,8 +104,7 @@ def manifest(name: str) -> dict[str, Any] | None:
 def _corpus(name: str, corpora: dict[str, Corpus] | None) -> Corpus:
     corpora = registry() if corpora is None else corpora
     if name not in corpora:
-        raise InputError(f"unknown corpus {name!r} (known: {', '.join(sorted(corpora))})",
-                         field="NAME")
+        raise InputError(f"unknown corpus {name!r} (known: {', '.join(sorted(corpora))})")
     return corpora[name]
 
 

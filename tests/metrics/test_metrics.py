@@ -228,6 +228,9 @@ def test_no_usage_anywhere(tmp_path: Path) -> None:
 def test_bad_input(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="results folder not found"):
         summarize(tmp_path / "nope")
+    (tmp_path / "s.yaml").write_text("name: s\n")  # a scenario given for its results
+    with pytest.raises(InputError, match="s.yaml: a file, not a results folder"):
+        summarize(tmp_path / "s.yaml")
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="requests.parquet"):
         summarize(tmp_path / "empty")

@@ -18,6 +18,7 @@ from agentbench.metrics.catalog import METRICS, format_value
 from agentbench.report.compare import change, change_phrase, run_labels, verdict
 from agentbench.results import schema as R
 from agentbench.testing.demo import write_demo_run
+from tests.helpers import write_run
 
 EVIL = "<script>alert('x')</script>"
 EVIL_MSG = '<img src=x onerror="alert(1)"> & |pipe|'
@@ -72,11 +73,15 @@ def test_one_run(three: list[Path], tmp_path: Path) -> None:
         assert (tmp_path / "plots" / f).read_bytes().startswith(PNG_MAGIC)
     # self-contained: no external resource, no script
     assert "<script" not in html and "http://" not in html and "https://" not in html
-    # the headline table shows the summary's own figures
+    # the headline table shows the summary's own figures: a sweep's stages (its load
+    # points) side by side, the pooled figure last and named so
     s = json.loads((three[0] / R.SUMMARY_FILE).read_text())
-    ttft = format_value(METRICS["ttft_p50"], s["overall"]["latency"]["ttft_ms"]["p50"])
-    assert f"<td>P50 TTFT</td><td>{ttft}</td>" in html
-    assert f"| P50 TTFT | {ttft} |" in md
+    assert len(s["stages"]) == 2
+    ttft = [format_value(METRICS["ttft_p50"], b["latency"]["ttft_ms"]["p50"])
+            for b in [*s["stages"].values(), s["overall"]]]
+    assert "<td>P50 TTFT</td>" + "".join(f"<td>{t}</td>" for t in ttft) in html
+    assert f"| P50 TTFT | {' | '.join(ttft)} |" in md
+    assert f"| metric | {' | '.join(s['stages'])} | all stages, pooled |" in md
     # where the GPU count of every per-GPU figure comes from (a real endpoint: the
     # scenario's word, unchecked)
     gpus = "Per-GPU figures and self-hosted cost count 1 GPU: hardware.gpus as the " \
@@ -294,6 +299,10 @@ def test_chart_axes_fit_the_points_they_draw() -> None:
     assert 30 < lo < 36.5 and 37.8 < hi < 45
     assert _span([5.0, 100.0]) == (0.0, pytest.approx(112.0))
     assert _span([0.0, 0.0]) == (0.0, 1.0)
+    # a zoomed axis says so in its label
+    from agentbench.report.charts import _from_zero
+
+    assert _from_zero(lo) == f" (axis from {lo:,.3g}, not 0)" and _from_zero(0.0) == ""
 
 
 def test_reference_picks_the_run_others_are_compared_against(tmp_path: Path) -> None:
@@ -478,3 +487,15 @@ def test_the_warmth_table_shows_a_dash_where_a_group_has_no_figure(tmp_path: Pat
     rows = [ln for ln in md.splitlines()
             if ln.startswith(("| cold |", "| warm |", "| ended without usage |"))]
     assert rows and all("|  |" not in ln and "| - |" in ln for ln in rows), rows
+
+
+def test_a_run_with_no_hit_rate_draws_no_empty_hit_chart(tmp_path: Path) -> None:
+    """A run stopped before any measured request ended has no hit rate, achieved or
+    potential: its report drew empty hit-rate axes (-0.04% to 0.04%) and now says why."""
+    d = write_run(tmp_path / "empty", [])
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "no hit rate to draw against context length or turn index" in md
+    assert not {"hit_vs_context.png", "hit_vs_turn.png"} & {
+        p.name for p in (tmp_path / "rep" / "plots").glob("*.png")}

@@ -185,6 +185,8 @@ def test_seed_and_set_on_a_scenario_file(tmp_path: Path) -> None:
     assert "1.0e+3" not in line
     line = one_error([str(f), "--url", "http://h:1", "--concurrency", "3"])
     assert "--url, --concurrency: only for a run without a scenario file" in line
+    # each flag's own key in the hint; the number repeated, the URL (a password?) not
+    assert line.endswith("use --set endpoints.0.url=URL --set load.concurrency=3"), line
 
 
 # ---------------------------------------------------------------- the progress line

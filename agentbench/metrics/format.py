@@ -107,7 +107,8 @@ def _cost_lines(c: dict[str, Any], window_s: float) -> list[str]:
              + (f", cache unknown {_pct(sh.get('input_cache_unknown'))}"
                 if tok.get("input_cache_unknown") else "")
              + f"; output {_pct(sh.get('output'))}")
-    made = (f" (${c['gpu_hour_usd']:,.2f}/GPU-h x {c['gpus']:g} GPUs x "
+    made = (f" (${c['gpu_hour_usd']:,.2f}/GPU-h x {c['gpus']:g} "
+            f"GPU{'' if c['gpus'] == 1 else 's'} x "
             f"{_n(window_s, ',.1f')} s window)"
             if usd is not None else " (no hardware.gpu_hour_usd)")
     lines = [f"cost          self-hosted ${_n(usd, ',.4f')}{made}; "

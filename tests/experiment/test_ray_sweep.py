@@ -18,7 +18,7 @@ from tests.helpers import ROOT, local_ray_cluster
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]
 
 #: three what-if variants, cut to a few simulated minutes each
 SWEEP = """

@@ -23,7 +23,7 @@ from tests.helpers import fastserver, local_ray_cluster
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentbench[ray]')")
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("ray")]
 
 #: every tree of the trace once (no budget, no recycling): the request set is the trace's
 SCENARIO = """

@@ -88,6 +88,17 @@ def test_bad_trace_is_one_line_exit_2(tmp_path: Path, content: str, expect: str)
     assert "Traceback" not in res.stderr
 
 
+def test_a_scenario_given_as_a_trace_is_named_so() -> None:
+    """``traces stats scenario.yaml`` said "not valid JSON (Expecting value)"."""
+    from tests.helpers import SCENARIOS
+
+    f = SCENARIOS / "quickstart.yaml"
+    res = run("traces", "stats", str(f))
+    assert res.returncode == 2 and res.stderr.strip() == (
+        f"error: {f}: a YAML file, not a trace (traces are JSON, JSONL, parquet or gzip; a "
+        "scenario names its trace under trace.source)"), res.stderr
+
+
 def test_an_empty_trace_source_is_one_line_not_the_working_folder(tmp_path: Path) -> None:
     """``traces stats ''`` read the working folder (``Path('')`` is ``.``)."""
     from agentbench.errors import InputError

@@ -182,6 +182,10 @@ def detect_format(source: str | Path) -> str:
         raise InputError("no such file or folder", source=str(source))
     if path.is_dir():
         return _detect_dir(path)
+    if path.suffix.lower() in (".yaml", ".yml"):  # no trace is YAML; a scenario is
+        raise InputError("a YAML file, not a trace (traces are JSON, JSONL, parquet or "
+                         "gzip; a scenario names its trace under trace.source)",
+                         source=str(path))
     with path.open("rb") as f:
         head = f.read(4)
     if head == b"PAR1":

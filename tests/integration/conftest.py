@@ -49,3 +49,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ours = sorted((items[i] for i in slots), key=rank)  # stable: a module keeps its order
     for i, item in zip(slots, ours, strict=True):
         items[i] = item
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time() -> None:
+    """The engines and the CI budget take the tests one at a time, in ``ORDER``: under
+    pytest-xdist's workers (the default run's ``-n auto``) they would run side by side."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("integration tests run one at a time: add -n 0 (docs/engines.md)",
+                    pytrace=False)

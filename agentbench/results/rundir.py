@@ -39,14 +39,36 @@ def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
     path = base / rid
     n = 1
     try:
-        while path.exists() and any(path.iterdir()):
+        while not _claim(path):
             path = base / f"{rid}-{n}"
             n += 1
-        path.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a folder that says it is writable and is not (/proc, /sys)
         raise InputError(f"cannot write results there ({e.strerror})", source=str(base),
                          field="output.dir") from None
     return path
+
+
+#: made in a run folder, exclusively, by the run that takes it; removed once its run.json
+#: is there (``write_run_json``)
+CLAIM_FILE = ".claim"
+
+
+def _claim(path: Path) -> bool:
+    """Take ``path`` for one run: a folder that is new or empty, claimed by creating
+    ``CLAIM_FILE`` exclusively, and still holding nothing else once claimed. Runs started
+    in one second (one default id) or with one ``--run-id`` each get their own folder; a
+    check of emptiness alone let them share one, each replacing the others' tables."""
+    if path.exists() and any(path.iterdir()):
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    if any(p.name != CLAIM_FILE for p in path.iterdir()):  # taken before the claim
+        (path / CLAIM_FILE).unlink()
+        return False
+    return True
 
 
 def safe_name(name: str) -> str:
@@ -176,6 +198,8 @@ def write_run_json(run_dir: Path, info: dict[str, Any], secrets: tuple[str, ...]
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+    with contextlib.suppress(OSError):  # run.json now says whose the folder is
+        (run_dir / CLAIM_FILE).unlink()
 
 
 RESERVE_BYTES = 256 * 1024

@@ -1,0 +1,57 @@
+"""Runs started together never share a run folder: each takes its own by an exclusive
+claim (``agentbench/results/rundir.py``), where a check of emptiness let runs started in
+one second (one default id) or given one ``--run-id`` write into one folder, each
+replacing the others' tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from agentbench.results.rundir import CLAIM_FILE, make_run_dir, write_run_json
+from tests.helpers import SCENARIOS
+
+
+def _take(parent: str) -> str:
+    return str(make_run_dir(parent, "q", "same-id"))
+
+
+def test_runs_that_start_together_each_get_their_own_folder(tmp_path: Path) -> None:
+    # one after another, before any has written its run.json (the folders still empty)
+    first = [make_run_dir(tmp_path / "seq", "q", "same-id") for _ in range(3)]
+    assert [p.name for p in first] == ["same-id", "same-id-1", "same-id-2"]
+    # at once, from processes racing for one name
+    with ProcessPoolExecutor(4) as pool:
+        raced = list(pool.map(_take, [str(tmp_path / "race")] * 12))
+    assert len(set(raced)) == 12
+    # the claim goes once run.json is there; a folder with files is never taken
+    write_run_json(first[0], {"run_id": "same-id"}, ())
+    assert sorted(p.name for p in first[0].iterdir()) == ["run.json"]
+    assert make_run_dir(tmp_path / "seq", "q", "same-id").name == "same-id-3"
+    # an empty folder made beforehand is still taken as it is
+    (tmp_path / "pre" / "mine").mkdir(parents=True)
+    assert make_run_dir(tmp_path / "pre", "q", "mine") == tmp_path / "pre" / "mine"
+    assert CLAIM_FILE.startswith(".")
+
+
+def test_three_runs_started_in_one_second_keep_all_their_rows(tmp_path: Path) -> None:
+    """As a user ran them: ``agentbench run`` three times at once, one scenario."""
+    cmd = [sys.executable, "-m", "agentbench.cli", "run", str(SCENARIOS / "quickstart.yaml"),
+           "-o", str(tmp_path), "--no-progress", "--set", "limits.max_requests=20",
+           "--run-id", "together"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    runs = sorted(tmp_path.iterdir())
+    assert [r.name for r in runs] == ["together", "together-1", "together-2"]
+    for r in runs:
+        info = json.loads((r / "run.json").read_text())
+        assert info["status"] == "completed" and not (r / CLAIM_FILE).exists()
+        assert info["run_id"] == r.name
+        assert pq.read_metadata(r / "requests.parquet").num_rows == 20

@@ -242,12 +242,21 @@ class Prompt(Strict):
         None, description="tokenizer.json path or HF id for exact counts; None: approximate.")
 
 
+#: bounds that keep every cost finite: a price of 1e308 made the cost infinite, which no
+#: summary.json can hold (the run then read as broken for good), and a GPU count of 1e-320
+#: (above zero) did the same by dividing
+MAX_PRICE_USD = 1e6
+MIN_GPUS = 1e-3
+
+
 class Hardware(Strict):
     """What the endpoint runs on, for per-GPU throughput and cost."""
 
-    gpus: float = Field(1.0, gt=0, le=1e6, description="GPUs serving the endpoint(s) in "
-                        "total (at most a million).")
-    gpu_hour_usd: float | None = Field(None, ge=0, description="Price of one GPU-hour, $.")
+    gpus: float = Field(1.0, ge=MIN_GPUS, le=1e6, description="GPUs serving the "
+                        "endpoint(s) in total (a thousandth to a million).")
+    gpu_hour_usd: float | None = Field(None, ge=0, le=MAX_PRICE_USD,
+                                       description="Price of one GPU-hour, $ (at most a "
+                                       "million).")
 
 
 class ApiCacheHitRate(Strict):
@@ -270,9 +279,11 @@ ApiCache = Annotated[Annotated[Literal["potential", "none"], Tag("name")]
 class Prices(Strict):
     """An API price table, $ per million tokens, for API-equivalent cost."""
 
-    input_per_mtok: float = Field(ge=0, description="Uncached input tokens, $/Mtok.")
-    cached_input_per_mtok: float = Field(ge=0, description="Cached input tokens, $/Mtok.")
-    output_per_mtok: float = Field(ge=0, description="Output tokens, $/Mtok.")
+    input_per_mtok: float = Field(ge=0, le=MAX_PRICE_USD,
+                                  description="Uncached input tokens, $/Mtok.")
+    cached_input_per_mtok: float = Field(ge=0, le=MAX_PRICE_USD,
+                                         description="Cached input tokens, $/Mtok.")
+    output_per_mtok: float = Field(ge=0, le=MAX_PRICE_USD, description="Output tokens, $/Mtok.")
     api_cache: ApiCache = Field(
         "potential", description="The API provider's own prompt cache, for API-equivalent "
         "cost (never the self-hosted server's hits): 'potential' (the trace's potential hit: "

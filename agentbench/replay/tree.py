@@ -248,9 +248,11 @@ class TreeRun:
                 now = ctx.timers.now_ns()
                 refused_since = now if refused_since is None else refused_since
                 if now - refused_since < ep.reconnect_ns and not ep.dead:
+                    until = ep.blocked_until_ns
                     await self._backoff(ep)
                     if not ctx.gives_up() and not ep.dead:
                         self._again(st, rec)
+                        scheduled = max(scheduled, until)  # due then: see ``_attempt``
                         continue
                     return rec
             refused_since = None
@@ -297,7 +299,11 @@ class TreeRun:
         ctx = self.ctx
         turn = sess.turns[k]
         if ep.blocked_until_ns > ctx.timers.now_ns():
+            until = ep.blocked_until_ns
             await self._backoff(ep)  # the turn holds a unit of the budget: see ``_backoff``
+            # due when the endpoint's backoff let it go: that wait is the server's doing,
+            # not the client's lag (read as client saturation while a server was down)
+            scheduled = max(scheduled, until)
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,

@@ -4,6 +4,7 @@ and a run that ``agentbench report`` reads."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -130,6 +131,15 @@ def test_a_server_killed_and_restarted_costs_no_budget_and_no_spinning(
     assert len(req) - len(refused) == budget  # the budget went to requests that arrived
     assert len(srv.seen()) > first_seen  # and the run went on after the restart
     assert (req.status == "ok").sum() > 0
+    # a refused try waits out the endpoint's backoff (0.05 s doubling): that wait is the
+    # server's, not the client's lag, which read as client saturation (lags of 52 to
+    # 1,556 ms: "Give it more CPU")
+    lag_ms = (refused.sent_ns - refused.scheduled_ns) / 1e6
+    assert lag_ms.max() < 200, lag_ms.tolist()
+    # (the in-flight sign may still fire: requests of a few ms make 1 ms a share of them)
+    summary = json.loads((_results(tmp_path) / "summary.json").read_text())
+    reasons = (summary["client_saturated"] or {}).get("reasons") or []
+    assert not [r for r in reasons if "schedule lag" in r], reasons
     report_reads(_results(tmp_path), tmp_path)
 
 

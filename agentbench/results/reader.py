@@ -173,11 +173,19 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
         other_host,
         recover,
         writer_alive,
+        writer_runs_agentbench,
     )
 
     _regular_files_only(d)
     run = read_run_json(d) if (d / R.RUN_FILE).exists() else {}
-    if not force:
+    if force:  # for a writer that is gone; never one that still writes (its rows lost)
+        for who in (run, live_part(d) or {}):
+            if (pid := writer_runs_agentbench(who)) is not None:
+                raise InputError(f"agentbench (pid {pid}) still writes this run: --force is "
+                                 "for a writer that is gone (a copied run, a reused pid); "
+                                 "stop it first (Ctrl-C, or kill), or read the run when it "
+                                 "ends", source=str(d))
+    else:
         if not has_spools(d) and not (run.get("status") == "running"
                                       and not writer_alive(run)):
             return []

@@ -340,6 +340,24 @@ def other_host(run: dict[str, object]) -> str | None:
     return str(name) if name is not None and name != socket.gethostname() else None
 
 
+def writer_runs_agentbench(run: dict[str, object]) -> int | None:
+    """The pid of this run's writer when it is, beyond doubt, still writing it: alive on
+    this host (``writer_alive``) and an agentbench process by its command line (Linux's
+    /proc). Not a reused pid then, which ``recover --force`` is for; None otherwise, and
+    where the command line cannot be read."""
+    if not writer_alive(run) or other_host(run) is not None or isinstance(run.get("owner"),
+                                                                           dict):
+        return None
+    pid = run.get("pid")
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    # the console script (``.../bin/agentbench run ...``) or ``python -m agentbench.cli``
+    ours = any(os.path.basename(a) == b"agentbench" or a == b"agentbench.cli" for a in args)
+    return pid if isinstance(pid, int) and ours else None
+
+
 def writer_alive(run: dict[str, object]) -> bool:
     """Whether the process that writes this run (run.json ``pid`` on this host) still runs.
     A worker part written for a Ray driver (``owner``: the driver's pid and host) lives as

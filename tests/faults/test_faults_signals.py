@@ -155,3 +155,28 @@ def test_a_signal_while_the_files_are_written_waits_for_them(tmp_path: Path, fir
     assert not [f for f in runs[0].iterdir() if f.suffix in (".jsonl", ".arrows", ".tmp")]
     req = rows(runs[0])
     assert len(req) == info["requests_written"] > 0
+
+
+@pytest.mark.timeout(120)
+def test_recover_force_refuses_a_run_agentbench_still_writes(tmp_path: Path,
+                                                             fault_server: Any) -> None:
+    """``recover --force`` (the "still in progress" line names it) on a run whose writer
+    is alive and is agentbench finished its files under it: the run kept 31 of the 80
+    requests the server finished, said completed and warned of nothing. Refused now, in
+    one line naming the pid, and the run keeps every row."""
+    from tests.faults.harness import run_cli
+
+    srv = fault_server(itl=0.01)
+    sc = scenario(tmp_path, srv.url, lanes=4, limits="max_requests: 200")
+    p = agentbench("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r")
+    wait_for(lambda: len(srv.done_ns()) >= 5, 60)
+    res = run_cli("recover", "--force", str(tmp_path / "out" / "r"))
+    still = p.poll() is None
+    _, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    assert still, "the run ended before --force came: nothing was checked"
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert f"agentbench (pid {p.pid}) still writes this run" in lines[0]
+    assert len(rows(tmp_path / "out" / "r")) == 200 == len(srv.seen())
+    assert run_json(tmp_path / "out" / "r")["status"] == "completed"

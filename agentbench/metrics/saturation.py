@@ -127,6 +127,30 @@ def by_node(d: Derived, run: dict[str, Any], time_kind: str) -> dict[str, Any] |
     return {node: verdict(d, time_kind, mask=np.isin(who, ws)) for node, ws in nodes.items()}
 
 
+#: an event-loop stall at least this long (ms) held every send of the client that long
+STALL_WARN_MS = 1000.0
+
+
+def stall_warning(run: dict[str, Any], time_kind: str) -> str | None:
+    """A line when the client's event loop stalled for ``STALL_WARN_MS`` or more at once
+    (run.json ``client_health``, the parent's and each worker's): no request went out
+    meanwhile, whatever the rows say (20,000 lanes building their first prompts at once
+    stalled it 8 s, and a run of 10 s sent nothing, with no verdict: there were no rows to
+    judge). None in virtual time."""
+    h = run.get("client_health")
+    if time_kind == "virtual" or not isinstance(h, dict):
+        return None
+    parts = [h.get("parent"), *(h.get("workers") or [])] if "parent" in h else [h]
+    worst = max((float(p["loop_stall_max_ms"]) for p in parts if isinstance(p, dict)
+                 and isinstance(p.get("loop_stall_max_ms"), int | float)), default=0.0)
+    if not worst >= STALL_WARN_MS:
+        return None
+    return (f"the client's event loop stalled for {worst / 1e3:,.1f} s at once "
+            "(client_health.loop_stall_max_ms): no request went out meanwhile. Many lanes "
+            "starting together (each builds its first prompt) or a busy host do this: shard "
+            "the lanes with --workers N, and check what else runs on the client's cores")
+
+
 def warning(v: dict[str, Any] | None) -> str | None:
     """The one-line warning the terminal summary and the report show, or None."""
     if not v or not v.get("saturated"):

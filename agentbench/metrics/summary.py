@@ -332,6 +332,8 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
                                                      _stage_lanes(rr.run))
     if (warn := saturation.warning(summary["client_saturated"])) is not None:
         summary["time_base"]["warnings"].append(warn)
+    if (warn := saturation.stall_warning(rr.run, rr.time_base.kind)) is not None:
+        summary["time_base"]["warnings"].append(warn)
     nodes = saturation.by_node(d, rr.run, rr.time_base.kind)
     if nodes is not None:  # lanes on Ray nodes: each node's own verdict
         summary["client_saturated_by_node"] = nodes

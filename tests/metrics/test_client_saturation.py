@@ -208,3 +208,30 @@ def test_a_hit_rate_above_the_traces_potential_is_explained(tmp_path: Path) -> N
     pq.write_table(pa.Table.from_pylist(rows, schema=R.REQUESTS_SCHEMA),
                    tmp_path / R.REQUESTS_FILE)
     assert "usage above potential" not in format_summary(summarize(tmp_path))
+
+
+def test_a_long_event_loop_stall_is_named_even_with_no_row_to_judge(tmp_path: Path) -> None:
+    """20,000 lanes building their first prompts at once stalled the client's loop 8 s, and
+    a 10 s run sent nothing: no row, so no verdict, and nothing said why. The longest
+    stall in run.json's client_health (the parent's or a worker's) is named from 1 s."""
+    from agentbench.metrics.saturation import STALL_WARN_MS, stall_warning
+
+    def health(ms: float) -> dict[str, Any]:
+        return {"loop_stall_max_ms": ms, "loop_stalls_over_10ms": 1}
+
+    line = stall_warning({"client_health": health(8027.0)}, "wall")
+    assert line is not None and line.startswith("the client's event loop stalled for 8.0 s")
+    assert "--workers" in line and "saturated" not in line
+    sharded = {"client_health": {"parent": health(3.0), "workers": [health(1.0),
+                                                                    health(2500.0)]}}
+    assert "stalled for 2.5 s" in (stall_warning(sharded, "wall") or "")
+    assert stall_warning({"client_health": health(STALL_WARN_MS - 1)}, "wall") is None
+    assert stall_warning({"client_health": health(8027.0)}, "virtual") is None
+    assert stall_warning({}, "wall") is None
+    # in the summary, where the time base's warnings are
+    d = lanes_run(tmp_path / "run", lag_ms=0.2)
+    info = json.loads((d / R.RUN_FILE).read_text())
+    (d / R.RUN_FILE).write_text(json.dumps({**info, "client_health": health(8027.0)}))
+    s = summarize(d)
+    assert any(w.startswith("the client's event loop stalled") for w in
+               s["time_base"]["warnings"])

@@ -338,7 +338,8 @@ class FailOn(Strict):
 class Output(Strict):
     """Where results go."""
 
-    dir: str = Field("results", description="Parent folder of run folders.")
+    dir: PrintableLine = Field("results", description="Parent folder of run folders (one "
+                               "printable line: it is printed as the results line).")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,199}$",
                                description="Run folder name (a plain name: letters, digits, "
                                "_ . = + -; no path); None: name + timestamp.")

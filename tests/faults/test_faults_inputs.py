@@ -30,6 +30,13 @@ def test_a_run_id_that_is_not_a_plain_name(run_id: str, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_results_folder_with_a_line_break_is_refused(tmp_path: Path) -> None:
+    """``-o $'out\\nx'`` was taken, and the printed results line split in two."""
+    line = _one_line(["run", str(SCENARIOS / "quickstart.yaml"), "-o", str(tmp_path / "o\nx")])
+    assert "--output: must be one line of printable text" in line
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("where", ["/proc", "/sys/kernel"])
 def test_a_results_folder_that_refuses_folders(where: str) -> None:
     if not Path(where).is_dir():

@@ -229,7 +229,8 @@ def detect_record_format(rec: Any, *, source: str = "") -> str:
     if "input_length" in keys and "output_length" in keys:
         return "mooncake"
     raise InputError(
-        f"cannot detect the trace format from keys {sorted(keys)[:8]}; pass --format",
+        f"cannot detect the trace format from keys {sorted(keys)[:8]}; name it "
+        "(trace.format in a scenario, --format for agentbench traces)",
         source=source,
     )
 

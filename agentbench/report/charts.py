@@ -130,15 +130,19 @@ def _stage_labels(ax: Any, labels: Sequence[tuple[float, float, str, str]]) -> N
     placed: list[tuple[float, float, float, float]] = []  # boxes in display pixels
     dpi = ax.figure.dpi
     char_w, h = 0.6 * 8 * dpi / 72, 1.3 * 8 * dpi / 72  # an 8-point font
+    right = ax.get_window_extent().x1  # the plot's right edge, display pixels
     for x, y, st, c in labels:
         px, py = ax.transData.transform((x, y))
-        box = (px + 5, py + 5, px + 5 + char_w * len(st), py + 5 + h)
+        w = char_w * len(st)
+        left = px + 5 + w > right  # past the frame (into the legend): on the point's left
+        box = (px - 5 - w, py + 5, px - 5, py + 5 + h) if left else \
+            (px + 5, py + 5, px + 5 + w, py + 5 + h)
         if any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
                for b in placed):
             continue
         placed.append(box)
-        ax.annotate(st, (x, y), fontsize=8, xytext=(5, 5), textcoords="offset points",
-                    color=c)
+        ax.annotate(st, (x, y), fontsize=8, xytext=(-5 if left else 5, 5),
+                    textcoords="offset points", color=c, ha="right" if left else "left")
 
 
 def _lane_rows(sessions: pd.DataFrame) -> pd.DataFrame:

@@ -1,9 +1,10 @@
 """A small OpenAI-compatible streaming server with set TTFT and ITL, and faults on demand.
 
 For replay tests (fidelity: known TTFT/ITL; faults: 500, 429, reset mid-stream, stall,
-malformed SSE) and client benchmarks. Prompt tokens are counted with
-``agentbench.traces.words`` (``chat_prompt_tokens`` for chat, the id count for completions),
-so a replay that lays prompts out right sees exactly the trace's input tokens reported.
+malformed SSE, a body that goes on after the stream's last event) and client benchmarks.
+Prompt tokens are counted with ``agentbench.traces.words`` (``chat_prompt_tokens`` for chat,
+the id count for completions), so a replay that lays prompts out right sees exactly the
+trace's input tokens reported.
 Each output token is one synthetic word (one token), ``tokens_per_event`` per SSE event.
 
 Run standalone (prints ``PORT <n>`` once listening)::
@@ -26,13 +27,17 @@ from aiohttp import web
 
 from agentbench.testing.shapes import Counts, shape
 from agentbench.traces import words as tokenize
+from agentbench.transport.stream import END_GRACE_S
 
 #: where the "redirect" fault sends a client (nothing listens there)
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"
 FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset", "stall",
           "malformed", "error_event", "no_done", "no_usage", "bad_usage", "huge_usage",
           "absurd_usage", "endless_line", "endless_stream", "deep_json",
-          "surrogate_error")
+          "surrogate_error", "hang_after_end", "ping_after_end", "tokens_after_end",
+          "end_in_text")
+#: how long ``end_in_text`` pauses after its token: past the client's look at the stream
+END_IN_TEXT_PAUSE_S = 2 * END_GRACE_S
 #: usage counts of the "huge_usage" (beyond 64-bit integers) and "absurd_usage" faults
 HUGE_USAGE, ABSURD_USAGE = 2**70, 10**12
 
@@ -164,6 +169,9 @@ class FakeServer:
             while True:
                 await resp.write(b"a" * 65536)
         await resp.write(wire.opening(counts))
+        if fault == "end_in_text":  # one more token event, whose text ends nothing
+            await resp.write(wire.end_in_text())
+            await asyncio.sleep(END_IN_TEXT_PAUSE_S)
         sent = 0
         k = 0
         t_first = t_recv + self.cfg.ttft_s
@@ -202,8 +210,29 @@ class FakeServer:
             await resp.write(wire.closing(counts, False) + wire.deep() + wire.end(counts))
         else:
             await resp.write(wire.closing(counts, fault != "no_done"))
+        if fault in ("hang_after_end", "ping_after_end", "tokens_after_end"):
+            with contextlib.suppress(ConnectionError):  # the client may have gone
+                await _after_end(resp, wire, fault, counts, self.cfg.stall_s)
+                await resp.write_eof()
+            return resp
         await resp.write_eof()
         return resp
+
+
+async def _after_end(resp: web.StreamResponse, wire: Any, fault: str, counts: Counts,
+                     stall_s: float) -> None:
+    """After the stream's last event, the body goes on: nothing for ``stall_s``
+    (``hang_after_end``), a ``: ping`` comment every 0.2 s for as long
+    (``ping_after_end``), or five more token events (``tokens_after_end``)."""
+    if fault == "tokens_after_end":
+        for i in range(5):
+            await resp.write(wire.token(f"late{i} ", False, counts))
+        return
+    t_end = time.perf_counter() + stall_s
+    while time.perf_counter() < t_end:
+        if fault == "ping_after_end":
+            await resp.write(b": ping\n\n")
+        await asyncio.sleep(0.2 if fault == "ping_after_end" else t_end - time.perf_counter())
 
 
 def _counts(fault: str | None, prompt: int, out_n: int) -> Counts:

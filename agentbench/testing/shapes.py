@@ -1,7 +1,8 @@
 """The wire shapes of the fake server's answers, one per API (chat, completions, responses,
 messages): the events a stream opens with, one token event, the events that close it (with
-usage, or without the final one for the ``no_done`` fault), a mid-stream error, and a
-non-streamed body. Usage is given as counts (prompt, cached, output) or None."""
+usage, or without the final one for the ``no_done`` fault), a mid-stream error, a token
+whose text holds the bytes of the stream's last event, and a non-streamed body. Usage is
+given as counts (prompt, cached, output) or None."""
 
 from __future__ import annotations
 
@@ -66,6 +67,11 @@ class Shape:
     def end(self, counts: Counts) -> bytes:
         """The event that ends a stream well."""
         return b"data: [DONE]\n\n"
+
+    def end_in_text(self) -> bytes:
+        """A token event whose text holds the bytes of the stream's last event
+        (``agentbench.transport.apis.END_MARKS``), which ends nothing (``end_in_text``)."""
+        return self.token(" data: [DONE]" if self.chat else "[DONE]", False, None)
 
     def deep(self) -> bytes:
         """An event nested past any JSON reader's depth, after the closing events but the
@@ -136,6 +142,9 @@ class ResponsesShape(Shape):
     def end(self, counts: Counts) -> bytes:
         return self._ev("response.completed", response=self._response("incomplete", counts))
 
+    def end_in_text(self) -> bytes:
+        return self.token("response.completed", False, None)
+
     def deep(self) -> bytes:
         return b'event: response.in_progress\ndata: {"type":"response.in_progress","x":' \
             + DEEP + b"}\n\n"
@@ -191,6 +200,9 @@ class MessagesShape(Shape):
 
     def end(self, counts: Counts) -> bytes:
         return _sse("message_stop", {"type": "message_stop"})
+
+    def end_in_text(self) -> bytes:
+        return self.token("message_stop", False, None)
 
     def deep(self) -> bytes:
         return b'event: ping\ndata: {"type":"ping","x":' + DEEP + b"}\n\n"

@@ -179,7 +179,7 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             pool = target.pool(url, http)
             async with asyncio.timeout_at(deadline):
                 conn = await pool.acquire(min(connect) if connect else None)
-            resp = conn.begin(t0_ns)
+            resp = conn.begin(t0_ns, rec.api)
             timer = conn.arm(tmo.sock_read, deadline, tmo.total)
             reuse = False
             try:
@@ -190,10 +190,11 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
                 await conn.done
                 reuse = True
             finally:
-                if timer is not None:
-                    timer.cancel()
+                timer.cancel()
                 conn.end(reuse)
-            rec.end_ns = perf_ns() - t0_ns
+            # a stream ended at its last event, its body not (stream.END_GRACE_S): that
+            # event's read is the end
+            rec.end_ns = perf_ns() - t0_ns if resp.end_ns is None else resp.end_ns
             rec.http_status = status = resp.status
             rec.reads = len(resp.reads)
             if status in (307, 308) and target.follow_redirects and hop < MAX_REDIRECTS:
@@ -204,7 +205,7 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             if status != 200:
                 _refused(rec, resp, status, target)
                 return
-            rec.chunks, rec.chunk_ns = resp.body()
+            rec.chunks, rec.chunk_ns = resp.body(partial=resp.end_ns is not None)
             return
     except asyncio.CancelledError:
         rec.end_ns = perf_ns() - t0_ns

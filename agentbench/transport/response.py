@@ -15,7 +15,8 @@ class Response:
     """What came back: status, headers (lower-case names), and the body as it arrived:
     ``reads`` (raw socket reads after the head, chunk framing included) and their stamps."""
 
-    __slots__ = ("status", "reason", "headers", "reads", "times", "chunked", "decoded")
+    __slots__ = ("status", "reason", "headers", "reads", "times", "chunked", "decoded",
+                 "end_ns")
 
     def __init__(self) -> None:
         self.status = 0
@@ -26,6 +27,9 @@ class Response:
         self.chunked = False
         #: a complete chunked body: each chunk's data and where it ends in the raw bytes
         self.decoded: tuple[list[bytes], list[int]] | None = None
+        #: the stamp of the read that brought the stream's last event when the request
+        #: ended there, the body unfinished (``agentbench.transport.stream``)
+        self.end_ns: int | None = None
 
     def body(self, partial: bool = False) -> tuple[list[bytes], list[int]]:
         """The body as pieces with arrival stamps, each stamp the read that brought the

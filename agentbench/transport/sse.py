@@ -6,6 +6,8 @@ completed it, and tells which carry tokens. A token-bearing event is one whose d
 carries non-empty ``content``, ``reasoning_content`` / ``reasoning``, ``text``
 (completions) or ``tool_calls`` (docs/metrics.md): found with a byte pattern (keys can only
 appear unescaped as keys), so only the ``usage`` event is JSON-decoded in the common case.
+Nothing after ``data: [DONE]`` is read: events a server sends after it are not the answer's
+(docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class StreamResult:
     done: bool = False
     error_type: str | None = None
     error_message: str | None = None
+    #: the arrival of the event that ended the stream (``data: [DONE]``; a typed stream's
+    #: last event), None when none came; what follows it is not read
+    end_ns: int | None = None
 
 
 def event_start(reads: Sequence[bytes], scanned: int, end: int, start: int) -> int:
@@ -98,6 +103,8 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
         if evs.pop():  # bytes after the last separator: an unfinished event
             return None
     done = bool(evs) and evs[-1] == b"data: [DONE]" + end
+    if not done and b"data: [DONE]" + end in evs:  # events after the end: not read
+        return None
     objs = evs[:-1] if done else evs
     # every event one line 'data: {"...}', checked with C-level maps and searches (no
     # Python loop per event): a newline inside an event shows in the count; token events
@@ -110,7 +117,7 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult |
     rest = objs if others is None else [evs[i] for i in others if i < len(objs)]
     if not all(map(bytes.startswith, rest, repeat(b'data: {"'))):
         return None
-    out = StreamResult(done=done)
+    out = StreamResult(done=done, end_ns=times[-1] if done else None)
     if not done:
         out.error_type = "incomplete_stream"
         out.error_message = "stream ended without data: [DONE]"
@@ -199,6 +206,12 @@ def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult
             if out.error_type:  # the events before it are kept, with their token counts
                 out.token_event_tokens = _tokens_per_event(token_texts, None)
                 return out
+            if out.done:  # [DONE]: what a server sends after it is not the answer's
+                out.end_ns = t
+                pending, more = b"", []
+                break
+        if out.done:
+            break
     if more:
         pending = b"".join([pending, *more])
     if pending.strip():
@@ -208,6 +221,8 @@ def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult
             token_texts.append(pending)
         if kind and _USAGE_RE.search(pending):
             usage_event = pending
+        if out.done and times:
+            out.end_ns = times[-1]
     if usage_event is not None and out.error_type is None:
         _read_usage(usage_event, out)
     if out.error_type is None and not out.done:

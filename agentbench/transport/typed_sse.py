@@ -22,7 +22,9 @@ Both APIs name each event by a ``type`` field (and an ``event:`` line):
   ``input_tokens``) and the cached tokens are ``cache_read_input_tokens``.
 
 Every event's JSON is decoded (these APIs carry the kind of an event only there); events are
-split at blank lines however lines end (CRLF, LF, CR).
+split at blank lines however lines end (CRLF, LF, CR). Nothing after the last event
+(``response.completed``, ``.incomplete`` or ``.failed``; ``message_stop``) is read: events a
+server sends after it are not the answer's (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -136,14 +138,18 @@ def parse_typed(chunks: Sequence[bytes], times: Sequence[int], api: str) -> Stre
         if kind in ("error", "response.failed"):
             out.error_type = "stream_error"
             out.error_message = _message(obj, data)
+            if kind == "response.failed":  # the stream's last event, as a failure
+                out.end_ns = t
             break
         text = _token_text(api, kind, obj)
         if text:
             out.token_event_ns.append(t)
             token_texts.append(text)
         _take_usage(api, kind, obj, usage)
-        if kind in ends:
+        if kind in ends:  # the stream's last event: what a server sends after it is not read
             out.done = True
+            out.end_ns = t
+            break
     if out.error_type is None:
         _counts(api, usage, out)
         if not out.done:

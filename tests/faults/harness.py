@@ -65,7 +65,8 @@ class FaultServer:
 
 
 def scenario(tmp_path: Path, url: str, *, lanes: int = 4, extra_endpoint: str = "",
-             limits: str = "max_requests: 40", sessions: int = 6) -> Path:
+             limits: str = "max_requests: 40", sessions: int = 6, stall_s: float = 0.5
+             ) -> Path:
     """A small scenario file: synthetic codex agents scaled to ~1K-token prompts."""
     text = f"""name: faults
 endpoints:
@@ -73,7 +74,7 @@ endpoints:
     url: {url}
     model: fake
     ignore_eos: true
-    stall_timeout_s: 0.5
+    stall_timeout_s: {stall_s}
     timeout_s: 20
     {extra_endpoint}
 trace:

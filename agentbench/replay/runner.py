@@ -355,6 +355,9 @@ class _Run:
         """Close everything, write run.json with the run's outcome; raise what stopped a
         run whose results could not be written."""
         info, writer, run_dir = self.info, self.writer, self.run_dir
+        # the run is ending: a write that fails from here on (the flush loop's last flush,
+        # on a full disk) must not cancel the task again in the middle of this cleanup
+        writer.on_failure = None
         if self.frozen:
             restore_gc(self.gc_old)
             gc.callbacks.remove(self.health.gc_callback)
@@ -371,7 +374,6 @@ class _Run:
             writer.on_tick = None
             with contextlib.suppress(Exception):  # a display on a closed stderr
                 self.bar.close()
-        writer.on_failure = None
         writer.close()
         release_space(run_dir)  # room for run.json, whatever the disk did
         if writer.failure is not None:

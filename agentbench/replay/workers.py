@@ -275,6 +275,10 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
         error = " ".join(f"{type(err).__name__}: {err}".split())[:300]
         raise
     finally:
+        # the worker is ending: a write that fails from here on (the flush loop's last
+        # flush, on a full disk) must not cancel this task again in the middle of its
+        # cleanup (a CancelledError traceback from the wait below, seen under load)
+        writer.on_failure = None
         if frozen:
             restore_gc(gc_old)
             gc.callbacks.remove(health.gc_callback)
@@ -283,7 +287,6 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
             await asyncio.wait_for(asyncio.gather(*bg, return_exceptions=True), 15)
         for e in endpoints:
             await close_endpoint(e)
-        writer.on_failure = None
         writer.close()
         _publish(spec.index, shared, ctx)
         with contextlib.suppress(OSError, ValueError):

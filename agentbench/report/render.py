@@ -235,9 +235,20 @@ def render(run_dirs: Sequence[str | Path | Run], out_dir: str | Path | None = No
     sections = sections_for(runs)
     for sec in sections:
         for fname, _, png in sec.figures:
-            (out / "plots" / fname).write_bytes(png)
+            _write(out / "plots" / fname, png)
     html_path = out / "report.html"
     md_path = out / "report.md"
-    html_path.write_text(to_html(title, sections), encoding="utf-8")
-    md_path.write_text(to_markdown(title, sections), encoding="utf-8")
+    _write(html_path, to_html(title, sections).encode("utf-8"))
+    _write(md_path, to_markdown(title, sections).encode("utf-8"))
     return html_path, md_path
+
+
+def _write(path: Path, data: bytes) -> None:
+    """``path``'s bytes; a failed write names the file (a full disk or a file-size limit
+    fails in ``write``, whose error, unlike ``open``'s, names none)."""
+    try:
+        path.write_bytes(data)
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise

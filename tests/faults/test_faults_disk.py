@@ -177,3 +177,18 @@ def test_a_disk_with_less_room_than_the_reserve_still_keeps_rows(
     req = rows(where)  # on a disk with room, the first reader finishes the run
     assert 0 < len(req) <= len(srv.seen())
     report_reads(where, tmp_path)
+
+
+@pytest.mark.timeout(120)
+def test_a_report_that_cannot_be_written_names_the_file(tmp_path: Path) -> None:
+    """Under a file-size limit ``report`` said "error: File too large" and no file: a
+    write's error, unlike an open's, carries no name."""
+    from agentbench.testing.demo import write_demo_run
+
+    run = write_demo_run(tmp_path / "demo", trees=4, turns=6)
+    out = tmp_path / "rep"
+    r = run_cli("report", str(run), "-o", str(out), timeout=90,
+                preexec_fn=_limit_file_size(20_000))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: {out}/") and "File too large" in lines[0], lines[0]

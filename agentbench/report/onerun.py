@@ -91,11 +91,12 @@ def requests_sections(run: Run, label: str, key: str) -> list[Section]:
     if len(stages) > 1:
         head.text.append(f"{len(stages)} stages, each a load point: read a stage's column; "
                          "the pooled one mixes them.")
-    head.tables.append(_table_rows(blocks, [*HEADLINE, "ttft_p99", "e2e_p99",
-                                                    "itl_p50", "hit_rate_potential",
-                                                    "achieved_over_potential",
-                                                    "agent_goodput", "llm_wait_p50",
-                                                    "cost_per_agent", "schedule_lag_p99"]))
+    rows = [*HEADLINE, "ttft_p99", "e2e_p99", "itl_p50", "hit_rate_potential",
+            "achieved_over_potential", "agent_goodput", "llm_wait_p50", "cost_per_agent",
+            "schedule_lag_p99"]
+    if len(stages) > 1:  # and every row the stage table it replaces had
+        rows += [n for n in STAGE_METRICS if n not in rows]
+    head.tables.append(_table_rows(blocks, rows))
     head.text.extend(validity_lines(s))
     head.text.extend(_gpus_lines(s))
     out = [head]

@@ -82,6 +82,9 @@ def test_one_run(three: list[Path], tmp_path: Path) -> None:
     assert "<td>P50 TTFT</td>" + "".join(f"<td>{t}</td>" for t in ttft) in html
     assert f"| P50 TTFT | {' | '.join(ttft)} |" in md
     assert f"| metric | {' | '.join(s['stages'])} | all stages, pooled |" in md
+    # and every row of the stage table it replaced
+    for label in ("input throughput/GPU", "output throughput/GPU", "P50 interactivity"):
+        assert f"| {label} | " in md, label
     # where the GPU count of every per-GPU figure comes from (a real endpoint: the
     # scenario's word, unchecked)
     gpus = "Per-GPU figures and self-hosted cost count 1 GPU: hardware.gpus as the " \

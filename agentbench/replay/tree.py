@@ -248,11 +248,10 @@ class TreeRun:
                 now = ctx.timers.now_ns()
                 refused_since = now if refused_since is None else refused_since
                 if now - refused_since < ep.reconnect_ns and not ep.dead:
-                    until = ep.blocked_until_ns
-                    await self._backoff(ep)
+                    due = await self._backoff(ep)
                     if not ctx.gives_up() and not ep.dead:
                         self._again(st, rec)
-                        scheduled = max(scheduled, until)  # due then: see ``_attempt``
+                        scheduled = max(scheduled, due)
                         continue
                     return rec
             refused_since = None
@@ -271,18 +270,21 @@ class TreeRun:
                 return rec
             self._again(st, rec)
 
-    async def _backoff(self, ep: LiveEndpoint) -> None:
+    async def _backoff(self, ep: LiveEndpoint) -> int:
         """Wait out ``ep``'s connection backoff, before a turn's first attempt or a
         reconnect; the budget taken in full meanwhile ends the other waits, not this one
-        (its request holds one of the budget's)."""
+        (its request holds one of the budget's). Returns when the backoff let the request
+        go: it is due then, the wait being the server's doing, not the client's lag (read
+        as client saturation while a server was down)."""
         timers = self.ctx.timers
+        until = ep.blocked_until_ns
         while True:
             try:
                 await timers.wait_until(ep.blocked_until_ns, pullable=False)
-                return
+                return until
             except StageOver:
                 if self.ctx.gives_up():
-                    return
+                    return until
 
     @staticmethod
     def _again(st: SessionState, rec: RequestRecord) -> None:
@@ -299,11 +301,8 @@ class TreeRun:
         ctx = self.ctx
         turn = sess.turns[k]
         if ep.blocked_until_ns > ctx.timers.now_ns():
-            until = ep.blocked_until_ns
-            await self._backoff(ep)  # the turn holds a unit of the budget: see ``_backoff``
-            # due when the endpoint's backoff let it go: that wait is the server's doing,
-            # not the client's lag (read as client saturation while a server was down)
-            scheduled = max(scheduled, until)
+            # the turn holds a unit of the budget: see ``_backoff``
+            scheduled = max(scheduled, await self._backoff(ep))
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,

@@ -48,8 +48,10 @@ class Executor(Protocol):
         ``stopped_reason``: ``RunContext.outcome``); empty when none was given up."""
         ...
 
-    async def close(self, interrupt: bool) -> None:
-        """Stop the lanes (``interrupt``: cancel what is in flight, as Ctrl-C does)."""
+    async def close(self, interrupt: bool, why: str | None = None) -> None:
+        """Stop the lanes (``interrupt``: cancel what is in flight, as Ctrl-C does; their
+        rows say ``why``, ``RunContext.cancel_reason``; None: the executor's own reason, a
+        worker's disk, or the generic stop)."""
         ...
 
     def finish(self, run_dir: Path, info: dict[str, Any], writer: ResultsWriter) -> None:
@@ -81,7 +83,7 @@ class InProcess:
     def unreachable(self) -> dict[str, Any]:
         return self.ctx.outcome()
 
-    async def close(self, interrupt: bool) -> None:
+    async def close(self, interrupt: bool, why: str | None = None) -> None:
         return None
 
     def finish(self, run_dir: Path, info: dict[str, Any], writer: ResultsWriter) -> None:
@@ -111,8 +113,8 @@ class Processes:
     def unreachable(self) -> dict[str, Any]:
         return self.fleet.unreachable()
 
-    async def close(self, interrupt: bool) -> None:
-        await self.fleet.close(interrupt=interrupt)
+    async def close(self, interrupt: bool, why: str | None = None) -> None:
+        await self.fleet.close(interrupt=interrupt, why=why)
 
     def finish(self, run_dir: Path, info: dict[str, Any], writer: ResultsWriter) -> None:
         finish_workers(self.fleet, run_dir, info, writer)

@@ -18,6 +18,7 @@ from agentbench.replay.workers import (
     Shared,
     WorkerSpec,
     _listen,
+    failure_reason,
     start_method,
     worker_main,
 )
@@ -72,16 +73,40 @@ class Fleet:
                 return ("timeout",)
 
     async def _all(self, kind: str) -> list[tuple[Any, ...]]:
-        out = []
-        for w in range(self.n):
-            msg = await self._get(w)
+        """Each worker's next message, which must be ``kind``. A worker that answers
+        anything else (it closed: its disk refused the results; it died) raises at once,
+        not once the workers before it finished their stage."""
+        gets: list[asyncio.Future[tuple[Any, ...]]] = [
+            asyncio.ensure_future(self._get(w)) for w in range(self.n)]
+        seen: set[int] = set()
+        try:
+            pending: set[asyncio.Future[tuple[Any, ...]]] = set(gets)
+            while pending:
+                done, pending = await asyncio.wait(pending,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                bad = [w for w in sorted(gets.index(t) for t in done)
+                       if self._took(w, gets[w].result(), seen)[0] != kind]
+                if bad:
+                    w = bad[0]
+                    raise RuntimeError(f"replay worker {w} stopped ({gets[w].result()[0]}, "
+                                       f"exit code {self.procs[w].exitcode}) while waiting "
+                                       f"for {kind!r}")
+        finally:
+            for t in gets:
+                t.cancel()
+            await asyncio.gather(*gets, return_exceptions=True)
+            for w, t in enumerate(gets):  # answered while another raised: kept if closed
+                if not t.cancelled() and t.exception() is None:
+                    self._took(w, t.result(), seen)
+        return [t.result() for t in gets]
+
+    def _took(self, w: int, msg: tuple[Any, ...], seen: set[int]) -> tuple[Any, ...]:
+        """Worker ``w``'s message, its "closed" report kept once."""
+        if w not in seen:
+            seen.add(w)
             if msg[0] == "closed":
                 self.closed.append(msg[1])
-            if msg[0] != kind:
-                raise RuntimeError(f"replay worker {w} stopped ({msg[0]}, exit code "
-                                   f"{self.procs[w].exitcode}) while waiting for {kind!r}")
-            out.append(msg)
-        return out
+        return msg
 
     async def run_stage(self, k: int, stage: Any, start_ns: int) -> int:
         """Run stage ``k`` in every worker from ``start_ns``; return requests sent."""
@@ -100,11 +125,12 @@ class Fleet:
     def view(self) -> FleetView:
         return FleetView(self.shared)
 
-    async def close(self, interrupt: bool) -> None:
+    async def close(self, interrupt: bool, why: str | None = None) -> None:
         """Ask every worker to finish (``interrupt``: cancel what is in flight, as Ctrl-C
-        does) and wait until each wrote its files; a worker that hangs is killed."""
+        does, the cancelled rows saying ``why``, or else why a worker stopped on its disk)
+        and wait until each wrote its files; a worker that hangs is killed."""
         if interrupt:
-            self.shared.interrupt()
+            self.shared.interrupt(why or failure_reason(self.closed))
         for c in self.conns:
             with contextlib.suppress(OSError, ValueError):
                 c.send(("close",))

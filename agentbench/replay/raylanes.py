@@ -264,7 +264,7 @@ class RayLanes:
                                      "run.json ray.lost)")
         return out
 
-    async def close(self, interrupt: bool) -> None:
+    async def close(self, interrupt: bool, why: str | None = None) -> None:
         if not self.actors:
             return
         if len(self.inboxes) < self.workers:  # stopped while starting: nothing ran yet
@@ -275,7 +275,7 @@ class RayLanes:
             return
         if interrupt:
             with contextlib.suppress(Exception):
-                await self.coord.raise_interrupt.remote()
+                await self.coord.raise_interrupt.remote(why)
         for w in self._live():
             with contextlib.suppress(Exception):
                 self.actors[w].post.remote(("close",))

@@ -31,7 +31,8 @@ class Coordinator(Counters):
         self.source = TreeSource(list(range(n_trees)), recycle)  # type: ignore[arg-type]
         self.sent = 0
         self.stop = False
-        self.interrupt = False
+        #: False; True, or why the driver interrupted when it said
+        self.interrupt: bool | str = False
 
     def node(self) -> str:
         import ray
@@ -60,12 +61,12 @@ class Coordinator(Counters):
         self.sent = 0
         self.stop = False
 
-    def raise_interrupt(self) -> None:
-        self.interrupt = True
+    def raise_interrupt(self, why: str | None = None) -> None:
+        self.interrupt = why or True
 
-    def publish(self, w: int, values: list[int]) -> tuple[bool, bool, bool]:  # type: ignore[override]
-        """Worker ``w``'s counters in; (stop, interrupt, another worker has requests in
-        flight) out."""
+    def publish(self, w: int, values: list[int]) -> tuple[bool, Any, bool]:  # type: ignore[override]
+        """Worker ``w``'s counters in; (stop, interrupt: False, True or why, another worker
+        has requests in flight) out."""
         super().publish(w, values)
         return self.stop, self.interrupt, self.busy_elsewhere(w)
 
@@ -167,6 +168,11 @@ class RemoteShared:
 
     def interrupted(self) -> bool:
         return bool(self.flags[1])
+
+    def interrupt_reason(self) -> str | None:
+        """Why the driver interrupted (``Shared.interrupt_reason``)."""
+        why = self.flags[1]
+        return why if isinstance(why, str) and why else None
 
     def stopped(self) -> bool:
         return bool(self.flags[0])

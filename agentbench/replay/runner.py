@@ -362,7 +362,9 @@ class _Run:
             restore_gc(self.gc_old)
             gc.callbacks.remove(self.health.gc_callback)
         if self.executor is not None:
-            await self.executor.close(interrupt=status != "completed")
+            ctx = getattr(self, "ctx", None)  # its cancel_reason: SIGTERM, this writer
+            await self.executor.close(interrupt=status != "completed",
+                                      why=None if ctx is None else ctx.cancel_reason)
         self.stop_bg.set()
         if self.bg:
             with contextlib.suppress(Exception):

@@ -41,6 +41,7 @@ from typing import Any
 
 from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
+from agentbench.replay.sigterm import stop_reason
 from agentbench.replay.stages import (
     STATE_SLOTS,
     Health,
@@ -59,6 +60,8 @@ _POLL_S = 0.01
 #: the shared stop flag's values: the budget was taken in full (requests waiting to
 #: reconnect go on), or the stage stops for everything (every endpoint unreachable)
 _BUDGET_SPENT, _STOP_ALL = 1, 2
+#: room for the reason an interrupt gives (``Shared.interrupt``), in bytes
+WHY_BYTES = 512
 
 
 def resolve_workers(workers: int | str | None, scenario: Any) -> int:
@@ -120,6 +123,8 @@ class Shared(Counters):
         self.lock = mp.Lock()
         self.src = mp.RawArray("q", STATE_SLOTS)  # TreeSource state
         self.flags = mp.RawArray("q", 3)  # requests sent this stage, stop, interrupt
+        #: why the parent interrupted (UTF-8; empty: no reason given, the generic stop)
+        self.why = mp.RawArray("c", WHY_BYTES)
 
     def take(self, limit: int) -> int:
         """One request of the stage's budget: the count after it, or -1 if spent; the last
@@ -148,8 +153,17 @@ class Shared(Counters):
             self.flags[0] = 0
             self.flags[1] = 0
 
-    def interrupt(self) -> None:
+    def interrupt(self, why: str | None = None) -> None:
+        """Every worker cancels what is in flight; ``why`` is its cancelled rows' message
+        (``RunContext.cancel_reason``; None: the generic stop). Written before the flag
+        goes up, so a worker that sees the flag reads the reason too."""
+        if why:
+            # cut to the room, at a character's end
+            self.why.value = why.encode()[:WHY_BYTES - 1].decode(errors="ignore").encode()
         self.flags[2] = 1
+
+    def interrupt_reason(self) -> str | None:
+        return self.why.value.decode(errors="replace") or None
 
     def stage_begins(self) -> None:
         """A worker starts a stage (nothing to do: the parent reset the flags)."""
@@ -234,8 +248,6 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
     _write_part_file(Path(spec.out_dir), spec.owner)
     writer = ResultsWriter(Path(spec.out_dir))
     main = asyncio.current_task()
-    if main is not None:  # a disk that refuses the results stops this worker
-        writer.on_failure = lambda _e: main.cancel()
     cap = sc.timing.idle_cap_s
     timers = Timers(spec.t0_ns, None if cap is None else int(cap * 1_000_000_000))
     timers.busy_elsewhere = lambda: shared.busy_elsewhere(spec.index)
@@ -250,6 +262,8 @@ async def run_worker(spec: WorkerSpec, link: Any, shared: Any) -> None:
     ctx: Any = None
     try:
         ctx = _worker_context(spec, shared, writer, timers, endpoints)
+        if main is not None:  # a disk that refuses the results stops this worker
+            writer.on_failure = lambda e: _stop(ctx, main, stop_reason(e))
         source = shared.tree_source(tree_specs(trace), sc.limits.recycle)
         bg.append(asyncio.ensure_future(flush_loop(writer, stop_bg)))
         bg.append(asyncio.ensure_future(health.watch(stop_bg)))
@@ -376,7 +390,7 @@ async def _watch(spec: WorkerSpec, shared: Any, ctx: Any, main: asyncio.Task[Any
         if shared.interrupted() or (spec.parent_pid is not None
                                     and os.getppid() != spec.parent_pid):
             if main is not None:
-                main.cancel()
+                _stop(ctx, main, shared.interrupt_reason() if shared.interrupted() else None)
             return
         if shared.stopped():
             if shared.budget_spent():
@@ -390,6 +404,23 @@ async def _watch(spec: WorkerSpec, shared: Any, ctx: Any, main: asyncio.Task[Any
         tick += 1
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), _POLL_S)
+
+
+def _stop(ctx: Any, main: asyncio.Task[Any], why: str | None) -> None:
+    """Cancel the worker's ``main`` task, its cancelled rows saying ``why`` (None: the
+    generic stop, ``agentbench.replay.sigterm.STOPPED``) unless a reason is already set."""
+    if why and ctx.cancel_reason is None:
+        ctx.cancel_reason = why
+    main.cancel()
+
+
+def failure_reason(closed: list[dict[str, Any]]) -> str | None:
+    """Why the other workers stop when a worker stopped on its disk (its ``closed``
+    message's ``write_error``): their cancelled rows say so, not the generic stop."""
+    for c in closed:
+        if c.get("write_error"):
+            return f"the results could not be written ({c['write_error']})"
+    return None
 
 
 def _publish(w: int, shared: Any, ctx: Any, with_ttft: bool = True) -> None:

@@ -24,18 +24,21 @@ from tests.faults.harness import (
 )
 
 
-def _start(tmp_path: Path, srv: Any) -> Any:
+def _start(tmp_path: Path, srv: Any, *extra: str) -> Any:
     # 8 lanes of ~1 s streams (ITL 10 ms): requests are always in flight
     sc = scenario(tmp_path, srv.url, lanes=8, limits="duration_s: 120")
-    return agentbench("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r")
+    return agentbench("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r", *extra)
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code", "workers"), [
+    (signal.SIGINT, 130, "1"), (signal.SIGTERM, 143, "1"),
+    # the workers' cancelled rows say the parent's reason too (they said the generic stop)
+    (signal.SIGTERM, 143, "2")])
 def test_an_interrupted_run_has_a_row_for_every_request_the_server_saw(
-        tmp_path: Path, fault_server: Any, sig: int, code: int) -> None:
+        tmp_path: Path, fault_server: Any, sig: int, code: int, workers: str) -> None:
     srv = fault_server(itl=0.01)
-    p = _start(tmp_path, srv)
+    p = _start(tmp_path, srv, "--workers", workers)
     wait_for(lambda: len(srv.done_ns()) >= 12, 60)
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)

@@ -72,6 +72,12 @@ class RunContext:
     #: called when the stage stops (a warm-up waiting for its lanes ends there)
     on_stop: Callable[[], None] | None = None
 
+    def __post_init__(self) -> None:
+        # a request still waiting for a free connection when its stage stops for good (the
+        # deadline, not only a spent budget) is not sent after it
+        for e in self.endpoints:
+            e.transport.hold_unsent(self.gives_up)
+
     def take_request(self) -> bool:
         """Count one request against the stage's budget; False once the stage is over."""
         if self.stopping:

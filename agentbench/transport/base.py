@@ -78,4 +78,10 @@ class Transport(Protocol):
         worker process."""
         ...
 
+    def hold_unsent(self, stopped: Callable[[], bool]) -> None:
+        """A request that waited in the client for a free connection is not sent once
+        ``stopped()`` says so (its stage ended meanwhile): it is recorded as cancelled,
+        never sent. A transport with no such wait ignores it."""
+        ...
+
     async def close(self) -> None: ...

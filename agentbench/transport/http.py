@@ -58,6 +58,10 @@ class Target:
 
 
 MAX_REDIRECTS = 5
+#: the message of a request whose stage ended while it waited for a free connection (an
+#: open loop past the client's connections): not sent, so it is not late traffic after
+#: the deadline (docs/architecture.md, replay)
+NOT_SENT = "cancelled: the stage ended while it waited for a free connection (not sent)"
 
 
 #: long bodies are written from their parts in groups of this size
@@ -153,8 +157,10 @@ def redact(text: str, secrets: tuple[str, ...], cut: bool = False) -> str:
 
 async def send(http: aiohttp.ClientSession | None, target: Target,
                body: bytes | RequestBody, tree_id: str, rec: RequestRecord,
-               t0_ns: int) -> None:
-    """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``).
+               t0_ns: int, unsent_if: Callable[[], bool] | None = None) -> None:
+    """POST ``body`` and fill ``rec`` (times relative to ``t0_ns``). ``unsent_if`` is
+    asked once the request has its connection: True (its stage ended while it waited for
+    one) and it is not sent (``Transport.hold_unsent``).
 
     The exchange runs on :mod:`agentbench.transport.stream` (a read costs a stamp and an
     append); ``http`` is the endpoint's aiohttp session, whose connection limit the
@@ -179,6 +185,12 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             pool = target.pool(url, http)
             async with asyncio.timeout_at(deadline):
                 conn = await pool.acquire(min(connect) if connect else None)
+            if hop == 0 and unsent_if is not None and unsent_if():
+                pool.release(conn)  # nothing written: the connection stays good
+                rec.end_ns = perf_ns() - t0_ns
+                rec.status, rec.error_type, rec.error_message = (
+                    records.CANCELLED, "cancelled", NOT_SENT)
+                return
             resp = conn.begin(t0_ns, rec.api)
             timer = conn.arm(tmo.sock_read, deadline, tmo.total)
             reuse = False

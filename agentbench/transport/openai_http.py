@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,8 @@ class HttpTransport:
     sim_handle: Any = None
     #: how the server's cache is reset (``reset_cache``: vllm, sglang, llama.cpp), or None
     reset_kind: str | None = None
+    #: whether a request that waited for a free connection is dropped (``hold_unsent``)
+    unsent_if: Callable[[], bool] | None = None
 
     @property
     def flavor(self) -> Flavor:
@@ -72,7 +74,10 @@ class HttpTransport:
                    t0_ns: int) -> None:
         body = make_body(self.template.parts(prompt, max_tokens))
         rec.api, rec.secrets = self.api, self.target.secrets
-        await send(self.http, self.target, body, session, rec, t0_ns)
+        await send(self.http, self.target, body, session, rec, t0_ns, self.unsent_if)
+
+    def hold_unsent(self, stopped: Callable[[], bool]) -> None:
+        self.unsent_if = stopped
 
     def collector(self) -> Collector | None:
         return None if not self.metrics_url else http_collector(self.http, self.metrics_url,

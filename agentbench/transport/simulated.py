@@ -89,6 +89,9 @@ class SimTransport:
     async def reset_cache(self) -> str:
         return f"simulator: {self.cluster.reset_cache():,} cached blocks dropped"
 
+    def hold_unsent(self, stopped: Callable[[], bool]) -> None:
+        return None  # the simulator takes every request at once: none waits in the client
+
     def opened(self) -> dict[str, Any]:
         return {"label": self.label, "in_process": True}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from typing import Any
 
@@ -416,3 +417,37 @@ async def test_a_percent_encoded_url_password_is_sent_decoded_and_stored_nowhere
             data = f.read_bytes()
             for form in (b"p@ss-SECRET-4321", b"p%40ss-SECRET-4321", want[6:].encode()):
                 assert form not in data, (f, form)
+
+
+@pytest.mark.timeout(60)
+async def test_requests_waiting_for_a_connection_at_the_deadline_are_not_sent(tmp_path):  # type: ignore[no-untyped-def]
+    """An open loop far past the client's connections (2 connections, 0.2 s a request,
+    200 arrivals a second): at the deadline (0.5 s, ``on_deadline: finish``) most requests
+    still wait in the client for a connection. They were sent after it, one connection
+    at a time, as late traffic the deadline had ended (10 s here, 67 s in a review); now
+    each is a cancelled row saying it was never sent, and the stage ends at once."""
+    from agentbench.transport.http import NOT_SENT
+
+    srv = FakeServer(ServerConfig(ttft_s=0.2, itl_s=0.0))
+    await srv.start()
+    sessions = [Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                        trace(1).sessions[0].turns) for i in range(20)]
+    sc = openai_scenario(srv.url, tmp_path, endpoint={"max_connections": 2},
+                         load={"kind": "rate", "arrival": "constant", "rate_per_s": 200},
+                         limits={"duration_s": 0.5, "on_deadline": "finish",
+                                 "recycle": True})
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=Trace(sessions),
+                                                  progress=False), 50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    unsent = req[req.error_message == NOT_SENT]
+    sent = len(srv.received)
+    # what the two connections served by the deadline, and the two in flight then
+    assert sent <= 2 * (0.5 / 0.2 + 2), sent
+    assert len(unsent) >= 50 and len(req) == sent + len(unsent)
+    assert (unsent.status == records.CANCELLED).all()
+    assert (req.status[req.error_message != NOT_SENT] == records.OK).all()
+    stage = json.loads((res.run_dir / "run.json").read_text())["stages"][0]
+    assert (stage["end_ns"] - stage["start_ns"]) / 1e9 < 2.0  # not the queue's 10 s

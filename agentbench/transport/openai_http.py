@@ -34,6 +34,9 @@ PROBE_TIMEOUT_S = 10.0
 _PROBE_SALT = 0xA070
 #: the most bytes of a start-up probe's answer held (they are a few hundred bytes)
 PROBE_BODY_BYTES = 1 << 20
+#: seconds the pre-run request waits for its answer (less when the endpoint's
+#: ``timeout_s`` is less)
+PREFLIGHT_S = 60.0
 
 
 def split_base(url: str) -> str:
@@ -237,10 +240,11 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
     body = apis.small_body(tr.api, model, {}, "hi", 1)
     where = f"endpoints[{index}]"
     shown = redact(tr.target.url, tr.target.secrets)  # a query may carry the key
+    wait = min(PREFLIGHT_S, tr.target.timeout.total or PREFLIGHT_S)
     try:
         async with tr.http.post(tr.target.url, data=json.dumps(body).encode(),
                                 headers=dict(tr.target.headers),
-                                timeout=aiohttp.ClientTimeout(total=60),
+                                timeout=aiohttp.ClientTimeout(total=wait),
                                 allow_redirects=False) as resp:
             try:
                 raw = await read_capped(resp, PROBE_BODY_BYTES)
@@ -248,7 +252,12 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
                 raw = b"(an answer of more than 1 MiB)"
             text = raw[:300].decode("utf-8", "replace")
             status = resp.status
-    except (aiohttp.ClientConnectionError, TimeoutError) as e:
+    except TimeoutError:  # a listening port that never answers reads "TimeoutError" alone
+        raise InputError(f"cannot reach {shown}: no answer to a 1-token request within "
+                         f"{wait:g} s (a server still loading its model, or a host that "
+                         "drops connections?); `preflight: false` skips this check",
+                         where=where, field="url") from None
+    except aiohttp.ClientConnectionError as e:
         msg = redact(str(e) or type(e).__name__, tr.target.secrets)
         raise InputError(f"cannot reach {shown}: {msg}", where=where,
                          field="url") from None

@@ -114,6 +114,27 @@ async def test_connection_refused(tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(60)
+async def test_a_server_that_never_answers_is_named_so(tmp_path):  # type: ignore[no-untyped-def]
+    """A port that takes connections and never answers (a server still loading, a wedged
+    process): the pre-run check said only "cannot reach URL: TimeoutError", after 63 s
+    whatever ``timeout_s`` said. It waits at most the endpoint's ``timeout_s`` and says
+    what happened and how to skip the check."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)  # connections complete in the kernel's backlog; nothing reads them
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        sc = openai_scenario(url, tmp_path, endpoint={"timeout_s": 1})
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(InputError) as got:
+            await asyncio.wait_for(run_scenario(sc, trace=trace(3), progress=False), 30)
+        took = asyncio.get_running_loop().time() - t0
+    line = str(got.value)
+    assert "no answer to a 1-token request within 1 s" in line, line
+    assert "preflight: false" in line and "\n" not in line
+    assert took < 10
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("status", [None, 401, 404])
 async def test_the_pre_run_check_never_shows_a_url_query_value(tmp_path, status):  # type: ignore[no-untyped-def]
     """An endpoint unreachable, or refusing the key or the model: the one-line error names

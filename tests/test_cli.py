@@ -122,7 +122,11 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')
     res = run("--debug", "traces", "stats", str(f), "--format", "weka")
-    assert res.returncode != 0 and "Traceback" in res.stderr
+    plain = run("traces", "stats", str(f), "--format", "weka")
+    assert "Traceback" in res.stderr and "Traceback" not in plain.stderr
+    # the same exit code and the same last line (bad input: 2; it was 1 with --debug)
+    assert res.returncode == plain.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == plain.stderr.strip(), res.stderr
 
 
 def test_validate_prints_every_problem(tmp_path: Path) -> None:

@@ -54,6 +54,15 @@ def _refuse_empty_paths(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
 _STATE = {"debug": False}
 
 
+def _trace_if_debug() -> None:
+    """With ``--debug``: the traceback of the error being handled, on stderr, before its
+    one line (the exit code stays the one the error has without ``--debug``)."""
+    if _STATE["debug"]:
+        import traceback
+
+        traceback.print_exc()
+
+
 def guarded(fn: F) -> F:
     """Bad input becomes one line on stderr and exit code 2 (a traceback with --debug)."""
 
@@ -63,23 +72,21 @@ def guarded(fn: F) -> F:
             _refuse_empty_paths(fn, kwargs)
             return fn(*args, **kwargs)
         except InputError as e:
-            if _STATE["debug"]:
-                raise
+            _trace_if_debug()
             lines = e.lines() if hasattr(e, "lines") else [e.one_line()]
             for line in lines:
                 typer.echo(f"error: {line}", err=True)
             raise typer.Exit(2) from None
         except ResultsWriteError as e:
-            if _STATE["debug"]:
-                raise
+            _trace_if_debug()
             typer.echo(f"error: {e.one_line()}", err=True)
             raise typer.Exit(1) from None
         except OSError as e:  # a disk that is full or read-only, a file that vanished
-            if _STATE["debug"]:
-                raise
+            _trace_if_debug()
             where = f"{e.filename}: " if e.filename else ""
             text = " ".join(str(e.strerror or e).split())
-            typer.echo(f"error: {where}{text} (--debug shows where)", err=True)
+            hint = "" if _STATE["debug"] else " (--debug shows where)"
+            typer.echo(f"error: {where}{text}{hint}", err=True)
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]

@@ -12,16 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from agentbench.replay.context import merged_outcomes
-from agentbench.replay.workers import (
-    _STATS,
-    Counters,
-    Shared,
-    WorkerSpec,
-    _listen,
-    failure_reason,
-    start_method,
-    worker_main,
-)
+from agentbench.replay.shared import _STATS, Counters, Shared, failure_reason
+from agentbench.replay.workers import WorkerSpec, _listen, start_method, worker_main
 from agentbench.results.spool import WORKERS_DIR, merge_parts
 
 

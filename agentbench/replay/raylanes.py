@@ -38,8 +38,9 @@ from typing import Any
 from agentbench.errors import InputError
 from agentbench.replay.context import merged_outcomes
 from agentbench.replay.raynode import Coordinator, LoadWorker
+from agentbench.replay.shared import _STATS, Counters
 from agentbench.replay.stages import max_lanes
-from agentbench.replay.workers import _STATS, Counters, WorkerSpec
+from agentbench.replay.workers import WorkerSpec
 from agentbench.results.spool import WORKERS_DIR, merge_parts
 
 #: round trips per worker to measure its clock offset (the one with the least round trip

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentbench.replay.shared import _STATS, Counters
 from agentbench.replay.stages import TreeSource
-from agentbench.replay.workers import _STATS, Counters, WorkerSpec, run_worker
+from agentbench.replay.workers import WorkerSpec, run_worker
 
 #: the most requests of a stage's budget one lease hands a worker
 LEASE_MAX = 64
@@ -114,7 +115,7 @@ class RemoteTreeSource(TreeSource):
 
 class RemoteShared:
     """A worker's side of :class:`Coordinator`, with the interface of
-    :class:`agentbench.replay.workers.Shared`. Counters go out and flags come back in one
+    :class:`agentbench.replay.shared.Shared`. Counters go out and flags come back in one
     call per publish, every 100 ms, never waited for: a worker reads the flags of its last
     answered publish (at most ~200 ms old). A Ray call costs the actor it reaches about
     1 ms of CPU (measured: 100 calls/s took 10% of a core), so publishing every 10 ms as

@@ -13,8 +13,9 @@ import pytest
 
 from agentbench.errors import ResultsWriteError
 from agentbench.replay.fleet import Fleet
+from agentbench.replay.shared import WHY_BYTES, Shared, failure_reason
 from agentbench.replay.sigterm import stop_reason
-from agentbench.replay.workers import WHY_BYTES, Shared, _watch, failure_reason
+from agentbench.replay.workers import _watch
 
 DISK = "the results could not be written (File too large)"
 

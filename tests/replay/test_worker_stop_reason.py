@@ -140,3 +140,21 @@ async def test_every_worker_answering_returns_their_messages_in_order() -> None:
         fleet.inboxes[w].put_nowait(("done", 0, w, {}))
     got = await asyncio.wait_for(fleet._all("done"), 5)
     assert [m[2] for m in got] == [0, 1, 2] and fleet.closed == []
+
+
+def test_ray_workers_read_the_drivers_reason_from_the_coordinator() -> None:
+    """Over Ray the flags travel with each publish's answer (no Ray needed to check the
+    coordinator's and the worker's sides: plain objects here)."""
+    from agentbench.replay.raynode import Coordinator, RemoteShared
+
+    coord = Coordinator(n_trees=3, recycle=False, n_workers=2)
+    worker = RemoteShared(coord)
+    worker.flags = coord.publish(0, [0] * 6)
+    assert not worker.interrupted() and worker.interrupt_reason() is None
+    coord.raise_interrupt("the run was stopped by SIGTERM")
+    worker.flags = coord.publish(0, [0] * 6)
+    assert worker.interrupted()
+    assert worker.interrupt_reason() == "the run was stopped by SIGTERM"
+    coord.raise_interrupt()  # Ctrl-C: no reason, the generic stop
+    worker.flags = coord.publish(1, [0] * 6)
+    assert worker.interrupted() and worker.interrupt_reason() is None

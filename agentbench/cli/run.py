@@ -220,10 +220,12 @@ def recover(
                                "reused pid)."),
 ) -> None:
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
-    and run.json says killed. load, report and gate do this by themselves."""
+    and run.json says killed. load, report and gate do this by themselves. A run.json that
+    is not valid JSON is kept as run.json.bad and a new one written (docs/reliability.md)."""
     from agentbench.results.reader import recover_if_cut_short, require_run_json, run_folder
 
     for d in map(run_folder, runs):
         require_run_json(d)  # a mistyped folder is not "nothing to recover"
-        made = recover_if_cut_short(d, force=force)
+        made = recover_if_cut_short(d, force=force, on_damaged=lambda line: typer.echo(
+            f"warning: {line}", err=True))
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

@@ -5,8 +5,11 @@ line naming file and field."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from collections.abc import Iterator
+import re
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,11 +165,17 @@ def require_run_json(d: Path, scenario: bool = False) -> None:
                          source=str(path))
 
 
-def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
+def recover_if_cut_short(d: Path, force: bool = False,
+                         on_damaged: Callable[[str], None] | None = None) -> list[str]:
     """A run whose process is gone (killed, crashed) left its rows in a spool: finish its
     parquet files and run.json first. A run still in progress is an error, unless
     ``force`` says its writer is gone whatever its pid says (``agentbench recover
-    --force``: a run copied from another host, or whose pid was reused)."""
+    --force``: a run copied from another host, or whose pid was reused).
+
+    A run.json that is not valid JSON is an error, but with ``on_damaged`` (``agentbench
+    recover``) and rows in the spool, it is kept aside as ``run.json.bad``, a new one is
+    written (``salvaged_run_json``), the rows recovered, and ``on_damaged`` told so in one
+    line (docs/reliability.md)."""
     from agentbench.results.spool import (
         has_spools,
         live_part,
@@ -177,7 +186,16 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
     )
 
     _regular_files_only(d)
-    run = read_run_json(d) if (d / R.RUN_FILE).exists() else {}
+    damaged: InputError | None = None
+    try:
+        run = read_run_json(d) if (d / R.RUN_FILE).exists() else {}
+    except InputError as e:
+        if not has_spools(d):
+            raise
+        if on_damaged is None:
+            raise InputError(f"{e.message}; its rows are still in the spool: `agentbench "
+                             f"recover {d}` writes them", source=e.source) from None
+        run, damaged = salvaged_run_json(d), e
     if force:  # for a writer that is gone; never one that still writes (its rows lost)
         for who in (run, live_part(d) or {}):
             if (pid := writer_runs_agentbench(who)) is not None:
@@ -201,10 +219,64 @@ def recover_if_cut_short(d: Path, force: bool = False) -> list[str]:
                              source=str(d))
     try:
         with _recovering(d):
-            return recover(d, force=force)
+            kept = _set_aside(d, run, damaged.message) if damaged is not None else None
+            made = recover(d, force=force)
     except OSError as e:
         raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
                          source=str(d)) from None
+    if damaged is not None and on_damaged is not None and kept is not None:
+        status = read_run_json(d).get("status")
+        on_damaged(f"{damaged.one_line()}; kept as {kept.name}, and a new run.json written "
+                   f"with status {status} (the scenario it named is lost: reports assume 1 "
+                   "GPU, gate refuses the run)")
+    return made
+
+
+#: a top-level key of run.json as ``write_run_json`` lays it out (two-space indent), and
+#: the host's name (four); a value cut short does not match
+_TOP_LEVEL = re.compile(rb'^  "(pid|status)": (-?[0-9]+|"[a-z_]+"),?$', re.M)
+_HOSTNAME = re.compile(rb'^    "hostname": ("(?:[^"\\]|\\.)*"),?$', re.M)
+
+
+def salvaged_run_json(d: Path) -> dict[str, Any]:
+    """What stands in for a run.json that is not valid JSON (cut short, damaged) while its
+    rows are recovered: the writer's pid, host and status where the damaged text still
+    holds them (so a run whose writer still runs is refused as before), else ``running``
+    with no pid, which recovery finishes as ``killed``. The run writes run.json whole (a
+    new file replacing the old), so a damaged one is damage, not a write in progress."""
+    try:
+        text = (d / R.RUN_FILE).read_bytes()
+    except OSError:
+        text = b""
+    run: dict[str, Any] = {"run_id": d.name, "status": "running", "pid": None}
+    for key, value in _TOP_LEVEL.findall(text):
+        run[key.decode()] = json.loads(value)
+    if (host := _HOSTNAME.search(text)) is not None:
+        run["host"] = {"hostname": json.loads(host.group(1))}
+    return run
+
+
+def _set_aside(d: Path, run: dict[str, Any], error: str) -> Path | None:
+    """Keep the damaged run.json as ``run.json.bad`` (``.bad.1``, ... when taken) and write
+    ``run`` in its place, saying so (``damaged_run_json``), unless another reader already
+    did (the folder's lock is held). Copied, then replaced: a kill at any point leaves a
+    run.json."""
+    path = d / R.RUN_FILE
+    try:
+        read_run_json(d)
+        return None  # replaced by a reader before this one
+    except InputError:
+        pass
+    bad = d / (R.RUN_FILE + ".bad")
+    n = 1
+    while os.path.lexists(bad):
+        bad, n = d / f"{R.RUN_FILE}.bad.{n}", n + 1
+    shutil.copyfile(path, bad)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**run, "damaged_run_json": {"kept_as": bad.name,
+                                                           "error": error}}, indent=2))
+    os.replace(tmp, path)
+    return bad
 
 
 @contextlib.contextmanager

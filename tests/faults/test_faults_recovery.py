@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from agentbench.results import schema as records
 from agentbench.results import spool
@@ -258,3 +260,62 @@ def test_recover_force_finishes_a_run_whose_pid_cannot_tell(tmp_path: Path,
     assert res.returncode == 0 and "1 worker folder" in res.stdout, res.stdout + res.stderr
     assert _ids(run) == [*range(5), *range(100, 105)]
     assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
+
+
+def _cut_run_json(run: Path, pid: int, half: bool) -> bytes:
+    """run.json laid out as the run writes it (host and scenario first, status and pid
+    after them), cut to half its bytes or, not ``half``, just after its pid; the bytes
+    left."""
+    info = {"run_id": run.name, "host": {"hostname": socket.gethostname()},
+            "scenario": {"name": "cut", "notes": ["x" * 60] * 20}, "status": "running",
+            "pid": pid, "stages": []}
+    text = json.dumps(info, indent=2).encode()
+    cut = text[:len(text) // 2 if half else text.index(b'"stages"')]
+    (run / records.RUN_FILE).write_bytes(cut)
+    return cut
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_cut_short_run_json_does_not_block_recover(tmp_path: Path, workers: int) -> None:
+    """A killed run whose run.json is cut to half its bytes (its pid with it): recover
+    keeps the damaged file as run.json.bad, writes a new run.json (``killed``) and the
+    tables from the spools and journals, each row once, and says so in one line. Before,
+    recover, load and report refused the run ("not valid JSON"), its rows only in the
+    spool."""
+    import agentbench
+    from agentbench.errors import InputError
+
+    run = tmp_path / "r"
+    _killed_run(run, workers)
+    cut = _cut_run_json(run, pid=2**40, half=True)
+    with pytest.raises(InputError, match="agentbench recover"):
+        agentbench.load(run)  # a reader that is not recover changes nothing
+    assert not (run / records.REQUESTS_FILE).exists()
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "recover", str(run)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 0 and len(lines) == 1, res.stdout + res.stderr
+    assert "run.json: not valid JSON" in lines[0] and "kept as run.json.bad" in lines[0]
+    assert "status killed" in lines[0] and "recovered requests.parquet" in res.stdout
+    assert (run / "run.json.bad").read_bytes() == cut
+    want = sorted([*range(5), *(i for w in range(1, workers + 1)
+                                for i in range(100 * w, 100 * w + 5))])
+    assert _ids(run) == want and not spool.has_spools(run)
+    info = json.loads((run / records.RUN_FILE).read_text())
+    assert info["status"] == "killed" and info["damaged_run_json"]["kept_as"] == "run.json.bad"
+    assert sorted(agentbench.load(run).requests.request_id) == want
+
+
+def test_a_cut_short_run_json_that_still_names_a_live_writer_is_not_recovered(
+        tmp_path: Path) -> None:
+    """Cut after its pid, the damaged run.json still says who writes the run: a live
+    writer's run is refused as any run in progress is, and nothing changes."""
+    from agentbench.cli import app
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    cut = _cut_run_json(run, pid=os.getpid(), half=False)
+    res = CliRunner().invoke(app, ["recover", str(run)])
+    assert res.exit_code == 2 and "still in progress" in res.output, res.output
+    assert (run / records.RUN_FILE).read_bytes() == cut
+    assert not (run / "run.json.bad").exists() and spool.has_spools(run)

@@ -118,6 +118,24 @@ def test_requests_in_one_time_base(tmp_path: Path) -> None:
     assert (s["start_ns"].dropna() == r.records.sessions["start_ns"].dropna() * 10).all()
 
 
+def test_a_run_without_sessions_parquet_says_so(tmp_path: Path) -> None:
+    """Every run writes sessions.parquet; without it load read an empty table and the
+    agents' figures fell back to their requests without a word. Now the summary warns (the
+    terminal summary and the report show it), also where summary.json was written while
+    the file was there; a complete run has no such warning."""
+    from agentbench.metrics import format_summary
+    from agentbench.metrics.summary import NO_SESSIONS
+
+    d = write_demo_run(tmp_path / "r", trees=3, turns=3, concurrency=(2,), seed=2)
+    whole = agentbench.load(d)
+    assert len(whole.sessions) > 0 and NO_SESSIONS not in whole.summary["time_base"]["warnings"]
+    (d / R.SESSIONS_FILE).unlink()  # summary.json, made with it, is still there
+    r = agentbench.load(d)
+    assert len(r.sessions) == 0 and NO_SESSIONS in r.summary["time_base"]["warnings"]
+    assert f"warning       {NO_SESSIONS}" in format_summary(r.summary)
+    assert r.summary["overall"]["requests"] == whole.summary["overall"]["requests"]
+
+
 @pytest.mark.timeout(240)
 def test_notebook_executes(run_dir: Path) -> None:
     nbformat = pytest.importorskip("nbformat")

@@ -162,9 +162,10 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     from agentbench.results.spool import has_spools
 
     summary = None
-    # newer than the rows and run.json (its GPUs, prices and SLOs, edited by hand), and
-    # intact (its digest: a file edited by hand or not a summary is computed again)
-    fresh = sp.exists() and rp.exists() and all(
+    # newer than the rows and run.json (its GPUs, prices and SLOs, edited by hand),
+    # intact (its digest: a file edited by hand or not a summary is computed again), and
+    # made with the sessions rows still there (without them it warns of their loss)
+    fresh = sp.exists() and rp.exists() and (p / R.SESSIONS_FILE).exists() and all(
         sp.stat().st_mtime >= f.stat().st_mtime for f in (rp, p / R.RUN_FILE) if f.exists())
     if not refresh and not has_spools(p) and fresh:
         summary = read_summary(sp)

@@ -344,10 +344,19 @@ def summarize_records(rr: RunRecords) -> dict[str, Any]:
                 f"{', '.join(late)} (summary.json client_saturated_by_node)")
     if (warn := _overrun(rr.run)) is not None:
         summary["time_base"]["warnings"].append(warn)
+    if R.SESSIONS_FILE in rr.missing:
+        summary["time_base"]["warnings"].append(NO_SESSIONS)
     summary["validity"] = validity(rr.run, summary["stages"], d)
     if summary["validity"] is not None:
         summary["agentx"] = agentx_headline(summary["stages"])
     return summary
+
+
+#: the warning of a run folder without sessions.parquet, which every run writes: the
+#: agents' figures fall back to their requests (docs/metrics.md, agent makespan)
+NO_SESSIONS = ("sessions.parquet not found (every run writes it): each agent's makespan is "
+               "its requests' span, its LLM wait and slowdown are unknown, and an agent "
+               "whose last turns were never sent counts as completed")
 
 
 def _overrun(run: dict[str, Any]) -> str | None:

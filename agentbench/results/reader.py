@@ -51,6 +51,8 @@ class RunRecords:
     run: dict[str, Any]
     settings: Settings
     time_base: TimeBase = field(default_factory=TimeBase)
+    #: the optional tables the folder lacks (read as empty), for the summary to warn of
+    missing: tuple[str, ...] = ()
 
 
 # low-cardinality text columns read as dictionaries: integer codes without building
@@ -351,5 +353,8 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     server_metrics = labels_as_text(sm_table).to_pandas()
     run = read_run_json(d)
     settings = read_settings(run, str(d / R.RUN_FILE))
+    # every run writes sessions.parquet (empty when no session ended): one that is not
+    # there was lost, and the agents' figures fall back to their requests (summary warns)
+    missing = () if (d / R.SESSIONS_FILE).exists() else (R.SESSIONS_FILE,)
     return RunRecords(d, requests, events, sessions, server_metrics, run, settings,
-                      time_base(run))
+                      time_base(run), missing)

@@ -24,6 +24,7 @@ from typing import Any
 
 from agentbench.results.schema import USAGE_MAX
 from agentbench.traces import words as tokenize
+from agentbench.transport.sselines import lf_lines, without_bom
 
 # "content":"x (non-empty string), "tool_calls":[ {  — JSON allows whitespace around ':'.
 _TOKEN_RE = re.compile(
@@ -75,19 +76,29 @@ def event_start(reads: Sequence[bytes], scanned: int, end: int, start: int) -> i
 def parse_stream(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult:
     """Events of an SSE stream, each stamped with its completing chunk's arrival (ns).
 
-    A well-formed stream (every event one ``data: {...}`` or ``data: [DONE]`` line) is read
-    in a few passes over the joined bytes; anything else takes the event-by-event path,
-    which also names what is malformed."""
-    fast = _parse_fast(chunks, times)
+    A leading byte order mark is dropped and lines may end with CRLF, LF or CR, as the SSE
+    standard says (WHATWG HTML, server-sent events; docs/reliability.md). A well-formed
+    stream (every event one ``data: {...}`` or ``data: [DONE]`` line) is read in a few
+    passes over the joined bytes; anything else takes the event-by-event path, which also
+    names what is malformed."""
+    if chunks and (len(chunks[0]) < 3 or chunks[0][0] == 0xEF):  # a mark could be there
+        chunks = without_bom(chunks)
+    body = b"".join(chunks)
+    if b"\r" in body:  # lines ended by CRLF or CR (rare): read as LF, then as any stream
+        chunks = lf_lines(chunks)
+        body = b"".join(chunks)
+    fast = _parse_fast(chunks, times, body)
     return fast if fast is not None else _parse_events(chunks, times)
 
 
-def _parse_fast(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult | None:
-    body = b"".join(chunks)
+def _parse_fast(chunks: Sequence[bytes], times: Sequence[int], body: bytes
+                ) -> StreamResult | None:
+    """The stream read with C-level passes over ``body`` (the chunks joined, its lines
+    ended by LF), or None when it is not the usual shape."""
     # an error event sends the stream to the event-by-event path, which reads it (every
     # object checked below starts 'data: {"', so this finds each; inside a JSON string the
     # quote is escaped)
-    if b"\r" in body or b'data: {"error"' in body:
+    if b'data: {"error"' in body:
         return None
     # one event per chunk (an engine's writes, read one by one): the chunks are the events
     # as they are ("\n\n" kept) and event k is stamped with chunk k; else split the body

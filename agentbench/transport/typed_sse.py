@@ -22,7 +22,8 @@ Both APIs name each event by a ``type`` field (and an ``event:`` line):
   ``input_tokens``) and the cached tokens are ``cache_read_input_tokens``.
 
 Every event's JSON is decoded (these APIs carry the kind of an event only there); events are
-split at blank lines however lines end (CRLF, LF, CR). Nothing after the last event
+split at blank lines however lines end (CRLF, LF, CR), and a byte order mark that starts the
+stream is dropped, as the SSE standard says. Nothing after the last event
 (``response.completed``, ``.incomplete`` or ``.failed``; ``message_stop``) is read: events a
 server sends after it are not the answer's (docs/reliability.md).
 """
@@ -37,6 +38,7 @@ from typing import Any
 
 from agentbench.traces import words as tokenize
 from agentbench.transport.sse import StreamResult, loads, read_count, spread_counts
+from agentbench.transport.sselines import without_bom
 
 #: a blank line: two line ends, ``\r\n`` always read as one (atomic groups)
 _BLANK = re.compile(rb"(?>\r\n|\n|\r)(?>\r\n|\n|\r)")
@@ -108,7 +110,7 @@ def _message(obj: dict[str, Any], data: bytes) -> str:
 def parse_typed(chunks: Sequence[bytes], times: Sequence[int], api: str) -> StreamResult:
     """What a Responses (``api="responses"``) or Messages (``"messages"``) stream said."""
     out = StreamResult()
-    events, rest = split_events(chunks, times)
+    events, rest = split_events(without_bom(chunks), times)
     if rest.strip() and times:
         events.append((rest.strip(), times[-1]))
     token_texts: list[str] = []

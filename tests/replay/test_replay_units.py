@@ -158,7 +158,7 @@ def test_fast_path_answers_as_the_event_path(kinds: list[int], cuts: list[int],
         if pos < len(body):
             chunks.append(body[pos:])
     t = list(range(10, 10 * len(chunks) + 10, 10))
-    fast = sse._parse_fast(chunks, t)
+    fast = sse._parse_fast(chunks, t, b"".join(chunks))
     if fast is not None:
         assert fast == sse._parse_events(chunks, t)
     assert sse.parse_stream(chunks, t) == (fast or sse._parse_events(chunks, t))

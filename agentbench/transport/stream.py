@@ -21,7 +21,8 @@ request even when the body does not end after it: a server may keep the connecti
 or send ``: ping`` comments, after its answer is whole (OpenAI's own client stops reading
 there). No read pays for this: the request's timer also fires every ``END_GRACE_S`` and
 looks in the reads since it last did for the bytes of the API's last event
-(``agentbench.transport.apis.END_MARKS``); ``END_GRACE_S`` after the read that brought
+(``agentbench.transport.apis.END_MARKS``, found by :mod:`agentbench.transport.endmarks`
+however reads and chunks cut them); ``END_GRACE_S`` after the read that brought
 them, if the body has not ended, the stream is read as it stands, and if its last event
 came the request ends there, a success stamped at that event's read, its connection
 closed (docs/reliability.md). A stall or the deadline reads the stream the same way before
@@ -39,7 +40,7 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from agentbench.transport import apis
+from agentbench.transport import apis, endmarks
 from agentbench.transport.chunked import chunk_state, decode_chunked
 from agentbench.transport.response import Response
 from agentbench.transport.sse import event_start
@@ -73,8 +74,6 @@ CHECK_EVERY = _MIB
 #: the event or at once after it (its connection is kept), and the bytes may also be a
 #: token's text (then the request goes on)
 END_GRACE_S = 0.5
-#: bytes kept from one look to the next: a marker cut between two reads is found whole
-_MARK_TAIL = max(len(m) for marks in apis.END_MARKS.values() for m in marks) - 1
 
 
 class StreamError(Exception):
@@ -117,6 +116,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.looked = 0  # reads looked in for the bytes of the stream's last event
         self.tail = b""  # the last bytes of those reads (the bytes cut between two reads)
         self.marked = 0  # perf_ns of the last read with those bytes, until the stream is read
+        self.again = False  # those bytes came in an event not ended: look at the next read
         self._drain: asyncio.Future[None] | None = None
         self._paused = False
 
@@ -206,6 +206,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.api = api
         self.looked = self.marked = 0
         self.tail = b""
+        self.again = False
         self.resp = Response()
         self.done = asyncio.get_running_loop().create_future()
         self.head = b""
@@ -358,17 +359,15 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         if len(reads) > looked:
             new = reads[looked:]
             seen = tail + b"".join(new)
-            at = 0  # just past the last such bytes
-            for m in apis.END_MARKS[self.api]:
-                k = seen.rfind(m)
-                if k >= 0 and k + len(m) > at:
-                    at = k + len(m)
+            at = endmarks.mark_end(seen, self.api, resp.chunked, len(tail))
+            if self.again:  # the rest of the event that had those bytes: the newest read
+                at, self.again = len(seen), False
             if at > len(tail):  # in the new reads: stamped with the one with their end
                 ends = list(accumulate(map(len, new)))
                 i = min(bisect_left(ends, at - len(tail)), len(new) - 1)
                 self.marked = self.t0 + resp.times[looked + i]
             self.looked = len(reads)
-            self.tail = seen[-_MARK_TAIL:]
+            self.tail = seen[-endmarks.TAIL:]
         if not self.marked:
             return None
         return END_GRACE_S - (perf_ns() - self.marked) / 1e9
@@ -387,6 +386,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         except Exception:  # noqa: BLE001 - unreadable here: finish_record names what
             return False
         if st.end_ns is None:
+            self.again = endmarks.in_unfinished_event(pieces, self.api)
             return False
         resp.end_ns = st.end_ns
         self.keep = False

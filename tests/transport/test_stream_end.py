@@ -206,6 +206,24 @@ async def test_a_marker_cut_between_two_reads_is_found(api: str) -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("apart", [0.0, stream.END_GRACE_S * 1.2], ids=["together", "apart"])
+@pytest.mark.parametrize("api", APIS)
+async def test_a_marker_cut_between_two_http_chunks_is_found(api: str, apart: float) -> None:
+    """The last event sent as two HTTP chunks cut inside its marker bytes (``data: [DO``,
+    then ``NE]``), so the chunk framing lies between the marker's halves in the raw reads;
+    one after the other, or more than a look of the timer apart: found all the same.
+    Before, the request waited for the stall timeout."""
+    evs, end = _answer(api)
+    cut = end.rindex(apis.END_MARKS[api][0]) + 3
+    steps: list[Step] = [*evs, end[:cut], b"MARK" + end[cut:]]
+    if apart:
+        steps.insert(-1, apart)
+    srv = Server([steps])
+    [(rec, row, took)] = await _send(srv, api)
+    _ok_at_the_marker(srv, rec, row, took)
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("hang", [False, True], ids=["then-ends", "then-hangs"])
 @pytest.mark.parametrize("api", APIS)
 async def test_events_after_the_end_marker_are_not_counted(api: str, hang: bool) -> None:

@@ -192,6 +192,8 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
     from agentbench.metrics.derive import derive
     from agentbench.metrics.format import run_ended
     from agentbench.metrics.run import load
+    from agentbench.metrics.summary import NO_SESSIONS
+    from agentbench.results import schema as R
     from agentbench.results.reader import require_run_json
     from agentbench.results.timebase import VIRTUAL
     from agentbench.scenario.fingerprint import check_comparable
@@ -216,6 +218,9 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
                              "gate (see its summary for why)", source=str(r.path))
     out = GateResult(options=opts)
     out.warnings = check_comparable([r.records.run for r in [*bases, runs[1]]], allow)
+    for r, which in [*((b, "baseline") for b in bases), (runs[1], "candidate")]:
+        if R.SESSIONS_FILE in r.records.missing:  # its agents' figures are fallbacks
+            out.warnings.append(f"the {which} {r.path.name}: {NO_SESSIONS}")
     out.exact = all(r.records.time_base.kind == VIRTUAL for r in runs)
     if out.exact and len(bases) > 1:
         out.warnings.append("virtual time: the first baseline is compared exactly, the "

@@ -413,6 +413,20 @@ def test_runs_without_fingerprint_warn(runs: dict[str, Path], virtual: dict[str,
     assert "no fingerprint" in (tmp_path / "g.md").read_text()
 
 
+def test_a_run_without_sessions_parquet_is_gated_with_a_warning(virtual: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    """Its agents' figures are fallbacks (the summary warns, docs/metrics.md): the gate says
+    so too, naming the run, rather than comparing them without a word."""
+    cand = tmp_path / "rerun"
+    shutil.copytree(virtual["rerun"], cand)
+    (cand / R.SESSIONS_FILE).unlink()
+    code, out = _gate(str(virtual["base"]), str(cand))
+    assert "warning: the candidate rerun: sessions.parquet not found" in out, out
+    assert "baseline" not in out.split("sessions.parquet not found")[0].splitlines()[-1]
+    code, out = _gate(str(virtual["base"]), str(virtual["rerun"]))
+    assert code == 0 and "sessions.parquet" not in out
+
+
 def test_check_comparable_names_every_differing_field() -> None:
     sc = {"trace": {"filters": {"min_turns": None}, "transform": {"scale": None}},
           "load": {"kind": "lanes", "concurrency": 4}, "limits": {"max_sessions": 8},

@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentbench.transport.sselines import BOM
 from agentbench.transport.typed_sse import usage_counts
 
 #: characters of response text and tool-call arguments kept per call
@@ -69,6 +70,7 @@ class ReplyReader:
         self._inflate = zlib.decompressobj(47) if encoding in ("gzip", "deflate") else None
         self._line = bytearray()
         self._skip = False  # inside a line longer than LINE_CAP
+        self._first = True  # no byte of the body read yet
         self._body = bytearray()
         self._texts: list[str] = []
         self._hash = hashlib.blake2b(digest_size=16)
@@ -92,6 +94,10 @@ class ReplyReader:
             self.unreadable = True
 
     def _take(self, data: bytes) -> None:
+        if self._first:  # a byte order mark is dropped, as SSE readers (and JSON's) may
+            self._first = False
+            if data.startswith(BOM):
+                data = data[len(BOM):]
         if self.stream is None:
             head = data.lstrip()
             if not head:

@@ -67,6 +67,21 @@ def test_cr_only_streams_are_read_by_the_recorder() -> None:
     assert parse_response(chat, None, True).usage["prompt_tokens"] == 100  # type: ignore[index]
 
 
+@pytest.mark.parametrize("shape", [Shape("chat"), Shape("completions"),
+                                   MessagesShape("messages"), ResponsesShape()])
+def test_a_leading_byte_order_mark_is_dropped_by_the_recorder(shape: Shape) -> None:
+    """As the replay's readers drop it (SSE): the reply is the one without the mark. A
+    completions stream lost its first event's text (its line began with the mark)."""
+    import dataclasses
+
+    from agentbench.transport.sselines import BOM
+
+    raw = _stream(shape, 4, (100, 60, 4))
+    with_mark = dataclasses.asdict(parse_response(BOM + raw, None, True))
+    assert with_mark == dataclasses.asdict(parse_response(raw, None, True))
+    assert with_mark["text_chars"] > 0
+
+
 def test_breakpoints_are_scaled_to_the_servers_count() -> None:
     assert _marks([124, 277, 441], 317, 441) == [89, 199, 317]
     assert _marks([10, 20], 20, 20) == [10, 20] and _marks([], 5, 9) is None

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ROOT
+
 HEAVY = ("pandas", "matplotlib", "datasets", "pyarrow", "aiohttp", "numpy")
 
 
@@ -169,3 +171,18 @@ def test_traces_stats_takes_a_synthetic_source_as_run_does() -> None:
     import json
 
     assert json.loads(r.output)["roots"] == 3
+
+
+def test_docs_lists_and_prints_the_docs_messages_name() -> None:
+    res = run("docs")
+    assert res.returncode == 0, res.stderr
+    listed = [ln.split()[0] for ln in res.stdout.splitlines()[:-1]]
+    assert listed == sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+    for name in ("metrics", "metrics.md", "docs/metrics.md"):  # as messages write it
+        res = run("docs", name)
+        assert res.returncode == 0
+        assert res.stdout == (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    for bad in ("../README", "nope", "/etc/passwd"):
+        res = run("docs", bad)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+        assert "the docs: agentx, architecture" in res.stderr, res.stderr

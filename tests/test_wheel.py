@@ -70,6 +70,9 @@ def check_metadata(wheel: Path) -> None:
     assert "Provides-Extra: dev" in meta
     assert "agentbench = agentbench.cli:main" in entry
     assert not [n for n in names if n.startswith(("tests/", "scenarios/", "benchmarks/"))]
+    # the docs that messages name (docs/NAME.md), as files (agentbench/docs is a link)
+    docs = {Path(n).name for n in names if n.startswith("agentbench/docs/")}
+    assert docs == {p.name for p in (ROOT / "docs").glob("*.md")}, docs
 
 
 def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> None:
@@ -98,6 +101,10 @@ def test_the_wheel_installs_and_runs_outside_the_repository(tmp_path: Path) -> N
     file, path = json.loads(res.stdout)
     assert Path(file).resolve().is_relative_to(venv.resolve()), file
     assert not [p for p in path if p and Path(p).resolve().is_relative_to(ROOT)], path
+
+    # a doc a message names, from the installed package
+    res = sh([venv / "bin" / "agentbench", "docs", "docs/metrics.md"], work, env)
+    assert res.returncode == 0 and res.stdout.startswith("# Metrics"), res.stderr
 
     # the quickstart, copied to an empty folder
     shutil.copy(ROOT / "scenarios" / "quickstart.yaml", work)

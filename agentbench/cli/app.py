@@ -1,5 +1,5 @@
 """The command line's application, its error guard (bad input is one line and exit code 2)
-and the small commands (``version``, ``validate``)."""
+and the small commands (``version``, ``validate``, ``docs``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from agentbench.errors import InputError, ResultsWriteError
 
 app = typer.Typer(
     name="agentbench",
-    help="Replay agentic coding workloads against OpenAI-compatible endpoints.",
+    help="Replay agentic coding workloads against OpenAI-compatible endpoints. The docs "
+    "that messages name (docs/NAME.md) come with the package: agentbench docs NAME.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -133,3 +134,29 @@ def validate(
     for w in warnings:
         typer.echo(f"warning: {scenario}: {w}", err=True)
     typer.echo(f"{scenario}: ok ({sc.name})")
+
+
+#: the package's docs: ``agentbench/docs`` (a link to the repository's ``docs/``, which
+#: the wheel holds as files)
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@app.command()
+@guarded
+def docs(
+    name: str = typer.Argument("", help="A doc's name: metrics, docs/metrics.md... "
+                               "Without one: the list."),
+) -> None:
+    """Print one of the docs that messages name (docs/NAME.md), or list them."""
+    found = {p.stem: p for p in sorted(DOCS.glob("*.md"))}
+    if not name:
+        for stem, p in found.items():
+            first = p.read_text(encoding="utf-8").split("\n", 1)[0].lstrip("# ")
+            typer.echo(f"{stem:<14} {first}")
+        typer.echo(f"(in {DOCS})")
+        return
+    stem = name.strip().removeprefix("docs/").removesuffix(".md")
+    if stem not in found:
+        raise InputError(f"no doc {name!r}; the docs: {', '.join(found) or 'none found'}",
+                         field="NAME")
+    typer.echo(found[stem].read_text(encoding="utf-8"), nl=False)

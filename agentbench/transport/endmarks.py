@@ -5,9 +5,11 @@ however the reads and the HTTP chunks cut them (docs/reliability.md):
 
 - whole, or cut between two reads: the look searches the previous look's last ``TAIL``
   bytes with its own;
-- cut by the framing of two HTTP chunks (a server that sent ``data: [DO``, then ``NE]``,
-  as two chunks): the framing lies between the marker's halves in the raw bytes, so a
-  pattern of framing then a marker's end is searched in the last ``CUT_WINDOW`` bytes;
+- cut by the framing of HTTP chunks (a server that sent ``data: [DO``, then ``NE]``, as
+  two chunks, or ``[D``, ``ON``, ``E]`` as three): the framing lies between the marker's
+  pieces in the raw bytes, so a pattern of framing then a marker's end is searched in the
+  last ``CUT_WINDOW`` bytes, and where it is found, the bytes before it, read without
+  their own framing, must end with the marker's start;
 - in an event that came in part (a Responses event's ``event:`` line, its JSON still to
   come): the stream read as it stands ends in that event, and the stream's reader looks
   again at the next read (``in_unfinished_event``).
@@ -27,6 +29,7 @@ from agentbench.transport.sse import event_start
 TAIL = max(len(m) for marks in apis.END_MARKS.values() for m in marks) - 1 + 100
 #: the framing between two HTTP chunks: CRLF, the size in hex, any extension, CRLF
 _FRAMING = rb"\r\n[0-9A-Fa-f]{1,16}(?:[ \t]*;[^\r\n]{0,64})?\r\n"
+_FRAMINGS = re.compile(_FRAMING)
 #: how far back from a look's newest byte a marker cut by chunk framing is looked for: a
 #: chat stream's last event and what a server sends in the half second after it (pings)
 #: end there; the pattern costs ~4 ns a byte, the whole marker's search ~0.4. A Responses
@@ -61,17 +64,19 @@ def mark_end(seen: bytes, api: str, chunked: bool, after: int) -> int:
 
 
 def cut_mark_end(seen: bytes, api: str) -> int:
-    """Just past the last marker of ``api`` that the framing of two HTTP chunks cuts in two
-    (its start before the framing, its end after) in the last ``CUT_WINDOW`` bytes of
-    ``seen``, or 0."""
+    """Just past the last marker of ``api`` that the framing of HTTP chunks cuts (its end
+    after the last framing, its start before it, in one piece or more: ``[D``, ``ON``,
+    ``E]``) in the last ``CUT_WINDOW`` bytes of ``seen``, or 0."""
     at = 0
+    start = max(0, len(seen) - CUT_WINDOW)
     pattern = _CUT_MARKS[api]
-    f = pattern.search(seen, max(0, len(seen) - CUT_WINDOW))
+    f = pattern.search(seen, start)
     while f is not None:
         a, b = f.span()
+        before = _FRAMINGS.sub(b"", seen[start:a])  # the pieces before, their framing out
         for m in apis.END_MARKS[api]:
             for k in range(1, len(m)):
-                if seen.startswith(m[k:], b) and seen.endswith(m[:k], 0, a):
+                if seen.startswith(m[k:], b) and before.endswith(m[:k]):
                     at = max(at, b + len(m) - k)
         f = pattern.search(seen, b)
     return at

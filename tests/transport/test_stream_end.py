@@ -224,6 +224,32 @@ async def test_a_marker_cut_between_two_http_chunks_is_found(api: str, apart: fl
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("apart", [0.0, stream.END_GRACE_S * 1.2], ids=["together", "apart"])
+@pytest.mark.parametrize("pieces", [3, 0], ids=["three", "a-byte-each"])
+@pytest.mark.parametrize("api", APIS)
+async def test_a_marker_cut_into_more_http_chunks_is_found(api: str, pieces: int,
+                                                           apart: float) -> None:
+    """The last event sent as several HTTP chunks cut inside its marker bytes (``data:
+    [D``, ``ON``, ``E]``; or a chunk for each of its bytes), so the framing of two chunks
+    lies between each piece and the next; the last piece more than a look of the timer
+    after the others, or not: found all the same. Before, the framing around a piece
+    that was neither the marker's start nor its end hid it, and a chat or completions
+    request waited for the stall timeout (with pings after it, for its whole timeout)."""
+    evs, end = _answer(api)
+    mark = apis.END_MARKS[api][0]
+    at = end.rindex(mark)
+    cuts = ([at + 2, at + 4] if pieces else list(range(at + 1, at + len(mark))))
+    bounds = [0, *cuts, len(end)]
+    parts = [end[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    steps: list[Step] = [*evs, *parts[:-1], b"MARK" + parts[-1]]
+    if apart:
+        steps.insert(-1, apart)
+    srv = Server([steps])
+    [(rec, row, took)] = await _send(srv, api)
+    _ok_at_the_marker(srv, rec, row, took)
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("hang", [False, True], ids=["then-ends", "then-hangs"])
 @pytest.mark.parametrize("api", APIS)
 async def test_events_after_the_end_marker_are_not_counted(api: str, hang: bool) -> None:

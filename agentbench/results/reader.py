@@ -235,8 +235,9 @@ def recover_if_cut_short(d: Path, force: bool = False,
 
 
 #: a top-level key of run.json as ``write_run_json`` lays it out (two-space indent), and
-#: the host's name (four); a value cut short does not match
-_TOP_LEVEL = re.compile(rb'^  "(pid|status)": (-?[0-9]+|"[a-z_]+"),?$', re.M)
+#: the host's name (four); a value cut short does not match: a number counts only with
+#: the comma or line end after it (``"pid": 40`` at the end of the text may be 4012's start)
+_TOP_LEVEL = re.compile(rb'^  "(pid|status)": (-?[0-9]+|"[a-z_]+")(?:,$|\n)', re.M)
 _HOSTNAME = re.compile(rb'^    "hostname": ("(?:[^"\\]|\\.)*"),?$', re.M)
 
 

@@ -319,3 +319,25 @@ def test_a_cut_short_run_json_that_still_names_a_live_writer_is_not_recovered(
     assert res.exit_code == 2 and "still in progress" in res.output, res.output
     assert (run / records.RUN_FILE).read_bytes() == cut
     assert not (run / "run.json.bad").exists() and spool.has_spools(run)
+
+
+def test_a_pid_cut_short_is_not_read_as_a_writer(tmp_path: Path) -> None:
+    """run.json cut inside the digits of its pid: what is left of them (here this test's
+    own pid, alive) is not the writer's, so the run is recovered as any whose pid was lost.
+    Before, recover read the digits left as the pid and refused: "still in progress (pid
+    N)", naming a process that never wrote the run."""
+    from agentbench.cli import app
+    from agentbench.results.reader import salvaged_run_json
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    mine = str(os.getpid()).encode()
+    pid = int(mine + b"0000000")  # past any pid_max: the writer is gone
+    cut = _cut_run_json(run, pid=pid, half=False)
+    text = cut[:cut.index(b'"pid": ') + len(b'"pid": ') + len(mine)]
+    (run / records.RUN_FILE).write_bytes(text)
+    assert salvaged_run_json(run)["pid"] is None
+    res = CliRunner().invoke(app, ["recover", str(run)])
+    assert res.exit_code == 0 and "kept as run.json.bad" in res.output, res.output
+    assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
+    assert _ids(run) == list(range(5)) and not spool.has_spools(run)

@@ -70,7 +70,7 @@ class ReplyReader:
         self._inflate = zlib.decompressobj(47) if encoding in ("gzip", "deflate") else None
         self._line = bytearray()
         self._skip = False  # inside a line longer than LINE_CAP
-        self._first = True  # no byte of the body read yet
+        self._lead: bytes | None = b""  # the body's first bytes, while they may be a mark's
         self._body = bytearray()
         self._texts: list[str] = []
         self._hash = hashlib.blake2b(digest_size=16)
@@ -94,8 +94,14 @@ class ReplyReader:
             self.unreadable = True
 
     def _take(self, data: bytes) -> None:
-        if self._first:  # a byte order mark is dropped, as SSE readers (and JSON's) may
-            self._first = False
+        # a byte order mark is dropped, as SSE readers (and JSON's) may, however the reads
+        # cut it (a gzip body's first read may inflate to nothing)
+        if self._lead is not None:
+            data = self._lead + data
+            if len(data) < len(BOM) and BOM.startswith(data):
+                self._lead = data
+                return
+            self._lead = None
             if data.startswith(BOM):
                 data = data[len(BOM):]
         if self.stream is None:
@@ -263,6 +269,9 @@ class ReplyReader:
     def finish(self) -> Reply:
         """The reply (an unreadable body gives an empty one: counts fall back to the
         tokenizer)."""
+        if self._lead:  # the body ended inside what could have been a mark: it was not
+            lead, self._lead = self._lead, None
+            self._take(lead)
         if self.unreadable:
             return Reply()
         if not self.stream:

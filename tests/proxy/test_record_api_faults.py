@@ -82,6 +82,35 @@ def test_a_leading_byte_order_mark_is_dropped_by_the_recorder(shape: Shape) -> N
     assert with_mark["text_chars"] > 0
 
 
+@pytest.mark.parametrize("cut", ["split", "gzip"])
+@pytest.mark.parametrize("shape", [Shape("chat"), Shape("completions"),
+                                   MessagesShape("messages"), ResponsesShape()])
+def test_a_byte_order_mark_cut_across_reads_is_dropped_by_the_recorder(shape: Shape,
+                                                                       cut: str) -> None:
+    """The mark cut between two reads of the relayed body (``\\xef``, then the rest), or a
+    gzip body whose first read is the gzip header alone (Python's zlib writes it so: it
+    inflates to nothing): the reply is the one without the mark. Before, only a mark whole
+    in the first read was dropped, and a completions stream lost its first event's text."""
+    import dataclasses
+    import zlib
+
+    from agentbench.proxy.reply import ResponseTap
+    from agentbench.transport.sselines import BOM
+
+    raw = _stream(shape, 4, (100, 60, 4))
+    want = dataclasses.asdict(parse_response(raw, None, True))
+    if cut == "split":
+        reads, encoding = [BOM[:1], BOM[1:] + raw[:7], raw[7:]], None
+    else:
+        z = zlib.compressobj(wbits=31)
+        reads, encoding = [z.compress(BOM + raw), z.flush()], "gzip"
+        assert zlib.decompressobj(47).decompress(reads[0]) == b""
+    tap = ResponseTap(encoding)
+    for r in reads:
+        tap.add(r)
+    assert dataclasses.asdict(tap.reply(True)) == want
+
+
 def test_breakpoints_are_scaled_to_the_servers_count() -> None:
     assert _marks([124, 277, 441], 317, 441) == [89, 199, 317]
     assert _marks([10, 20], 20, 20) == [10, 20] and _marks([], 5, 9) is None

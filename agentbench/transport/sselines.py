@@ -7,7 +7,6 @@ all LF in practice); both readers drop the mark (docs/reliability.md)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import islice
 
 #: the UTF-8 byte order mark, which SSE readers drop from the start of a stream
 BOM = b"\xef\xbb\xbf"
@@ -40,9 +39,12 @@ def lf_lines(chunks: Sequence[bytes]) -> list[bytes]:
     out = []
     for i, c in enumerate(chunks):
         if b"\r" in c:
-            if c.endswith(b"\r") and next(filter(None, islice(chunks, i + 1, None)),
-                                          b"").startswith(b"\n"):
-                c = c[:-1]
+            if c.endswith(b"\r"):
+                j = i + 1  # the next chunk with a byte (a read is never empty; a mark's is)
+                while j < len(chunks) and not chunks[j]:
+                    j += 1
+                if j < len(chunks) and chunks[j].startswith(b"\n"):
+                    c = c[:-1]
             c = c.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         out.append(c)
     return out

@@ -161,10 +161,32 @@ def require_run_json(d: Path, scenario: bool = False) -> None:
     (``_regular_files_only``)."""
     path = d / R.RUN_FILE
     if not os.path.lexists(path):
+        _never_started(d)
         raise InputError("no run.json: not a run folder agentbench wrote", source=str(d))
-    if scenario and path.is_file() and "scenario" not in read_run_json(d):
+    if scenario and path.is_file() and "scenario" not in (run := read_run_json(d)):
+        if "damaged_run_json" in run:  # recovered from a damaged run.json
+            raise InputError("its run.json was damaged (kept as "
+                             f"{run['damaged_run_json'].get('kept_as')}): the scenario it "
+                             "named is lost, and with it the GPUs and fingerprint a gate "
+                             "needs", source=str(path))
         raise InputError("run.json names no scenario: not a run agentbench wrote",
                          source=str(path))
+
+
+def _never_started(d: Path) -> None:
+    """A folder that holds only a run's claim (``rundir.CLAIM_FILE``, and perhaps its
+    run.json half made): that run was stopped (SIGTERM, SIGKILL) in the instant after it
+    took the folder, before its run.json was written. Nothing was sent: one line says so,
+    not a file missing."""
+    from agentbench.results.rundir import CLAIM_FILE
+
+    try:
+        names = {p.name for p in d.iterdir()}
+    except OSError:
+        return
+    if CLAIM_FILE in names and names <= {CLAIM_FILE, R.RUN_FILE + ".tmp"}:
+        raise InputError("holds only the claim of a run stopped before it wrote run.json: "
+                         "nothing was sent; remove the folder", source=str(d))
 
 
 def recover_if_cut_short(d: Path, force: bool = False,
@@ -342,6 +364,8 @@ def run_folder(run_dir: str | Path) -> Path:
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:
     """Read ``results/<run>/``; ``requests.parquet`` is required, the rest optional."""
     d = run_folder(run_dir)
+    if not (d / R.RUN_FILE).exists():
+        _never_started(d)
     recover_if_cut_short(d)
     req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
                       dictionary=DICTIONARY_COLUMNS)

@@ -341,3 +341,40 @@ def test_a_pid_cut_short_is_not_read_as_a_writer(tmp_path: Path) -> None:
     assert res.exit_code == 0 and "kept as run.json.bad" in res.output, res.output
     assert json.loads((run / records.RUN_FILE).read_text())["status"] == "killed"
     assert _ids(run) == list(range(5)) and not spool.has_spools(run)
+
+
+def test_a_folder_holding_only_a_runs_claim_says_so(tmp_path: Path) -> None:
+    """A run stopped (SIGTERM before its handler, SIGKILL) in the instant after it took
+    its folder and before run.json: the folder holds its claim alone. recover said "no
+    run.json" and report "requests.parquet: file not found"; each now says what the
+    folder is, in one line."""
+    import agentbench
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+    from agentbench.results.rundir import CLAIM_FILE
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / CLAIM_FILE).touch()
+    for args in (["recover", str(run)], ["report", str(run), "-o", str(tmp_path / "rep")]):
+        res = CliRunner().invoke(app, args)
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert "holds only the claim of a run stopped before it wrote run.json" in lines[0]
+    with pytest.raises(InputError, match="nothing was sent"):
+        agentbench.load(run)
+    assert sorted(p.name for p in run.iterdir()) == [CLAIM_FILE]  # left as it was
+
+
+def test_gate_names_a_recovered_damaged_run_json(tmp_path: Path) -> None:
+    """A run recovered from a damaged run.json lost its scenario: the gate's refusal says
+    that, not "not a run agentbench wrote"."""
+    from agentbench.cli import app
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    _cut_run_json(run, pid=2**40, half=True)
+    assert CliRunner().invoke(app, ["recover", str(run)]).exit_code == 0
+    res = CliRunner().invoke(app, ["gate", str(run), str(run)])
+    assert res.exit_code == 2, res.output
+    assert "its run.json was damaged (kept as run.json.bad)" in res.output, res.output

@@ -241,21 +241,24 @@ async def check_reachable(tr: HttpTransport, model: str, index: int) -> None:
     where = f"endpoints[{index}]"
     shown = redact(tr.target.url, tr.target.secrets)  # a query may carry the key
     wait = min(PREFLIGHT_S, tr.target.timeout.total or PREFLIGHT_S)
+    status = 0
     try:
         async with tr.http.post(tr.target.url, data=json.dumps(body).encode(),
                                 headers=dict(tr.target.headers),
                                 timeout=aiohttp.ClientTimeout(total=wait),
                                 allow_redirects=False) as resp:
+            status = resp.status
             try:
                 raw = await read_capped(resp, PROBE_BODY_BYTES)
             except BodyTooLarge:
                 raw = b"(an answer of more than 1 MiB)"
             text = raw[:300].decode("utf-8", "replace")
-            status = resp.status
     except TimeoutError:  # a listening port that never answers reads "TimeoutError" alone
-        raise InputError(f"cannot reach {shown}: no answer to a 1-token request within "
-                         f"{wait:g} s (a server still loading its model, or a host that "
-                         "drops connections?); `preflight: false` skips this check",
+        said = (f"HTTP {status}, then not its whole body" if status
+                else "no answer to a 1-token request")
+        raise InputError(f"cannot reach {shown}: {said} within {wait:g} s (a server still "
+                         "loading its model, or a host that drops connections?); "
+                         "`preflight: false` skips this check",
                          where=where, field="url") from None
     except aiohttp.ClientConnectionError as e:
         msg = redact(str(e) or type(e).__name__, tr.target.secrets)

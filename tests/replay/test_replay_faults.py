@@ -135,6 +135,33 @@ async def test_a_server_that_never_answers_is_named_so(tmp_path):  # type: ignor
 
 
 @pytest.mark.timeout(60)
+async def test_a_server_whose_answer_stops_after_its_head_is_named_so(tmp_path):  # type: ignore[no-untyped-def]
+    """The head came (HTTP 500), its body did not: the line says so rather than "no
+    answer"."""
+    done = asyncio.Event()
+
+    async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100\r\n\r\n")
+        await writer.drain()
+        await done.wait()
+        writer.close()
+
+    srv = await asyncio.start_server(half, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    try:
+        with pytest.raises(InputError) as got:
+            await asyncio.wait_for(run_scenario(
+                openai_scenario(url, tmp_path, endpoint={"timeout_s": 1}), trace=trace(3),
+                progress=False), 30)
+    finally:
+        done.set()
+        srv.close()
+        await asyncio.sleep(0)
+    assert "HTTP 500, then not its whole body within 1 s" in str(got.value), got.value
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("status", [None, 401, 404])
 async def test_the_pre_run_check_never_shows_a_url_query_value(tmp_path, status):  # type: ignore[no-untyped-def]
     """An endpoint unreachable, or refusing the key or the model: the one-line error names

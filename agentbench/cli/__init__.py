@@ -5,6 +5,7 @@ them."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
@@ -19,16 +20,30 @@ for _name in ("run", "search", "serve", "results", "record", "traces", "sim"):
 __all__ = ["app", "guarded", "main", "traces_app"]
 
 
+class Terminated(BaseException):
+    """SIGTERM outside a run's own handling (``agentbench.replay.sigterm``, which a run
+    sets once its run.json is written): raised where the process is, so what it was
+    doing ends through its ``finally`` blocks (a run folder taken but not yet written is
+    removed), not by the signal's default action mid-step."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main() -> None:
     """Console entry point."""
     import asyncio
+    import signal
 
+    with contextlib.suppress(ValueError, OSError):  # not the main thread: left as it is
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
     except KeyboardInterrupt:  # pragma: no cover - interactive
         typer.echo("interrupted", err=True)
         sys.exit(130)
-    except asyncio.CancelledError:  # SIGTERM during a run: its files are written
+    except (asyncio.CancelledError, Terminated):  # SIGTERM: a run's files are written
         typer.echo("terminated", err=True)
         sys.exit(143)
 

@@ -154,8 +154,6 @@ class _Run:
 
     def __init__(self, scenario: Any, trace: Trace, n_workers: int, asked: Any,
                  on_request: Callable[[dict[str, Any]], None] | None) -> None:
-        from agentbench.scenario.secrets import secrets_of
-
         self.scenario, self.trace, self.n_workers = scenario, trace, n_workers
         self.on_request = on_request
         #: told the run folder once the endpoints are open (a run the pre-run check
@@ -166,6 +164,18 @@ class _Run:
         self.specs = tree_specs(trace)
         self.potential = trace.memo.get("potential") or Potential(trace.sessions)
         self.run_dir = make_run_dir(scenario.output.dir, scenario.name, scenario.output.run_id)
+        try:
+            self._start_files(scenario, trace, asked)
+        except BaseException:  # SIGTERM, Ctrl-C, an error before run.json: no claim left
+            with contextlib.suppress(OSError):
+                _remove_empty_run(self.run_dir)
+            raise
+
+    def _start_files(self, scenario: Any, trace: Trace, asked: Any) -> None:
+        """run.json as the run starts (the folder's claim then goes), and the disk space
+        kept back for the run's last files."""
+        from agentbench.scenario.secrets import secrets_of
+
         self.secrets = tuple(s for e in scenario.endpoints for s in secrets_of(e))
         self.info = info = run_info(scenario, self.secrets, self.run_dir, trace=trace)
         info["trace"] = {"name": trace.name, "trees": len(self.specs),
@@ -174,7 +184,7 @@ class _Run:
             info["trace"]["skipped_bad_files"] = list(trace.skipped)
         # the word set's recorded name (stable across releases; the code is traces/words.py)
         info["prompt_words"] = scenario.prompt.tokenizer or "agentbench.tokenize synthetic words"
-        info["workers"] = n_workers
+        info["workers"] = self.n_workers
         info["time_base"] = self.clock
         info["event_loop"] = "virtual" if self.virtual else running_loop_name()
         info["rules"] = run_rules(scenario)
@@ -404,13 +414,15 @@ class _Run:
 
 def _remove_empty_run(run_dir: Path) -> None:
     """Remove a run folder that holds nothing but agentbench's own empty start (a run refused
-    at its preflight); one with anything else in it (an engine's log) stays."""
+    at its preflight, or stopped before its run.json was written); one with anything else
+    in it (an engine's log) stays."""
     import shutil
 
     from agentbench.results import schema as records
+    from agentbench.results.rundir import CLAIM_FILE
     from agentbench.results.spool import JOURNAL_SUFFIX, RESERVE_FILE, SCHEMAS, SPOOL_SUFFIX
 
-    ours = {records.RUN_FILE, RESERVE_FILE, *SCHEMAS}
+    ours = {records.RUN_FILE, records.RUN_FILE + ".tmp", CLAIM_FILE, RESERVE_FILE, *SCHEMAS}
     names = [p.name for p in run_dir.iterdir()]
     if all(n in ours or n.endswith((SPOOL_SUFFIX, JOURNAL_SUFFIX)) for n in names):
         shutil.rmtree(run_dir, ignore_errors=True)

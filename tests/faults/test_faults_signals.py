@@ -183,3 +183,45 @@ def test_recover_force_refuses_a_run_agentbench_still_writes(tmp_path: Path,
     assert f"agentbench (pid {p.pid}) still writes this run" in lines[0]
     assert len(rows(tmp_path / "out" / "r")) == 200 == len(srv.seen())
     assert run_json(tmp_path / "out" / "r")["status"] == "completed"
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_before_the_run_began_ends_in_one_line_and_leaves_no_folder(
+        tmp_path: Path) -> None:
+    """A SIGTERM while the run still makes its trace (before its own handler): the signal's
+    default action killed the process there (exit -15, nothing said), and one in the
+    instant after it took its folder left the folder holding its claim alone. Now the
+    process ends through its cleanup: "terminated", exit 143, no traceback, no folder."""
+    sc = tmp_path / "big.yaml"
+    sc.write_text("name: big\nendpoints: [{kind: simulated}]\n"
+                  "trace: {kind: synth, profile: codex, sessions: 20000}\n"
+                  "load: {kind: lanes, concurrency: 2}\nlimits: {max_requests: 10}\n")
+    p = agentbench("run", str(sc), "-o", str(tmp_path / "out"), "--no-progress")
+    time.sleep(3)  # past the imports, inside the trace's synthesis (about 25 s)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, (p.returncode, err)
+    assert err.strip() == "terminated" and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_run_stopped_before_its_run_json_leaves_no_claimed_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped between taking its folder and writing run.json (SIGTERM as the CLI raises
+    it, Ctrl-C, an error): the folder, holding only its claim, is removed."""
+    import agentbench.replay.runner as runner
+    from agentbench.cli import Terminated
+    from agentbench.scenario.loading import expand_variants, load_scenario
+    from tests.helpers import ROOT
+
+    sc = expand_variants(load_scenario(ROOT / "scenarios" / "quickstart.yaml"))[0]
+    sc.output.dir = str(tmp_path / "out")
+
+    def stopped(*_a: Any, **_k: Any) -> None:
+        assert [p.name for p in (tmp_path / "out").iterdir()]  # the folder was taken
+        raise Terminated
+
+    monkeypatch.setattr(runner, "run_info", stopped)
+    with pytest.raises(Terminated):
+        runner._Run(sc, runner.load_trace(sc), 1, 1, None)
+    assert not any((tmp_path / "out").iterdir())

@@ -134,6 +134,13 @@ def test_a_run_without_sessions_parquet_says_so(tmp_path: Path) -> None:
     assert len(r.sessions) == 0 and NO_SESSIONS in r.summary["time_base"]["warnings"]
     assert f"warning       {NO_SESSIONS}" in format_summary(r.summary)
     assert r.summary["overall"]["requests"] == whole.summary["overall"]["requests"]
+    # report says it on the terminal too, naming the run
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 0 and f"warning: {r.name}: {NO_SESSIONS}" in res.output, res.output
 
 
 @pytest.mark.timeout(240)

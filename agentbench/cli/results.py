@@ -24,6 +24,7 @@ def report(
 ) -> None:
     """Render report.html (self-contained) and report.md for one run or a comparison."""
     from agentbench.metrics.run import load
+    from agentbench.metrics.summary import NO_SESSIONS
     from agentbench.report.render import render, workload_differences
 
     if reference is not None:
@@ -34,6 +35,9 @@ def report(
     differ = workload_differences(loaded) if len(loaded) > 1 else None
     if differ is not None:
         typer.echo(f"warning: {differ}", err=True)
+    for r in loaded:  # its agents' figures are fallbacks: said in the report, and here
+        if NO_SESSIONS in r.time_base.warnings:
+            typer.echo(f"warning: {r.name}: {NO_SESSIONS}", err=True)
 
 
 @app.command()

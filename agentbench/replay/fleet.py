@@ -68,37 +68,34 @@ class Fleet:
         """Each worker's next message, which must be ``kind``. A worker that answers
         anything else (it closed: its disk refused the results; it died) raises at once,
         not once the workers before it finished their stage."""
-        gets: list[asyncio.Future[tuple[Any, ...]]] = [
-            asyncio.ensure_future(self._get(w)) for w in range(self.n)]
-        seen: set[int] = set()
+        gets: dict[asyncio.Future[tuple[Any, ...]], int] = {
+            asyncio.ensure_future(self._get(w)): w for w in range(self.n)}
+        pending: set[asyncio.Future[tuple[Any, ...]]] = set(gets)
         try:
-            pending: set[asyncio.Future[tuple[Any, ...]]] = set(gets)
             while pending:
                 done, pending = await asyncio.wait(pending,
                                                    return_when=asyncio.FIRST_COMPLETED)
-                bad = [w for w in sorted(gets.index(t) for t in done)
-                       if self._took(w, gets[w].result(), seen)[0] != kind]
+                answers = sorted((gets[t], t.result()) for t in done)
+                for _, msg in answers:
+                    self._keep_closed(msg)
+                bad = [(w, msg) for w, msg in answers if msg[0] != kind]
                 if bad:
-                    w = bad[0]
-                    raise RuntimeError(f"replay worker {w} stopped ({gets[w].result()[0]}, "
-                                       f"exit code {self.procs[w].exitcode}) while waiting "
-                                       f"for {kind!r}")
+                    w, msg = bad[0]
+                    raise RuntimeError(f"replay worker {w} stopped ({msg[0]}, exit code "
+                                       f"{self.procs[w].exitcode}) while waiting for "
+                                       f"{kind!r}")
         finally:
-            for t in gets:
+            for t in pending:
                 t.cancel()
-            await asyncio.gather(*gets, return_exceptions=True)
-            for w, t in enumerate(gets):  # answered while another raised: kept if closed
+            await asyncio.gather(*pending, return_exceptions=True)
+            for t in pending:  # answered while another raised: its "closed" report kept
                 if not t.cancelled() and t.exception() is None:
-                    self._took(w, t.result(), seen)
+                    self._keep_closed(t.result())
         return [t.result() for t in gets]
 
-    def _took(self, w: int, msg: tuple[Any, ...], seen: set[int]) -> tuple[Any, ...]:
-        """Worker ``w``'s message, its "closed" report kept once."""
-        if w not in seen:
-            seen.add(w)
-            if msg[0] == "closed":
-                self.closed.append(msg[1])
-        return msg
+    def _keep_closed(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "closed":
+            self.closed.append(msg[1])
 
     async def run_stage(self, k: int, stage: Any, start_ns: int) -> int:
         """Run stage ``k`` in every worker from ``start_ns``; return requests sent."""

@@ -286,6 +286,8 @@ def _set_aside(d: Path, run: dict[str, Any], error: str) -> Path | None:
     ``run`` in its place, saying so (``damaged_run_json``), unless another reader already
     did (the folder's lock is held). Copied, then replaced: a kill at any point leaves a
     run.json."""
+    from agentbench.results.rundir import write_run_json
+
     path = d / R.RUN_FILE
     try:
         read_run_json(d)
@@ -297,10 +299,7 @@ def _set_aside(d: Path, run: dict[str, Any], error: str) -> Path | None:
     while os.path.lexists(bad):
         bad, n = d / f"{R.RUN_FILE}.bad.{n}", n + 1
     shutil.copyfile(path, bad)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**run, "damaged_run_json": {"kept_as": bad.name,
-                                                           "error": error}}, indent=2))
-    os.replace(tmp, path)
+    write_run_json(d, {**run, "damaged_run_json": {"kept_as": bad.name, "error": error}}, ())
     return bad
 
 

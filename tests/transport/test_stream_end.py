@@ -213,14 +213,7 @@ async def test_a_marker_cut_between_two_http_chunks_is_found(api: str, apart: fl
     then ``NE]``), so the chunk framing lies between the marker's halves in the raw reads;
     one after the other, or more than a look of the timer apart: found all the same.
     Before, the request waited for the stall timeout."""
-    evs, end = _answer(api)
-    cut = end.rindex(apis.END_MARKS[api][0]) + 3
-    steps: list[Step] = [*evs, end[:cut], b"MARK" + end[cut:]]
-    if apart:
-        steps.insert(-1, apart)
-    srv = Server([steps])
-    [(rec, row, took)] = await _send(srv, api)
-    _ok_at_the_marker(srv, rec, row, took)
+    await _marker_in_chunks(api, [3], apart)
 
 
 @pytest.mark.timeout(30)
@@ -235,11 +228,16 @@ async def test_a_marker_cut_into_more_http_chunks_is_found(api: str, pieces: int
     after the others, or not: found all the same. Before, the framing around a piece
     that was neither the marker's start nor its end hid it, and a chat or completions
     request waited for the stall timeout (with pings after it, for its whole timeout)."""
-    evs, end = _answer(api)
     mark = apis.END_MARKS[api][0]
-    at = end.rindex(mark)
-    cuts = ([at + 2, at + 4] if pieces else list(range(at + 1, at + len(mark))))
-    bounds = [0, *cuts, len(end)]
+    await _marker_in_chunks(api, [2, 4] if pieces else list(range(1, len(mark))), apart)
+
+
+async def _marker_in_chunks(api: str, cuts: list[int], apart: float) -> None:
+    """The last event sent as HTTP chunks cut at ``cuts`` (offsets into its marker), the
+    last chunk ``apart`` seconds after the others: the request ends at the marker."""
+    evs, end = _answer(api)
+    at = end.rindex(apis.END_MARKS[api][0])
+    bounds = [0, *(at + c for c in cuts), len(end)]
     parts = [end[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     steps: list[Step] = [*evs, *parts[:-1], b"MARK" + parts[-1]]
     if apart:

@@ -188,6 +188,7 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             if hop == 0 and unsent_if is not None and unsent_if():
                 pool.release(conn)  # nothing written: the connection stays good
                 rec.end_ns = perf_ns() - t0_ns
+                rec.sent_ns = None  # never handed over: no send time, no schedule lag
                 rec.status, rec.error_type, rec.error_message = (
                     records.CANCELLED, "cancelled", NOT_SENT)
                 return

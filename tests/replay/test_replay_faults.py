@@ -496,6 +496,9 @@ async def test_requests_waiting_for_a_connection_at_the_deadline_are_not_sent(tm
     assert sent <= 2 * (0.5 / 0.2 + 2), sent
     assert len(unsent) >= 50 and len(req) == sent + len(unsent)
     assert (unsent.status == records.CANCELLED).all()
+    # never sent: no send time (not the attempt's start), so no schedule lag of ~0 each
+    assert unsent.sent_ns.isna().all() and unsent.end_ns.notna().all()
+    assert req.sent_ns[req.error_message != NOT_SENT].notna().all()
     assert (req.status[req.error_message != NOT_SENT] == records.OK).all()
     stage = json.loads((res.run_dir / "run.json").read_text())["stages"][0]
     assert (stage["end_ns"] - stage["start_ns"]) / 1e9 < 2.0  # not the queue's 10 s

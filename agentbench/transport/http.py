@@ -222,6 +222,8 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             return
     except asyncio.CancelledError:
         rec.end_ns = perf_ns() - t0_ns
+        if resp is None:  # still waiting for a connection: never handed over, no send time
+            rec.sent_ns = None
         _partial(rec, resp)
         rec.status = records.CANCELLED
         rec.error_type = "cancelled"

@@ -502,3 +502,33 @@ async def test_requests_waiting_for_a_connection_at_the_deadline_are_not_sent(tm
     assert (req.status[req.error_message != NOT_SENT] == records.OK).all()
     stage = json.loads((res.run_dir / "run.json").read_text())["stages"][0]
     assert (stage["end_ns"] - stage["start_ns"]) / 1e9 < 2.0  # not the queue's 10 s
+
+
+@pytest.mark.timeout(60)
+async def test_requests_cancelled_while_waiting_for_a_connection_have_no_send_time(tmp_path):  # type: ignore[no-untyped-def]
+    """The same open loop past 2 connections, cancelled at the deadline
+    (``on_deadline: cancel``): a request still waiting for a connection then was never
+    handed to the socket, so its row has no ``sent_ns`` (docs/architecture.md) and adds
+    no schedule lag; the requests in flight keep theirs."""
+    srv = FakeServer(ServerConfig(ttft_s=0.2, itl_s=0.0))
+    await srv.start()
+    sessions = [Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                        trace(1).sessions[0].turns) for i in range(20)]
+    sc = openai_scenario(srv.url, tmp_path, endpoint={"max_connections": 2},
+                         load={"kind": "rate", "arrival": "constant", "rate_per_s": 200},
+                         limits={"duration_s": 0.5, "on_deadline": "cancel",
+                                 "recycle": True})
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=Trace(sessions),
+                                                  progress=False), 50)
+    finally:
+        await srv.close()
+    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    cancelled = req[req.status == records.CANCELLED]
+    waited = cancelled[cancelled.sent_ns.isna()]
+    assert len(waited) >= 50, len(waited)  # most arrivals waited for one of 2 connections
+    assert waited.end_ns.notna().all() and waited.scheduled_ns.notna().all()
+    # those on a connection at the deadline had been handed over: they keep their send time
+    assert len(cancelled) - len(waited) <= 2
+    assert req.sent_ns[req.status == records.OK].notna().all()
+    assert len(srv.received) == len(req) - len(waited)

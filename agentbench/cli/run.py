@@ -66,9 +66,10 @@ def run(
                                 help="Client processes the lanes are sharded over: a count "
                                      "or 'auto' (from each endpoint's measured stream rate "
                                      "and the lanes, up to one per CPU)."),
-    repeat: int = typer.Option(1, "--repeat", min=1, help="Run each variant N times and "
-                               "print its figures over the runs with 95% intervals (wall "
-                               "clock: the same seed; virtual time: seed + i)."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run each variant N times (at "
+                               "most 1,000) and print its figures over the runs with 95% "
+                               "intervals (wall clock: the same seed; virtual time: seed + "
+                               "i)."),
     ray: str | None = typer.Option(
         None, "--ray", metavar="ADDRESS", help="Run on a Ray cluster: 'local' (a Ray "
         "started here), 'auto' (the cluster `ray start` began here) or a cluster address. "

@@ -138,15 +138,21 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     check_presets(scenario, str(scenario_path or "the scenario"))
     if repeat < 1 or (repeat > 1 and ray is not None):
         raise InputError("must be at least 1, and 1 with --ray", field="--repeat")
+    if repeat > MAX_REPEATS:
+        raise InputError(f"at most {MAX_REPEATS:,} runs of each variant, not {repeat:,}",
+                         field="--repeat")
     if ray is not None:
         from agentbench.experiment.raysweep import run_remote
 
         result.runs = run_remote(expand_variants(scenario), ray, scenario_path, tell,
                                  len(scenario.variants), workers_per_node, progress, traces)
     firsts: list[VariantRun] = [] if ray is None else result.runs
+    variants = expand_variants(scenario) if ray is None else []
+    for sc in variants:  # before the first run, not in the middle of a sweep
+        _check_repeats(sc, repeat)
     plan = [(sc, [(r, _trace_key(r)) for r in (repeat_of(sc, i, repeat)
                                                 for i in range(repeat))])
-            for sc in (expand_variants(scenario) if ray is None else ())]
+            for sc in variants]
     # the runs that replay each trace: those of one trace share its prompts, which go with
     # its last run
     uses = Counter(key for _, reps in plan for _, key in reps)
@@ -174,6 +180,29 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
         result.comparison = compare(*[r.run_dir for r in firsts], allow=["all"])
         tell.compared(result)
     return result
+
+
+#: the most runs of each variant ``--repeat`` makes (each is a run folder, and its summary
+#: is kept for the intervals)
+MAX_REPEATS = 1000
+
+
+def _check_repeats(sc: Any, n: int) -> None:
+    """One line when a repeat of ``sc`` could not be made (``repeat_of``): its run id with
+    ``-repNN`` past the run id's 200 characters, or, in virtual time, its seed
+    (``seed + i``) past the largest seed."""
+    from agentbench.scenario.strict import INT64
+
+    if n == 1:
+        return
+    rid, last = sc.output.run_id, f"-rep{n:02d}"
+    if rid is not None and len(rid) + len(last) > 200:
+        raise InputError(f"a repeat's folder is the run id ({len(rid)} characters) and "
+                         f"{last}, past the 200 characters a run id may have",
+                         field="--repeat")
+    if sc.clock_mode == "virtual" and sc.seed + n - 1 > INT64:
+        raise InputError(f"virtual-time repeats run seeds {sc.seed:,} to {sc.seed + n - 1:,}, "
+                         f"past the largest seed ({INT64:,})", field="--repeat")
 
 
 def repeat_of(sc: Any, i: int, n: int) -> Any:

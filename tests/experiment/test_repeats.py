@@ -11,6 +11,7 @@ import pytest
 
 from agentbench.errors import InputError
 from agentbench.experiment import run_experiment
+from agentbench.experiment.run import MAX_REPEATS
 from agentbench.metrics.repeats import format_repeats, interval, t975
 from agentbench.scenario.model import Scenario
 
@@ -84,3 +85,29 @@ def test_intervals_stop_at_what_a_figure_can_be() -> None:
     hit, ttft = format_repeats(table)
     assert "95% CI [0%, 100%]" in hit and "mean 54.5%" in hit
     assert "95% CI [0, " in ttft
+
+
+def test_a_repeat_count_past_the_bound_is_refused_before_anything_runs(tmp_path: Path
+                                                                      ) -> None:
+    """``--repeat 2**70`` made a copy of the scenario for every repeat before the first
+    run: the process grew without a word until it was killed."""
+    sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2})
+    for n in (MAX_REPEATS + 1, 2**70):
+        with pytest.raises(InputError, match=f"at most {MAX_REPEATS:,} runs of each variant"):
+            run_experiment(sc, repeat=n)
+    assert not list(tmp_path.iterdir())
+
+
+def test_repeats_past_the_largest_seed_or_run_id_are_refused(tmp_path: Path) -> None:
+    """A virtual-time repeat runs seed + i, and its folder is <run-id>-repNN: a seed near
+    2**63 or a run id near its 200 characters was a pydantic traceback (exit 1) after
+    the scenario was checked."""
+    sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2})
+    sc.seed = 2**63 - 2
+    with pytest.raises(InputError, match="past the largest seed"):
+        run_experiment(sc, repeat=3)
+    sc.seed = 7
+    sc.output.run_id = "r" * 196
+    with pytest.raises(InputError, match="past the 200 characters a run id may have"):
+        run_experiment(sc, repeat=2)
+    assert not list(tmp_path.iterdir())

@@ -57,7 +57,11 @@ def _claim(path: Path) -> bool:
     """Take ``path`` for one run: a folder that is new or empty, claimed by creating
     ``CLAIM_FILE`` exclusively, and still holding nothing else once claimed. Runs started
     in one second (one default id) or with one ``--run-id`` each get their own folder; a
-    check of emptiness alone let them share one, each replacing the others' tables."""
+    check of emptiness alone let them share one, each replacing the others' tables. A file
+    or a broken link of that name is taken too: the run goes to the next name, as it does
+    beside a folder with files."""
+    if os.path.lexists(path) and not path.is_dir():
+        return False
     if path.exists() and any(path.iterdir()):
         return False
     path.mkdir(parents=True, exist_ok=True)

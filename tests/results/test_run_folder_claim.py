@@ -55,3 +55,18 @@ def test_three_runs_started_in_one_second_keep_all_their_rows(tmp_path: Path) ->
         assert info["status"] == "completed" and not (r / CLAIM_FILE).exists()
         assert info["run_id"] == r.name
         assert pq.read_metadata(r / "requests.parquet").num_rows == 20
+
+
+def test_a_file_where_the_run_folder_would_go_is_taken_like_a_folder_with_files(
+        tmp_path: Path) -> None:
+    """A file (or a broken link) named like the run id: the run said 'out: field
+    'output.dir': cannot write results there (Not a directory)', naming the folder that
+    was fine, and ran nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "f").write_text("a file of the user's")
+    (out / "gone").symlink_to(tmp_path / "nowhere")
+    assert make_run_dir(out, "q", "f") == out / "f-1"
+    assert make_run_dir(out, "q", "gone") == out / "gone-1"
+    assert (out / "f").read_text() == "a file of the user's"
+    assert not (tmp_path / "nowhere").exists()

@@ -119,10 +119,13 @@ def _row(name: str, label: str, unit: str, meas: float | None, pred: float | Non
 
 def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int | None = None,
                        out: Path | None = None, default_dir: Path | None = None,
-                       source: str = "run.json", block_size: int | None = None) -> Any:
+                       source: str = "run.json", block_size: int | None = None,
+                       labels: dict[str, str] | None = None) -> Any:
     """The validated ``Scenario`` that replays ``scenario`` (a run's run.json ``scenario``)
     on the simulator with ``preset`` in virtual time (see the module's docstring); results
-    in ``out`` (a run folder) or, by default, a new run folder under ``default_dir``."""
+    in ``out`` (a run folder) or, by default, a new run folder under ``default_dir``.
+    ``labels``: the option each key came from (``{"endpoints.0.instances": "--instances"}``),
+    which a problem with its value names instead of the key."""
     from agentbench.scenario.loading import validate_data
 
     data = {k: v for k, v in scenario.items() if k not in ("server", "variants", "clock")}
@@ -147,7 +150,21 @@ def simulated_scenario(scenario: dict[str, Any], preset: str, *, instances: int 
         data["output"] = {"dir": str(out.parent), "run_id": out.name}
     else:
         data["output"] = {"dir": str(default_dir or Path("results")), "run_id": None}
-    return validate_data(data, source)
+    return validate_data(data, source, labels=labels)
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` is the simulated run's folder: its last part is the run id."""
+    from pydantic import ValidationError
+
+    from agentbench.scenario.model import Output
+
+    try:
+        Output(run_id=out.name)
+    except ValidationError:
+        raise InputError(f"the run folder's name {out.name!r} must be a plain name of at most "
+                         "200 characters: letters, digits and _ . = + - (not starting with "
+                         "'.')", source=str(out), field="--out") from None
 
 
 def _trace_readable(scenario: dict[str, Any], source: str) -> None:
@@ -199,12 +216,19 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
         raise InputError("must be 1 or more", field="--instances")
     if block_size is not None and block_size < 1:
         raise InputError("must be 1 or more", field="--block-size")
+    if out is not None:
+        _check_out(Path(out))
     ref, prov = _preset_info(preset)
     _trace_readable(scenario, source)
     ok = ((run.summary.get("overall") or {}).get("requests") or {}).get("ok")
     if not ok:
         raise InputError("no successful request in the run: nothing to compare",
                          source=str(rd))
+    # a value out of bounds names the option that gave it, not run.json's key
+    labels = {k: flag for k, flag, given in (
+        ("endpoints.0.instances", "--instances", instances),
+        ("endpoints.0.block_size", "--block-size", block_size),
+        ("output.dir", "--out", out), ("output.run_id", "--out", out)) if given is not None}
     if block_size is None:
         from agentbench.experiment.enginefacts import engine_facts
 
@@ -214,7 +238,7 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
     sc = simulated_scenario(scenario, ref, instances=instances,
                             out=Path(out) if out is not None else None,
                             default_dir=rd.resolve().parent, source=source,
-                            block_size=block_size)
+                            block_size=block_size, labels=labels)
     res = run_experiment(sc, progress=False, workers=workers)
     sim = res.runs[0]
     tb = str((run.summary.get("time_base") or {}).get("kind") or "wall")

@@ -127,6 +127,28 @@ def test_bad_input_is_one_line(real_run: Path, tmp_path: Path) -> None:
                                             str(tmp_path / "p.yaml"))
 
 
+def test_an_option_out_of_bounds_is_named_not_run_json(real_run: Path, tmp_path: Path) -> None:
+    """--out, --instances and --block-size out of bounds blamed the run's run.json:
+    'run.json: output.run_id: must be a plain folder name' for -o ., 'run.json:
+    endpoints.0.instances: ...' for --instances 20000."""
+    def fails(*args: str) -> str:
+        res = CliRunner().invoke(app, ["sim", "check", str(real_run), "--preset", PRESET,
+                                       *args])
+        assert res.exit_code == 2, res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+        assert "output.run_id" not in lines[0] and "endpoints.0" not in lines[0], lines[0]
+        return lines[0]
+
+    for out in (".", str(tmp_path / "x" / ".."), str(tmp_path / "a b")):
+        assert "field '--out': the run folder's name" in fails("-o", out)
+    assert "--instances: Input should be less than or equal to 10000" in fails(
+        "--instances", "20000", "-o", str(tmp_path / "i"))
+    assert "--block-size: Input should be less than or equal to" in fails(
+        "--block-size", str(2**40), "-o", str(tmp_path / "b"))
+    assert not list(tmp_path.iterdir())
+
+
 def test_an_unreadable_trace_is_one_line(real_run: Path, tmp_path: Path) -> None:
     import shutil
 

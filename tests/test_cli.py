@@ -120,6 +120,24 @@ def test_an_empty_trace_source_is_one_line_not_the_working_folder(tmp_path: Path
                        "trace: {kind: file, source: ''}\nload: {kind: lanes, concurrency: 1}\n")
 
 
+def test_an_empty_output_dir_is_one_line_not_the_working_folder(tmp_path: Path) -> None:
+    """``output.dir: ''`` (or ``--set output.dir=''``) wrote the run folder into the
+    working folder (``Path('')`` is ``.``), where ``-o ''`` is refused."""
+    from agentbench.errors import InputError
+    from agentbench.scenario.loading import parse_scenario
+
+    with pytest.raises(InputError, match="output.dir: String should have at least 1"):
+        parse_scenario("name: x\nendpoints: [{kind: simulated}]\ntrace: {kind: synth, "
+                       "profile: codex, sessions: 1}\nload: {kind: lanes, concurrency: 1}\n"
+                       "limits: {max_requests: 1}\noutput: {dir: ''}\n")
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "run",
+                          str(ROOT / "scenarios" / "quickstart.yaml"), "--set", "output.dir=''",
+                          "--set", "limits.max_requests=2", "--no-progress"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and "--set output.dir" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')

@@ -295,8 +295,9 @@ class FailOn(Strict):
 class Output(Strict):
     """Where results go."""
 
-    dir: PrintableLine = Field("results", description="Parent folder of run folders (one "
-                               "printable line: it is printed as the results line).")
+    dir: PrintableLine = Field("results", min_length=1, description="Parent folder of run "
+                               "folders (one printable line: it is printed as the results "
+                               "line; '.' for the working folder).")
     run_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.=+-]{0,199}$",
                                description="Run folder name (a plain name: letters, digits, "
                                "_ . = + -; no path); None: name + timestamp.")

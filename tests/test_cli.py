@@ -138,6 +138,29 @@ def test_an_empty_output_dir_is_one_line_not_the_working_folder(tmp_path: Path) 
     assert len(res.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (["report"], "agentbench.cli report: Missing argument 'runs'"),
+    (["docs", "metrics", "ci"], "agentbench.cli docs: Got unexpected extra argument(s) (ci)"),
+    (["run", "--repeat", "0"], "agentbench.cli run: Invalid value for '--repeat'"),
+    (["run", "--bogus"], "agentbench.cli run: No such option: --bogus"),
+    (["traces", "convert", "x"], "agentbench.cli traces convert: Missing option '--output'"),
+    (["bogus"], "agentbench.cli: No such command 'bogus'"),
+])
+def test_a_usage_error_is_one_line_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    """A missing or extra argument, an unknown option or command, or a value its type
+    refuses: click's usage, a hint and the error (4 lines, one blank) became one line."""
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", *args], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    lines = res.stderr.splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ") and says in lines[0], lines[0]
+    assert lines[0].endswith("(see --help)") and not res.stdout
+    # asking for nothing still shows the help
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "traces"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "Commands:" in res.stdout + res.stderr
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')

@@ -161,6 +161,15 @@ def test_a_usage_error_is_one_line_exit_2(tmp_path: Path, args: list[str], says:
     assert "Commands:" in res.stdout + res.stderr
 
 
+def test_docs_with_an_empty_name_is_one_line_not_the_list(tmp_path: Path) -> None:
+    """``agentbench docs ''`` (a shell variable never set) printed the list, exit 0."""
+    res = subprocess.run([sys.executable, "-m", "agentbench.cli", "docs", ""],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and not res.stdout, res.stdout
+    assert res.stderr.strip() == ("error: field 'NAME': empty: give a doc's name "
+                                  "(agentbench docs lists them)"), res.stderr
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')

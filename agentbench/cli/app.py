@@ -144,12 +144,14 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 @app.command()
 @guarded
 def docs(
-    name: str = typer.Argument("", help="A doc's name: metrics, docs/metrics.md... "
-                               "Without one: the list."),
+    name: str | None = typer.Argument(None, help="A doc's name: metrics, docs/metrics.md... "
+                                      "Without one: the list."),
 ) -> None:
     """Print one of the docs that messages name (docs/NAME.md), or list them."""
     found = {p.stem: p for p in sorted(DOCS.glob("*.md"))}
-    if not name:
+    if name is not None and not name.strip():  # '' (a variable never set) is no request
+        raise InputError("empty: give a doc's name (agentbench docs lists them)", field="NAME")
+    if name is None:
         for stem, p in found.items():
             first = p.read_text(encoding="utf-8").split("\n", 1)[0].lstrip("# ")
             typer.echo(f"{stem:<14} {first}")

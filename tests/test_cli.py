@@ -170,6 +170,19 @@ def test_docs_with_an_empty_name_is_one_line_not_the_list(tmp_path: Path) -> Non
                                   "(agentbench docs lists them)"), res.stderr
 
 
+@pytest.mark.parametrize("args", [["docs"], ["docs", "metrics"],
+                                  ["traces", "stats", "builtin:mooncake-conversation"]])
+def test_a_reader_that_goes_away_is_no_error(tmp_path: Path, args: list[str]) -> None:
+    """``agentbench docs | head -1``: the pipe closed before the output ended printed
+    'error: Broken pipe (--debug shows where)' under head's line."""
+    p = subprocess.Popen([sys.executable, "-m", "agentbench.cli", *args], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # before it writes: every write finds no reader
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1 and err == "", err
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     f = tmp_path / "t.json"
     f.write_text('{"block_size": 64, "requests": [{"t": 0, "in": -1, "out": 1, "hash_ids": []}]}')

@@ -82,6 +82,9 @@ def guarded(fn: F) -> F:
             _trace_if_debug()
             typer.echo(f"error: {e.one_line()}", err=True)
             raise typer.Exit(1) from None
+        except BrokenPipeError:  # the reader went away (| head): nothing to say to it
+            _quiet_stdout()
+            raise typer.Exit(1) from None
         except OSError as e:  # a disk that is full or read-only, a file that vanished
             _trace_if_debug()
             where = f"{e.filename}: " if e.filename else ""
@@ -91,6 +94,19 @@ def guarded(fn: F) -> F:
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _quiet_stdout() -> None:
+    """stdout to /dev/null: what is left in its buffer, written again at exit, would raise
+    the broken pipe once more (Python's 'Exception ignored' lines on stderr)."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass
 
 
 def _print_version(value: bool) -> None:

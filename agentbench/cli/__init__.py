@@ -64,7 +64,7 @@ def main() -> None:
         typer.echo("Aborted!", err=True)
         sys.exit(1)
     # a command returns None; typer.Exit(N) returns N
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(code if type(code) is int else 0)  # not a bool a command might return
 
 
 def _click_errors() -> tuple[type[Exception], type[Exception]]:

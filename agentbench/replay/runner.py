@@ -32,17 +32,10 @@ from agentbench.replay.progress import Progress, plan_of
 from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import scrape_loop
 from agentbench.replay.sigterm import cancel_on_sigterm
-from agentbench.replay.stages import (
-    Health,
-    TreeSource,
-    flush_loop,
-    max_lanes,
-    quiet_gc,
-    restore_gc,
-    stages_of,
-)
+from agentbench.replay.stages import TreeSource, max_lanes, stages_of
 from agentbench.replay.timers import Timers
 from agentbench.replay.treespec import tree_specs
+from agentbench.replay.upkeep import Health, flush_loop, quiet_gc, restore_gc
 from agentbench.results.rundir import (
     make_run_dir,
     release_space,

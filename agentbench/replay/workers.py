@@ -43,15 +43,8 @@ from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
 from agentbench.replay.shared import Shared
 from agentbench.replay.sigterm import stop_reason
-from agentbench.replay.stages import (
-    Health,
-    Shard,
-    flush_loop,
-    max_lanes,
-    quiet_gc,
-    restore_gc,
-    run_stage,
-)
+from agentbench.replay.stages import Shard, max_lanes, run_stage
+from agentbench.replay.upkeep import Health, flush_loop, quiet_gc, restore_gc
 from agentbench.results.spool import PART_FILE
 
 _POLL_S = 0.01

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentbench.prompts.segments import SegmentPrompt  # noqa: E402
-from agentbench.replay.runner import load_trace  # noqa: E402
+from agentbench.replay.runsetup import load_trace  # noqa: E402
 from agentbench.scenario.loading import expand_variants, load_scenario  # noqa: E402
 from tests.replay.segments_reference import ReferencePrompt  # noqa: E402
 

@@ -253,7 +253,7 @@ def _trace_of(sc: Any, scenario_path: Path | None, traces: dict[str, Trace],
               tell: Listener, shared: bool = False) -> Trace:
     """The variant's trace, read once per trace spec and seed; ``shared``: other runs
     replay it too."""
-    from agentbench.replay.runner import load_trace, share_prompts
+    from agentbench.replay.runsetup import load_trace, share_prompts
     from agentbench.scenario.fingerprint import trace_hash
     from agentbench.traces.stats import Potential
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from agentbench.errors import InputError, ResultsWriteError
 from agentbench.prompts.layout import BlockCache
-from agentbench.prompts.memo import PromptMemo
 from agentbench.replay.clock import VIRTUAL, now_ns_of
 from agentbench.replay.context import RunContext
 from agentbench.replay.endpoints import (
@@ -29,10 +28,12 @@ from agentbench.replay.endpoints import (
 from agentbench.replay.executor import Executor, InProcess, Processes
 from agentbench.replay.overflow import classifier
 from agentbench.replay.progress import Progress, plan_of
+from agentbench.replay.runend import remove_empty_run, stopped_by
+from agentbench.replay.runsetup import auto_workers, load_trace, modeled_gpus_of
 from agentbench.replay.schedule import NS
 from agentbench.replay.scrape import scrape_loop
 from agentbench.replay.sigterm import cancel_on_sigterm
-from agentbench.replay.stages import TreeSource, max_lanes, stages_of
+from agentbench.replay.stages import TreeSource, stages_of
 from agentbench.replay.timers import Timers
 from agentbench.replay.treespec import tree_specs
 from agentbench.replay.upkeep import Health, flush_loop, quiet_gc, restore_gc
@@ -44,7 +45,6 @@ from agentbench.results.rundir import (
     write_run_json,
 )
 from agentbench.results.writer import ResultsWriter
-from agentbench.scenario.endpoints import is_simulated
 from agentbench.scenario.rules import run_rules
 from agentbench.traces.model import Trace
 from agentbench.traces.stats import Potential
@@ -55,38 +55,6 @@ from agentbench.transport.loop import running_loop_name
 class RunResult:
     run_dir: Path
     info: dict[str, Any]
-
-
-async def _auto_workers(scenario: Any, endpoints: list[LiveEndpoint],
-                        caches: dict[str, BlockCache], info: dict[str, Any],
-                        one_process: bool) -> int:
-    """``--workers auto`` (:mod:`agentbench.replay.autoworkers`): probe each endpoint's
-    stream rate and pick the worker count; recorded in run.json."""
-    from agentbench.replay.autoworkers import choose
-    from agentbench.replay.workers import resolve_workers
-
-    rates = [await e.transport.stream_rate(caches[e.api]) for e in endpoints]
-    pick = choose(rates, max_lanes(scenario.load), scenario.runs_simulator)
-    n = 1 if one_process else resolve_workers(pick["workers"], scenario)
-    if one_process:
-        pick["why"] += "; one process: rows are reported to on_request"
-    info["workers"] = n
-    info["workers_auto"] = pick
-    return n
-
-
-def load_trace(scenario: Any) -> Trace:
-    from agentbench.traces.load import load_scenario_trace
-
-    return load_scenario_trace(scenario.trace, scenario.seed)
-
-
-def share_prompts(trace: Trace) -> None:
-    """Remember ``trace``'s prompts across the runs that replay it (``trace.memo``: its
-    owner keeps the trace unchanged), as the variants of a sweep do: a prompt made for
-    one variant is copied for the next (``prompts.memo``)."""
-    if "prompts" not in trace.memo:
-        trace.memo["prompts"] = PromptMemo()
 
 
 #: makes the executor of a run once its endpoints are open (``executor=`` of
@@ -161,7 +129,7 @@ class _Run:
             self._start_files(scenario, trace, asked)
         except BaseException:  # SIGTERM, Ctrl-C, an error before run.json: no claim left
             with contextlib.suppress(OSError):
-                _remove_empty_run(self.run_dir)
+                remove_empty_run(self.run_dir)
             raise
 
     def _start_files(self, scenario: Any, trace: Trace, asked: Any) -> None:
@@ -273,11 +241,11 @@ class _Run:
                               "notes": e.transport.notes,
                               # GPUs a simulated endpoint models (hardware.gpus is checked
                               # against their sum); None: a real endpoint, or not said
-                              "modeled_gpus": _modeled_gpus(cfg)}
+                              "modeled_gpus": modeled_gpus_of(cfg)}
                              for e, cfg in zip(endpoints, sc.endpoints, strict=True)]
         if auto:
-            self.n_workers = await _auto_workers(sc, endpoints, caches, info,
-                                                 self.on_request is not None)
+            self.n_workers = await auto_workers(sc, endpoints, caches, info,
+                                                self.on_request is not None)
             write_run_json(self.run_dir, info, self.secrets)
         flavors = {e.transport.flavor for e in endpoints}
         self.ctx = RunContext(
@@ -400,43 +368,6 @@ class _Run:
                 writer.failure = ResultsWriteError(str(run_dir / "run.json"),
                                                    err.strerror or str(err), writer.kept)
         if writer.failure is not None:
-            raise _stopped_by(writer.failure, run_dir) from None
+            raise stopped_by(writer.failure, run_dir) from None
         if self.refused and writer.n_requests == 0:
-            _remove_empty_run(run_dir)
-
-
-def _remove_empty_run(run_dir: Path) -> None:
-    """Remove a run folder that holds nothing but agentbench's own empty start (a run refused
-    at its preflight, or stopped before its run.json was written); one with anything else
-    in it (an engine's log) stays."""
-    import shutil
-
-    from agentbench.results import schema as records
-    from agentbench.results.rundir import CLAIM_FILE
-    from agentbench.results.spool import JOURNAL_SUFFIX, RESERVE_FILE, SCHEMAS, SPOOL_SUFFIX
-
-    ours = {records.RUN_FILE, records.RUN_FILE + ".tmp", CLAIM_FILE, RESERVE_FILE, *SCHEMAS}
-    names = [p.name for p in run_dir.iterdir()]
-    if all(n in ours or n.endswith((SPOOL_SUFFIX, JOURNAL_SUFFIX)) for n in names):
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
-    """The one line a run stopped by its disk ends with: what failed, what was kept, and
-    how to finish the files once there is room."""
-    from agentbench.results.spool import has_spools
-
-    if has_spools(run_dir):
-        failure.hint = (f"free space, then `agentbench recover {run_dir}` writes the "
-                        "parquet files")
-    failure.args = (failure.one_line(),)
-    return failure
-
-
-def _modeled_gpus(cfg: Any) -> int | None:
-    if not is_simulated(cfg):
-        return None
-    from agentbench.sim.presets import modeled_gpus
-
-    return modeled_gpus(cfg)
-
+            remove_empty_run(run_dir)

@@ -111,7 +111,7 @@ def test_variants_share_one_hash_and_one_potential_of_their_trace(
     import json
 
     import agentbench.replay.runner as runner
-    from agentbench.replay.runner import load_trace
+    from agentbench.replay.runsetup import load_trace
     from agentbench.scenario.fingerprint import trace_hash
     from agentbench.scenario.loading import expand_variants, load_scenario
     from agentbench.traces import stats

@@ -75,7 +75,7 @@ def test_a_sweep_gives_each_variant_s_own_run(tmp_path: Path,
     trace), as one sweep: the first three share one memo (the fourth, alone on its trace,
     gets none), which the trace lets go after its last run; each run's folder is the one
     its variant gives run alone (no memo)."""
-    from agentbench.replay import runner
+    from agentbench.replay import runsetup
     from agentbench.scenario.model import Variant
 
     made: list[PromptMemo] = []
@@ -85,7 +85,7 @@ def test_a_sweep_gives_each_variant_s_own_run(tmp_path: Path,
             super().__init__()
             made.append(self)
 
-    monkeypatch.setattr(runner, "PromptMemo", Spy)
+    monkeypatch.setattr(runsetup, "PromptMemo", Spy)
     sc = load_scenario(SCENARIOS / "shared-kv-what-if.yaml")
     sc.limits.max_requests = 200
     sc.variants.append(Variant(name="seed-1", set={"seed": 1}))

@@ -192,7 +192,7 @@ def test_prompt_hashes_of_shipped_traces_are_those_built_turn_by_turn(name: str)
     """The sessions of shipped scenarios' traces (compactions, forks, long tails), every
     turn: the builder that hashes a lineage once gives the hashes of the one that built
     each turn from the previous one, for the block sizes and templates runs use."""
-    from agentbench.replay.runner import load_trace
+    from agentbench.replay.runsetup import load_trace
     from agentbench.scenario.loading import expand_variants
 
     sc = expand_variants(load_scenario(SCENARIOS / name))[0]

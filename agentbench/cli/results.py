@@ -60,7 +60,8 @@ def gate(
 ) -> None:
     """Fail (exit 1) when the candidate regresses past a rule with confidence; 2: bad input
     or runs that are not comparable (their fingerprints differ beyond --allow)."""
-    from agentbench.report.gate import evaluate, format_markdown, format_table, load_rules
+    from agentbench.report.gate import evaluate, format_markdown, format_table
+    from agentbench.report.gaterules import load_rules
     from agentbench.scenario.fingerprint import parse_allow
     from agentbench.traces.smallfile import write_text
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from agentbench.engines.locate import find_llama_server, find_llama_vocab
-from agentbench.report.gate import evaluate, load_rules
+from agentbench.report.gate import evaluate
+from agentbench.report.gaterules import load_rules
 from tests.helpers import SCENARIOS, free_port
 from tests.integration import budget
 from tests.integration.engine_run import need, results_dir, run_scenario_on_port

@@ -26,7 +26,8 @@ from agentbench.metrics.bootstrap import (
     replicates,
 )
 from agentbench.replay import run as run_replay
-from agentbench.report.gate import evaluate, format_markdown, load_rules, parse_rules, rows
+from agentbench.report.gate import evaluate, format_markdown, rows
+from agentbench.report.gaterules import load_rules, parse_rules
 from agentbench.results import schema as R
 from agentbench.results.rundir import run_info
 from agentbench.scenario.fingerprint import check_comparable, fingerprint, trace_hash
@@ -624,7 +625,8 @@ def test_several_baselines_make_the_run_the_unit(runs: dict[str, Path],
 
 
 def test_the_run_level_bound_is_the_t_prediction_interval() -> None:
-    from agentbench.report.gate import Rule, run_level
+    from agentbench.report.gate import run_level
+    from agentbench.report.gaterules import Rule
 
     rule = Rule("ttft_p50", "max_increase", "rel", 0.0, "max_increase: 0%")
     # changes against the mean 100: 0, +2%, -2%; s = 2%; t(0.95, 2) = 2.920; sqrt(4/3)
@@ -639,7 +641,8 @@ def test_identical_candidates_fail_at_the_stated_rate() -> None:
     zero-threshold rule fails in 1 - confidence of trials; a 10% regression against a 5%
     threshold on 1% noise is caught in most (85% measured with three baselines: the
     spread of three runs is itself uncertain, which the t bound pays for)."""
-    from agentbench.report.gate import Rule, _change, run_level
+    from agentbench.report.gate import _change, run_level
+    from agentbench.report.gaterules import Rule
 
     rule = Rule("ttft_p50", "max_increase", "rel", 0.0, "max_increase: 0%")
     rng = np.random.default_rng(7)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from agentbench.replay import run_scenario
-from agentbench.report.gate import evaluate, parse_rules
+from agentbench.report.gate import evaluate
+from agentbench.report.gaterules import parse_rules
 from agentbench.testing.fakeserver import FakeServer, ServerConfig
 from agentbench.traces.model import Session, Trace, Turn
 from tests.helpers import openai_scenario

@@ -5,6 +5,7 @@ native trace (sessions, subagents, think times, hash ids; no text unless asked).
 - :mod:`agentbench.proxy.upstream`: where a request goes upstream, and how the URL shows;
 - :mod:`agentbench.proxy.calls`: one call's counts, hash ids and digests;
 - :mod:`agentbench.proxy.reply`: what a response said, read with bounded memory;
+- :mod:`agentbench.proxy.replybody`: the record of it, and a non-streamed body read into one;
 - :mod:`agentbench.proxy.sessionize`: calls into sessions and subagents (pure);
 - :mod:`agentbench.proxy.store`: the journal and the native file.
 """

@@ -13,7 +13,7 @@ traffic hash alike): the tool schemas as one block of text, then each message as
 ``block_size`` (64) tokens. A completions prompt is its text (or its token ids).
 
 Message digests: ``d_0 = H(0, h(tools))``, ``d_i = H(d_{i-1}, h(role), h(content),
-h(tool call ids))`` with ``h`` the hash of one part (``reply.part_hash``, so a response's
+h(tool call ids))`` with ``h`` the hash of one part (``replybody.part_hash``, so a response's
 text is hashed as it arrives); ``reply`` is the same chain extended by the response as an
 assistant message. A later
 call whose digests contain a call's ``reply`` carries that call's prompt + response.
@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from agentbench.proxy.apibodies import api_of, body_messages, tools_marked, tools_text
-from agentbench.proxy.reply import Reply, ResponseTap, parse_response, part_hash
+from agentbench.proxy.reply import ResponseTap, parse_response
+from agentbench.proxy.replybody import Reply, part_hash
 from agentbench.traces.model import MAX_TOKENS
 from agentbench.traces.readers._text import (
     OTHER_ROLE_ID,

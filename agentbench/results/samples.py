@@ -9,7 +9,7 @@ sample as its time, its endpoint and a list of values over a :class:`SeriesLayou
 once per run; the writer spools it as columns, and journals it as one line (a *block
 line*, ``<seq> {"endpoint":..,"series":[[name, labels], ..],"time_ns":..,"values":[..]}``,
 its rows numbered from ``seq``), whose text up to the time is made once per series layout.
-``agentbench.results.spool.journal_rows`` reads a block line back as exactly the rows of
+``agentbench.results.journal.journal_rows`` reads a block line back as exactly the rows of
 ``SampleBlock.rows()``, as it reads a row's line.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from agentbench.results.spool import nonfinite_text
+from agentbench.results.journal import nonfinite_text
 
 Labels = list[tuple[str, str]]
 

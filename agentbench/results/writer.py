@@ -23,15 +23,9 @@ import pyarrow as pa
 
 from agentbench.errors import ResultsWriteError
 from agentbench.results import schema as records
+from agentbench.results.journal import float_columns, nonfinite_as_text
 from agentbench.results.samples import SampleBlock, blocks_batch
-from agentbench.results.spool import (
-    JOURNAL_SUFFIX,
-    SPOOL_SUFFIX,
-    float_columns,
-    nonfinite_as_text,
-    recover,
-    spool_to_parquet,
-)
+from agentbench.results.spool import JOURNAL_SUFFIX, SPOOL_SUFFIX, recover, spool_to_parquet
 
 __all__ = ["SPOOL_SUFFIX", "ResultsWriter", "recover", "spool_to_parquet"]
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentbench.results import schema as records
+from agentbench.results.journal import journal_rows
 from agentbench.results.samples import SampleBlock, SeriesLayout, blocks_batch
-from agentbench.results.spool import journal_rows
 from agentbench.results.writer import ResultsWriter, recover
 
 SCHEMA = records.SERVER_METRICS_SCHEMA

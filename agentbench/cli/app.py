@@ -142,7 +142,7 @@ def validate(
 ) -> None:
     """Check a scenario and print every problem with its key path."""
     from agentbench.scenario.loading import check_scenario, load_scenario
-    from agentbench.sim.presetfile import check_presets
+    from agentbench.sim.presetcheck import check_presets
 
     sc = load_scenario(scenario)
     check_presets(sc, str(scenario))

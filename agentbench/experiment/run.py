@@ -133,7 +133,7 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     tell = listener or Quiet()
     traces = {} if traces is None else traces
     result = ExperimentResult()
-    from agentbench.sim.presetfile import check_presets
+    from agentbench.sim.presetcheck import check_presets
 
     check_presets(scenario, str(scenario_path or "the scenario"))
     if repeat < 1 or (repeat > 1 and ray is not None):

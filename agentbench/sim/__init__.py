@@ -14,7 +14,8 @@ replay drives the cluster in its own process on its own simulated clock
 (``agentbench.transport.simulated``, ``virtual.TimerDriver``).
 
 Modules: ``presets`` (timing parameters and their sources, shipped as
-``preset_files/*.yaml``), ``presetfile`` (reading and writing preset files), ``cost`` (the
+``preset_files/*.yaml``), ``presetfile`` (reading and writing preset files),
+``presetcheck`` (the presets a scenario names, checked before a run), ``cost`` (the
 step-time model: every step's duration), ``prompt`` (token counts and prefix-chained block
 hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and ``kvties`` (its
 closed-form eviction of equal-time chains), ``engine`` (one instance's scheduler),

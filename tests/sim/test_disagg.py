@@ -206,7 +206,7 @@ def test_a_pool_preset_it_cannot_use_is_one_line_before_the_run(pool: dict[str, 
                                                                  says: str) -> None:
     from agentbench.errors import InputError
     from agentbench.scenario.loading import validate_data
-    from agentbench.sim.presetfile import check_presets
+    from agentbench.sim.presetcheck import check_presets
     from tests.helpers import ROOT
 
     if "/" in pool["preset"]:
@@ -253,7 +253,7 @@ def test_the_wall_clock_driver_moves_requests_too() -> None:
 def test_pools_of_two_models_or_a_base_preset_they_cannot_use_are_one_line() -> None:
     from agentbench.errors import InputError
     from agentbench.scenario.loading import validate_data
-    from agentbench.sim.presetfile import check_presets
+    from agentbench.sim.presetcheck import check_presets
     from tests.helpers import ROOT
 
     def check(endpoint: dict[str, Any]) -> str:

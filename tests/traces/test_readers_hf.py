@@ -109,3 +109,31 @@ def test_read_records_routes_plain_records(tmp_path: Path) -> None:
     assert tr.n_requests() == 2 and tr.sessions[0].turns[0].block_size == 512
     with pytest.raises(InputError, match="no rows"):
         hf.read_records([], source="rows")
+
+
+def test_a_hub_id_without_a_network_is_one_error_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No name resolution: refused before ``load_dataset`` (whose retries take ~25 s)."""
+    import socket
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    asked: list[str] = []
+
+    def no_dns(host: str, *args: object, **kwargs: object) -> None:
+        asked.append(host)
+        raise socket.gaierror(-2, "Name or service not known")
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("load_dataset called without a network")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(datasets, "load_dataset", never)
+    with pytest.raises(InputError, match="cannot be resolved .*HF_HUB_OFFLINE=1") as e:
+        read_trace("someone/nothing-here", format="hf")
+    assert e.value.source == "someone/nothing-here"
+    assert asked == ["huggingface.co"]
+    # a host that resolves goes on to load_dataset (its own errors are its own)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [])
+    with pytest.raises(InputError, match="load_dataset called without a network"):
+        read_trace("someone/nothing-here", format="hf")

@@ -10,6 +10,7 @@ config), ``record_format``; the rest go to the row reader (``tokenizer``, ``seed
 from __future__ import annotations
 
 import importlib
+import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ def load(source: str | Path, *, split: str | None = None, name: str | None = Non
                 raise InputError(f"unknown data file type {path.suffix!r}", source=str(path))
             ds = datasets.load_dataset(builder, data_files=str(path), name=name)
         else:
+            _hub_reachable(str(source))
             ds = datasets.load_dataset(str(source), name=name)
     except InputError:
         raise
@@ -96,6 +98,29 @@ def load(source: str | Path, *, split: str | None = None, name: str | None = Non
                              field="split")
         return ds[split]
     return ds
+
+
+def _hub_reachable(source: str) -> None:
+    """Refuse a hub id at once when the hub's host has no address (no network, no DNS).
+
+    ``huggingface_hub`` retries such a request five times with back-off (about 25 s and a
+    dozen warning lines) before ``datasets`` gives up; offline mode (``HF_HUB_OFFLINE=1``,
+    which reads the local hub cache) is left to the libraries.
+    """
+    from urllib.parse import urlsplit
+
+    import huggingface_hub.constants as hub
+
+    if hub.HF_HUB_OFFLINE:
+        return
+    host = urlsplit(hub.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as e:  # socket.gaierror: the name does not resolve
+        raise InputError(f"not a local file or folder, and as a hub id it needs the network: "
+                         f"{host} cannot be resolved ({e.strerror or e}); a dataset in the "
+                         f"local hub cache reads with HF_HUB_OFFLINE=1",
+                         source=source) from None
 
 
 def _rows(ds: Any) -> Iterator[dict[str, Any]]:

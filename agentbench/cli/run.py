@@ -223,10 +223,17 @@ def recover(
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says killed. load, report and gate do this by themselves. A run.json that
     is not valid JSON is kept as run.json.bad and a new one written (docs/reliability.md)."""
-    from agentbench.results.reader import recover_if_cut_short, require_run_json, run_folder
+    from agentbench.results.reader import (
+        check_tables,
+        recover_if_cut_short,
+        require_run_json,
+        run_folder,
+    )
 
     for d in map(run_folder, runs):
         require_run_json(d)  # a mistyped folder is not "nothing to recover"
         made = recover_if_cut_short(d, force=force, on_damaged=lambda line: typer.echo(
             f"warning: {line}", err=True))
+        if not made:
+            check_tables(d)
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))

@@ -95,6 +95,21 @@ def _read_table(path: Path, schema: pa.Schema, required: bool,
     return table
 
 
+def check_tables(d: Path) -> None:
+    """Each parquet file of a run that needs no recovery has a readable footer, or one
+    line names the one that does not: its rows were journaled only while the run went,
+    so nothing is left to write it again from (``agentbench recover`` said "nothing to
+    recover" of a cut or overwritten table, exit 0)."""
+    for name in (R.REQUESTS_FILE, R.SESSIONS_FILE, R.SERVER_METRICS_FILE):
+        if (path := d / name).exists():
+            try:
+                pq.read_metadata(path)
+            except (OSError, pa.ArrowInvalid) as e:
+                raise InputError(f"not a readable parquet file ({e}); the run ended, so "
+                                 "its spool is gone: nothing is left to rebuild it from",
+                                 source=str(path)) from None
+
+
 def labels_as_text(table: pa.Table) -> pa.Table:
     """Replace the ``labels`` map column by its text form ``k=v,k=v`` (in stored order):
     hashable, filterable, and cheap to convert for millions of samples. Chunk by chunk:

@@ -378,3 +378,24 @@ def test_gate_names_a_recovered_damaged_run_json(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["gate", str(run), str(run)])
     assert res.exit_code == 2, res.output
     assert "its run.json was damaged (kept as run.json.bad)" in res.output, res.output
+
+
+@pytest.mark.parametrize("table", [records.REQUESTS_FILE, records.SESSIONS_FILE])
+def test_recover_names_a_damaged_table_it_cannot_rebuild(tmp_path: Path, table: str) -> None:
+    """A run that needs no recovery, one of whose tables was cut afterwards: recover says
+    which and why nothing can rebuild it (it said "nothing to recover", exit 0)."""
+    from agentbench.cli import app
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    first = CliRunner().invoke(app, ["recover", str(run)])
+    assert first.exit_code == 0 and "recovered" in first.output, first.output
+    again = CliRunner().invoke(app, ["recover", str(run)])
+    assert again.exit_code == 0 and "nothing to recover" in again.output, again.output
+    path = run / table
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    res = CliRunner().invoke(app, ["recover", str(run)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert f"{path}: not a readable parquet file" in lines[0]
+    assert "nothing is left to rebuild it from" in lines[0]

@@ -43,7 +43,7 @@ def search(
     one run per probed load, the frontier printed and written to <output>/<name>-search.json,
     the name as run folders spell it (docs/metrics.md, "Capacity search")."""
     from agentbench.errors import InputError
-    from agentbench.experiment.search import Probe, format_search, write_search
+    from agentbench.experiment.search import Probe, SearchResult, format_search, write_search
     from agentbench.experiment.search import search as run_search
     from agentbench.results.rundir import safe_name
     from agentbench.scenario.loading import load_scenario, parse_set
@@ -71,10 +71,16 @@ def search(
     if out.is_dir():
         raise InputError("is a folder where the search writes its result; move it away",
                          source=str(out))
-    res = run_search(sc, lo=lo, hi=hi, goal=goal, target=target, max_probes=max_probes,
-                     scenario_path=scenario, on_probe=told)
-    for line in format_search(res):
-        typer.echo(line)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_search(res, out)
-    typer.echo(f"search: {out}")
+
+    def tell(res: SearchResult) -> None:
+        for line in format_search(res):
+            typer.echo(line)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_search(res, out)
+        typer.echo(f"search: {out}" + (" (interrupted)" if res.interrupted else ""))
+
+    # stopped by Ctrl-C or SIGTERM, the probes that finished are printed and written too
+    # (they were lost: each probe may be minutes against a real endpoint), then the stop
+    # goes on to its exit code (130, 143)
+    tell(run_search(sc, lo=lo, hi=hi, goal=goal, target=target, max_probes=max_probes,
+                    scenario_path=scenario, on_probe=told, on_stop=tell))

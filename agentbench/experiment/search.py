@@ -52,6 +52,8 @@ class SearchResult:
     best: float | None = None
     best_failing: float | None = None
     notes: list[str] = field(default_factory=list)
+    #: the search was stopped (Ctrl-C, SIGTERM) before its end: the probes that finished
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,18 +67,47 @@ def _goodput(summary: dict[str, Any], goal: str) -> float | None:
 def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
            target: float = 0.9, max_probes: int = 8, tolerance: float = 0.05,
            scenario_path: Path | None = None,
-           on_probe: Callable[[Probe], None] | None = None) -> SearchResult:
+           on_probe: Callable[[Probe], None] | None = None,
+           on_stop: Callable[[SearchResult], None] | None = None) -> SearchResult:
     """Bisect the load of ``scenario`` between ``lo`` and ``hi`` for the most that keeps
-    ``goal`` goodput (``requests`` or ``agents``) at or above ``target``."""
+    ``goal`` goodput (``requests`` or ``agents``) at or above ``target``. Stopped by Ctrl-C
+    or SIGTERM (an exception that is no ``Exception``), ``on_stop`` is given the search so
+    far, ``interrupted``, before the stop goes on: the probes that finished are its
+    evidence, minutes of runs each against a real endpoint."""
+    lo, hi = _search_range(scenario, lo, hi, goal, target)
+    out = SearchResult(kind=scenario.load.kind, goal=goal, target=target)
+    at: list[float] = []  # the load being probed
+    try:
+        return _bisect(scenario, out, lo, hi, target, max_probes, tolerance, scenario_path,
+                       on_probe, at)
+    except Exception:
+        raise
+    except BaseException:  # KeyboardInterrupt, CancelledError (SIGTERM in a run), ...
+        if on_stop is not None:
+            out.interrupted = True
+            unit = "lanes" if out.kind == "lanes" else "sessions/s"
+            cut = (f" during the probe at {at[-1]:g} {unit} (not counted; a run folder "
+                   "it made is kept, marked interrupted)" if at and at[-1] not in
+                   {p.load for p in out.probes} else "")
+            out.notes.append(f"interrupted after {len(out.probes)} probe"
+                             f"{'s' * (len(out.probes) != 1)}{cut}: the answer is the "
+                             "search's so far")
+            on_stop(_checked(out))
+        raise
+
+
+def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: float,
+            max_probes: int, tolerance: float, scenario_path: Path | None,
+            on_probe: Callable[[Probe], None] | None, at: list[float]) -> SearchResult:
+    """The probes of ``search``, into ``out``; ``at`` gets each load as its probe starts."""
     from agentbench.experiment.run import run_variant
 
-    lo, hi = _search_range(scenario, lo, hi, goal, target)
-    kind = scenario.load.kind
-    lanes = kind == "lanes"
-    out = SearchResult(kind=kind, goal=goal, target=target)
+    goal = out.goal
+    lanes = out.kind == "lanes"
     done: dict[float, Probe] = {}
 
     def probe(x: float) -> Probe:
+        at.append(x)
         sc = scenario.model_copy(deep=True)
         sc.variants = []
         if lanes:
@@ -219,11 +250,14 @@ def format_search(res: SearchResult) -> list[str]:
         lines.append(f"{p.load:>10g}  {g:>18}  {_ms(p.ttft_p50_ms):>10}  "
                      f"{_ms(p.ttft_p90_ms):>10}  {_n(p.per_gpu_tok_s):>10}  "
                      f"{'pass' if p.passed else 'FAIL'}" + (f" ({p.note})" if p.note else ""))
-    if res.best is None:
+    answer = "answer so far" if res.interrupted else "answer"
+    if res.best is None and res.interrupted:
+        lines.append(f"{answer}: no load probed met {res.goal} goodput >= {res.target:.0%}")
+    elif res.best is None:
         lines.append(f"answer: no load in the range meets {res.goal} goodput "
                      f">= {res.target:.0%}")
     else:
-        lines.append(f"answer: {res.best:g} {unit} (the most that met {res.goal} goodput "
+        lines.append(f"{answer}: {res.best:g} {unit} (the most that met {res.goal} goodput "
                      f">= {res.target:.0%}"
                      + (f"; {res.best_failing:g} did not)" if res.best_failing else ")"))
     lines += [f"note: {n}" for n in res.notes]

@@ -4,12 +4,14 @@ on the simulator in virtual time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from agentbench.cli import app
@@ -149,3 +151,37 @@ def test_a_top_at_the_most_lanes_is_not_told_to_be_raised(fake_runs: list[float]
     res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=8, target=0.5)
     assert res.best == 8 and "at the most lanes a scenario may run (8)" in res.notes[0]
     assert "raise it" not in " ".join(res.notes)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, asyncio.CancelledError])
+def test_a_search_stopped_mid_probe_writes_the_probes_that_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_runs: list[float],
+        stop: type[BaseException]) -> None:
+    """Ctrl-C (KeyboardInterrupt) or SIGTERM (a run's CancelledError) during the third
+    probe: the two probes that finished are printed and written to <name>-search.json,
+    marked interrupted, and the stop goes on to its exit code. Both were lost: no JSON,
+    no frontier, exit 130 or 143 without a word."""
+    ran = run_mod.run_variant
+
+    def stopped_at_16(sc: Any, **kw: Any) -> Any:
+        if sc.load.concurrency == 32:  # the third probe: 64 failed, 1 passed
+            raise stop
+        return ran(sc, **kw)
+
+    monkeypatch.setattr(run_mod, "run_variant", stopped_at_16)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario({"kind": "lanes", "concurrency": 1})
+                                   .model_dump(mode="json", exclude_none=True)))
+    args = ["search", str(path), "--lanes", "1:64", "-o", str(tmp_path / "out")]
+    if stop is KeyboardInterrupt:  # typer's exit code for it
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 130
+        assert "answer so far: 1 lanes" in res.output
+    else:  # main() makes it 143; the test runner does not catch it
+        with pytest.raises(stop):
+            CliRunner().invoke(app, args)
+    assert fake_runs == [64, 1]
+    doc = json.loads((tmp_path / "out" / "s-search.json").read_text())
+    assert doc["interrupted"] is True and [p["load"] for p in doc["probes"]] == [64, 1]
+    assert (doc["best"], doc["best_failing"]) == (1, 64)
+    assert "interrupted after 2 probes during the probe at 32 lanes" in doc["notes"][-1]

@@ -37,7 +37,7 @@ def record(
     (docs/record.md)."""
     from agentbench.proxy.proxy import RecordConfig, parse_listen, run_record, summary
     from agentbench.proxy.upstream import check_upstream
-    from agentbench.traces.output import check_file_name, check_parquet_name
+    from agentbench.traces.output import check_file_name, check_folder, check_parquet_name
 
     check_file_name(out)
     if rebuild:
@@ -47,6 +47,7 @@ def record(
         typer.echo(summary(out))
         return
     check_parquet_name(out)  # a new recording (a rebuild keeps the name it was made with)
+    check_folder(out)
     if upstream is None:
         raise InputError("--upstream is required (the server to forward to)", field="upstream")
     check_upstream(upstream)

@@ -70,15 +70,24 @@ def traces_convert(
 ) -> None:
     """Write any readable trace in agentbench's native parquet format (refuses to
     overwrite -o)."""
-    from agentbench.traces.output import check_file_name, check_new, check_parquet_name
+    from agentbench.traces.output import (
+        check_file_name,
+        check_folder,
+        check_new,
+        check_parquet_name,
+        new_file,
+    )
     from agentbench.traces.readers import native
 
     check_file_name(output)
     check_parquet_name(output)
     check_new(output)  # before the read, which may take minutes
-    trace = _read_transformed(source, format, scale, max_context, option)
-    out = native.write(trace, output)
-    typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+    check_folder(output)
+    with new_file(output) as tmp:  # nothing at -o unless the trace is written whole
+        trace = _read_transformed(source, format, scale, max_context, option)
+        native.write(trace, tmp)
+    typer.echo(f"wrote {output} ({len(trace.sessions):,} sessions, "
+               f"{trace.n_requests():,} requests)")
 
 
 @traces_app.command("synth")
@@ -95,7 +104,13 @@ def traces_synth(
 ) -> None:
     """Synthesize a trace calibrated to a published agentic workload (native parquet;
     refuses to overwrite -o)."""
-    from agentbench.traces.output import check_file_name, check_new, check_parquet_name
+    from agentbench.traces.output import (
+        check_file_name,
+        check_folder,
+        check_new,
+        check_parquet_name,
+        new_file,
+    )
     from agentbench.traces.readers import native
     from agentbench.traces.synth import check_sessions, load_profile, synthesize
 
@@ -106,9 +121,12 @@ def traces_synth(
     check_file_name(output)
     check_parquet_name(output)
     check_new(output)
-    trace = synthesize(prof, sessions, seed)
-    out = native.write(trace, output)
-    typer.echo(f"wrote {out} ({len(trace.sessions):,} sessions, {trace.n_requests():,} requests)")
+    check_folder(output)
+    with new_file(output) as tmp:
+        trace = synthesize(prof, sessions, seed)
+        native.write(trace, tmp)
+    typer.echo(f"wrote {output} ({len(trace.sessions):,} sessions, "
+               f"{trace.n_requests():,} requests)")
 
 
 @traces_app.command("list")

@@ -6,6 +6,7 @@ and missing folders above it are made, as ``record`` makes them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -102,3 +103,67 @@ def test_the_checks(tmp_path: Path) -> None:
     (tmp_path / "j").write_text("")
     with pytest.raises(InputError, match=r"j: exists; pick another -o or remove it \(hint\)$"):
         check_new(tmp_path / "new.parquet", tmp_path / "j", hint=" (hint)")
+
+
+@pytest.mark.parametrize("where", ["a file", "a dangling link", "/proc", "a long name"])
+def test_an_output_no_file_can_take_is_one_line_before_the_read(where: str, source: Path,
+                                                                tmp_path: Path) -> None:
+    """A file or a link where -o's folder goes, a folder that takes no new file (/proc), a
+    name over the file system's 255 bytes: one line naming -o, exit 2, for all three
+    commands, before the read or the recording. Each was an OSError after the read
+    ('f.txt: File exists', pyarrow's 'Failed to open local file'), exit 1."""
+    (tmp_path / "f").write_text("keep me")
+    (tmp_path / "dl").symlink_to(tmp_path / "nowhere")
+    out = {"a file": tmp_path / "f" / "t.parquet", "a dangling link": tmp_path / "dl" / "t.parquet",
+           "/proc": Path("/proc/t.parquet"), "a long name": tmp_path / ("a" * 300 + ".parquet")
+           }[where]
+    for args in _commands(source, str(out)):
+        line = _one_line_error(args)
+        assert "field 'output'" in line, line
+    assert (tmp_path / "f").read_text() == "keep me" and not (tmp_path / "nowhere").exists()
+
+
+def test_a_trace_cut_short_while_written_leaves_nothing_at_the_output(
+        source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or a full disk) while the parquet file is written: nothing at -o, so the
+    next try is not refused as 'exists' (half a file was left there), and no temporary
+    folder beside it."""
+    def cut_short(trace: Any, path: Path) -> None:
+        Path(path).write_bytes(b"PAR1 half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(native, "write", cut_short)
+    out = tmp_path / "t.parquet"
+    for args in _commands(source, str(out))[:2]:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 130
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_comes_at_the_output_during_the_read_is_not_replaced(
+        source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-o is checked before a read that may take minutes; a file (or a link) put there
+    meanwhile was overwritten (or written through). It is kept now: one line, exit 2."""
+    from agentbench.cli import traces as cli_traces
+
+    out = tmp_path / "t.parquet"
+    read = cli_traces._read_transformed
+
+    def read_while_another_writes(*a: Any) -> Any:
+        out.symlink_to(tmp_path / "victim")
+        return read(*a)
+
+    monkeypatch.setattr(cli_traces, "_read_transformed", read_while_another_writes)
+    line = _one_line_error(["traces", "convert", str(source), "-o", str(out)])
+    assert "came into being while the trace was made; not replaced" in line
+    assert out.is_symlink() and not (tmp_path / "victim").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_a_read_that_fails_leaves_no_folder_behind(tmp_path: Path) -> None:
+    """-o's folder is checked before the read, but only made when the file is written."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    out = tmp_path / "new" / "sub" / "t.parquet"
+    assert "bad.jsonl" in _one_line_error(["traces", "convert", str(bad), "-o", str(out)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]

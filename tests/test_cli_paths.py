@@ -143,10 +143,11 @@ def test_report_refuses_a_folder_where_its_file_goes_before_making_anything(
     """``d/report.html`` a folder: exit 1 (an OSError) after ``d/plots`` was made."""
     from agentbench.testing.demo import write_demo_run
 
-    run = write_demo_run(tmp_path / "r", seed=0, hit=0.5, name="r", trees=2, turns=2)
+    run, other = (write_demo_run(tmp_path / n, seed=0, hit=0.5, name=n, trees=2, turns=2)
+                  for n in ("r", "s"))
     out = tmp_path / "d"
     (out / "report.html").mkdir(parents=True)
-    r = CliRunner().invoke(app, ["report", str(run), str(run), "-o", str(out)])
+    r = CliRunner().invoke(app, ["report", str(run), str(other), "-o", str(out)])
     assert r.exit_code == 2 and "is a folder where the report writes its file" in r.output
     assert [p.name for p in out.iterdir()] == ["report.html"]
 

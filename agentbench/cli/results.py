@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from agentbench.cli.app import app, guarded, path_value
+from agentbench.cli.app import app, distinct_runs, guarded, path_value
 from agentbench.errors import InputError
 
 
@@ -27,6 +27,8 @@ def report(
     from agentbench.metrics.summary import NO_SESSIONS
     from agentbench.report.render import render, workload_differences
 
+    # one run twice (RUN and RUN/) compared itself with itself without a word
+    distinct_runs(runs, "a report compares distinct runs")
     if reference is not None:
         runs = _reference_first(runs, reference)
     loaded = [load(r) for r in runs]  # once, for the report and its terminal warning
@@ -68,6 +70,12 @@ def gate(
     if len(runs) < 2:
         raise InputError("give a baseline and a candidate results folder (several "
                          "baselines before the candidate)", source="agentbench gate")
+    # a baseline given twice counted as two identical re-runs: no spread between runs, so
+    # a rule's interval shrank to its point (detectable +-0.0%) and any change past a
+    # threshold failed as certain. A run gated against itself alone still passes (+0.0%)
+    if len(runs) > 2:
+        distinct_runs(runs, "the run is the unit of several baselines: give each run once, "
+                      "the candidate among them neither")
     *baselines, candidate = runs
 
     allowed = parse_allow(allow)

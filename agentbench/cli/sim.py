@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from agentbench.cli.app import app, guarded, path_value
+from agentbench.cli.app import app, distinct_runs, guarded, path_value
 
 sim_app = typer.Typer(help="Check simulator presets against real runs and fit them.",
                       no_args_is_help=True, rich_markup_mode=None)
@@ -108,7 +108,7 @@ def fit(
     for flag, text in (("--engine", engine), ("--engine-version", engine_version),
                        ("--model", model), ("--hardware", hardware)):
         _check_line(text, flag)
-    dirs = _distinct_runs(runs or [])
+    dirs = [str(r) for r in distinct_runs(runs or [], "each run counts once in a fit")]
     if endpoint is None and not dirs:
         raise InputError("name run folders to fit on, or --endpoint to profile")
     if api not in APIS:
@@ -214,23 +214,6 @@ def _check_line(text: str | None, flag: str) -> None:
         one_printable_line(text or "")
     except ValueError as e:
         raise InputError(str(e), field=flag) from None
-
-
-def _distinct_runs(runs: list[Path]) -> list[str]:
-    """The run folders, each once: ``RUN`` and ``RUN/`` given together are one run, which
-    the fit would count twice."""
-    import os
-
-    from agentbench.errors import InputError
-
-    seen: dict[str, Path] = {}
-    for r in runs:
-        key = os.path.realpath(r)
-        if key in seen:
-            raise InputError(f"given twice (as {str(seen[key])!r} too): each run counts "
-                             "once in a fit", source=str(r))
-        seen[key] = r
-    return [str(r) for r in runs]
 
 
 def _write(path: Path, text: str) -> None:

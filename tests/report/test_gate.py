@@ -796,3 +796,23 @@ def test_requests_cancelled_by_the_run_are_no_failures_in_the_resampled_error_ra
     assert err.status == "pass" and err.bound is not None and abs(err.bound) < 1e-9
     assert good.change is not None and good.bound is not None
     assert good.bound <= good.change + 0.05, rows(res)
+
+
+def test_a_baseline_given_twice_is_refused_not_counted_twice(runs: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    """``gate A A/ C``: one baseline run counted as two identical re-runs, so the spread
+    between runs was 0, a rule's interval shrank to its point (detectable ±0.0%) and a
+    +0.7% change failed a 0.5% rule as certain (exit 1), which the one baseline alone
+    passes (its lower bound -5.1%). A candidate among several baselines (``gate A B A``)
+    is refused too. A run gated against itself alone still passes."""
+    rules = tmp_path / "r.yaml"
+    rules.write_text("ttft_p50: {max_increase: 0.5%}\n")
+    md = str(tmp_path / "g.md")
+    base, rerun, plus2 = (str(runs[k]) for k in ("base", "rerun", "plus2"))
+    for args in ([base, base + "/", plus2], [base, rerun, base]):
+        code, out = _gate(*args, "--rules", str(rules), "--markdown", md)
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        assert "given twice" in out and "the run is the unit of several baselines" in out
+    assert _gate(base, plus2, "--rules", str(rules), "--markdown", md)[0] == 0
+    code, out = _gate(base, base, "--markdown", md)
+    assert code == 0 and "+0.0%" in out

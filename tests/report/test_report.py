@@ -502,3 +502,16 @@ def test_a_run_with_no_hit_rate_draws_no_empty_hit_chart(tmp_path: Path) -> None
     assert "no hit rate to draw against context length or turn index" in md
     assert not {"hit_vs_context.png", "hit_vs_turn.png"} & {
         p.name for p in (tmp_path / "rep" / "plots").glob("*.png")}
+
+
+def test_a_run_given_twice_is_one_line_not_a_run_against_itself(tmp_path: Path) -> None:
+    """``report A A/`` (or ``A`` and a link to it, as an overlapping shell glob gives):
+    one line, exit 2, nothing written. It wrote a comparison of the run with itself,
+    every change 'same', without a word."""
+    run = write_demo_run(tmp_path / "a", seed=0, hit=0.5, name="a", trees=2, turns=2)
+    (tmp_path / "link").symlink_to(run)
+    for twice in (f"{run}/", str(tmp_path / "link")):
+        res = CliRunner().invoke(app, ["report", str(run), twice, "-o", str(tmp_path / "r")])
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+        assert "given twice" in res.output and "a report compares distinct runs" in res.output
+    assert not (tmp_path / "r").exists()

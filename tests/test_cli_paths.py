@@ -160,3 +160,33 @@ def test_a_bad_run_id_is_named_as_it_was_given(tmp_path: Path) -> None:
         r = CliRunner().invoke(app, ["run", q, "-o", str(tmp_path), *args])
         assert r.exit_code == 2, r.output
         assert f"{named}: must be a plain folder name of at most 200 characters" in r.output
+
+
+def test_commands_printed_to_paste_quote_a_folder_with_a_space(tmp_path: Path) -> None:
+    """``run``'s closing ``report: agentbench report RUN...`` and the disk's ``agentbench
+    recover RUN`` hint, for results under ``my results ü/``: each path one shell word
+    (they were printed bare, so the pasted command named two folders that do not exist)."""
+    import shlex
+
+    import yaml
+
+    from agentbench.errors import ResultsWriteError
+    from agentbench.replay.runend import stopped_by
+
+    out = tmp_path / "my results ü"
+    sc = tmp_path / "two.yaml"
+    sc.write_text(yaml.safe_dump({
+        "name": "two", "endpoints": [{"kind": "simulated", "preset": "instant"}],
+        "trace": {"kind": "synth", "profile": "codex", "sessions": 2},
+        "load": {"kind": "lanes", "concurrency": 1}, "limits": {"max_requests": 2},
+        "variants": [{"name": "a"}, {"name": "b"}]}))
+    res = CliRunner().invoke(app, ["run", str(sc), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("report: "))
+    words = shlex.split(line.removeprefix("report: "))
+    assert words[:2] == ["agentbench", "report"] and len(words) == 4
+    assert all(Path(w).is_dir() and Path(w).parent == out for w in words[2:])
+    run = Path(words[2])
+    (run / "requests.parquet.journal.jsonl").write_text("")  # rows left to recover
+    hint = stopped_by(ResultsWriteError(str(run), "No space left on device"), run).hint
+    assert shlex.split(hint.split("`")[1]) == ["agentbench", "recover", str(run)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,8 @@ class _RunPrinter:
                               *result.comparison.headlines]))
         for w in result.comparison.warnings:
             typer.echo(f"warning: {w}", err=True)
-        typer.echo("report: agentbench report " + " ".join(str(r.run_dir)
+        # quoted for the shell: a folder with a space or a quote is pasted as one word
+        typer.echo("report: agentbench report " + " ".join(shlex.quote(str(r.run_dir))
                                                            for r in result.runs))
 
 

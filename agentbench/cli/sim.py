@@ -4,6 +4,7 @@ predictions are from a finished run's measurements, figure by figure)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import typer
@@ -154,7 +155,7 @@ def fit(
     if (warn := save_warning(result, preset.scheduler)) is not None:
         typer.echo(f"warning: {warn}", err=True)
     typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
-               f"--preset {out}")
+               f"--preset {shlex.quote(str(out))}")
 
 
 def _check_out(out: Path, force: bool) -> None:

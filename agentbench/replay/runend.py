@@ -3,6 +3,7 @@ but agentbench's own empty start, and the one line a run stopped by its disk end
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from agentbench.errors import ResultsWriteError
@@ -30,7 +31,7 @@ def stopped_by(failure: ResultsWriteError, run_dir: Path) -> ResultsWriteError:
     from agentbench.results.spool import has_spools
 
     if has_spools(run_dir):
-        failure.hint = (f"free space, then `agentbench recover {run_dir}` writes the "
-                        "parquet files")
+        failure.hint = (f"free space, then `agentbench recover {shlex.quote(str(run_dir))}` "
+                        "writes the parquet files")
     failure.args = (failure.one_line(),)
     return failure

@@ -572,3 +572,18 @@ def test_a_llama_server_without_a_ram_cache_gives_a_preset_without_one(
                                    "--no-ram-cache"])
     assert res.exit_code == 0, res.output
     assert load_preset_file(out).ram_cache_tokens == 0
+
+
+def test_the_sim_check_it_suggests_pastes_as_one_word_per_path(runs: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    """``wrote ...; check it on held-out work: agentbench sim check RUN --preset OUT`` with
+    OUT in a folder with a space: OUT is one shell word (it was printed bare)."""
+    import shlex
+
+    out = tmp_path / "my presets" / "engine.yaml"
+    out.parent.mkdir()
+    res = CliRunner().invoke(app, ["sim", "fit", str(runs["fit"]), "-o", str(out),
+                                   "--kv-capacity-tokens", "100000"])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("wrote "))
+    assert shlex.split(line.split(": ", 1)[1])[-2:] == ["--preset", str(out)]

@@ -30,7 +30,8 @@ text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f3
 img{max-width:100%;display:block;margin:.5em 0}pre{background:#f7f7f7;padding:1em;
 overflow:auto;font-size:12px}h2{border-bottom:1px solid #ddd;padding-bottom:.2em}
 tr.key td{font-weight:600;background:#fff8dc}tr td.better{background:#e6f4ea;color:#0f5f2a}
-tr td.worse{background:#fdeaea;color:#9b1c1c}"""
+tr td.worse{background:#fdeaea;color:#9b1c1c}p.warning{background:#fff4e0;font-weight:600;
+border-left:4px solid #d97706;padding:.4em .8em}"""
 
 
 def to_html(title: str, sections: Sequence[Section]) -> str:
@@ -40,7 +41,10 @@ def to_html(title: str, sections: Sequence[Section]) -> str:
              f"<h1>{escape(title)}</h1>"]
     for sec in sections:
         parts.append(f"<h2>{escape(sec.title)}</h2>")
-        parts.extend(f"<p>{escape(t)}</p>" for t in sec.text)
+        # a warning stands out from the prose around it: the eye lands on the coloured
+        # table, and a warning that the runs are not comparable must be seen before it
+        parts.extend(f'<p class="warning">{escape(t)}</p>' if t.startswith("Warning:")
+                     else f"<p>{escape(t)}</p>" for t in sec.text)
         for t, (header, rows) in enumerate(sec.tables):
             marks = sec.marks.get(t, {})
             parts.append("<table><tr>" + "".join(f"<th>{escape(h)}</th>" for h in header)
@@ -74,7 +78,8 @@ def to_markdown(title: str, sections: Sequence[Section]) -> str:
     lines = [f"# {_md_cell(title)}", ""]
     for sec in sections:
         lines += [f"## {_md_cell(sec.title)}", ""]
-        lines += [_md_cell(t) + "\n" for t in sec.text]
+        lines += [(f"**Warning:**{_md_cell(t[8:])}" if t.startswith("Warning:")
+                   else _md_cell(t)) + "\n" for t in sec.text]
         for t, (header, rows) in enumerate(sec.tables):
             marks = sec.marks.get(t, {})
             lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")

@@ -75,9 +75,7 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     sums = [r.summary for r in runs]
     sec = Section("Comparison", text=[
         f"Reference: {labels[0]} (the first run given, or --reference); every change is "
-        "against it.", *(
-            _headline_line(labels[0], sums[0], lab, s)
-            for lab, s in zip(labels[1:], sums[1:], strict=True))])
+        "against it."])
     differ = workload_differences(runs)
     if differ is not None:
         sec.text.append(f"Warning: {differ}")
@@ -92,7 +90,11 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     if len(bases) > 1:
         sec.text.append("Warning: the runs are in different time bases (simulated at "
                         "different speedups, or wall-clock); see each run's section.")
-    elif time_note(sums):
+    # the headline changes after the warnings that qualify them (they came first, and a
+    # "88x lower" read before "the runs differ in trace")
+    sec.text += [_headline_line(labels[0], sums[0], lab, s)
+                 for lab, s in zip(labels[1:], sums[1:], strict=True)]
+    if len(bases) == 1 and time_note(sums):
         sec.text.append("Times: simulated time (" + ", ".join(
             sorted({(s.get("time_base") or {}).get("kind", "") for s in sums})) + ").")
     values = comparison_values(sums)

@@ -515,3 +515,30 @@ def test_a_run_given_twice_is_one_line_not_a_run_against_itself(tmp_path: Path) 
         assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
         assert "given twice" in res.output and "a report compares distinct runs" in res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_a_warning_that_the_runs_differ_comes_before_the_changes_and_stands_out(
+        three: list[Path], tmp_path: Path) -> None:
+    """A comparison of two workloads: the eye lands on the coloured table and the
+    headline ("88x lower"); the warning that the runs differ in their workload came after
+    the headline, a plain paragraph like the prose around it. It now comes before the
+    headline, in a box of its own in report.html and in bold in report.md."""
+    import shutil
+
+    runs = []
+    for i, d in enumerate(three[1:]):
+        copy = tmp_path / f"r{i}"
+        shutil.copytree(d, copy)
+        info = json.loads((copy / R.RUN_FILE).read_text())
+        info["fingerprint"] = {"version": 1, "trace": f"t{i}", "time_base": "virtual"}
+        (copy / R.RUN_FILE).write_text(json.dumps(info))
+        runs.append(copy)
+    res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "a" / "report.html").read_text()
+    warning = html.index('<p class="warning">Warning: the runs differ in trace')
+    assert "p.warning{" in html
+    assert warning < html.index(" vs ", html.index("<h2>Comparison"))
+    md = (tmp_path / "a" / "report.md").read_text()
+    assert md.index("**Warning:** the runs differ in trace") < md.index(" vs ", md.index(
+        "## Comparison"))

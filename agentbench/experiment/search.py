@@ -70,30 +70,41 @@ def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
            on_probe: Callable[[Probe], None] | None = None,
            on_stop: Callable[[SearchResult], None] | None = None) -> SearchResult:
     """Bisect the load of ``scenario`` between ``lo`` and ``hi`` for the most that keeps
-    ``goal`` goodput (``requests`` or ``agents``) at or above ``target``. Stopped by Ctrl-C
-    or SIGTERM (an exception that is no ``Exception``), ``on_stop`` is given the search so
-    far, ``interrupted``, before the stop goes on: the probes that finished are its
-    evidence, minutes of runs each against a real endpoint."""
+    ``goal`` goodput (``requests`` or ``agents``) at or above ``target``. Stopped before
+    its end once a probe has finished (Ctrl-C, SIGTERM, or an error: the endpoint gone, the
+    disk full), ``on_stop`` is given the search so far, ``interrupted``, before the stop or
+    the error goes on: the probes that finished are its evidence, minutes of runs each
+    against a real endpoint."""
     lo, hi = _search_range(scenario, lo, hi, goal, target)
     out = SearchResult(kind=scenario.load.kind, goal=goal, target=target)
     at: list[float] = []  # the load being probed
     try:
         return _bisect(scenario, out, lo, hi, target, max_probes, tolerance, scenario_path,
                        on_probe, at)
-    except Exception:
-        raise
-    except BaseException:  # KeyboardInterrupt, CancelledError (SIGTERM in a run), ...
-        if on_stop is not None:
+    except BaseException as e:  # KeyboardInterrupt, CancelledError (SIGTERM in a run), ...
+        if on_stop is not None and out.probes:
             out.interrupted = True
             unit = "lanes" if out.kind == "lanes" else "sessions/s"
+            how = (f"stopped by an error ({_one_line(e)})" if isinstance(e, Exception)
+                   else "interrupted")
             cut = (f" during the probe at {at[-1]:g} {unit} (not counted; a run folder "
-                   "it made is kept, marked interrupted)" if at and at[-1] not in
+                   "it made is kept)" if at and at[-1] not in
                    {p.load for p in out.probes} else "")
-            out.notes.append(f"interrupted after {len(out.probes)} probe"
+            out.notes.append(f"{how} after {len(out.probes)} probe"
                              f"{'s' * (len(out.probes) != 1)}{cut}: the answer is the "
                              "search's so far")
             on_stop(_checked(out))
         raise
+
+
+def _one_line(e: Exception) -> str:
+    """agentbench's own error as its one line (secrets already redacted in it); any other
+    by its type alone, as its text may hold what a file must not (a URL's user-info)."""
+    one = getattr(e, "one_line", None)
+    if not callable(one):
+        return type(e).__name__
+    text = " ".join(str(one()).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: float,

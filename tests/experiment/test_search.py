@@ -185,3 +185,36 @@ def test_a_search_stopped_mid_probe_writes_the_probes_that_finished(
     assert doc["interrupted"] is True and [p["load"] for p in doc["probes"]] == [64, 1]
     assert (doc["best"], doc["best_failing"]) == (1, 64)
     assert "interrupted after 2 probes during the probe at 32 lanes" in doc["notes"][-1]
+
+
+def test_a_search_stopped_by_an_error_writes_the_probes_that_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_runs: list[float]) -> None:
+    """The endpoint gone before the third probe (its pre-run check: one line, exit 2): the
+    two probes that finished are printed and written, marked interrupted, with the
+    error's line. The frontier was lost with the error. An error in the first probe (a
+    mistyped URL) writes nothing: there is no search to keep."""
+    ran = run_mod.run_variant
+
+    def gone_at(load: int) -> Any:
+        def run(sc: Any, **kw: Any) -> Any:
+            if sc.load.concurrency == load:
+                raise InputError("cannot reach http://127.0.0.1:9/v1", field="url")
+            return ran(sc, **kw)
+        return run
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario({"kind": "lanes", "concurrency": 1})
+                                   .model_dump(mode="json", exclude_none=True)))
+    args = ["search", str(path), "--lanes", "1:64", "-o", str(tmp_path / "out")]
+    monkeypatch.setattr(run_mod, "run_variant", gone_at(32))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "cannot reach" in res.output.splitlines()[-1]
+    doc = json.loads((tmp_path / "out" / "s-search.json").read_text())
+    assert doc["interrupted"] is True and [p["load"] for p in doc["probes"]] == [64, 1]
+    assert ("stopped by an error (field 'url': cannot reach http://127.0.0.1:9/v1) after 2 "
+            "probes during the probe at 32 lanes") in doc["notes"][-1]
+    (tmp_path / "out" / "s-search.json").unlink()
+    monkeypatch.setattr(run_mod, "run_variant", gone_at(64))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert not (tmp_path / "out" / "s-search.json").exists()

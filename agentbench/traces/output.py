@@ -19,9 +19,11 @@ OTHER_FORMATS = frozenset({".jsonl", ".json", ".ndjson", ".csv", ".gz", ".zst", 
 
 
 def check_file_name(out: Path) -> None:
-    """``-o ''`` (the current folder), ``.`` or a folder is no file name: one line."""
+    """``-o ''`` (the current folder), ``.``, ``x/..`` or a folder is no file name: one
+    line."""
     try:
-        folder = not out.name or out.is_dir()
+        # 'x/..' names a folder even where x is not there yet
+        folder = out.name in ("", "..") or out.is_dir()
     except OSError as e:  # a name the file system refuses (ENAMETOOLONG)
         raise InputError(f"no file can have this name ({e.strerror or e})",
                          source=str(out), field="output") from None

@@ -39,10 +39,12 @@ def _one_line_error(args: list[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("where", ["", ".", "folder"])
+@pytest.mark.parametrize("where", ["", ".", "folder", "missing/.."])
 def test_no_file_name_is_one_line(where: str, source: Path, tmp_path: Path) -> None:
+    """``missing/..`` (a folder not there yet, then ``..``) read the trace, made the
+    folder and said the output 'came into being while the trace was made'."""
     (tmp_path / "folder").mkdir()
-    out = str(tmp_path / where) if where == "folder" else where
+    out = str(tmp_path / where) if where in ("folder", "missing/..") else where
     # '' is refused by the command line as an empty path ('' would read as '.')
     want = "'--output': empty: give a path" if where == "" else "give a file name for the trace"
     for args in _commands(source, out):

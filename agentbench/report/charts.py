@@ -6,6 +6,7 @@ run's time base (``agentbench.metrics.run.Run``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,8 +60,13 @@ def _span(values: list[float]) -> tuple[float, float]:
 
 
 def _from_zero(lo: float) -> str:
-    """An axis label's note when ``_span`` started the axis above zero."""
-    return f" (axis from {lo:,.3g}, not 0)" if lo > 0 else ""
+    """An axis label's note when ``_span`` started the axis above zero, its start to three
+    figures as the tick labels write numbers (2,110, not 2.11e+03)."""
+    if lo <= 0:
+        return ""
+    start = (f"{round(lo, 2 - math.floor(math.log10(lo))):,.0f}" if lo >= 1000
+             else f"{lo:.3g}")
+    return f" (axis from {start}, not 0)"
 
 
 def pareto_front(points: Sequence[tuple[float, float]], x_higher_better: bool = True

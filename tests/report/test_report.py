@@ -305,7 +305,10 @@ def test_chart_axes_fit_the_points_they_draw() -> None:
     # a zoomed axis says so in its label
     from agentbench.report.charts import _from_zero
 
-    assert _from_zero(lo) == f" (axis from {lo:,.3g}, not 0)" and _from_zero(0.0) == ""
+    assert _from_zero(lo) == f" (axis from {lo:.3g}, not 0)" and _from_zero(0.0) == ""
+    # tokens/s per GPU from 2,110: it read "axis from 2.11e+03" under ticks of 2500, 3000
+    assert _from_zero(2110.5) == " (axis from 2,110, not 0)"
+    assert _from_zero(1_234_567.0) == " (axis from 1,230,000, not 0)"
 
 
 def test_reference_picks_the_run_others_are_compared_against(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from agentbench.traces.readers._text import (
 from agentbench.traces.stats import potential_cached_tokens
 from agentbench.traces.words import chat_prompt_tokens, count_tokens
 
+FUZZ = Path(__file__).resolve().parent.parent / "fuzz" / "traces"
 SYSTEM = "You are a coding agent working in a repository. " * 30
 CONV = [
     {"from": "system", "value": SYSTEM},
@@ -146,3 +147,18 @@ def test_bad_records_name_record_and_field(tmp_path: Path, record: dict, field: 
     with pytest.raises(InputError) as e:
         read_trace(f, format="sharegpt")
     assert (e.value.source, e.value.where, e.value.field) == (str(f), "record 1", field)
+
+
+@pytest.mark.parametrize("seed", ["nan", "1.5", "abc", "-1", "[1]", "true", str(2**70)])
+def test_a_seed_option_that_is_no_seed_is_one_line(seed: str) -> None:
+    """``traces stats t.json -O seed=1.5`` (or ``trace.options.seed: 1.5`` in a scenario):
+    numpy's refusal was a TypeError traceback for nan, 1.5 and abc, 'cannot read it:
+    ValueError' for -1; a list, a boolean and 2**70 were taken. One line naming seed."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["traces", "stats", str(FUZZ / "valid-sharegpt.json"),
+                                   "-O", f"seed={seed}"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "field 'seed': expected an integer from 0 to 2**63-1" in res.output

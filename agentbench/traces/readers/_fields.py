@@ -49,6 +49,16 @@ def check_block_size(block_size: Any) -> int:
     return block_size
 
 
+def check_seed(seed: Any) -> int:
+    """A seed given as a reader option (``-O seed=N``, ``trace.options.seed``): an integer
+    from 0 to 2**63-1, as a scenario's ``seed``. numpy's own refusal of ``1.5``, ``nan``
+    or ``abc`` was a TypeError traceback; of ``-1``, a 'cannot read it: ValueError'."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise InputError(f"expected an integer from 0 to 2**63-1, got {seed!r}",
+                         field="seed")
+    return seed
+
+
 def req_num(rec: dict[str, Any], key: str, *, nonneg: bool = False) -> float:
     if key not in rec:
         raise InputError("missing", field=key)

@@ -22,7 +22,7 @@ import numpy as np
 from agentbench.errors import InputError
 from agentbench.traces.model import Session, Trace, Turn
 from agentbench.traces.readers import read_files
-from agentbench.traces.readers._fields import check_block_size
+from agentbench.traces.readers._fields import check_block_size, check_seed
 from agentbench.traces.readers._text import (
     DEFAULT_BLOCK_SIZE,
     SHAREGPT_ROLES,
@@ -78,7 +78,7 @@ class _Builder:
         self.block_size = check_block_size(block_size)
         self.scope = scope
         self.tok = get_tokenizer(tokenizer)
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(check_seed(seed))
         self.seen: set[str] = set()
         self.count = 0
 

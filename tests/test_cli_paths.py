@@ -152,6 +152,18 @@ def test_report_refuses_a_folder_where_its_file_goes_before_making_anything(
     assert [p.name for p in out.iterdir()] == ["report.html"]
 
 
+def test_report_to_a_folder_that_takes_no_new_folder_is_one_line(tmp_path: Path) -> None:
+    """``report RUN -o /proc/x`` (a folder that refuses new folders; a read-only one
+    alike): one line naming --output, exit 2, as run's -o. It was 'error: /proc/x: No
+    such file or directory (--debug shows where)', exit 1."""
+    from agentbench.testing.demo import write_demo_run
+
+    run = write_demo_run(tmp_path / "r", seed=0, hit=0.5, name="r", trees=2, turns=2)
+    r = CliRunner().invoke(app, ["report", str(run), "-o", "/proc/agentbench-report"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "field '--output': cannot make the report's folder" in r.output
+
+
 def test_a_bad_run_id_is_named_as_it_was_given(tmp_path: Path) -> None:
     """``--set output.run_id=...`` was named ``--run-id``, a flag not given."""
     q = str(ROOT / "scenarios" / "quickstart.yaml")

@@ -231,6 +231,9 @@ def render(run_dirs: Sequence[str | Path | Run], out_dir: str | Path | None = No
     except (FileExistsError, NotADirectoryError) as e:
         raise InputError("is a file, not a folder (or a file is in its path)",
                          source=str(e.filename or out), field="--output") from None
+    except OSError as e:  # /proc/x, a read-only or unwritable folder: bad input, as run's -o
+        raise InputError(f"cannot make the report's folder ({e.strerror or e})",
+                         source=str(e.filename or out), field="--output") from None
     labels = run_labels([r.summary for r in runs])
     title = f"agentbench: {labels[0]}" if len(runs) == 1 else \
         f"agentbench: {' vs '.join(labels)}"

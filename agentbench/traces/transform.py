@@ -21,11 +21,16 @@ import numpy as np
 from agentbench.errors import InputError
 from agentbench.traces.model import HashIds, Session, Trace, Turn
 
+#: the smallest scale factor, as a scenario's ``trace.transform.scale`` (``traces stats
+#: --scale 1e-300`` made every prompt one token)
+MIN_SCALE = 0.001
+
 
 def scale(trace: Trace, factor: float) -> Trace:
-    """A copy of ``trace`` with token counts scaled by ``factor`` (0 < factor <= 1)."""
-    if not 0 < factor <= 1:
-        raise InputError(f"scale factor must be in (0, 1], got {factor}", field="scale")
+    """A copy of ``trace`` with token counts scaled by ``factor`` (``MIN_SCALE`` to 1)."""
+    if not MIN_SCALE <= factor <= 1:  # NaN too
+        raise InputError(f"scale factor must be in [{MIN_SCALE:g}, 1] (below, prompts "
+                         f"shrink to nothing), got {factor:g}", field="scale")
     if factor == 1:
         return trace
     merged: dict[tuple[int, ...], int] = {}

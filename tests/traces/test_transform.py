@@ -83,3 +83,19 @@ def test_filters_keep_whole_trees(weka_trace: Trace) -> None:
     assert [s.session_id for s in first3.roots()] == [s.session_id for s in again.roots()]
     assert len(first3.roots()) == 3
     first3.validate()
+
+
+@pytest.mark.parametrize("factor", ["1e-300", "0.0009", "nan"])
+def test_a_scale_below_the_scenarios_bound_is_one_line(factor: str) -> None:
+    """``traces stats --scale 1e-300`` (and ``convert``) made every prompt one token where
+    a scenario's ``trace.transform.scale`` is refused below 0.001; the same bound now, one
+    line, exit 2. 0.001 itself is taken."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    args = ["traces", "stats", "builtin:mooncake-synthetic", "--scale"]
+    res = CliRunner().invoke(app, [*args, factor])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "field 'scale': scale factor must be in [0.001, 1]" in res.output
+    assert CliRunner().invoke(app, [*args, "0.001"]).exit_code == 0

@@ -284,4 +284,18 @@ def _n(v: float | None) -> str:
 
 
 def write_search(res: SearchResult, path: Path) -> None:
-    path.write_text(json.dumps(res.to_json(), indent=1) + "\n")
+    """``path`` replaced whole by the search's JSON: a link there is replaced, never written
+    through (it overwrote the file it led to, or made one where a dangling link led), and
+    a second Ctrl-C while it is written leaves the old file or the new, never half."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(res.to_json(), indent=1) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)

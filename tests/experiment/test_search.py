@@ -218,3 +218,26 @@ def test_a_search_stopped_by_an_error_writes_the_probes_that_finished(
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2 and res.output.count("\n") == 1
     assert not (tmp_path / "out" / "s-search.json").exists()
+
+
+def test_a_link_where_the_search_writes_is_replaced_not_written_through(
+        tmp_path: Path, fake_runs: list[float]) -> None:
+    """``<name>-search.json`` a symbolic link (to another file, or dangling): the file it
+    led to was overwritten, or made where the link pointed. The link is replaced by the
+    search's own file now; what it led to is left as it was."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario({"kind": "lanes", "concurrency": 1})
+                                   .model_dump(mode="json", exclude_none=True)))
+    out = tmp_path / "out"
+    out.mkdir()
+    victim, nowhere = tmp_path / "victim.txt", tmp_path / "nowhere.json"
+    victim.write_text("keep me")
+    for target in (victim, nowhere):
+        link = out / "s-search.json"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        res = CliRunner().invoke(app, ["search", str(path), "--lanes", "1:2", "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        assert not link.is_symlink() and json.loads(link.read_text())["best"] == 2
+    assert victim.read_text() == "keep me" and not nowhere.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["s-search.json"]

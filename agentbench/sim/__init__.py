@@ -19,6 +19,7 @@ Modules: ``presets`` (timing parameters and their sources, shipped as
 step-time model: every step's duration), ``prompt`` (token counts and prefix-chained block
 hashes), ``kvcache`` (paged prefix cache stored as runs of blocks) and ``kvties`` (its
 closed-form eviction of equal-time chains), ``engine`` (one instance's scheduler),
+``admission`` (a request's prefix matched in the tiers and its blocks reserved),
 ``decoderuns`` (its decode-only steps computed ahead), ``slots`` (an instance scheduled as
 llama.cpp's llama-server: ``scheduler: slots``), ``cluster`` (router, shared tier,
 wall-clock driver), ``virtual`` (virtual-time drivers), ``histogram`` (latency histograms),

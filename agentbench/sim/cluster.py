@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentbench.scenario.model import SimulatedEndpoint
+from agentbench.sim.admission import first_fit_error
 from agentbench.sim.disagg import PD, Transfer
-from agentbench.sim.engine import Instance, SimRequest, first_fit_error
+from agentbench.sim.engine import Instance, SimRequest
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset, get_preset
 from agentbench.sim.prompt import U64, PromptHasher

@@ -2,12 +2,12 @@
 prefix cache, in simulated seconds and free of any clock or I/O.
 
 A step is planned (``plan``: admit waiting requests FCFS, match their prefixes, reserve
-blocks, give every running decode one token and prefills chunks of the token budget) and
-then committed at its end time (``commit``: finished prefills cache their blocks and emit
-their first token, decodes emit one token, finished requests release their blocks). The
-async driver in ``cluster.py`` sleeps between the two; a benchmark may call them
-back-to-back on a virtual clock, where ``decoderuns`` advances runs of decode-only steps
-in bulk.
+blocks (``admission``), give every running decode one token and prefills chunks of the
+token budget) and then committed at its end time (``commit``: finished prefills cache
+their blocks and emit their first token, decodes emit one token, finished requests release
+their blocks). The async driver in ``cluster.py`` sleeps between the two; a benchmark may
+call them back-to-back on a virtual clock, where ``decoderuns`` advances runs of
+decode-only steps in bulk.
 
 Simplifications (documented): a request reserves blocks for its whole prompt and
 ``max_tokens`` at admission, so there is no preemption; prompt blocks enter the prefix cache
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from agentbench.sim.admission import admit, first_fit_error, tier_loads
 from agentbench.sim.cost import step_cost
 from agentbench.sim.kvcache import PrefixCache
 from agentbench.sim.presets import Preset
@@ -135,75 +136,9 @@ class Instance:
     # ------------------------------------------------------------ step
 
     def _admit(self, req: SimRequest, now: float) -> bool:
-        """Match the prefix in GPU, CPU and shared tiers and reserve blocks; False if full."""
-        blocked = self._blocked
-        if blocked is not None and blocked[0] is req and blocked[1] == self._releases:
-            return False  # nothing gave blocks back since it last failed: it still cannot fit
-        hashes, limit, session = req.hashes, req.match_limit, req.session
-        gpu = self.gpu
-        hint = self._turn_ends.get(session, 0) if session is not None else 0
-        k = gpu.match(hashes, limit, hint)
-        if k:
-            gpu.pin(hashes, k)
-        need = self.blocks_needed(req) - k
-        # as vLLM, evict only when that makes room: free + evictable blocks, where the blocks
-        # on a running request's (or this one's) cached path, those above a pinned block
-        # (``gpu.held``), cannot be evicted
-        if gpu.free < need and (gpu.capacity - gpu.reserved - gpu.held < need
-                                or not gpu.make_free(need)):
-            if k:
-                gpu.unpin(hashes[k - 1])
-            self._blocked = (req, self._releases)
-            return False
-        self._blocked = None
-        gpu.reserved += need
-        req.reserved = need
-        bs = self.block_size
-        st = self.stats
-        if k:
-            req.pinned = hashes[k - 1]
-            gpu.touch(hashes, k, now)
-        else:
-            req.pinned = None
-        req.local_blocks = k
-        if req.kv_ready:  # prefilled elsewhere: its hits were counted there
-            req.computed = req.prompt_tokens
-            req.admitted_at = now
-            st.requests_admitted += 1
-            return True
-        cpu, shared, nvme = self.cpu, self.shared, self.nvme
-        if cpu is None and shared is None and nvme is None:
-            req.gpu_hit_tokens = req.cached_tokens = req.computed = cached = k * bs
-            st.hits_gpu += cached
-        else:
-            kc = cpu.match(hashes, limit, hint) if cpu is not None else 0
-            kn = nvme.match(hashes, limit, hint) if nvme is not None else 0
-            ks = shared.match(hashes, limit, hint) if shared is not None else 0
-            cpu_blocks = max(0, kc - k)
-            nvme_blocks = max(0, kn - max(k, kc))  # each tier loads what the faster lack
-            shared_blocks = max(0, ks - max(k, kc, kn))
-            if kc and cpu is not None:
-                cpu.touch(hashes, kc, now)
-            if kn and nvme is not None:
-                nvme.touch(hashes, kn, now)
-            if ks and shared is not None:
-                shared.touch(hashes, ks, now)
-            req.gpu_hit_tokens = k * bs
-            req.cpu_hit_tokens = cpu_blocks * bs
-            req.nvme_hit_tokens = nvme_blocks * bs
-            req.shared_hit_tokens = shared_blocks * bs
-            req.cached_tokens = req.computed = cached = \
-                (k + cpu_blocks + nvme_blocks + shared_blocks) * bs
-            st.hits_gpu += req.gpu_hit_tokens
-            st.hits_cpu += req.cpu_hit_tokens
-            st.hits_nvme += req.nvme_hit_tokens
-            st.hits_shared += req.shared_hit_tokens
-        req.admitted_at = now
-        st.requests_admitted += 1
-        st.prompt_tokens += req.prompt_tokens
-        st.prefix_queries += req.prompt_tokens
-        st.prefix_hits += cached
-        return True
+        """Match the prefix in GPU, CPU and shared tiers and reserve blocks; False if full
+        (``admission.admit``)."""
+        return admit(self, req, now)
 
     def plan(self, now: float) -> float | None:
         """Choose the next step's work at ``now``; return its duration (None: nothing to do).
@@ -266,32 +201,10 @@ class Instance:
             waiting.popleft()
             self.prefilling.append(r)
             if not r.kv_ready:  # a moved KV's tier loads were its prefill instance's
-                r.load_s = own = self._tier_loads(r)
+                r.load_s = own = tier_loads(self, r)
                 load_s += own
             budget, flops, kv_read = self._chunks((r,), budget, flops, kv_read, plan)
         return flops, kv_read, load_s
-
-    def _tier_loads(self, r: SimRequest) -> float:
-        """Seconds ``r``'s loads from the CPU, NVMe and shared tiers take (each tier's
-        per-token time, plus its latency when it loads anything), each tier's part
-        counted in ``stats.load_s``."""
-        cpu_s = r.cpu_hit_tokens * self.preset.cpu_load_s_per_token
-        shared_s = r.shared_hit_tokens * self.shared_load
-        own = cpu_s + shared_s
-        nvme_s = 0.0
-        if r.nvme_hit_tokens:
-            nvme_s = r.nvme_hit_tokens * self.nvme_load + self.nvme_latency
-            own += nvme_s
-        if self.cpu_latency and r.cpu_hit_tokens:
-            own += self.cpu_latency
-        if self.shared_latency and r.shared_hit_tokens:
-            own += self.shared_latency
-        if own:
-            ls = self.stats.load_s
-            ls["cpu"] += cpu_s + (self.cpu_latency if r.cpu_hit_tokens else 0.0)
-            ls["shared"] += shared_s + (self.shared_latency if r.shared_hit_tokens else 0.0)
-            ls["nvme"] += nvme_s
-        return own
 
     def _chunks(self, reqs: Sequence[SimRequest], budget: int, flops: float, kv_read: float,
                 plan: list[tuple[SimRequest, int]]) -> tuple[int, float, float]:
@@ -434,17 +347,3 @@ class Instance:
 
 _NOTHING: tuple[()] = ()  # no step planned
 
-
-def first_fit_error(inst: Instance, req: SimRequest, what: str = "an instance"
-                    ) -> str | None:
-    """Why ``req`` can never run on ``inst`` (None when it can); ``what`` names the
-    instance in the message."""
-    need = inst.blocks_needed(req)
-    if need > inst.gpu.capacity:
-        out = 0 if req.handoff else req.output_tokens
-        seq = inst.seq_blocks
-        fixed = f", {seq:,} for the preset's sequence_kv_bytes" if seq else ""
-        return (f"This request needs {need:,} KV blocks ({req.prompt_tokens:,} prompt + "
-                f"{out:,} output tokens{fixed}) but {what} holds "
-                f"{inst.gpu.capacity:,} blocks of {inst.block_size} tokens.")
-    return None

@@ -29,9 +29,9 @@ ENV = "AGENTBENCH_NATIVE"
 MANIFEST = "manifest.json"
 #: the modules compiled, as one mypyc group (they call each other directly)
 MODULES = ("agentbench.sim.kvcache", "agentbench.sim.kvties", "agentbench.sim.engine",
-           "agentbench.sim.decoderuns", "agentbench.sim.cost", "agentbench.sim.request",
-           "agentbench.sim.router", "agentbench.sim.cluster", "agentbench.sim.virtual",
-           "agentbench.sim.slots")
+           "agentbench.sim.admission", "agentbench.sim.decoderuns", "agentbench.sim.cost",
+           "agentbench.sim.request", "agentbench.sim.router", "agentbench.sim.cluster",
+           "agentbench.sim.virtual", "agentbench.sim.slots")
 
 _PACKAGE = Path(__file__).resolve().parent.parent  # the agentbench folder
 

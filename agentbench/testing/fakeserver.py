@@ -27,7 +27,7 @@ from aiohttp import web
 
 from agentbench.testing.shapes import Counts, shape
 from agentbench.traces import words as tokenize
-from agentbench.transport.stream import END_GRACE_S
+from agentbench.transport.streamtimer import END_GRACE_S
 
 #: where the "redirect" fault sends a client (nothing listens there)
 REDIRECT_TO = "http://127.0.0.1:9/v1/elsewhere"

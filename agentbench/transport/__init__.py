@@ -4,8 +4,9 @@
 transport (``base.Transport``) carries one request to an engine and stamps what came back
 into the request's record:
 
-- ``openai_http`` (over ``http``, ``stream``, ``sse``): any OpenAI-compatible server, on the
-  wall clock (the record keeps the raw stream; ``finish`` reads it into the row afterwards);
+- ``openai_http`` (over ``http``, ``stream`` and its timer ``streamtimer``, ``sse``): any
+  OpenAI-compatible server, on the wall clock (the record keeps the raw stream; ``finish``
+  reads it into the row afterwards);
 - ``simulated``: the embedded serving simulator in the same process, on the virtual clock
   (``agentbench.replay.clock``), with prompts as prefix-chained block hashes
   (``agentbench.prompts.segments``) instead of text.

@@ -35,7 +35,7 @@ MIN_RESPONSES_OUTPUT = 16
 #: the version header a Messages request carries unless the scenario's headers set one
 ANTHROPIC_VERSION = "2023-06-01"
 #: the bytes of the event that ends a stream of each API, looked for in the reads of a
-#: stream by ``agentbench.transport.stream`` (what they are is then confirmed by reading
+#: stream by ``agentbench.transport.streamtimer`` (what they are is then confirmed by reading
 #: the stream: docs/reliability.md); Responses' ``response.failed`` ends it as an error
 END_MARKS = {"chat": (b"[DONE]",), "completions": (b"[DONE]",),
              "responses": (b"response.completed", b"response.incomplete", b"response.failed"),

@@ -1,7 +1,7 @@
 """Where the bytes of a stream's last event (``agentbench.transport.apis.END_MARKS``:
 ``[DONE]``, ``response.completed``, ``message_stop``, ...) end in the raw reads that one
-look of a request's timer covers (``agentbench.transport.stream``, every ``END_GRACE_S``),
-however the reads and the HTTP chunks cut them (docs/reliability.md):
+look of a request's timer covers (``agentbench.transport.streamtimer``, every
+``END_GRACE_S``), however the reads and the HTTP chunks cut them (docs/reliability.md):
 
 - whole, or cut between two reads: the look searches the previous look's last ``TAIL``
   bytes with its own;

@@ -205,7 +205,7 @@ async def send(http: aiohttp.ClientSession | None, target: Target,
             finally:
                 timer.cancel()
                 conn.end(reuse)
-            # a stream ended at its last event, its body not (stream.END_GRACE_S): that
+            # a stream ended at its last event, its body not (streamtimer.END_GRACE_S): that
             # event's read is the end
             rec.end_ns = perf_ns() - t0_ns if resp.end_ns is None else resp.end_ns
             rec.http_status = status = resp.status

@@ -28,7 +28,7 @@ class Response:
         #: a complete chunked body: each chunk's data and where it ends in the raw bytes
         self.decoded: tuple[list[bytes], list[int]] | None = None
         #: the stamp of the read that brought the stream's last event when the request
-        #: ended there, the body unfinished (``agentbench.transport.stream``)
+        #: ended there, the body unfinished (``agentbench.transport.streamtimer``)
         self.end_ns: int | None = None
 
     def body(self, partial: bool = False) -> tuple[list[bytes], list[int]]:

@@ -17,16 +17,9 @@ A response holds at most ``MAX_RESPONSE_BYTES`` of body, and one SSE event at mo
 and past either cap the request fails, its connection closed.
 
 A stream's last event (``data: [DONE]``, ``response.completed``, ``message_stop``) ends the
-request even when the body does not end after it: a server may keep the connection open,
-or send ``: ping`` comments, after its answer is whole (OpenAI's own client stops reading
-there). No read pays for this: the request's timer also fires every ``END_GRACE_S`` and
-looks in the reads since it last did for the bytes of the API's last event
-(``agentbench.transport.apis.END_MARKS``, found by :mod:`agentbench.transport.endmarks`
-however reads and chunks cut them); ``END_GRACE_S`` after the read that brought
-them, if the body has not ended, the stream is read as it stands, and if its last event
-came the request ends there, a success stamped at that event's read, its connection
-closed (docs/reliability.md). A stall or the deadline reads the stream the same way before
-it fails the request.
+request even when the body does not end after it; the request's timer looks for it
+(:mod:`agentbench.transport.streamtimer`: the timer, the deadline, the stall timeout and
+the end at the last event).
 
 Errors keep the words the replay records (``error_type``): ``connect_error``,
 ``connect_timeout``, ``stall_timeout``, ``timeout``, ``disconnected``,
@@ -36,14 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_left
-from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from agentbench.transport import apis, endmarks
 from agentbench.transport.chunked import chunk_state, decode_chunked
 from agentbench.transport.response import Response
 from agentbench.transport.sse import event_start
+from agentbench.transport.streamtimer import END_GRACE_S as END_GRACE_S  # re-exported
+from agentbench.transport.streamtimer import Timer, arm, end_due, ended_at_last_event
 
 if TYPE_CHECKING:
     from agentbench.transport.pool import Pool
@@ -68,12 +60,6 @@ MAX_RESPONSE_BYTES = 64 * _MIB
 MAX_EVENT_BYTES = 4 * _MIB
 #: body bytes between two checks of both caps
 CHECK_EVERY = _MIB
-#: seconds a body may go on after the read that brought the bytes of the stream's last event
-#: before the stream is read to see whether that event came, and how often a request's
-#: timer looks for those bytes: a server that ends well sends the body's last chunk with
-#: the event or at once after it (its connection is kept), and the bytes may also be a
-#: token's text (then the request goes on)
-END_GRACE_S = 0.5
 
 
 class StreamError(Exception):
@@ -350,48 +336,20 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         return False
 
     def _end_due(self) -> float | None:
-        """Seconds until the stream is read for its last event (0 or less: now), after a
-        look in the reads since the last for its bytes; None while none came."""
+        """Seconds until the stream is read for its last event (``streamtimer.end_due``);
+        None unless a 200 body is being read."""
         resp = self.resp
         if resp is None or resp.status != 200 or self.mode == _NONE:
             return None
-        reads, looked, tail = resp.reads, self.looked, self.tail
-        if len(reads) > looked:
-            new = reads[looked:]
-            seen = tail + b"".join(new)
-            at = endmarks.mark_end(seen, self.api, resp.chunked, len(tail))
-            if self.again:  # the rest of the event that had those bytes: the newest read
-                at, self.again = len(seen), False
-            if at > len(tail):  # in the new reads: stamped with the one with their end
-                ends = list(accumulate(map(len, new)))
-                i = min(bisect_left(ends, at - len(tail)), len(new) - 1)
-                self.marked = self.t0 + resp.times[looked + i]
-            self.looked = len(reads)
-            self.tail = seen[-endmarks.TAIL:]
-        if not self.marked:
-            return None
-        return END_GRACE_S - (perf_ns() - self.marked) / 1e9
+        return end_due(self, resp)
 
     def _ended_at_last_event(self) -> bool:
-        """Whether the stream, read as it stands, ended with its last event though the body
-        goes on: then the request is over, a success (or a Responses ``response.failed``)
-        stamped at that event's read (``Response.end_ns``), and the connection, whose
-        response never finished, is not used again."""
+        """Whether the stream ended at its last event, the request then over
+        (``streamtimer.ended_at_last_event``); False unless a 200 body is being read."""
         resp = self.resp
         if resp is None or resp.status != 200 or self.mode == _NONE or not resp.reads:
             return False
-        pieces, stamps = resp.body(partial=True)
-        try:
-            st = apis.read_stream(self.api, pieces, stamps)
-        except Exception:  # noqa: BLE001 - unreadable here: finish_record names what
-            return False
-        if st.end_ns is None:
-            self.again = endmarks.in_unfinished_event(pieces, self.api)
-            return False
-        resp.end_ns = st.end_ns
-        self.keep = False
-        self._finish()
-        return True
+        return ended_at_last_event(self, resp)
 
     def _finish(self) -> None:
         self.mode = _NONE
@@ -416,45 +374,10 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
             self._drain.set_exception(StreamError(kind, message))
 
     def arm(self, sock_read: float | None, deadline: float | None, total: float | None
-            ) -> _Timer:
-        """One timer for the exchange: fires at the deadline, when no byte came for
-        ``sock_read`` s, and every ``END_GRACE_S`` (a request over sooner never sees it
-        fire) to look for the bytes of the stream's last event (``_end_due``), re-arming
-        itself from the last read's stamp (a timer per read would cost more than the read).
-        The stream is read for its last event ``END_GRACE_S`` after those bytes, and before
-        a stall or the deadline fails the request (``_ended_at_last_event``)."""
-        loop = asyncio.get_running_loop()
-        handle: list[asyncio.TimerHandle] = []
-
-        def check() -> None:
-            if self.done is None or self.done.done():
-                return
-            now = loop.time()
-            over = deadline is not None and now >= deadline
-            quiet = (perf_ns() - self.last_ns) / 1e9
-            stalled = sock_read is not None and 0 < sock_read <= quiet
-            left = self._end_due()
-            if (over or stalled or (left is not None and left <= 0)) \
-                    and self._ended_at_last_event():
-                return
-            if left is not None and left <= 0:  # those bytes ended nothing (a token's text)
-                self.marked, left = 0, None
-            if over:
-                self._fail("timeout", f"request took longer than {total} s")
-                return
-            due = deadline if deadline is not None else now + 3600.0
-            if sock_read:
-                if stalled:
-                    self._fail("stall_timeout", f"no data for {sock_read} s (Timeout on "
-                               "reading data from socket)")
-                    return
-                due = min(due, now + sock_read - quiet)
-            due = min(due, now + (END_GRACE_S if left is None else left))
-            handle[:] = [loop.call_at(due, check)]
-
-        first = loop.time() + min(sock_read or END_GRACE_S, END_GRACE_S)
-        handle.append(loop.call_at(first if deadline is None else min(first, deadline), check))
-        return _Timer(handle)
+            ) -> Timer:
+        """One timer for the exchange: the deadline, the stall timeout and the stream's
+        last event (``streamtimer.arm``)."""
+        return arm(self, sock_read, deadline, total)
 
     def end(self, reuse: bool) -> None:
         """The exchange is over: back to the pool, or closed."""
@@ -472,15 +395,3 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
             self.transport.close()
         self.pool.gone()
 
-
-class _Timer:
-    """The current handle of a self re-arming timer."""
-
-    __slots__ = ("handle",)
-
-    def __init__(self, handle: list[asyncio.TimerHandle]) -> None:
-        self.handle = handle
-
-    def cancel(self) -> None:
-        for h in self.handle:
-            h.cancel()

@@ -16,10 +16,10 @@ def remove_empty_run(run_dir: Path) -> None:
     import shutil
 
     from agentbench.results import schema as records
-    from agentbench.results.rundir import CLAIM_FILE
+    from agentbench.results.rundir import CLAIM_FILE, RUN_TMP_FILE
     from agentbench.results.spool import JOURNAL_SUFFIX, RESERVE_FILE, SCHEMAS, SPOOL_SUFFIX
 
-    ours = {records.RUN_FILE, records.RUN_FILE + ".tmp", CLAIM_FILE, RESERVE_FILE, *SCHEMAS}
+    ours = {records.RUN_FILE, RUN_TMP_FILE, CLAIM_FILE, RESERVE_FILE, *SCHEMAS}
     names = [p.name for p in run_dir.iterdir()]
     if all(n in ours or n.endswith((SPOOL_SUFFIX, JOURNAL_SUFFIX)) for n in names):
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -193,13 +193,13 @@ def _never_started(d: Path) -> None:
     run.json half made): that run was stopped (SIGTERM, SIGKILL) in the instant after it
     took the folder, before its run.json was written. Nothing was sent: one line says so,
     not a file missing."""
-    from agentbench.results.rundir import CLAIM_FILE
+    from agentbench.results.rundir import CLAIM_FILE, RUN_TMP_FILE
 
     try:
         names = {p.name for p in d.iterdir()}
     except OSError:
         return
-    if CLAIM_FILE in names and names <= {CLAIM_FILE, R.RUN_FILE + ".tmp"}:
+    if CLAIM_FILE in names and names <= {CLAIM_FILE, RUN_TMP_FILE}:
         raise InputError("holds only the claim of a run stopped before it wrote run.json: "
                          "nothing was sent; remove the folder", source=str(d))
 

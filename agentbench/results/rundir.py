@@ -189,12 +189,17 @@ def run_info(scenario: Any, secrets: tuple[str, ...], run_dir: Path,
     }
 
 
+#: run.json while it is written, replaced by it once whole (``write_run_json``, and
+#: ``spool.recover`` marking a killed run)
+RUN_TMP_FILE = records.RUN_FILE + ".tmp"
+
+
 def write_run_json(run_dir: Path, info: dict[str, Any], secrets: tuple[str, ...]) -> None:
     text = json.dumps(info, indent=2, default=str)
     for s in secrets:
         if s:
             text = text.replace(s, "<redacted>")
-    tmp = run_dir / (records.RUN_FILE + ".tmp")
+    tmp = run_dir / RUN_TMP_FILE
     try:
         tmp.write_text(text)
         os.replace(tmp, run_dir / records.RUN_FILE)

@@ -284,6 +284,8 @@ def recover(run_dir: Path, force: bool = False) -> list[str]:
     process is gone (``force``: whatever its pid says: a run copied from another host, or
     whose pid was reused), with empty tables when it was killed before any row. Return the
     files made."""
+    from agentbench.results.rundir import RUN_TMP_FILE  # (rundir imports this module)
+
     made = []
     finish_commits(run_dir)
     for name, schema in SCHEMAS.items():
@@ -313,7 +315,7 @@ def recover(run_dir: Path, force: bool = False) -> list[str]:
                 made.append(name)
         run["status"] = "killed"
         run["recovered"] = made
-        tmp = path.with_suffix(".json.tmp")
+        tmp = run_dir / RUN_TMP_FILE
         tmp.write_text(json.dumps(run, indent=2))
         os.replace(tmp, path)
     return made

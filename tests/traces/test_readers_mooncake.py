@@ -131,3 +131,16 @@ def test_a_timestamp_too_far_from_the_first_is_one_error_naming_its_line(
     ok = write_jsonl(tmp_path / "near.jsonl", [{"timestamp": 0, **body},
                                                {"timestamp": 9.99e11, **body}])
     assert read_trace(ok).sessions[1].start_s == pytest.approx(9.99e8)
+
+
+@pytest.mark.parametrize("block_size", [0, -512, (1 << 20) + 1, 2**70, 1.5, True, "512"])
+def test_a_block_size_option_out_of_bounds_is_one_error(tmp_path: Path,
+                                                         block_size: object) -> None:
+    """The reader option's bound is a simulated endpoint's (2**70 made every prompt one
+    block, accepted)."""
+    f = write_jsonl(tmp_path / "t.jsonl", [
+        {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}])
+    with pytest.raises(InputError, match="from 1 to 1,048,576") as e:
+        read_trace(f, block_size=block_size)
+    assert e.value.field == "block_size"
+    assert read_trace(f, block_size=1 << 20).sessions[0].turns[0].block_size == 1 << 20

@@ -41,11 +41,18 @@ def req_tokens(rec: dict[str, Any], key: str) -> int:
     return n
 
 
+#: the largest block size a reader takes, the bound of a simulated endpoint's
+#: ``block_size`` (``scenario/endpoints.py``): a guard against a typo (2**70 made every
+#: prompt one block), not a measured limit
+MAX_BLOCK_SIZE = 1 << 20
+
+
 def check_block_size(block_size: Any) -> int:
-    """A block size given as a reader option: a positive integer."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise InputError(f"expected a positive integer, got {block_size!r}",
-                         field="block_size")
+    """A block size given as a reader option: an integer from 1 to ``MAX_BLOCK_SIZE``."""
+    if (isinstance(block_size, bool) or not isinstance(block_size, int)
+            or not 0 < block_size <= MAX_BLOCK_SIZE):
+        raise InputError(f"expected a whole number from 1 to {MAX_BLOCK_SIZE:,}, got "
+                         f"{block_size!r}", field="block_size")
     return block_size
 
 

@@ -30,7 +30,25 @@ def plt_module() -> Any:
     return plt
 
 
+def thousands(fig: Any) -> None:
+    """Whole-number ticks of 1,000 and over written with separators (100,000), as the
+    report's tables write numbers, on every linear axis still on matplotlib's default
+    formatter (which wrote 100000, or 1e6 in a corner); fractional ticks keep theirs."""
+    from matplotlib.ticker import FuncFormatter, ScalarFormatter
+
+    for ax in fig.axes:
+        ax.get_xlim(), ax.get_ylim()  # the limits autoscaled before the ticks are read
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "linear" or \
+                    type(axis.get_major_formatter()) is not ScalarFormatter:
+                continue
+            ticks = axis.get_majorticklocs()
+            if len(ticks) and max(abs(ticks)) >= 1000 and all(t == round(t) for t in ticks):
+                axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+
+
 def png(fig: Any) -> bytes:
+    thousands(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt_module().close(fig)

@@ -545,3 +545,21 @@ def test_a_warning_that_the_runs_differ_comes_before_the_changes_and_stands_out(
     md = (tmp_path / "a" / "report.md").read_text()
     assert md.index("**Warning:** the runs differ in trace") < md.index(" vs ", md.index(
         "## Comparison"))
+
+
+def test_axis_ticks_of_thousands_are_written_with_separators() -> None:
+    """A TTFT axis up to 100 s read 100000 (the tables write 100,000); fractional and log
+    axes keep matplotlib's own ticks."""
+    from agentbench.report import plots
+
+    plt = plots.plt_module()
+    fig, (big, small) = plt.subplots(1, 2)
+    big.plot([1, 2, 3], [2_000, 50_000, 100_000])
+    small.plot([0.1, 0.2], [0.5, 0.75])
+    plots.thousands(fig)
+    fig.canvas.draw()
+    labels = [t.get_text().replace("\u2212", "-") for t in big.get_yticklabels()]
+    assert "100,000" in labels and "20,000" in labels, labels
+    assert not any(lab.isdigit() and len(lab) > 3 for lab in labels), labels
+    assert any("." in t.get_text() for t in small.get_yticklabels())
+    plt.close(fig)

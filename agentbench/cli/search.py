@@ -20,6 +20,22 @@ def _range(text: str, flag: str) -> tuple[float, float]:
     return a, b
 
 
+def _free_name(folder: Path, name: str) -> Path:
+    """``<name>-search.json`` in ``folder``, or ``<name>-search-<k>.json`` with the least
+    ``k`` where nothing is (a file, a folder, a link): an earlier search's result is
+    never replaced, as a run folder never is (it was, without a word)."""
+    import os
+
+    from agentbench.errors import InputError
+
+    for k in range(100_000):
+        out = folder / f"{name}-search{f'-{k}' if k else ''}.json"
+        if not os.path.lexists(out):
+            return out
+    raise InputError("100,000 searches of this name are there; pick another -o",
+                     source=str(folder))
+
+
 @app.command()
 @guarded
 def search(
@@ -66,11 +82,8 @@ def search(
                    err=True)
 
     # inside --output whatever the name says (a name '../../x' wrote two folders up), and
-    # checked before the probes run
-    out = Path(sc.output.dir) / f"{safe_name(sc.name)}-search.json"
-    if out.is_dir():
-        raise InputError("is a folder where the search writes its result; move it away",
-                         source=str(out))
+    # named before the probes run: never over an earlier search's file (or anything else)
+    out = _free_name(Path(sc.output.dir), safe_name(sc.name))
 
     def tell(res: SearchResult) -> None:
         for line in format_search(res):

@@ -220,11 +220,11 @@ def test_a_search_stopped_by_an_error_writes_the_probes_that_finished(
     assert not (tmp_path / "out" / "s-search.json").exists()
 
 
-def test_a_link_where_the_search_writes_is_replaced_not_written_through(
+def test_a_link_where_the_search_writes_is_left_not_written_through(
         tmp_path: Path, fake_runs: list[float]) -> None:
     """``<name>-search.json`` a symbolic link (to another file, or dangling): the file it
-    led to was overwritten, or made where the link pointed. The link is replaced by the
-    search's own file now; what it led to is left as it was."""
+    led to was overwritten, or made where the link pointed. The link and what it leads
+    to are left as they were now; the result takes the next free name."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_scenario({"kind": "lanes", "concurrency": 1})
                                    .model_dump(mode="json", exclude_none=True)))
@@ -232,12 +232,33 @@ def test_a_link_where_the_search_writes_is_replaced_not_written_through(
     out.mkdir()
     victim, nowhere = tmp_path / "victim.txt", tmp_path / "nowhere.json"
     victim.write_text("keep me")
-    for target in (victim, nowhere):
-        link = out / "s-search.json"
-        link.unlink(missing_ok=True)
+    for k, target in ((1, victim), (2, nowhere)):
+        link = out / ("s-search.json" if k == 1 else "s-search-2.json")
         link.symlink_to(target)
         res = CliRunner().invoke(app, ["search", str(path), "--lanes", "1:2", "-o", str(out)])
         assert res.exit_code == 0, res.output
-        assert not link.is_symlink() and json.loads(link.read_text())["best"] == 2
+        assert link.is_symlink()
+        assert json.loads((out / f"s-search-{2 * k - 1}.json").read_text())["best"] == 2
     assert victim.read_text() == "keep me" and not nowhere.exists()
-    assert sorted(p.name for p in out.iterdir()) == ["s-search.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "s-search-1.json", "s-search-2.json", "s-search-3.json", "s-search.json"]
+
+
+def test_search_never_replaces_what_is_where_its_result_goes(
+        tmp_path: Path, fake_runs: list[float]) -> None:
+    """An earlier search's file (or a folder, or a link) at ``<name>-search.json``: the
+    result goes to ``<name>-search-1.json``, then ``-2``; nothing there is touched (an
+    earlier result was overwritten without a word)."""
+    (tmp_path / "quickstart-search.json").mkdir()
+    (tmp_path / "quickstart-search-1.json").write_text("earlier")
+    (tmp_path / "quickstart-search-2.json").symlink_to(tmp_path / "nowhere")
+    for k in (3, 4):
+        r = CliRunner().invoke(app, ["search", str(ROOT / "scenarios" / "quickstart.yaml"),
+                                     "--lanes", "1:2", "-o", str(tmp_path)])
+        assert r.exit_code == 0, r.output
+        out = tmp_path / f"quickstart-search-{k}.json"
+        assert r.output.splitlines()[-1] == f"search: {out}"
+        assert json.loads(out.read_text())["best"] == 2
+    assert (tmp_path / "quickstart-search-1.json").read_text() == "earlier"
+    assert (tmp_path / "quickstart-search.json").is_dir()
+    assert not (tmp_path / "nowhere").exists()

@@ -89,14 +89,6 @@ def test_search_writes_inside_its_output_whatever_the_name(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.rglob("*-search.json")) == ["escaped-search.json"]
 
 
-def test_search_refuses_a_folder_where_its_result_goes_before_probing(tmp_path: Path) -> None:
-    (tmp_path / "quickstart-search.json").mkdir()
-    r = CliRunner().invoke(app, ["search", str(ROOT / "scenarios" / "quickstart.yaml"),
-                                 "--lanes", "1:2", "-o", str(tmp_path)])
-    assert r.exit_code == 2 and "is a folder where the search writes" in r.output, r.output
-    assert [p.name for p in tmp_path.iterdir()] == ["quickstart-search.json"]  # no probe
-
-
 def _rate_scenario() -> Any:
     return parse_scenario("name: r\nendpoints: [{kind: simulated, preset: instant}]\n"
                           "trace: {kind: synth, profile: codex, sessions: 1}\n"

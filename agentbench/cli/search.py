@@ -56,8 +56,9 @@ def search(
                                        parser=path_value),
 ) -> None:
     """Find the most lanes (or rate) that still meets the scenario's SLOs, by bisection:
-    one run per probed load, the frontier printed and written to <output>/<name>-search.json,
-    the name as run folders spell it (docs/metrics.md, "Capacity search")."""
+    one run per probed load, the frontier printed and written to <output>/<name>-search.json
+    (-1, -2, ... beside an earlier one, never replaced), the name as run folders spell it
+    (docs/metrics.md, "Capacity search")."""
     from agentbench.errors import InputError
     from agentbench.experiment.search import Probe, SearchResult, format_search, write_search
     from agentbench.experiment.search import search as run_search

@@ -239,3 +239,33 @@ def test_compare_says_what_is_wrong_with_its_arguments(run_dir: Path, kw: dict,
     with pytest.raises(InputError) as e:
         agentbench.compare(run_dir, run_dir, **kw)
     assert says in e.value.one_line()
+
+
+@pytest.mark.parametrize(("column", "bad"), [("status", 1), ("status", "OK"),
+                                             ("phase", "measured")])
+def test_a_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, column: str,
+                                                     bad: object) -> None:
+    """A requests.parquet edited by hand whose status held numbers (cast to text, '1')
+    read as a run where nothing succeeded, without a word: load, report and gate say which
+    column and value, one line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
+    assert agentbench.load(d).summary["overall"]["requests"]["ok"] > 0
+    t = pq.read_table(d / R.REQUESTS_FILE)
+    values = t.column(column).to_pylist()
+    values[-1] = bad
+    t = t.set_column(t.schema.get_field_index(column), column,
+                     pa.array(values if isinstance(bad, str) else [bad] * len(values)))
+    pq.write_table(t, d / R.REQUESTS_FILE)
+    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
+    with pytest.raises(InputError, match=f"value '{bad}', expected one of") as e:
+        agentbench.load(d)
+    assert e.value.field == column
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output

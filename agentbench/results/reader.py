@@ -95,6 +95,15 @@ def _read_table(path: Path, schema: pa.Schema, required: bool,
     return table
 
 
+def _only(table: pa.Table, name: str, allowed: tuple[str, ...], path: Path) -> None:
+    """A column of a few known values holds no other (a table edited by hand whose
+    ``status`` held numbers read as a run where nothing succeeded, without a word)."""
+    other = set(table.column(name).unique().to_pylist()) - {*allowed, None}
+    if other:
+        raise InputError(f"value {sorted(map(str, other))[0]!r}, expected one of "
+                         f"{', '.join(allowed)}", source=str(path), field=name)
+
+
 def check_tables(d: Path) -> None:
     """Each parquet file of a run that needs no recovery has a readable footer, or one
     line names the one that does not: its rows were journaled only while the run went,
@@ -383,6 +392,9 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     recover_if_cut_short(d)
     req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
                       dictionary=DICTIONARY_COLUMNS)
+    for name, allowed in (("status", (R.OK, R.ERROR, R.CANCELLED)),
+                          ("phase", (R.WARMUP, R.MEASURE))):
+        _only(req, name, allowed, d / R.REQUESTS_FILE)
     events = req.select(list(LIST_COLUMNS)) if with_events else \
         R.REQUESTS_SCHEMA.empty_table().select(list(LIST_COLUMNS))
     scalar = [c for c in req.column_names if c not in LIST_COLUMNS]

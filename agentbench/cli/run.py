@@ -232,10 +232,18 @@ def recover(
         run_folder,
     )
 
+    damaged = 0
     for d in map(run_folder, runs):
         require_run_json(d)  # a mistyped folder is not "nothing to recover"
         made = recover_if_cut_short(d, force=force, on_damaged=lambda line: typer.echo(
             f"warning: {line}", err=True))
         if not made:
-            check_tables(d)
+            try:
+                check_tables(d)
+            except InputError as e:  # the runs after it are still recovered (they were
+                damaged += 1         # left cut short), and the exit is 2 at the end
+                typer.echo(f"error: {e.one_line()}", err=True)
+                continue
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))
+    if damaged:
+        raise typer.Exit(2)

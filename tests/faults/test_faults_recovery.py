@@ -399,3 +399,22 @@ def test_recover_names_a_damaged_table_it_cannot_rebuild(tmp_path: Path, table: 
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert f"{path}: not a readable parquet file" in lines[0]
     assert "nothing is left to rebuild it from" in lines[0]
+
+
+def test_recover_goes_on_past_a_damaged_table_to_the_runs_after_it(tmp_path: Path) -> None:
+    """``recover DAMAGED KILLED``: the damaged run's line, then the killed run recovered,
+    exit 2 at the end (the damaged run's refusal stopped the command, and the killed run
+    after it was left cut short)."""
+    from agentbench.cli import app
+
+    damaged, killed = tmp_path / "d", tmp_path / "k"
+    _killed_run(damaged, 0)
+    assert CliRunner().invoke(app, ["recover", str(damaged)]).exit_code == 0
+    path = damaged / records.REQUESTS_FILE
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    _killed_run(killed, 0)
+    res = CliRunner().invoke(app, ["recover", str(damaged), str(killed)])
+    assert res.exit_code == 2, res.output
+    assert f"error: {path}: not a readable parquet file" in res.output
+    assert f"{killed}: recovered requests.parquet" in res.output, res.output
+    assert (killed / records.REQUESTS_FILE).exists()

@@ -87,10 +87,16 @@ def search(
     out = _free_name(Path(sc.output.dir), safe_name(sc.name))
 
     def tell(res: SearchResult) -> None:
+        nonlocal out
         for line in format_search(res):
             typer.echo(line)
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_search(res, out)
+        while True:
+            try:
+                write_search(res, out)
+                break
+            except FileExistsError:  # taken while the probes ran (a search beside it)
+                out = _free_name(out.parent, safe_name(sc.name))
         typer.echo(f"search: {out}" + (" (interrupted)" if res.interrupted else ""))
 
     # stopped by Ctrl-C or SIGTERM, the probes that finished are printed and written too

@@ -284,9 +284,12 @@ def _n(v: float | None) -> str:
 
 
 def write_search(res: SearchResult, path: Path) -> None:
-    """``path`` replaced whole by the search's JSON: a link there is replaced, never written
-    through (it overwrote the file it led to, or made one where a dangling link led), and
-    a second Ctrl-C while it is written leaves the old file or the new, never half."""
+    """``path`` made whole with the search's JSON, only where nothing is: anything there
+    (a file another search wrote while this one ran, a folder, a link, even one that leads
+    nowhere) is never replaced nor written through, and ``FileExistsError`` is raised. The
+    file is written beside it first, so a second Ctrl-C while it is written leaves no half
+    file. (It replaced whatever was there: two searches into one folder at once both took
+    the free name, and the one that ended last replaced the other's result.)"""
     import os
     import tempfile
 
@@ -295,7 +298,13 @@ def write_search(res: SearchResult, path: Path) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(res.to_json(), indent=1) + "\n")
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        try:
+            os.link(tmp, path)  # EEXIST where anything is
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: a placeholder, then replaced
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            os.replace(tmp, path)
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)

@@ -262,3 +262,30 @@ def test_search_never_replaces_what_is_where_its_result_goes(
     assert (tmp_path / "quickstart-search-1.json").read_text() == "earlier"
     assert (tmp_path / "quickstart-search.json").is_dir()
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_result_written_where_the_search_writes_while_it_runs_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_runs: list[float]) -> None:
+    """Another search into the same folder ends while this one runs and takes
+    ``<name>-search.json`` (the free name both picked at their start): this result goes to
+    ``<name>-search-1.json`` and the other is kept (the search that ended last replaced
+    the other's result, both printing the same name)."""
+    ran = run_mod.run_variant
+    out = tmp_path / "out"
+
+    def beside(sc: Any, **kw: Any) -> Any:
+        if not (out / "s-search.json").exists():
+            (out / "s-search.json").write_text("the other search's")
+        return ran(sc, **kw)
+
+    monkeypatch.setattr(run_mod, "run_variant", beside)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_scenario({"kind": "lanes", "concurrency": 1})
+                                   .model_dump(mode="json", exclude_none=True)))
+    out.mkdir()
+    res = CliRunner().invoke(app, ["search", str(path), "--lanes", "1:2", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[-1] == f"search: {out / 's-search-1.json'}"
+    assert (out / "s-search.json").read_text() == "the other search's"
+    assert json.loads((out / "s-search-1.json").read_text())["best"] == 2
+    assert sorted(p.name for p in out.iterdir()) == ["s-search-1.json", "s-search.json"]

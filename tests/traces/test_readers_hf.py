@@ -118,6 +118,8 @@ def test_a_hub_id_without_a_network_is_one_error_at_once(monkeypatch: pytest.Mon
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)  # a proxy leaves the name to the hub client
     asked: list[str] = []
 
     def no_dns(host: str, *args: object, **kwargs: object) -> None:
@@ -136,4 +138,39 @@ def test_a_hub_id_without_a_network_is_one_error_at_once(monkeypatch: pytest.Mon
     # a host that resolves goes on to load_dataset (its own errors are its own)
     monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: [])
     with pytest.raises(InputError, match="load_dataset called without a network"):
+        read_trace("someone/nothing-here", format="hf")
+
+
+@pytest.mark.parametrize("env", [{"HTTPS_PROXY": "http://proxy.corp:3128"},
+                                 {"https_proxy": "proxy.corp:3128"},
+                                 {"ALL_PROXY": "socks5://proxy.corp:1080"}])
+def test_a_hub_id_through_a_proxy_is_left_to_the_hub_client(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """A network whose names only its proxy resolves (``HTTPS_PROXY``, which the hub client
+    follows): huggingface.co has no address here, yet the hub is reached. The hub id goes
+    on to ``load_dataset`` (it was refused at once as without a network); ``NO_PROXY``
+    naming the hub's host puts the check back."""
+    import socket
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                 "all_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+    def no_dns(host: str, *args: object, **kwargs: object) -> None:
+        raise socket.gaierror(-2, "Name or service not known")
+
+    def reached(*args: object, **kwargs: object) -> None:
+        raise InputError("load_dataset called")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(datasets, "load_dataset", reached)
+    with pytest.raises(InputError, match="load_dataset called"):
+        read_trace("someone/nothing-here", format="hf")
+    monkeypatch.setenv("NO_PROXY", "huggingface.co")
+    with pytest.raises(InputError, match="cannot be resolved"):
         read_trace("someone/nothing-here", format="hf")

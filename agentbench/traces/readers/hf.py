@@ -113,7 +113,10 @@ def _hub_reachable(source: str) -> None:
 
     if hub.HF_HUB_OFFLINE:
         return
-    host = urlsplit(hub.ENDPOINT).hostname or "huggingface.co"
+    url = urlsplit(hub.ENDPOINT)
+    host = url.hostname or "huggingface.co"
+    if _through_a_proxy(url.scheme or "https", host):
+        return  # the proxy resolves the name: a host that has no address here is no sign
     try:
         socket.getaddrinfo(host, 443)
     except OSError as e:  # socket.gaierror: the name does not resolve
@@ -121,6 +124,18 @@ def _hub_reachable(source: str) -> None:
                          f"{host} cannot be resolved ({e.strerror or e}); a dataset in the "
                          f"local hub cache reads with HF_HUB_OFFLINE=1",
                          source=source) from None
+
+
+def _through_a_proxy(scheme: str, host: str) -> bool:
+    """The hub client reaches ``host`` through a proxy of the environment (``HTTPS_PROXY``,
+    ``ALL_PROXY``, ... not bypassed by ``NO_PROXY``), as httpx and requests read them: a
+    network whose names only its proxy resolves (the hub was refused there at once)."""
+    from urllib.request import getproxies_environment, proxy_bypass
+
+    proxies = getproxies_environment()
+    if not (proxies.get(scheme) or proxies.get("all")):
+        return False
+    return not proxy_bypass(host)  # NO_PROXY
 
 
 def _rows(ds: Any) -> Iterator[dict[str, Any]]:

@@ -269,3 +269,33 @@ def test_a_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, column: str
     assert e.value.field == column
     res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+
+
+@pytest.mark.parametrize(("column", "bad"), [("status", 1), ("status", "completed"),
+                                             ("phase", "Measure")])
+def test_a_session_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, column: str,
+                                                             bad: object) -> None:
+    """sessions.parquet edited by hand: a number in status read as agents that never
+    completed (all 'cut'), a phase spelled otherwise as a run without root sessions, both
+    without a word, as requests.parquet's did. One line naming the column and value."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
+    assert agentbench.load(d).summary["overall"]["agents"]["completed"] > 0
+    t = pq.read_table(d / R.SESSIONS_FILE)
+    values = t.column(column).to_pylist()
+    values[-1] = bad
+    t = t.set_column(t.schema.get_field_index(column), column,
+                     pa.array(values if isinstance(bad, str) else [bad] * len(values)))
+    pq.write_table(t, d / R.SESSIONS_FILE)
+    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
+    with pytest.raises(InputError, match=f"value '{bad}', expected one of") as e:
+        agentbench.load(d)
+    assert e.value.field == column and e.value.source == str(d / R.SESSIONS_FILE)
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output

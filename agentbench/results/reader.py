@@ -95,6 +95,11 @@ def _read_table(path: Path, schema: pa.Schema, required: bool,
     return table
 
 
+#: what a session's ``status`` is (``replay/tree.py``): its requests' three, a session
+#: whose later turns were never sent, and one that ended at a context overflow
+SESSION_STATUSES = (R.OK, R.ERROR, R.CANCELLED, "incomplete", "context_overflow")
+
+
 def _only(table: pa.Table, name: str, allowed: tuple[str, ...], path: Path) -> None:
     """A column of a few known values holds no other (a table edited by hand whose
     ``status`` held numbers read as a run where nothing succeeded, without a word)."""
@@ -399,7 +404,12 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
         R.REQUESTS_SCHEMA.empty_table().select(list(LIST_COLUMNS))
     scalar = [c for c in req.column_names if c not in LIST_COLUMNS]
     requests = req.select(scalar).to_pandas()
-    sessions = _read_table(d / R.SESSIONS_FILE, R.SESSIONS_SCHEMA, required=False).to_pandas()
+    ses = _read_table(d / R.SESSIONS_FILE, R.SESSIONS_SCHEMA, required=False)
+    # a number in status read as an agent never completed (all cut), a phase in another
+    # spelling as a run without roots, both without a word
+    for column, values in (("status", SESSION_STATUSES), ("phase", (R.WARMUP, R.MEASURE))):
+        _only(ses, column, values, d / R.SESSIONS_FILE)
+    sessions = ses.to_pandas()
     sm_table = _read_table(d / R.SERVER_METRICS_FILE, R.SERVER_METRICS_SCHEMA, required=False)
     server_metrics = labels_as_text(sm_table).to_pandas()
     run = read_run_json(d)

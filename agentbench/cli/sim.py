@@ -146,7 +146,8 @@ def fit(
         if endpoint is None:
             raise
         raise InputError(e.one_line() + f" (the grid's runs are kept: fit them again with "
-                         f"`agentbench sim fit {where}/grid-*/ -o {out}` and the options "
+                         f"`agentbench sim fit {shlex.quote(str(where))}/grid-*/ -o "
+                         f"{shlex.quote(str(out))}` and the options "
                          "they need)") from None
     text = preset_yaml(preset)
     parse_preset(text, str(out))  # what is written reads back

@@ -88,3 +88,34 @@ def test_an_unreachable_endpoint_keeps_an_earlier_grids_probe(tmp_path: Path) ->
                                  "-o", str(tmp_path / "p.yaml")])
     assert r.exit_code == 2 and "cannot reach" in r.output, r.output
     assert (grid / "grid-probe.parquet").exists()
+
+
+def test_the_fit_again_it_suggests_pastes_as_one_word_per_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fit of ``--endpoint``'s grid that is refused keeps the grid's runs and says how to
+    fit them again: with the grid and --out in folders with a space, each is one shell word
+    (both were printed bare, so the pasted command named folders that do not exist)."""
+    import glob
+    import shlex
+
+    from agentbench.errors import InputError
+    from agentbench.experiment import simfit, simgrid
+
+    where = tmp_path / "my grid"
+    (where / "grid-1").mkdir(parents=True)
+    out = tmp_path / "my presets" / "engine.yaml"
+    out.parent.mkdir()
+    monkeypatch.setattr(simgrid, "run_grid", lambda *a, **k: [where / "grid-1"])
+
+    def refused(dirs: list[str]) -> None:
+        raise InputError("too few requests to fit")
+
+    monkeypatch.setattr(simfit, "fit_runs", refused)
+    r = CliRunner().invoke(app, ["sim", "fit", "--endpoint", "http://127.0.0.1:9",
+                                 "--grid-out", str(where), "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    line = r.output.strip().splitlines()[-1]  # after 'profiling ...: grid runs in ...'
+    assert line.startswith("error: too few requests to fit (the grid's runs are kept")
+    pasted = shlex.split(line.split("`")[1])
+    assert pasted[:3] == ["agentbench", "sim", "fit"] and pasted[4:] == ["-o", str(out)]
+    assert glob.glob(pasted[3]) == [f"{where}/grid-1/"]

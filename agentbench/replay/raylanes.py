@@ -42,6 +42,7 @@ from agentbench.replay.shared import _STATS, Counters
 from agentbench.replay.stages import max_lanes
 from agentbench.replay.workers import WorkerSpec
 from agentbench.results.spool import WORKERS_DIR, merge_parts
+from agentbench.scenario.secrets import env_read
 
 #: round trips per worker to measure its clock offset (the one with the least round trip
 #: counts)
@@ -135,7 +136,12 @@ class RayLanes:
                             "coordinator_node": await self.coord.node.remote(),
                             "nodes": len(set(nodes)),
                             "clock_tries": CLOCK_TRIES, "workers": self.places, "lost": self.lost}
-        self.runs = [a.run.remote(spec, self.coord)
+        # the variables the endpoints read (API key, ${NAME} markers) as set here: a
+        # worker's node has the environment of its `ray start`, which may lack them (the
+        # key was left out of every request, each one an HTTP 401). An argument of the
+        # call, never the actor's runtime env (which Ray shows to the cluster's users)
+        env = env_read(sc.endpoints)
+        self.runs = [a.run.remote(spec, self.coord, env)
                      for a, spec in zip(self.actors, self.specs, strict=True)]
         self.inboxes = [asyncio.Queue() for _ in range(n)]
         self.tasks = [asyncio.ensure_future(self._follow(w)) for w in range(n)]

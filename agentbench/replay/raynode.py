@@ -239,9 +239,12 @@ class LoadWorker:
     def sees(self, path: str) -> bool:
         return Path(path).is_dir()
 
-    def run(self, spec: WorkerSpec, coord: Any) -> str:
+    def run(self, spec: WorkerSpec, coord: Any, env: dict[str, str] | None = None) -> str:
+        """Worker ``spec``'s part of the run; ``env``: the variables its endpoints read, as
+        the driver has them (this process is the worker's alone, ended with the run)."""
         from agentbench.replay.clock import WALL, run_on
 
+        os.environ.update(env or {})
         run_on(WALL, run_worker(spec, self.link, RemoteShared(coord)))
         return "done"
 

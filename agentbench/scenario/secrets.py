@@ -185,6 +185,31 @@ def unset_env(obj: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def env_read(endpoints: Any) -> dict[str, str]:
+    """The environment variables ``endpoints`` read when they connect (each one's
+    ``api_key_env`` and the ``${NAME}`` markers of its ``headers`` and ``extra_body``) that
+    are set here, with their values: what a process on another host (a Ray load worker)
+    needs to send what this one sends, whatever its own environment holds."""
+    names: list[str] = []
+
+    def markers(obj: Any) -> None:
+        if isinstance(obj, str):
+            names.extend(m.group(1) for m in _ENV_MARKER.finditer(obj))
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                markers(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                markers(v)
+
+    for cfg in endpoints:
+        if getattr(cfg, "api_key_env", None):
+            names.append(cfg.api_key_env)
+        for key in ("headers", "extra_body"):
+            markers(getattr(cfg, key, None) or {})
+    return {n: os.environ[n] for n in dict.fromkeys(names) if n in os.environ}
+
+
 def _value_secrets(value: str) -> list[str]:
     """A secret value in the forms it may show in: whole and, after an auth scheme
     (``Bearer xyz``), the token alone; ``${NAME}`` markers expanded. The markers

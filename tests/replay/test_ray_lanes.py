@@ -315,3 +315,62 @@ async def test_a_worker_ray_cannot_start_is_one_line_naming_its_node(
         await lanes._placed(["here (n1)", "gpu-7 (ab12)", "here (n3)"])
     lanes.actors = [Actor({"node": "n1"}), Actor({"node": "n3"})]
     assert await lanes._placed(["n1", "n3"]) == [{"node": "n1"}, {"node": "n3"}]
+
+
+async def test_workers_send_the_api_key_and_header_variables_the_driver_has(
+        cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint's ``api_key_env`` and a ``${NAME}`` header read the environment; on
+    Ray the load workers read their node's (that of its `ray start`, here the cluster's,
+    begun before the variables were set), not the driver's: the key was left out of every
+    request (each an HTTP 401 on a server that checks it) and a ``${NAME}`` header
+    stopped every worker. Now the driver's values go with each worker's run call."""
+    import ray as ray_mod
+
+    from agentbench.replay import run_scenario
+    from agentbench.replay.raylanes import ray_lanes
+    from agentbench.testing.fakeserver import FakeServer, ServerConfig
+    from agentbench.traces.model import Session, Trace
+    from tests.helpers import openai_scenario
+    from tests.replay.test_replay_faults import trace
+
+    if not ray_mod.is_initialized():
+        ray_mod.init(address=cluster.address)
+    monkeypatch.setenv("AB_RAY_TEST_KEY", "sk-driver-only")
+    monkeypatch.setenv("AB_RAY_TEST_TENANT", "tenant-driver-only")
+    server = FakeServer(ServerConfig())
+    await server.start()
+    try:
+        sc = openai_scenario(server.url, tmp_path, concurrency=2, endpoint={
+            "api_key_env": "AB_RAY_TEST_KEY",
+            "headers": {"X-Tenant": "${AB_RAY_TEST_TENANT}"}})
+        two = Trace([Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                             trace(2).sessions[0].turns) for i in range(2)])
+        res = await run_scenario(sc, trace=two, progress=False, executor=ray_lanes(ray_mod))
+    finally:
+        await server.close()
+    info = json.loads((res.run_dir / "run.json").read_text())
+    assert info["ray"]["lost"] == [], info["ray"]["lost"]
+    assert len(server.received) == 4
+    for r in server.received:
+        assert r.headers.get("Authorization") == "Bearer sk-driver-only"
+        assert r.headers.get("X-Tenant") == "tenant-driver-only"
+    # the values are in no file of the run
+    for f in res.run_dir.rglob("*"):
+        if f.is_file():
+            assert b"driver-only" not in f.read_bytes(), f
+
+
+def test_the_variables_endpoints_read_are_those_set_here(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentbench.scenario.secrets import env_read
+    from tests.helpers import openai_scenario
+
+    monkeypatch.setenv("AB_K", "k")
+    monkeypatch.setenv("AB_H", "h")
+    monkeypatch.setenv("AB_B", "b")
+    monkeypatch.delenv("AB_UNSET", raising=False)
+    monkeypatch.setenv("AB_NOT_READ", "x")
+    sc = openai_scenario("http://127.0.0.1:1", "out", endpoint={
+        "api_key_env": "AB_K", "headers": {"X-A": "Bearer ${AB_H}", "X-B": "${AB_UNSET}"},
+        "extra_body": {"meta": {"tags": ["${AB_B}"]}}})
+    assert env_read(sc.endpoints) == {"AB_K": "k", "AB_H": "h", "AB_B": "b"}

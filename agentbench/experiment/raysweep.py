@@ -28,6 +28,8 @@ from agentbench.scenario.endpoints import is_simulated
 
 #: an address that starts a Ray instance in this process (one node, this host's CPUs)
 LOCAL = "local"
+#: seconds of one ``ray.wait`` for a variant: between two, signal handlers run
+_WAIT_S = 0.5
 
 
 def connect(address: str) -> Any:
@@ -43,6 +45,11 @@ def connect(address: str) -> Any:
         _same_cluster(ray, address)
     else:
         _check_listening(address)
+        import signal
+        import threading
+
+        main = threading.current_thread() is threading.main_thread()
+        on_term = signal.getsignal(signal.SIGTERM) if main else None
         try:
             # "local", never None: Ray's None joins the cluster RAY_ADDRESS names, or the
             # one `ray start` began on this host
@@ -55,6 +62,12 @@ def connect(address: str) -> Any:
                     "RAY_AUTH_MODE=token, or use --ray auto on its head node)")
             raise InputError(f"cannot join the Ray cluster at {address!r}: {why}{hint}",
                              field="--ray") from None
+        finally:
+            # ray.init takes SIGTERM (its core worker's crash handler: a stack dump and an
+            # abort, exit -6, where agentbench's handler ends the run with 143); the
+            # handler this process had is put back
+            if on_term is not None:
+                signal.signal(signal.SIGTERM, on_term)
     return ray
 
 
@@ -140,6 +153,24 @@ def _task(sc: Any, scenario_path: str | None, cwd: str) -> Any:
     return run
 
 
+def wait_one(ray: Any, pending: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``ray.wait`` for one of ``pending``, ``_WAIT_S`` at a time: a wait without a timeout
+    runs no signal handler until a task ends (Ctrl-C or SIGTERM waited for the next variant
+    to finish). A handler's exception raised inside Ray's wait (agentbench's SIGTERM:
+    ``Terminated``) comes out of Ray as a ``SystemError``; it is raised as itself, so
+    SIGTERM ends the run as it does elsewhere."""
+    while True:
+        try:
+            done, left = ray.wait(pending, num_returns=1, timeout=_WAIT_S)
+        except SystemError as e:
+            cause = e.__cause__
+            if cause is not None and not isinstance(cause, Exception):
+                raise cause from None
+            raise
+        if done:
+            return list(done), list(left)
+
+
 def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
                tell: Any, of: int, per_node: int = 1, progress: bool | None = False,
                traces: dict[str, Any] | None = None) -> list[Any]:
@@ -172,7 +203,7 @@ def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
     index = {ref: i for i, ref in zip(remote, refs, strict=True)}
     pending = list(refs)
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
+        done, pending = wait_one(ray, pending)
         try:
             run = ray.get(done[0])
         except ray.exceptions.RayTaskError as e:

@@ -133,3 +133,37 @@ def test_an_address_is_checked_when_ray_is_connected_already(
         raysweep.connect("10.0.0.9:6380")
     for same in ("127.0.0.1:6379", "10.0.0.5:6379", "auto", "local", "ray://head:10001"):
         assert raysweep.connect(same) is ray
+
+
+
+def test_sigterm_after_joining_ray_is_agentbenchs_to_handle() -> None:
+    """``ray.init`` put its own SIGTERM handling in place of agentbench's (a stack dump and
+    exit 15 or an abort: a Ray sweep's driver sent SIGTERM died so, where a run ends with
+    "terminated", exit 143); and agentbench's handler, raising while Ray waited for a
+    variant, came out of Ray as a ``SystemError`` traceback (exit 1). Now joining Ray keeps
+    the process's handler, and the sweep's wait lets it run (a wait without a timeout ran
+    it once a task ended) and raises ``Terminated`` as itself: here a task that never
+    ends sends the driver SIGTERM while the driver waits for it."""
+    code = """
+import os, signal, time
+from agentbench import cli
+signal.signal(signal.SIGTERM, cli._terminate)
+from agentbench.experiment.raysweep import connect, wait_one
+ray = connect("local")
+
+def term(pid):
+    os.kill(pid, signal.SIGTERM)
+    time.sleep(3600)  # never ends: the driver must not wait for it
+
+try:
+    wait_one(ray, [ray.remote(num_cpus=0)(term).remote(os.getpid())])
+    print("not raised")
+except cli.Terminated:
+    print("terminated by agentbench")
+finally:
+    ray.shutdown()
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=150)
+    assert res.returncode == 0, (res.returncode, res.stdout, res.stderr[-2000:])
+    assert "terminated by agentbench" in res.stdout

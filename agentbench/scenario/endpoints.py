@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from agentbench.scenario.strict import PrintableLine, Strict, json_only
+from agentbench.traces import MAX_BLOCK_SIZE
 
 # ---------------------------------------------------------------- endpoints
 
@@ -267,7 +268,7 @@ class SimulatedEndpoint(Strict):
     router: Router = Field(
         "round_robin", description="Server-side routing policy; session_affinity keys on the "
         "X-Session-ID request header, else the body's `user` field.")
-    block_size: int = Field(16, gt=0, le=1 << 20,
+    block_size: int = Field(16, gt=0, le=MAX_BLOCK_SIZE,
                             description="KV cache block size in tokens.")
     cache_blocks: int | None = Field(
         None, gt=0, description="Per-instance GPU KV capacity in blocks; None: the preset's.")

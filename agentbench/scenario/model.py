@@ -37,7 +37,7 @@ from agentbench.scenario.strict import (  # noqa: F401 - re-exported
     Strict,
     json_only,
 )
-from agentbench.traces import MAX_SYNTH_SESSIONS
+from agentbench.traces import MAX_SYNTH_SESSIONS, MIN_SCALE
 
 #: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
 #: tree's state in memory, and a typo (1e8) should be an error, not a MemoryError later
@@ -69,7 +69,7 @@ class TraceTransform(Strict):
     max_context_tokens: int | None = Field(
         None, gt=0, description="Cap every prompt at its first N tokens (applied first).")
     scale: float | None = Field(
-        None, ge=0.001, le=1, description="Multiply input/output lengths and block size by "
+        None, ge=MIN_SCALE, le=1, description="Multiply input/output lengths and block size by "
         "this (0.001-1: below that, prompts shrink to nothing).")
 
 

@@ -8,12 +8,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentbench.traces.model import Session, Trace, Turn, as_hash_ids
 
-__all__ = ["MAX_SYNTH_SESSIONS", "Session", "Trace", "Turn", "as_hash_ids", "read_trace"]
+__all__ = ["MAX_BLOCK_SIZE", "MAX_SYNTH_SESSIONS", "MIN_SCALE", "Session", "Trace", "Turn",
+           "as_hash_ids", "read_trace"]
 
 #: the most root sessions a synthetic trace may have (``synthesize``, ``trace.sessions``,
 #: ``synth:PROFILE:N``, ``traces synth -n``): a guard against a typo that would run for
 #: hours or exhaust memory, not a measured limit
 MAX_SYNTH_SESSIONS = 10_000_000
+#: the largest KV block size, in tokens: a simulated endpoint's ``block_size`` and a trace
+#: reader's ``block_size`` option (2**70 made every prompt one block); a guard against a
+#: typo, not a measured limit
+MAX_BLOCK_SIZE = 1 << 20
+#: the smallest factor a trace's token counts are scaled by (``trace.transform.scale``,
+#: ``traces stats --scale``): below it prompts shrink to nothing (1e-300: one token each)
+MIN_SCALE = 0.001
 
 
 def __getattr__(name: str) -> Any:

@@ -19,11 +19,8 @@ from dataclasses import replace
 import numpy as np
 
 from agentbench.errors import InputError
+from agentbench.traces import MIN_SCALE
 from agentbench.traces.model import HashIds, Session, Trace, Turn
-
-#: the smallest scale factor, as a scenario's ``trace.transform.scale`` (``traces stats
-#: --scale 1e-300`` made every prompt one token)
-MIN_SCALE = 0.001
 
 
 def scale(trace: Trace, factor: float) -> Trace:

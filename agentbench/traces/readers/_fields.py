@@ -13,6 +13,7 @@ from typing import IO, Any
 import numpy as np
 
 from agentbench.errors import InputError
+from agentbench.traces import MAX_BLOCK_SIZE
 from agentbench.traces.model import MAX_TOKENS, HashIds
 
 #: the longest JSONL line a reader given ``max_line`` takes (a gzip bomb's one endless
@@ -39,12 +40,6 @@ def req_tokens(rec: dict[str, Any], key: str) -> int:
         raise InputError(f"{n} tokens is over the {MAX_TOKENS:,} a request may count",
                          field=key)
     return n
-
-
-#: the largest block size a reader takes, the bound of a simulated endpoint's
-#: ``block_size`` (``scenario/endpoints.py``): a guard against a typo (2**70 made every
-#: prompt one block), not a measured limit
-MAX_BLOCK_SIZE = 1 << 20
 
 
 def check_block_size(block_size: Any) -> int:

@@ -24,7 +24,6 @@ from agentbench.metrics.groups import by_context, by_turn, by_warmth
 from agentbench.metrics.stats import dist, none_if_nan, ratio
 from agentbench.metrics.summaryfile import write_summary
 from agentbench.metrics.validity import (
-    CONTEXT_OVERFLOW,
     agentx_headline,
     gpu_mismatch,
     modeled_gpus,
@@ -68,7 +67,7 @@ def _counts(d: Derived, m: Mask) -> dict[str, Any]:
     codes = fdf["http_status"].to_numpy(dtype=np.float64, na_value=np.nan)
     errs = pd.DataFrame({"error_type": pd.Series(etype, dtype=object).fillna("unknown"),
                          "http_status": codes})
-    overflow = int((etype == CONTEXT_OVERFLOW).sum())
+    overflow = int((etype == R.CONTEXT_OVERFLOW).sum())
     vc = errs.value_counts(dropna=False)
     table = [{"error_type": str(k[0]), "http_status": none_if_nan(k[1]), "count": int(v)}
              for k, v in zip(vc.index, vc.to_numpy(), strict=True)]

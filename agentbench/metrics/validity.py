@@ -22,8 +22,6 @@ import numpy as np
 from agentbench.metrics.derive import Derived
 from agentbench.metrics.load import low_load
 
-#: the error type a context overflow is recorded with (``agentbench.replay.overflow``)
-CONTEXT_OVERFLOW = "context_overflow"
 NS = 1_000_000_000
 
 

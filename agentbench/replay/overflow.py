@@ -11,7 +11,7 @@ from typing import Any
 from agentbench.results import schema as records
 
 #: the error type of a context overflow
-CONTEXT_OVERFLOW = "context_overflow"
+CONTEXT_OVERFLOW = records.CONTEXT_OVERFLOW
 
 #: what engines say when a prompt exceeds the context (case-insensitive substrings)
 DEFAULT_PHRASES: tuple[str, ...] = (

@@ -383,7 +383,7 @@ class TreeRun:
             elif st.errors:
                 status = records.ERROR
             elif st.turns_done < planned:
-                status = "incomplete"
+                status = records.INCOMPLETE
             else:
                 status = records.OK
             is_root = sess.parent_id is None

@@ -95,18 +95,15 @@ def _read_table(path: Path, schema: pa.Schema, required: bool,
     return table
 
 
-#: what a session's ``status`` is (``replay/tree.py``): its requests' three, a session
-#: whose later turns were never sent, and one that ended at a context overflow
-SESSION_STATUSES = (R.OK, R.ERROR, R.CANCELLED, "incomplete", "context_overflow")
-
-
-def _only(table: pa.Table, name: str, allowed: tuple[str, ...], path: Path) -> None:
-    """A column of a few known values holds no other (a table edited by hand whose
-    ``status`` held numbers read as a run where nothing succeeded, without a word)."""
-    other = set(table.column(name).unique().to_pylist()) - {*allowed, None}
-    if other:
-        raise InputError(f"value {sorted(map(str, other))[0]!r}, expected one of "
-                         f"{', '.join(allowed)}", source=str(path), field=name)
+def _only(table: pa.Table, statuses: tuple[str, ...], path: Path) -> None:
+    """``status`` and ``phase`` hold only values a run writes (a table edited by hand
+    whose ``status`` held numbers read as a run where nothing succeeded, a session phase
+    spelled otherwise as a run without roots, without a word)."""
+    for name, allowed in (("status", statuses), ("phase", R.PHASES)):
+        other = set(table.column(name).unique().to_pylist()) - {*allowed, None}
+        if other:
+            raise InputError(f"value {sorted(map(str, other))[0]!r}, expected one of "
+                             f"{', '.join(allowed)}", source=str(path), field=name)
 
 
 def check_tables(d: Path) -> None:
@@ -397,18 +394,13 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     recover_if_cut_short(d)
     req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
                       dictionary=DICTIONARY_COLUMNS)
-    for name, allowed in (("status", (R.OK, R.ERROR, R.CANCELLED)),
-                          ("phase", (R.WARMUP, R.MEASURE))):
-        _only(req, name, allowed, d / R.REQUESTS_FILE)
+    _only(req, R.REQUEST_STATUSES, d / R.REQUESTS_FILE)
     events = req.select(list(LIST_COLUMNS)) if with_events else \
         R.REQUESTS_SCHEMA.empty_table().select(list(LIST_COLUMNS))
     scalar = [c for c in req.column_names if c not in LIST_COLUMNS]
     requests = req.select(scalar).to_pandas()
     ses = _read_table(d / R.SESSIONS_FILE, R.SESSIONS_SCHEMA, required=False)
-    # a number in status read as an agent never completed (all cut), a phase in another
-    # spelling as a run without roots, both without a word
-    for column, values in (("status", SESSION_STATUSES), ("phase", (R.WARMUP, R.MEASURE))):
-        _only(ses, column, values, d / R.SESSIONS_FILE)
+    _only(ses, R.SESSION_STATUSES, d / R.SESSIONS_FILE)
     sessions = ses.to_pandas()
     sm_table = _read_table(d / R.SERVER_METRICS_FILE, R.SERVER_METRICS_SCHEMA, required=False)
     server_metrics = labels_as_text(sm_table).to_pandas()

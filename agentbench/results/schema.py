@@ -23,9 +23,16 @@ SUMMARY_FILE = "summary.json"
 OK = "ok"
 ERROR = "error"
 CANCELLED = "cancelled"
+REQUEST_STATUSES = (OK, ERROR, CANCELLED)
+#: a session's status beyond its requests' three: later turns never sent, or ended at its
+#: first context overflow (also the ``error_type`` of the request that overflowed)
+INCOMPLETE = "incomplete"
+CONTEXT_OVERFLOW = "context_overflow"
+SESSION_STATUSES = (*REQUEST_STATUSES, INCOMPLETE, CONTEXT_OVERFLOW)
 # phase values
 WARMUP = "warmup"
 MEASURE = "measure"
+PHASES = (WARMUP, MEASURE)
 
 #: the largest usage count believed: 2**31 - 1, the int32 range of the per-event token
 #: counts (``token_event_tokens``) split from ``completion_tokens``, and over 200x the

@@ -241,6 +241,36 @@ def test_compare_says_what_is_wrong_with_its_arguments(run_dir: Path, kw: dict,
     assert says in e.value.one_line()
 
 
+def _edited_by_hand(d: Path, table: str, column: str, bad: object) -> None:
+    """``table`` of run ``d`` with ``bad`` in ``column`` (its last row, or every row for a
+    number), and summary.json gone, as a hand edit leaves them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(d / table)
+    values = t.column(column).to_pylist()
+    values[-1] = bad
+    t = t.set_column(t.schema.get_field_index(column), column,
+                     pa.array(values if isinstance(bad, str) else [bad] * len(values)))
+    pq.write_table(t, d / table)
+    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
+
+
+def _refused_in_one_line(d: Path, table: str, column: str, bad: object,
+                         out: Path) -> None:
+    """load refuses ``d`` naming the column, the value and the table; report in one line."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    with pytest.raises(InputError, match=f"value '{bad}', expected one of") as e:
+        agentbench.load(d)
+    assert e.value.field == column and e.value.source == str(d / table)
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(out)])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+
+
 @pytest.mark.parametrize(("column", "bad"), [("status", 1), ("status", "OK"),
                                              ("phase", "measured")])
 def test_a_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, column: str,
@@ -248,27 +278,10 @@ def test_a_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, column: str
     """A requests.parquet edited by hand whose status held numbers (cast to text, '1')
     read as a run where nothing succeeded, without a word: load, report and gate say which
     column and value, one line."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from typer.testing import CliRunner
-
-    from agentbench.cli import app
-    from agentbench.errors import InputError
-
     d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
     assert agentbench.load(d).summary["overall"]["requests"]["ok"] > 0
-    t = pq.read_table(d / R.REQUESTS_FILE)
-    values = t.column(column).to_pylist()
-    values[-1] = bad
-    t = t.set_column(t.schema.get_field_index(column), column,
-                     pa.array(values if isinstance(bad, str) else [bad] * len(values)))
-    pq.write_table(t, d / R.REQUESTS_FILE)
-    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
-    with pytest.raises(InputError, match=f"value '{bad}', expected one of") as e:
-        agentbench.load(d)
-    assert e.value.field == column
-    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
-    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    _edited_by_hand(d, R.REQUESTS_FILE, column, bad)
+    _refused_in_one_line(d, R.REQUESTS_FILE, column, bad, tmp_path / "rep")
 
 
 @pytest.mark.parametrize(("column", "bad"), [("status", 1), ("status", "completed"),
@@ -278,24 +291,7 @@ def test_a_session_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, col
     """sessions.parquet edited by hand: a number in status read as agents that never
     completed (all 'cut'), a phase spelled otherwise as a run without root sessions, both
     without a word, as requests.parquet's did. One line naming the column and value."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from typer.testing import CliRunner
-
-    from agentbench.cli import app
-    from agentbench.errors import InputError
-
     d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
     assert agentbench.load(d).summary["overall"]["agents"]["completed"] > 0
-    t = pq.read_table(d / R.SESSIONS_FILE)
-    values = t.column(column).to_pylist()
-    values[-1] = bad
-    t = t.set_column(t.schema.get_field_index(column), column,
-                     pa.array(values if isinstance(bad, str) else [bad] * len(values)))
-    pq.write_table(t, d / R.SESSIONS_FILE)
-    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
-    with pytest.raises(InputError, match=f"value '{bad}', expected one of") as e:
-        agentbench.load(d)
-    assert e.value.field == column and e.value.source == str(d / R.SESSIONS_FILE)
-    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
-    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    _edited_by_hand(d, R.SESSIONS_FILE, column, bad)
+    _refused_in_one_line(d, R.SESSIONS_FILE, column, bad, tmp_path / "rep")

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -467,6 +468,26 @@ async def test_a_percent_encoded_url_password_is_sent_decoded_and_stored_nowhere
                 assert form not in data, (f, form)
 
 
+async def _past_two_connections(tmp_path: Path, on_deadline: str) -> tuple[Any, Any, Any]:
+    """An open loop far past the client's connections (2 connections, 0.2 s a request,
+    200 arrivals a second for 0.5 s, ``on_deadline`` as given): the server, the run and
+    its requests table."""
+    srv = FakeServer(ServerConfig(ttft_s=0.2, itl_s=0.0))
+    await srv.start()
+    sessions = [Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
+                        trace(1).sessions[0].turns) for i in range(20)]
+    sc = openai_scenario(srv.url, tmp_path, endpoint={"max_connections": 2},
+                         load={"kind": "rate", "arrival": "constant", "rate_per_s": 200},
+                         limits={"duration_s": 0.5, "on_deadline": on_deadline,
+                                 "recycle": True})
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=Trace(sessions),
+                                                  progress=False), 50)
+    finally:
+        await srv.close()
+    return srv, res, pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+
+
 @pytest.mark.timeout(60)
 async def test_requests_waiting_for_a_connection_at_the_deadline_are_not_sent(tmp_path):  # type: ignore[no-untyped-def]
     """An open loop far past the client's connections (2 connections, 0.2 s a request,
@@ -476,20 +497,7 @@ async def test_requests_waiting_for_a_connection_at_the_deadline_are_not_sent(tm
     each is a cancelled row saying it was never sent, and the stage ends at once."""
     from agentbench.transport.http import NOT_SENT
 
-    srv = FakeServer(ServerConfig(ttft_s=0.2, itl_s=0.0))
-    await srv.start()
-    sessions = [Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
-                        trace(1).sessions[0].turns) for i in range(20)]
-    sc = openai_scenario(srv.url, tmp_path, endpoint={"max_connections": 2},
-                         load={"kind": "rate", "arrival": "constant", "rate_per_s": 200},
-                         limits={"duration_s": 0.5, "on_deadline": "finish",
-                                 "recycle": True})
-    try:
-        res = await asyncio.wait_for(run_scenario(sc, trace=Trace(sessions),
-                                                  progress=False), 50)
-    finally:
-        await srv.close()
-    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    srv, res, req = await _past_two_connections(tmp_path, "finish")
     unsent = req[req.error_message == NOT_SENT]
     sent = len(srv.received)
     # what the two connections served by the deadline, and the two in flight then
@@ -510,20 +518,7 @@ async def test_requests_cancelled_while_waiting_for_a_connection_have_no_send_ti
     (``on_deadline: cancel``): a request still waiting for a connection then was never
     handed to the socket, so its row has no ``sent_ns`` (docs/architecture.md) and adds
     no schedule lag; the requests in flight keep theirs."""
-    srv = FakeServer(ServerConfig(ttft_s=0.2, itl_s=0.0))
-    await srv.start()
-    sessions = [Session(f"s{i}", None, "root", None, None, None, "test", "x", 0.0,
-                        trace(1).sessions[0].turns) for i in range(20)]
-    sc = openai_scenario(srv.url, tmp_path, endpoint={"max_connections": 2},
-                         load={"kind": "rate", "arrival": "constant", "rate_per_s": 200},
-                         limits={"duration_s": 0.5, "on_deadline": "cancel",
-                                 "recycle": True})
-    try:
-        res = await asyncio.wait_for(run_scenario(sc, trace=Trace(sessions),
-                                                  progress=False), 50)
-    finally:
-        await srv.close()
-    req = pq.read_table(res.run_dir / records.REQUESTS_FILE).to_pandas()
+    srv, res, req = await _past_two_connections(tmp_path, "cancel")
     cancelled = req[req.status == records.CANCELLED]
     waited = cancelled[cancelled.sent_ns.isna()]
     assert len(waited) >= 50, len(waited)  # most arrivals waited for one of 2 connections

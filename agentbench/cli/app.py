@@ -52,6 +52,8 @@ def _refuse_empty_paths(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
             decls = [d for d in getattr(info, "param_decls", None) or () if d.startswith("--")]
             raise InputError("empty: give a path (. for the working folder)",
                              field=decls[0] if decls else name.upper())
+
+
 def distinct_runs(runs: list[Path], why: str) -> list[Path]:
     """The run folders, each once: ``RUN`` and ``RUN/`` (or a link to it) given together
     are one run, refused in one line that ends with ``why``."""

@@ -160,15 +160,22 @@ def wait_one(ray: Any, pending: list[Any]) -> tuple[list[Any], list[Any]]:
     ``Terminated``) comes out of Ray as a ``SystemError``; it is raised as itself, so
     SIGTERM ends the run as it does elsewhere."""
     while True:
-        try:
-            done, left = ray.wait(pending, num_returns=1, timeout=_WAIT_S)
-        except SystemError as e:
-            cause = e.__cause__
-            if cause is not None and not isinstance(cause, Exception):
-                raise cause from None
-            raise
+        done, left = _wait(ray, pending, 1)
         if done:
-            return list(done), list(left)
+            return done, left
+
+
+def _wait(ray: Any, refs: list[Any], n: int) -> tuple[list[Any], list[Any]]:
+    """One ``ray.wait`` of ``_WAIT_S`` for ``n`` of ``refs``, a signal handler's exception
+    raised as itself (see ``wait_one``)."""
+    try:
+        done, left = ray.wait(refs, num_returns=n, timeout=_WAIT_S)
+    except SystemError as e:
+        cause = e.__cause__
+        if cause is not None and not isinstance(cause, Exception):
+            raise cause from None
+        raise
+    return list(done), list(left)
 
 
 def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
@@ -202,15 +209,42 @@ def run_remote(variants: list[Any], address: str, scenario_path: Path | None,
     refs = [task.remote(variants[i], path, cwd) for i in remote]
     index = {ref: i for i, ref in zip(remote, refs, strict=True)}
     pending = list(refs)
-    while pending:
-        done, pending = wait_one(ray, pending)
-        try:
-            run = ray.get(done[0])
-        except ray.exceptions.RayTaskError as e:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            cause = getattr(e, "cause", None)
-            raise (cause if isinstance(cause, Exception) else e) from None
-        runs[index[done[0]]] = run
-        tell.variant_done(run)  # its folder too: a task's run is known once it has ended
+    try:
+        while pending:
+            done, pending = wait_one(ray, pending)
+            try:
+                run = ray.get(done[0])
+            except ray.exceptions.RayTaskError as e:
+                cause = getattr(e, "cause", None)
+                raise (cause if isinstance(cause, Exception) else e) from None
+            runs[index[done[0]]] = run
+            tell.variant_done(run)  # its folder too: a task's run is known once it has ended
+    except BaseException:  # Ctrl-C, SIGTERM, a variant's error: the others stop as a run
+        stop_tasks(ray, pending)
+        raise
     return runs
+
+
+#: seconds the variants still running are given to write their files when a sweep stops
+STOP_S = 30.0
+
+
+def stop_tasks(ray: Any, pending: list[Any], within_s: float = STOP_S) -> None:
+    """Stop the variants of ``pending`` as Ctrl-C stops a local run: Ray's cancel without
+    force raises KeyboardInterrupt in a running task, whose run then writes its rows and
+    run.json as ``interrupted`` (a forced cancel killed the worker: the folder stayed
+    ``running``, and readers took it for a killed run); one not started yet never starts.
+    Waits up to ``within_s`` for them, then forces what is left. A second signal in the
+    wait forces the rest at once."""
+    import time
+
+    for ref in pending:
+        ray.cancel(ref, force=False)
+    left = list(pending)
+    end = time.monotonic() + within_s
+    try:
+        while left and time.monotonic() < end:
+            left = _wait(ray, left, len(left))[1]
+    finally:
+        for ref in left:
+            ray.cancel(ref, force=True)

@@ -167,3 +167,53 @@ finally:
                          text=True, timeout=150)
     assert res.returncode == 0, (res.returncode, res.stdout, res.stderr[-2000:])
     assert "terminated by agentbench" in res.stdout
+
+
+#: two variants of about half a minute each: still running when the driver is stopped
+LONG = """
+name: long
+seed: 3
+endpoints:
+  - {kind: simulated, name: sim, instances: 4, preset: h200-llama3-70b}
+trace: {kind: synth, profile: codex, sessions: 40}
+load: {kind: lanes, concurrency: 32}
+limits: {max_requests: 100000, recycle: true}
+variants:
+  - name: a
+  - name: b
+    set: {endpoints.0.router: session_affinity}
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stopped_ray_sweep_leaves_its_running_variants_interrupted(tmp_path: Path,
+                                                                      sig: str) -> None:
+    """SIGTERM or Ctrl-C of a Ray sweep's driver stops the variants still running as a
+    local run stops: their rows and run.json written, ``interrupted``. The driver's stop
+    killed their workers (a forced cancel, or Ray's shutdown), leaving each folder
+    ``running``, which readers take for a killed run."""
+    import json
+    import signal
+    import time
+
+    (tmp_path / "long.yaml").write_text(LONG)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agentbench.cli", "run", "long.yaml", "--ray", "local"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        end = time.monotonic() + 120
+        while not list(tmp_path.glob("results/*/run.json")) and time.monotonic() < end:
+            time.sleep(0.1)
+        time.sleep(1.5)  # the variants' lanes are under way
+        p.send_signal(getattr(signal, sig))
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == (143 if sig == "SIGTERM" else 130), out[-3000:]
+    status = [json.loads(f.read_text())["status"]
+              for f in tmp_path.glob("results/*/run.json")]
+    assert status and set(status) == {"interrupted"}, (status, out[-3000:])

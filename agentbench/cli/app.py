@@ -99,6 +99,9 @@ def guarded(fn: F) -> F:
             _trace_if_debug()
             typer.echo(f"error: {e.one_line()}", err=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:  # Ctrl-C: typer would make it a silent exit 130
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
         except BrokenPipeError:  # the reader went away (| head): nothing to say to it
             _quiet_stdout()
             raise typer.Exit(1) from None

@@ -44,6 +44,9 @@ def test_an_interrupted_run_has_a_row_for_every_request_the_server_saw(
     out, err = p.communicate(timeout=60)
     assert p.returncode == code, err
     assert "Traceback" not in err
+    # the last word says why it stopped (a Ctrl-C ended silently: typer's exit 130)
+    assert err.strip().splitlines()[-1] == ("terminated" if sig == signal.SIGTERM
+                                            else "interrupted"), err
     run = tmp_path / "out" / "r"
     req = rows(run)
     assert len(req) == len(srv.seen())  # finished ones and the cancelled in-flight ones
@@ -203,6 +206,21 @@ def test_sigterm_before_the_run_began_ends_in_one_line_and_leaves_no_folder(
     assert p.returncode == 143, (p.returncode, err)
     assert err.strip() == "terminated" and "Traceback" not in err, err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_of_a_command_says_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C of a command other than a run (here ``traces synth`` of a large trace):
+    "interrupted", exit 130, and no half-written file. typer turned the KeyboardInterrupt
+    into a silent exit 130, so nothing said why the command stopped."""
+    out = tmp_path / "big.parquet"
+    p = agentbench("traces", "synth", "-n", "3000000", "--profile", "codex", "-o", str(out))
+    time.sleep(3)  # past the imports, inside the synthesis (about 20 s)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (p.returncode, err)
+    assert err.strip() == "interrupted", err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_run_stopped_before_its_run_json_leaves_no_claimed_folder(

@@ -79,4 +79,7 @@ def serve_sim(
         finally:
             await handle.close()
 
-    asyncio.run(serve())
+    import contextlib
+
+    with contextlib.suppress(KeyboardInterrupt):  # how it stops (as `record`): exit 0
+        asyncio.run(serve())

@@ -75,7 +75,7 @@ def _host_port(address: str) -> tuple[str, int]:
     """``host:port`` (or ``ray://host:port``) as a host and a port, or a one-line error."""
     hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
     host, sep, port = hostport.rpartition(":")
-    if not (sep and port.isascii() and port.isdigit() and len(port) <= 5
+    if not (sep and host.strip("[]") and port.isascii() and port.isdigit() and len(port) <= 5
             and 0 < int(port) < 65536):
         raise InputError(f"not a Ray address: {address!r} (host:port, ray://host:port, "
                          "'auto' or 'local')", field="--ray")

@@ -76,11 +76,13 @@ def test_a_sweep_on_two_ray_nodes_gives_the_local_run_folders(cluster: Any,
 
 @pytest.mark.parametrize("address", ["127.0.0.1:" + "9" * 30, "127.0.0.1:65536",
                                      "ray://127.0.0.1:" + str(2**70), "127.0.0.1:0",
-                                     "127.0.0.1:" + "9" * 5000, "127.0.0.1:\u00b2"])
+                                     "127.0.0.1:" + "9" * 5000, "127.0.0.1:\u00b2",
+                                     ":6379", "ray://:6379", "[]:6379"])
 def test_a_port_no_socket_can_have_is_not_a_ray_address(address: str) -> None:
     """A port past 65535 (or 0, or digits ``int`` refuses) is refused as not a Ray
     address, in one line; one past what the C resolver takes was an OverflowError
-    traceback, 5,000 digits or a superscript digit a ValueError traceback."""
+    traceback, 5,000 digits or a superscript digit a ValueError traceback. So is an
+    address without a host (it read "nothing answers there")."""
     from agentbench.errors import InputError
     from agentbench.experiment.raysweep import _check_listening
 

@@ -36,7 +36,13 @@ from agentbench.replay.sigterm import cancel_on_sigterm
 from agentbench.replay.stages import TreeSource, stages_of
 from agentbench.replay.timers import Timers
 from agentbench.replay.treespec import tree_specs
-from agentbench.replay.upkeep import Health, flush_loop, quiet_gc, restore_gc
+from agentbench.replay.upkeep import (
+    VIRTUAL_FLUSH_ROWS,
+    Health,
+    flush_loop,
+    quiet_gc,
+    restore_gc,
+)
 from agentbench.results.rundir import (
     make_run_dir,
     release_space,
@@ -284,7 +290,7 @@ class _Run:
         elif bar.shown:
             self.bg.append(asyncio.ensure_future(bar.loop(counters, self.stop_bg)))
         if self.virtual:  # rows come fast in simulated time: the writer flushes as they do
-            self.writer.flush_every_s = 1.0
+            self.writer.flush_every_rows = VIRTUAL_FLUSH_ROWS
         else:
             self.bg.append(asyncio.ensure_future(flush_loop(self.writer, self.stop_bg)))
         # everything made so far (modules, trace, pools) lives for the whole run: keep it

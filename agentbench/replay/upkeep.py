@@ -71,11 +71,16 @@ class Health:
                 "note": "loop stalls include time the OS gave the CPU to other processes"}
 
 
+#: rows (of all tables) between two spool flushes of a virtual-time run: about what one
+#: wall second of such a run writes (a few thousand requests and their server samples)
+VIRTUAL_FLUSH_ROWS = 16_384
+
+
 async def flush_loop(writer: ResultsWriter, stop: asyncio.Event,
                      every_s: float = 1.0) -> None:
     """Spool buffered rows to disk every ``every_s`` seconds and once ``stop`` is set
-    (wall-clock runs; in virtual time the writer flushes as rows come in, at most once a
-    wall second: ``ResultsWriter.flush_every_s``)."""
+    (wall-clock runs; in virtual time the writer flushes as rows come in, every
+    ``VIRTUAL_FLUSH_ROWS`` rows: ``ResultsWriter.flush_every_rows``)."""
     pause = Pause(stop)
     try:
         while not stop.is_set():

@@ -245,15 +245,18 @@ class ResultsWriter:
         self.failure: ResultsWriteError | None = None
         self.on_failure: Callable[[ResultsWriteError], object] | None = None
         self.lost = 0  # rows dropped after a failure
-        #: spool everything buffered when a row comes this many wall seconds after the last
-        #: such flush (a virtual-time run, whose rows come fast: no flush loop to wake);
-        #: None: the run's flush loop does it
-        self.flush_every_s: float | None = None
-        self._flushed_at = time.monotonic()
+        #: spool everything buffered once this many rows (of all tables) came since the
+        #: last such flush (a virtual-time run, whose rows come fast: no flush loop to
+        #: wake); None: the run's flush loop does it. A count, not wall time: where a
+        #: table's batches end shapes its parquet file's bytes, so a flush every wall
+        #: second made a long simulated run's requests.parquet differ, byte for byte, from
+        #: run to run (its rows the same); every row is in the journal meanwhile
+        self.flush_every_rows: int | None = None
+        self._unflushed = 0
         #: called when a row comes ``TICK_EVERY_S`` wall seconds or more after the last call
         #: (a virtual-time run's progress display: no loop on the simulated clock to wake)
         self.on_tick: Callable[[], None] | None = None
-        self._ticked_at = self._flushed_at
+        self._ticked_at = time.monotonic()
 
     def add_request(self, row: dict[str, Any],
                     amend: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -281,7 +284,7 @@ class ResultsWriter:
     def _add(self, name: str, rows: list[dict[str, Any]] | SampleBlock,
              batch: bool = True) -> None:
         """Journal ``rows`` (row dicts or a sample block) in ``name``'s spool; spool the
-        buffered rows at ``flush_rows`` (``batch``) or every ``flush_every_s``."""
+        buffered rows at ``flush_rows`` (``batch``) or every ``flush_every_rows``."""
         spool = self._spools[name]
         if spool.failed is not None:
             self.lost += len(rows)
@@ -295,13 +298,15 @@ class ResultsWriter:
                 spool.flush()
         except ResultsWriteError as e:
             self._failed(e)
-        if self.flush_every_s is None and self.on_tick is None:
+        if self.flush_every_rows is not None:
+            self._unflushed += len(rows)
+            if self._unflushed >= self.flush_every_rows:
+                self._unflushed = 0
+                self.flush()
+        if self.on_tick is None:
             return
         now = time.monotonic()
-        if self.flush_every_s is not None and now - self._flushed_at >= self.flush_every_s:
-            self._flushed_at = now
-            self.flush()
-        if self.on_tick is not None and now - self._ticked_at >= TICK_EVERY_S:
+        if now - self._ticked_at >= TICK_EVERY_S:
             self._ticked_at = now
             self.tick()
 

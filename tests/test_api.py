@@ -295,3 +295,30 @@ def test_a_session_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, col
     assert agentbench.load(d).summary["overall"]["agents"]["completed"] > 0
     _edited_by_hand(d, R.SESSIONS_FILE, column, bad)
     _refused_in_one_line(d, R.SESSIONS_FILE, column, bad, tmp_path / "rep")
+
+
+def test_a_folder_that_is_no_run_is_named_so(run_dir: Path, tmp_path: Path) -> None:
+    """``load`` and ``report`` of a folder without run.json or requests.parquet said
+    "requests.parquet: file not found" (of ``.``, no folder at all), where ``gate`` and
+    ``recover`` say it is no run folder; the folder of runs (``results``) names its runs."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError) as e:
+        agentbench.load(tmp_path / "empty")
+    assert e.value.one_line() == (f"{tmp_path / 'empty'}: no run.json nor requests.parquet: "
+                                  "not a run folder agentbench wrote")
+    shutil.copytree(run_dir, tmp_path / "results" / "a-run")
+    (tmp_path / "results" / "other").mkdir()
+    with pytest.raises(InputError, match=r"results: .*not a run folder agentbench wrote "
+                       r"\(it holds runs: a-run; give one\)$"):
+        agentbench.load(str(tmp_path / "results"))
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "results"), "-o",
+                                   str(tmp_path / "rep")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert "it holds runs: a-run" in res.output

@@ -386,11 +386,33 @@ def run_folder(run_dir: str | Path) -> Path:
     return d
 
 
+def _no_run_folder(d: Path) -> None:
+    """A folder with neither run.json nor requests.parquet is no run: one line, as ``gate``
+    and ``recover`` say it, naming the runs it holds (``results`` for ``results/<run>``).
+    Read alone, "requests.parquet: file not found" named no folder (of ``.``) and not
+    why. A run that lost only its run.json still reads (its rows are there)."""
+    from agentbench.results.spool import has_spools
+
+    if os.path.lexists(d / R.REQUESTS_FILE) or has_spools(d):
+        return
+    try:
+        runs = sorted(p.name for p in d.iterdir() if (p / R.RUN_FILE).is_file())
+    except OSError:
+        runs = []
+    held = ""
+    if runs:
+        names = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+        held = f" (it holds runs: {names}; give one)"
+    raise InputError(f"no run.json nor requests.parquet: not a run folder agentbench "
+                     f"wrote{held}", source=str(d))
+
+
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:
     """Read ``results/<run>/``; ``requests.parquet`` is required, the rest optional."""
     d = run_folder(run_dir)
     if not (d / R.RUN_FILE).exists():
         _never_started(d)
+        _no_run_folder(d)
     recover_if_cut_short(d)
     req = _read_table(d / R.REQUESTS_FILE, R.REQUESTS_SCHEMA, required=True,
                       dictionary=DICTIONARY_COLUMNS)

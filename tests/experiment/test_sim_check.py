@@ -121,7 +121,7 @@ def test_bad_input_is_one_line(real_run: Path, tmp_path: Path) -> None:
         return lines[0]
 
     assert "results folder not found" in fails(str(tmp_path / "nope"), "--preset", PRESET)
-    assert "file not found" in fails(str(tmp_path), "--preset", PRESET)
+    assert "not a run folder agentbench wrote" in fails(str(tmp_path), "--preset", PRESET)
     assert "unknown simulator preset" in fails(str(real_run), "--preset", "no-such")
     assert "cannot read preset file" in fails(str(real_run), "--preset",
                                             str(tmp_path / "p.yaml"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,60 @@ def workload_differences(runs: Sequence[Run]) -> str | None:
     return "; ".join(said) or None
 
 
+#: scenario keys that name or describe a run, or where it went: not how it ran
+_NOT_SETTINGS = ("name", "description", "variants", "output")
+
+
+def _differing(values: list[Any], path: str = "") -> Iterator[tuple[str, list[Any]]]:
+    """``(key.path, each run's value)`` where the runs' values differ, keys written as
+    ``--set`` takes them (``endpoints.0.router``). A section some run lacks is one value
+    (``endpoints.0.nvme_tier``) while the runs that have it agree on it."""
+    dicts = [v for v in values if isinstance(v, dict)]
+    # a section some runs lack is one value while the others agree on it, else its keys
+    if dicts and all(v is None or isinstance(v, dict) for v in values) and (
+            len(dicts) == len(values) or _differ(dicts)):
+        for k in dict.fromkeys(k for v in dicts for k in v):
+            if path or k not in _NOT_SETTINGS:
+                yield from _differing([(v or {}).get(k) for v in values], f"{path}{k}.")
+    elif all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
+        for i, vs in enumerate(zip(*values, strict=True)):
+            yield from _differing(list(vs), f"{path}{i}.")
+    elif _differ(values):
+        yield path.rstrip("."), values
+
+
+def _differ(values: list[Any]) -> bool:
+    return len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1
+
+
+def settings_differences(runs: Sequence[Run], labels: Sequence[str]) -> str | None:
+    """The scenario keys the runs set differently, each value with the runs that have it
+    (``run --set endpoints.0.router=round_robin`` against the scenario as written), or
+    None. A comparison showed one description above runs routed two ways, without a word
+    of it; the fingerprint (``workload_differences``) leaves the serving side out."""
+    scenarios = [(r.records.run or {}).get("scenario") for r in runs]
+    # a run.json that names no scenario (hand-made, or recovered from a damaged one)
+    # would differ in every key: nothing to say of it
+    differ = list(_differing(scenarios)) if all(
+        isinstance(sc, dict) and sc for sc in scenarios) else []
+    if not differ:
+        return None
+
+    def shown(v: Any) -> str:
+        text = "-" if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    said = []
+    for key, values in differ[:8]:
+        groups: dict[str, list[str]] = {}
+        for lab, v in zip(labels, values, strict=True):
+            groups.setdefault(shown(v), []).append(lab)
+        said.append(f"{key}: " + ", ".join(f"{v} ({', '.join(labs)})"
+                                           for v, labs in groups.items()))
+    more = f"; and {len(differ) - 8} more keys" if len(differ) > 8 else ""
+    return f"Set differently in the runs' scenarios: {'; '.join(said)}{more}."
+
+
 def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     sums = [r.summary for r in runs]
     sec = Section("Comparison", text=[
@@ -90,6 +144,9 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
     if len(bases) > 1:
         sec.text.append("Warning: the runs are in different time bases (simulated at "
                         "different speedups, or wall-clock); see each run's section.")
+    settings = settings_differences(runs, labels)
+    if settings is not None:
+        sec.text.append(settings)
     # the headline changes after the warnings that qualify them (they came first, and a
     # "88x lower" read before "the runs differ in trace")
     sec.text += [_headline_line(labels[0], sums[0], lab, s)

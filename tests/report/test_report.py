@@ -563,3 +563,40 @@ def test_axis_ticks_of_thousands_are_written_with_separators() -> None:
     assert not any(lab.isdigit() and len(lab) > 3 for lab in labels), labels
     assert any("." in t.get_text() for t in small.get_yticklabels())
     plt.close(fig)
+
+
+def test_a_comparison_says_what_its_runs_scenarios_set_differently(tmp_path: Path) -> None:
+    """``run --set endpoints.0.router=round_robin``, then ``report A B``: the comparison
+    printed the reference's description ("session-affinity routing") above both runs and
+    nowhere said that the other was routed round robin. It now names each key the runs'
+    scenarios set differently, with each run's value, before the headline; runs of one
+    scenario get no such line."""
+    runs = []
+    for name, router in (("a", "session_affinity"), ("b", "round_robin")):
+        d = write_demo_run(tmp_path / name, seed=1, trees=2, turns=3, name="q")
+        info = json.loads((d / R.RUN_FILE).read_text())
+        info["scenario"]["endpoints"][0]["router"] = router
+        (d / R.RUN_FILE).write_text(json.dumps(info))
+        runs.append(d)
+    res = CliRunner().invoke(app, ["report", *map(str, runs), "-o", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r" / "report.md").read_text()
+    a, b = (json.loads((d / R.RUN_FILE).read_text())["run_id"] for d in runs)
+    said = (f"Set differently in the runs' scenarios: endpoints.0.router: "
+            f"session_affinity ({a}), round_robin ({b}).")
+    assert said in md and md.index(said) < md.index(f"{b} vs {a}:")
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "Set differently in the runs&#x27; scenarios: endpoints.0.router:" in html
+    same = [write_demo_run(tmp_path / n, seed=i, trees=2, turns=3, name="q")
+            for i, n in enumerate("cd")]
+    res = CliRunner().invoke(app, ["report", *map(str, same), "-o", str(tmp_path / "s")])
+    assert res.exit_code == 0 and "Set differently" not in (tmp_path / "s" / "report.md"
+                                                            ).read_text()
+    # a run.json that names no scenario differs in every key: nothing is said of it
+    info = json.loads((same[1] / R.RUN_FILE).read_text())
+    del info["scenario"]
+    (same[1] / R.RUN_FILE).write_text(json.dumps(info))
+    res = CliRunner().invoke(app, ["report", *map(str, same), "-o", str(tmp_path / "n")])
+    assert res.exit_code == 0 and "Set differently" not in (tmp_path / "n" / "report.md"
+                                                            ).read_text()
+

@@ -102,9 +102,22 @@ def parse_rules(data: Any, source: str = "<rules>") -> tuple[list[Rule], GateOpt
             if direction not in ("max_increase", "max_drop"):
                 raise InputError(f"unknown key {direction!r}; use max_increase or max_drop",
                                  source=source, field=metric)
+            _check_direction(metric, direction, source)
             kind, thr = parse_threshold(value, metric, source)
             rules.append(Rule(metric, direction, kind, thr, f"{direction}: {value}"))
     return rules, opts
+
+
+def _check_direction(metric: str, direction: str, source: str) -> None:
+    """A rule guards the way its metric gets worse: ``ttft_p50: {max_drop: 10%}`` failed
+    a candidate 10x faster as a regression, where the report calls it better. Figures of
+    the workload (``Metric.judged`` False: the potential hit rate, API prices) take
+    either key."""
+    m = METRICS[metric]
+    worse = "max_increase" if m.better == "lower" else "max_drop"
+    if m.judged and direction != worse:
+        raise InputError(f"{direction}: a {m.better} {metric} is better, so the rule would "
+                         f"fail an improvement; use {worse}", source=source, field=metric)
 
 
 #: bytes at most in a gate rules file (a few hundred in practice)

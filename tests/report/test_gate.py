@@ -816,3 +816,23 @@ def test_a_baseline_given_twice_is_refused_not_counted_twice(runs: dict[str, Pat
     assert _gate(base, plus2, "--rules", str(rules), "--markdown", md)[0] == 0
     code, out = _gate(base, base, "--markdown", md)
     assert code == 0 and "+0.0%" in out
+
+
+@pytest.mark.parametrize(("rule", "better"), [("ttft_p50: {max_drop: 10%}", "lower"),
+                                              ("throughput_per_gpu: {max_increase: 5%}",
+                                               "higher"),
+                                              ("error_rate: {max_drop: 1pt}", "lower")])
+def test_a_rule_against_its_metrics_own_direction_is_one_line(
+        runs: dict[str, Path], tmp_path: Path, rule: str, better: str) -> None:
+    """``ttft_p50: {max_drop: 10%}`` failed a candidate whose P50 TTFT was 10x lower as a
+    REGRESSION (+90.1%, exit 1), where the report calls the same change better: a rule
+    that fails on an improvement is refused, one line, exit 2, naming the metric and the
+    key to use. Figures of the workload (not judged) take either key."""
+    rules = tmp_path / "gate.yaml"
+    rules.write_text(rule + "\n")
+    code, out = _gate(str(runs["base"]), str(runs["planted"]), "--rules", str(rules))
+    metric = rule.split(":")[0]
+    assert code == 2 and len(out.strip().splitlines()) == 1, out
+    assert f"field '{metric}'" in out and f"a {better} {metric} is better" in out, out
+    assert parse_rules({"hit_rate_potential": {"max_increase": "1pt"},
+                        "api_cost": {"max_drop": "5%"}})[0]

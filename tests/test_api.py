@@ -322,3 +322,24 @@ def test_a_folder_that_is_no_run_is_named_so(run_dir: Path, tmp_path: Path) -> N
                                    str(tmp_path / "rep")])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
     assert "it holds runs: a-run" in res.output
+
+
+def test_gate_and_recover_of_a_folder_of_runs_name_its_runs(run_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """``recover results`` and ``gate results RUN`` (the folder above the runs, as
+    ``load`` and ``report`` now say) named no run to give instead: each names them."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    for name in ("b-run", "a-run"):
+        shutil.copytree(run_dir, tmp_path / "results" / name)
+    for args in (["recover", str(tmp_path / "results")],
+                 ["gate", str(tmp_path / "results"), str(tmp_path / "results" / "a-run"),
+                  "--markdown", str(tmp_path / "g.md")]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+        assert res.output.strip().endswith("not a run folder agentbench wrote (it holds "
+                                           "runs: a-run, b-run; give one)"), res.output

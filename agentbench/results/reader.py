@@ -188,7 +188,8 @@ def require_run_json(d: Path, scenario: bool = False) -> None:
     path = d / R.RUN_FILE
     if not os.path.lexists(path):
         _never_started(d)
-        raise InputError("no run.json: not a run folder agentbench wrote", source=str(d))
+        raise InputError(f"no run.json: not a run folder agentbench wrote{_runs_held(d)}",
+                         source=str(d))
     if scenario and path.is_file() and "scenario" not in (run := read_run_json(d)):
         if "damaged_run_json" in run:  # recovered from a damaged run.json
             raise InputError("its run.json was damaged (kept as "
@@ -395,16 +396,18 @@ def _no_run_folder(d: Path) -> None:
 
     if os.path.lexists(d / R.REQUESTS_FILE) or has_spools(d):
         return
+    raise InputError("no run.json nor requests.parquet: not a run folder agentbench "
+                     f"wrote{_runs_held(d)}", source=str(d))
+
+
+def _runs_held(d: Path) -> str:
+    """`` (it holds runs: a, b; give one)`` for the folder above run folders, else ''."""
     try:
         runs = sorted(p.name for p in d.iterdir() if (p / R.RUN_FILE).is_file())
     except OSError:
-        runs = []
-    held = ""
-    if runs:
-        names = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
-        held = f" (it holds runs: {names}; give one)"
-    raise InputError(f"no run.json nor requests.parquet: not a run folder agentbench "
-                     f"wrote{held}", source=str(d))
+        return ""
+    more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+    return f" (it holds runs: {', '.join(runs[:3])}{more}; give one)" if runs else ""
 
 
 def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords:

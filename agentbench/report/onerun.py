@@ -113,13 +113,16 @@ def requests_sections(run: Run, label: str, key: str) -> list[Section]:
 
 
 def validity_lines(summary: dict[str, Any]) -> list[str]:
-    """The rules' verdict and its reasons (nothing for a run without rules)."""
+    """The rules' verdict and its reasons (nothing for a run without rules); a detail
+    that is a warning (a stage's load far below its label) is a ``Warning:`` line, which
+    the page sets apart as it does every warning (it read as plain prose)."""
     v = summary.get("validity")
     if not v:
         return []
     verdict = "valid" if v["valid"] else "INVALID: " + ", ".join(v["reasons"])
     return [f"Validity under rules {v.get('rules')}: {verdict}.",
-            *(f"{d}." for d in v.get("details", []))]
+            *(f"Warning: {d[len('warning: '):]}." if d.startswith("warning: ") else f"{d}."
+              for d in v.get("details", []))]
 
 
 #: the AgentX headline columns (metrics.validity.agentx_headline), with their formats

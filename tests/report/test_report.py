@@ -600,3 +600,20 @@ def test_a_comparison_says_what_its_runs_scenarios_set_differently(tmp_path: Pat
     assert res.exit_code == 0 and "Set differently" not in (tmp_path / "n" / "report.md"
                                                             ).read_text()
 
+
+def test_a_validity_warning_stands_out_as_every_warning_does() -> None:
+    """Under rules, "warning: stage c=32 delivered 6.30 requests in flight ... for 32
+    lanes" (the sweep's label far above its load) was a plain paragraph in the headline,
+    its lowercase ``warning:`` missing the report's warning box: it is one now."""
+    from agentbench.report.onerun import validity_lines
+    from agentbench.report.page import Section, to_html, to_markdown
+
+    line = ("stage c=32 delivered 6.30 requests in flight on average for 32 lanes (23 "
+            "active; 20%): the agents' pauses leave the load far below its label")
+    s = {"validity": {"rules": "agentx", "valid": True, "reasons": [],
+                      "details": ["context_overflow: 0.0%", f"warning: {line}"]}}
+    sec = [Section("Headline", text=validity_lines(s))]
+    assert f'<p class="warning">Warning: {line}.</p>' in to_html("t", sec).replace(
+        "&#x27;", "'")
+    md = to_markdown("t", sec)
+    assert f"**Warning:** {line}." in md and "context_overflow: 0.0%." in md

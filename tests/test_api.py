@@ -297,6 +297,54 @@ def test_a_session_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, col
     _refused_in_one_line(d, R.SESSIONS_FILE, column, bad, tmp_path / "rep")
 
 
+@pytest.mark.parametrize(("edit", "field"), [
+    ({"ray": "x"}, "ray"),
+    ({"ray": {"workers": [{}]}}, "ray.workers.0.worker"),
+    ({"ray": {"workers": [{"worker": 0, "hostname": "h", "node": "n"}],
+              "lost": [{"worker": "z"}]}}, "ray.lost.0.worker"),
+    ({"stages": [{"label": "c=1", "start_ns": 0, "end_ns": 1, "lanes": "x"}]},
+     "stages.0.lanes"),
+    ({"stages": [{"label": "c=1", "start_ns": 0, "end_ns": "x"}]}, "stages.0.end_ns"),
+    ({"rules": {"name": "agentx", "observed_share": "x"}}, "rules.observed_share"),
+    ({"scenario.limits": "x"}, "scenario.limits"),
+    ({"scenario.endpoints.0.speedup": 0}, "scenario.endpoints.0.speedup"),
+    ({"scenario.endpoints.0.speedup": -2}, "scenario.endpoints.0.speedup"),
+    ({"scenario.endpoints.0.speedup": float("nan")}, "scenario.endpoints.0.speedup"),
+    ({"idle_pulled_in_ns": "x"}, "idle_pulled_in_ns"),
+])
+def test_a_run_json_part_of_another_type_is_one_line(tmp_path: Path, edit: dict[str, object],
+                                                     field: str) -> None:
+    """run.json edited by hand where the figures read it: a ray section, a stage, the rules,
+    the limits or a simulated speedup of another type was a traceback from load, report and
+    gate (AttributeError, KeyError, ZeroDivisionError), and a speedup of -2 or NaN gave
+    negative figures, or figures at speedup 1, without a word. One line naming the key."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    base = write_demo_run(tmp_path / "base", trees=2, turns=2, concurrency=(1,), seed=2)
+    d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
+    run = json.loads((d / R.RUN_FILE).read_text())
+    for path, value in edit.items():
+        *up, last = path.split(".")
+        node = run
+        for k in up:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        node[int(last) if isinstance(node, list) else last] = value
+    (d / R.RUN_FILE).write_text(json.dumps(run))  # NaN as NaN, as a hand edit leaves it
+    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
+    with pytest.raises(InputError) as e:
+        agentbench.load(d)
+    assert e.value.field == field and e.value.source == str(d / R.RUN_FILE), e.value
+    for args in (["report", str(d), "-o", str(tmp_path / "rep")], ["gate", str(base), str(d)]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+        assert field in res.output
+
+
 def test_a_folder_that_is_no_run_is_named_so(run_dir: Path, tmp_path: Path) -> None:
     """``load`` and ``report`` of a folder without run.json or requests.parquet said
     "requests.parquet: file not found" (of ``.``, no folder at all), where ``gate`` and

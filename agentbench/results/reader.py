@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from agentbench.errors import InputError
 from agentbench.results import jsonfile
 from agentbench.results import schema as R
+from agentbench.results.runshape import check_run_shape
 from agentbench.results.timebase import TimeBase, time_base
 
 LIST_COLUMNS = ("token_event_ns", "token_event_tokens")
@@ -430,6 +431,7 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
     sm_table = _read_table(d / R.SERVER_METRICS_FILE, R.SERVER_METRICS_SCHEMA, required=False)
     server_metrics = labels_as_text(sm_table).to_pandas()
     run = read_run_json(d)
+    check_run_shape(run, str(d / R.RUN_FILE))
     settings = read_settings(run, str(d / R.RUN_FILE))
     # every run writes sessions.parquet (empty when no session ended): one that is not
     # there was lost, and the agents' figures fall back to their requests (summary warns)

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from agentbench.errors import InputError
 from agentbench.results import jsonfile
 from agentbench.results import schema as records
 from agentbench.results.journal import journal_rows
@@ -146,6 +147,7 @@ def commit_table(out: Path, table: pa.Table, consumed: Iterable[Path]) -> None:
     _checkpoint("written")
     names = [os.path.relpath(p, out.parent) for p in consumed]
     marker = out.with_name(out.name + COMMIT_SUFFIX)
+    _check_inside(out.parent, names, marker)
     marker_tmp = marker.with_name(marker.name + ".tmp")
     marker_tmp.write_text(json.dumps(names))
     os.replace(marker_tmp, marker)  # the commit point
@@ -157,19 +159,37 @@ def _finish_commit(marker: Path) -> None:
     folder = marker.parent
     out = folder / marker.name.removesuffix(COMMIT_SUFFIX)
     tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        os.replace(tmp, out)
-    _checkpoint("replaced")
     try:
         names = json.loads(marker.read_text())
     except (OSError, ValueError):
         names = []
-    for name in names if isinstance(names, list) else []:
-        p = folder / str(name)
+    names = [str(n) for n in names] if isinstance(names, list) else []
+    _check_inside(folder, names, marker)
+    if tmp.exists():
+        os.replace(tmp, out)
+    _checkpoint("replaced")
+    for name in names:
+        p = folder / name
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
         _checkpoint("consumed")
     marker.unlink()
+
+
+def _check_inside(folder: Path, names: list[str], marker: Path) -> None:
+    """Refuse a commit whose consumed files are not inside the run folder (an absolute
+    path, ``..``, or a folder inside that is a link to one outside): a marker is only ever
+    written naming the folder's own spools, journals and worker files, and the files it
+    names are removed, so a run folder from elsewhere whose marker named ``../x`` had any
+    reader (``report``, ``load``) remove ``x`` beside the folder, without a word."""
+    root = os.path.realpath(folder)
+    for name in names:
+        where = os.path.realpath(os.path.dirname(os.path.join(root, name)))
+        if os.path.isabs(name) or ".." in Path(name).parts or \
+                os.path.commonpath([root, where]) != root:
+            raise InputError(f"names {name[:200]!r}, outside the run folder: no commit "
+                             "agentbench makes; nothing was changed (remove the marker if "
+                             "the folder is yours)", source=str(marker))
 
 
 def finish_commits(folder: Path) -> None:

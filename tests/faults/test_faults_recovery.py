@@ -418,3 +418,39 @@ def test_recover_goes_on_past_a_damaged_table_to_the_runs_after_it(tmp_path: Pat
     assert f"error: {path}: not a readable parquet file" in res.output
     assert f"{killed}: recovered requests.parquet" in res.output, res.output
     assert (killed / records.REQUESTS_FILE).exists()
+
+
+@pytest.mark.parametrize("name", ["../victim.txt", "ABS", "workers/out/victim.txt"])
+def test_a_commit_marker_naming_a_file_outside_the_run_removes_nothing(tmp_path: Path,
+                                                                       name: str) -> None:
+    """A commit marker that names a file outside the run folder (``..``, an absolute path,
+    a worker folder that is a link out) is no commit agentbench makes: every reader
+    removed that file, without a word (a run folder from elsewhere could delete the
+    reader's files). Now one line naming the marker, exit 2, nothing changed; once the
+    marker is gone the run recovers with every row."""
+    import agentbench
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    run = tmp_path / "r"
+    _killed_run(run, 1)
+    outside = tmp_path / "out"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("precious")
+    (run / spool.WORKERS_DIR / "out").symlink_to(outside)
+    (tmp_path / "victim.txt").write_text("precious")
+    named = str(victim) if name == "ABS" else name
+    marker = run / (records.REQUESTS_FILE + spool.COMMIT_SUFFIX)
+    marker.write_text(json.dumps([named]))
+    res = CliRunner().invoke(app, ["recover", str(run)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert str(marker) in lines[0] and "outside the run folder" in lines[0]
+    with pytest.raises(InputError, match="outside the run folder"):
+        agentbench.load(run)
+    assert victim.read_text() == (tmp_path / "victim.txt").read_text() == "precious"
+    marker.unlink()
+    (run / spool.WORKERS_DIR / "out").unlink()
+    assert CliRunner().invoke(app, ["recover", str(run)]).exit_code == 0
+    assert _ids(run) == [*range(5), *range(100, 105)]

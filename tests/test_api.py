@@ -311,6 +311,8 @@ def test_a_session_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, col
     ({"scenario.endpoints.0.speedup": -2}, "scenario.endpoints.0.speedup"),
     ({"scenario.endpoints.0.speedup": float("nan")}, "scenario.endpoints.0.speedup"),
     ({"idle_pulled_in_ns": "x"}, "idle_pulled_in_ns"),
+    ({"status": [1]}, "status"),
+    ({"endpoints": [{"modeled_gpus": -3}]}, "endpoints.0.modeled_gpus"),
 ])
 def test_a_run_json_part_of_another_type_is_one_line(tmp_path: Path, edit: dict[str, object],
                                                      field: str) -> None:

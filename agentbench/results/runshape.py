@@ -4,10 +4,12 @@ run.json is written whole by the run, but it is a text file people edit, copy an
 the summary reads its stages (each stage's window and lanes), the Ray workers and the
 ones lost (which rows a lost worker sent), the rules (the validity verdict), the limits,
 the simulated endpoints' ``speedup`` and ``timing.time_scale`` (the time base every
-duration is multiplied by) and ``idle_pulled_in_ns``. A value of another type there was
-a traceback from ``load``, ``report`` and ``gate`` (``'str' object has no attribute
-'get'``, ``KeyError: 'hostname'``, a division by zero for a speedup of 0), and a speedup
-out of the simulator's bounds (NaN, -2) gave NaN or negative figures without a word
+duration is multiplied by), ``idle_pulled_in_ns``, the status and the GPUs the simulated
+endpoints model. A value of another type there was a traceback from ``load``,
+``report`` and ``gate`` (``'str' object has no attribute 'get'``, ``KeyError:
+'hostname'``, ``unhashable type: 'list'`` for a status, a division by zero for a speedup
+of 0), and a speedup out of the simulator's bounds (NaN, -2) gave figures at speedup 1 or
+negative ones without a word
 (docs/reliability.md). Each check names run.json and the key path in one line; what a
 writer leaves out (older runs, a run without Ray or rules) is not asked for.
 """
@@ -23,6 +25,8 @@ from agentbench.errors import InputError
 #: ``timing.time_scale`` (``agentbench.scenario.endpoints``, ``agentbench.scenario.model``)
 SPEEDUP_MIN, SPEEDUP_MAX = 1e-3, 1e6
 TIME_SCALE_MAX = 1e6
+#: the most GPUs a scenario's ``hardware.gpus`` may state
+GPUS_MAX = 10**6
 #: nanoseconds past this are no time a run measured (about 292 years)
 NS_MAX = 2**63 - 1
 
@@ -82,6 +86,10 @@ def check_run_shape(run: dict[str, Any], source: str) -> None:
     c = _Check(source)
     ns, count = (lambda v: _is_int(v)), (lambda v: v is None or _is_int(v, 0, 2**31))
     c.value(run, "idle_pulled_in_ns", "", ns, "nanoseconds (a whole number from 0)")
+    c.value(run, "status", "", lambda v: isinstance(v, str), "a text")
+    for i, e in enumerate(c.items(run, "endpoints", "endpoints")):
+        c.value(e, "modeled_gpus", f"endpoints.{i}", lambda v: v is None
+                or _is_int(v, 0, GPUS_MAX), f"a whole number of GPUs to {GPUS_MAX:,}, or null")
     timed = isinstance(run.get("rules"), dict)  # the verdict reads each stage's start
     for i, st in enumerate(c.items(run, "stages", "stages")):
         p = f"stages.{i}"

@@ -9,6 +9,10 @@ import re
 from itertools import accumulate, repeat
 from operator import add, sub
 
+#: a chunk size (RFC 9112 7.1: 1*HEXDIG). Python's ``int(x, 16)`` also reads '-6', '+6',
+#: '0x6' and '6_0': a size of -6 after a chunk pointed the reader back at its own line, read
+#: again forever while its spans grew (docs/reliability.md)
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
 #: a last-chunk line however written: "0", "000", "0;ext=1" (RFC 9112 7.1)
 _LAST_CHUNK = re.compile(rb"(?:\A|\r\n)0+(?:[ \t]*;[^\r\n]*)?\r\n")
 
@@ -66,10 +70,10 @@ def _walk(raw: bytes, partial: bool = False) -> list[tuple[int, int]] | str:
         nl = raw.find(b"\r\n", pos)
         if nl < 0:
             return spans if partial else ("more" if n - pos < 1024 else "bad")
-        try:
-            size = int(raw[pos:nl].split(b";", 1)[0].strip(), 16)
-        except ValueError:
+        digits = raw[pos:nl].split(b";", 1)[0].strip()
+        if _HEX.fullmatch(digits) is None:  # int(x, 16) reads '-6' too: a loop (_HEX)
             return spans if partial else "bad"
+        size = int(digits, 16)
         start = nl + 2
         if size == 0:  # the last chunk, then trailers up to an empty line
             if partial:

@@ -477,3 +477,34 @@ async def test_bytes_on_an_idle_connection_retire_it() -> None:
         p.close()
         srv.close()
         await srv.wait_closed()
+
+
+#: chunk-size lines that are no 1*HEXDIG (RFC 9112 7.1) but Python's int(x, 16) reads
+_NOT_HEX = (b"-6", b"+2f", b"0x2f", b"2_f", b"-0")
+
+
+def test_a_chunk_size_that_is_not_hex_digits_is_bad_framing_not_a_loop() -> None:
+    """A chunk size written '-6' after a chunk pointed the reader back at its own line:
+    it read that line again forever, in the event loop, its list of spans growing (a
+    server that sent it hung agentbench until the OOM killer, 24 GB later). Sizes are
+    hex digits only; anything else is bad framing, in every reader of the body. Run in a
+    process of its own with its memory bounded, so a loop fails the test, not the host."""
+    import subprocess
+    import sys
+
+    code = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from agentbench.transport import chunked as c
+ev = {EVS[0]!r}
+for size in {_NOT_HEX!r}:
+    raw = b"%x\\r\\n" % len(ev) + ev + b"\\r\\n" + size + b"\\r\\n" + ev + b"\\r\\n0\\r\\n\\r\\n"
+    assert c.chunk_state(raw) == "bad", size
+    assert c.decode_chunked(raw) == "bad", size
+    assert c.dechunk([raw], [1]) is None, size
+    part = c.dechunk([raw], [1], partial=True)
+    assert part is not None and part[0] == [ev], (size, part)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -393,3 +393,35 @@ def test_gate_and_recover_of_a_folder_of_runs_name_its_runs(run_dir: Path,
         assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
         assert res.output.strip().endswith("not a run folder agentbench wrote (it holds "
                                            "runs: a-run, b-run; give one)"), res.output
+
+
+@pytest.mark.parametrize(("column", "shift"), [("sent_ns", 10**12), ("end_ns", -10**12),
+                                               ("first_token_ns", -10**12)])
+def test_request_times_out_of_order_are_one_line(tmp_path: Path, column: str,
+                                                 shift: int) -> None:
+    """A requests.parquet edited by hand whose row was sent after it ended (or got its
+    first token before it was sent): load gave a TTFT or E2E of -999,523 ms without a
+    word, report a numpy traceback. One line naming the row and the column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
+    t = pq.read_table(d / R.REQUESTS_FILE)
+    ok = pc.equal(t.column("status"), "ok").to_pylist()
+    row = ok.index(True)
+    values = t.column(column).to_pylist()
+    values[row] += shift
+    t = t.set_column(t.schema.get_field_index(column), column,
+                     pa.array(values, t.schema.field(column).type))
+    pq.write_table(t, d / R.REQUESTS_FILE)
+    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
+    with pytest.raises(InputError, match="a request is sent, gets its first") as e:
+        agentbench.load(d)
+    assert e.value.where == f"row {row}" and e.value.source == str(d / R.REQUESTS_FILE)
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output

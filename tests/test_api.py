@@ -425,3 +425,32 @@ def test_request_times_out_of_order_are_one_line(tmp_path: Path, column: str,
     assert e.value.where == f"row {row}" and e.value.source == str(d / R.REQUESTS_FILE)
     res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+
+
+@pytest.mark.parametrize(("column", "says"), [("token_event_ns", "out of order"),
+                                              ("token_event_tokens", "negative")])
+def test_token_events_out_of_order_or_negative_are_one_line(tmp_path: Path, column: str,
+                                                            says: str) -> None:
+    """A row's token events reversed, or a count of -7, moved the ITL percentiles without
+    a word: one line naming the row and the column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+
+    d = write_demo_run(tmp_path / "r", trees=2, turns=2, concurrency=(1,), seed=2)
+    t = pq.read_table(d / R.REQUESTS_FILE)
+    values = t.column(column).to_pylist()
+    row = next(i for i, v in enumerate(values) if v and len(v) > 1 and len(set(v)) > 1)
+    values[row] = values[row][::-1] if column == "token_event_ns" else [-7] * len(values[row])
+    t = t.set_column(t.schema.get_field_index(column), column,
+                     pa.array(values, t.schema.field(column).type))
+    pq.write_table(t, d / R.REQUESTS_FILE)
+    (d / R.SUMMARY_FILE).unlink(missing_ok=True)
+    with pytest.raises(InputError, match=says) as e:
+        agentbench.load(d)
+    assert e.value.where == f"row {row}" and e.value.field == column
+    res = CliRunner().invoke(app, ["report", str(d), "-o", str(tmp_path / "rep")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from agentbench.errors import InputError
 from agentbench.results import jsonfile
 from agentbench.results import schema as R
-from agentbench.results.rowtimes import check_row_times
+from agentbench.results.rowtimes import check_events, check_row_times
 from agentbench.results.runshape import check_run_shape
 from agentbench.results.timebase import TimeBase, time_base
 
@@ -423,6 +423,7 @@ def read_records(run_dir: str | Path, *, with_events: bool = True) -> RunRecords
                       dictionary=DICTIONARY_COLUMNS)
     _only(req, R.REQUEST_STATUSES, d / R.REQUESTS_FILE)
     check_row_times(req, d / R.REQUESTS_FILE)
+    check_events(req, d / R.REQUESTS_FILE)
     events = req.select(list(LIST_COLUMNS)) if with_events else \
         R.REQUESTS_SCHEMA.empty_table().select(list(LIST_COLUMNS))
     scalar = [c for c in req.column_names if c not in LIST_COLUMNS]

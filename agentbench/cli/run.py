@@ -225,12 +225,8 @@ def recover(
     """Finish runs that were cut short (killed, crashed): spooled rows become parquet files
     and run.json says killed. load, report and gate do this by themselves. A run.json that
     is not valid JSON is kept as run.json.bad and a new one written (docs/reliability.md)."""
-    from agentbench.results.reader import (
-        check_tables,
-        recover_if_cut_short,
-        require_run_json,
-        run_folder,
-    )
+    from agentbench.results.reader import check_tables
+    from agentbench.results.runfolder import recover_if_cut_short, require_run_json, run_folder
 
     damaged = 0
     for d in map(run_folder, runs):

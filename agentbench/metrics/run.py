@@ -154,7 +154,7 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
     from agentbench.metrics import summarize
     from agentbench.metrics.summaryfile import read_summary, write_summary
     from agentbench.results import schema as R
-    from agentbench.results.reader import run_folder
+    from agentbench.results.runfolder import run_folder
 
     p = run_folder(run_dir)
     sp = p / R.SUMMARY_FILE

@@ -57,7 +57,7 @@ def compare(*runs: Run | str | Path, block: str = "overall",
         headline,
         run_labels,
     )
-    from agentbench.results.reader import read_run_json
+    from agentbench.results.runfolder import read_run_json
     from agentbench.scenario.fingerprint import check_comparable, parse_allow
 
     rs = [r if isinstance(r, Run) else load(r) for r in runs]

@@ -85,7 +85,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
     from agentbench.metrics.run import load
     from agentbench.metrics.summary import NO_SESSIONS
     from agentbench.results import schema as R
-    from agentbench.results.reader import require_run_json
+    from agentbench.results.runfolder import require_run_json
     from agentbench.results.timebase import VIRTUAL
     from agentbench.scenario.fingerprint import check_comparable
 

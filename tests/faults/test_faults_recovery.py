@@ -103,7 +103,7 @@ def test_recover_killed_at_every_step_loses_and_doubles_nothing(
 
 def test_recover_waits_for_a_worker_that_still_writes(tmp_path: Path) -> None:
     from agentbench.errors import InputError
-    from agentbench.results.reader import recover_if_cut_short
+    from agentbench.results.runfolder import recover_if_cut_short
 
     run = tmp_path / "r"
     _killed_run(run, 1)
@@ -124,7 +124,7 @@ def test_two_readers_recovering_one_killed_run_at_once_lose_and_double_nothing(
     when the spool was gone under it: rows lost)."""
     import threading
 
-    from agentbench.results.reader import recover_if_cut_short
+    from agentbench.results.runfolder import recover_if_cut_short
 
     run = tmp_path / "r"
     _killed_run(run, workers)
@@ -327,7 +327,7 @@ def test_a_pid_cut_short_is_not_read_as_a_writer(tmp_path: Path) -> None:
     Before, recover read the digits left as the pid and refused: "still in progress (pid
     N)", naming a process that never wrote the run."""
     from agentbench.cli import app
-    from agentbench.results.reader import salvaged_run_json
+    from agentbench.results.runfolder import salvaged_run_json
 
     run = tmp_path / "r"
     _killed_run(run, 0)

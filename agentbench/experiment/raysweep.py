@@ -20,6 +20,7 @@ every node mounts, and every node needs agentbench installed
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -235,16 +236,21 @@ def stop_tasks(ray: Any, pending: list[Any], within_s: float = STOP_S) -> None:
     run.json as ``interrupted`` (a forced cancel killed the worker: the folder stayed
     ``running``, and readers took it for a killed run); one not started yet never starts.
     Waits up to ``within_s`` for them, then forces what is left. A second signal in the
-    wait forces the rest at once."""
+    wait forces the rest at once. Ray's own errors here (a cluster lost, the reason the
+    sweep stops) end the stop quietly: the caller raises what stopped the sweep, not
+    them."""
     import time
 
-    for ref in pending:
-        ray.cancel(ref, force=False)
     left = list(pending)
-    end = time.monotonic() + within_s
     try:
+        for ref in pending:
+            ray.cancel(ref, force=False)
+        end = time.monotonic() + within_s
         while left and time.monotonic() < end:
             left = _wait(ray, left, len(left))[1]
+    except Exception:
+        pass
     finally:
         for ref in left:
-            ray.cancel(ref, force=True)
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)

@@ -219,3 +219,27 @@ def test_a_stopped_ray_sweep_leaves_its_running_variants_interrupted(tmp_path: P
     status = [json.loads(f.read_text())["status"]
               for f in tmp_path.glob("results/*/run.json")]
     assert status and set(status) == {"interrupted"}, (status, out[-3000:])
+
+
+def test_stopping_the_tasks_never_hides_why_the_sweep_stopped() -> None:
+    """``stop_tasks`` runs while an error (a node or the whole cluster lost) or a signal
+    ends the sweep: Ray's own errors in its cancels and waits must not replace that one
+    (a cancel that raised made the traceback Ray's, and left the other tasks running).
+    Every task still gets its forced cancel at the end."""
+    from agentbench.experiment.raysweep import stop_tasks
+
+    class LostRay:
+        def __init__(self) -> None:
+            self.forced: list[str] = []
+
+        def cancel(self, ref: str, force: bool = False) -> None:
+            if force:
+                self.forced.append(ref)
+            raise ConnectionError("the cluster is gone")
+
+        def wait(self, refs: list[str], num_returns: int, timeout: float) -> Any:
+            raise ConnectionError("the cluster is gone")
+
+    lost = LostRay()
+    stop_tasks(lost, ["a", "b"], within_s=1.0)  # no exception
+    assert lost.forced == ["a", "b"]

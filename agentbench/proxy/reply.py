@@ -129,8 +129,8 @@ class ReplyReader:
             return
         try:
             doc = json.loads(data)
-        except ValueError:
-            return
+        except (ValueError, RecursionError):  # nested past the reader: read as no event
+            return  # (raised mid-relay past SPILL_BYTES, it broke the client's answer)
         if not isinstance(doc, dict):
             return
         out = self.reply

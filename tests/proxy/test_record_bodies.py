@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from agentbench.proxy import RecordConfig, rebuild, start_proxy
+from agentbench.proxy.reply import SPILL_BYTES
 from agentbench.proxy.store import journal_path, read_meta
 from agentbench.traces.readers import native
 from tests.helpers import served
@@ -24,12 +25,22 @@ EVENT = b'data: {"choices":[{"delta":{"content":"tok "}}]}\n\n'
 
 class Upstream:
     """Answers chat calls (model ``die``: three events of a stream, then the connection
-    is dropped); keeps each request's body and Content-Encoding as it arrived."""
+    is dropped); keeps each request's body and Content-Encoding as it arrived. Answers
+    completions calls with ``replies[model]`` as an event stream."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[bytes, str | None]] = []
+        self.replies: dict[str, bytes] = {}
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self.chat)
+        self.app.router.add_post("/v1/completions", self.completions)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(self.replies[(await request.json())["model"]])
+        await resp.write_eof()
+        return resp
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.seen.append((await request.read(), request.headers.get("Content-Encoding")))
@@ -135,3 +146,25 @@ async def test_a_call_whose_body_the_recorder_cannot_read_is_still_journaled_onc
         await proxy.close()
     meta = read_meta(out)
     assert meta["calls"] == 2 and meta["calls_left_out"] == {"http_error": 2}
+
+
+async def test_a_reply_nested_past_the_json_reader_is_relayed_whole_and_journaled(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    up, url = upstream
+    deep = b"[" * 100_000 + b"]" * 100_000
+    # past SPILL_BYTES a stream is read as it is relayed: the deep line comes mid-relay
+    stream = EVENT * (5 * SPILL_BYTES // len(EVENT) // 4) + b"data: " + deep + b"\n\n"
+    replies = up.replies = {"whole": deep, "small": EVENT + b"data: " + deep + b"\n\n" + EVENT,
+                            "long": stream + EVENT + b"data: [DONE]\n\n"}
+    out = tmp_path / "rec.parquet"
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:  # the long stream's relay raised RecursionError: the client's answer broken off
+        async with aiohttp.ClientSession() as http:
+            for model, data in replies.items():
+                body = {"model": model, "prompt": "hi", "stream": model != "whole"}
+                async with http.post(proxy.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200 and await r.read() == data
+    finally:
+        await proxy.close()
+    meta = read_meta(out)  # and no call was journaled: "call 0 not recorded"
+    assert meta["calls"] == 3 and meta["calls_in_trace"] == 3

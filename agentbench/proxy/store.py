@@ -100,7 +100,9 @@ def text_safe(call: Call) -> Call:
 def read_journal(path: Path) -> tuple[dict[str, Any], list[Call]]:
     """(metadata, calls) of a journal. A torn last line (killed mid-write) is left out;
     any other line that is not a call is skipped, named on stderr and counted in the
-    metadata (``unreadable_lines``)."""
+    metadata (``unreadable_lines``). A file whose first line is no ``{"recording": ...}``
+    header (which ``Journal`` writes before any call) is no journal: refused, so that
+    ``--rebuild`` never replaces a trace with an empty one over a line of stderr each."""
     meta: dict[str, Any] = {}
     out = []
     bad = 0
@@ -114,12 +116,17 @@ def read_journal(path: Path) -> tuple[dict[str, Any], list[Call]]:
             if i == 0 and isinstance(doc, dict) and isinstance(doc.get("recording"), dict):
                 meta = doc["recording"]
                 continue
+            if i == 0:
+                raise TypeError("no recording header")
             if not isinstance(doc, dict):
                 raise TypeError("not a JSON object")
             out.append(text_safe(Call.from_json(doc)))
         except (ValueError, TypeError) as e:
             if i >= len(lines) - 2:  # the last line, torn by a kill
                 break
+            if i == 0:
+                raise InputError('not a recording journal (its first line is no {"recording": '
+                                 '...} header); nothing written', source=str(path)) from None
             bad += 1
             print(f"{path}: line {i + 1}: unreadable call skipped ({e})", file=sys.stderr)
     if bad:

@@ -280,3 +280,20 @@ def test_record_to_no_file_name_is_one_line(where: str, tmp_path: Path) -> None:
     # '' is refused as an empty path before the command runs ('' would be Path('.'))
     want = "'--output': empty: give a path" if where == "" else "give a file name"
     assert res.exit_code == 2 and len(lines) == 1 and want in lines[0], res.output
+
+
+@pytest.mark.parametrize("junk", [b"\x00\xff" * 4000 + b"\n" * 30, b"root:x:0:0\nbin:x:1:1\n"],
+                         ids=["binary", "text"])
+def test_rebuild_from_a_file_that_is_no_journal_is_one_line_and_keeps_the_trace(
+        junk: bytes, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    out = tmp_path / "r.parquet"
+    out.write_bytes(b"a trace recorded earlier")
+    journal_path(out).write_bytes(junk)  # not what record writes: no recording header
+    res = CliRunner().invoke(app, ["record", "--rebuild", "-o", str(out)])
+    lines = res.output.strip().splitlines()  # a line per line, then an empty trace at -o
+    assert res.exit_code == 2 and len(lines) == 1 and "not a recording journal" in lines[0]
+    assert out.read_bytes() == b"a trace recorded earlier"

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (a line break, a tab, an escape
+    sequence's ESC, U+2028) written as its Python escape: text from a trace file or its
+    name reaches the terminal as one line that cannot retitle, recolour or clear it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class InputError(Exception):
     """Bad user input (trace file, scenario, argument): printed as one line, exit code 2.
 

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from agentbench.errors import InputError, ResultsWriteError
+from agentbench.errors import InputError, ResultsWriteError, printable
 
 app = typer.Typer(
     name="agentbench",
@@ -92,8 +92,8 @@ def guarded(fn: F) -> F:
         except InputError as e:
             _trace_if_debug()
             lines = e.lines() if hasattr(e, "lines") else [e.one_line()]
-            for line in lines:
-                typer.echo(f"error: {line}", err=True)
+            for line in lines:  # a file's name or a session id from it may hold anything
+                typer.echo(f"error: {printable(line)}", err=True)
             raise typer.Exit(2) from None
         except ResultsWriteError as e:
             _trace_if_debug()

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from agentbench.errors import printable
 from agentbench.traces.model import Session, Trace, common_prefix
 
 PCTS = (50, 90, 99)
@@ -228,7 +229,7 @@ def format_stats(st: TraceStats) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
     lines = [
-        f"trace              {st.name}",
+        f"trace              {printable(st.name)}",  # a native file's name is any text
         f"sessions           {st.sessions:,} (roots {st.roots:,}, forks {st.forks:,}, "
         f"spawns {st.spawns:,})",
         f"requests           {st.requests:,}",

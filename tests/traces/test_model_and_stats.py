@@ -255,3 +255,27 @@ def test_a_recorded_time_out_of_range_names_its_field(field: str, value: float) 
     assert e.value.field == field and "\n" not in str(e.value)
     turn.t = turn.think_s = turn.api_s = sess.start_s = 1e9  # the longest allowed (32 years)
     Trace([sess]).validate()
+
+
+FORGED = "x\x1b]0;retitled\x07\nerror: a forged line\u2028"
+
+
+def test_text_from_a_trace_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    good = tmp_path / "good.parquet"
+    native.write(Trace([session(FORGED, [turn(0, [1], 4)])], name=FORGED), good)
+    bad = tmp_path / "bad.parquet"  # the same, with a time no turn may have
+    bad_turn = turn(0, [1], 4)
+    object.__setattr__(bad_turn, "api_s", -1.0)
+    native.write(Trace([session(FORGED, [bad_turn])], name=FORGED), bad)
+    for path, code in ((good, 0), (bad, 2)):
+        res = CliRunner().invoke(app, ["traces", "stats", str(path)])
+        # the name and the session id went out as they came: an escape sequence that
+        # retitles the terminal, and a line break that forges a line of the output
+        assert res.exit_code == code, res.output
+        assert "\x1b" not in res.output and "\x07" not in res.output, res.output
+        assert not any(ln.startswith("error: a forged") for ln in res.output.splitlines())
+        assert "x\\x1b]0;retitled\\x07\\nerror: a forged line\\u2028" in res.output

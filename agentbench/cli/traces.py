@@ -123,7 +123,10 @@ def traces_synth(
     check_new(output)
     check_folder(output)
     with new_file(output) as tmp:
-        trace = synthesize(prof, sessions, seed)
+        try:
+            trace = synthesize(prof, sessions, seed)
+        except InputError as e:  # a count the profile drew: name the profile
+            raise e.located(source=profile) from None
         native.write(trace, tmp)
     typer.echo(f"wrote {output} ({len(trace.sessions):,} sessions, "
                f"{trace.n_requests():,} requests)")

@@ -79,3 +79,31 @@ def test_the_commands_refuse_counts_past_the_bound(n: str, tmp_path: Path) -> No
     line = _one_line_error(["traces", "synth", "-p", "codex", "-n", "1", "--seed", "-1",
                             "-o", out])
     assert "'--seed'" in line
+
+
+CODEX = (Path(__file__).parents[2] / "agentbench/traces/synth/profiles/codex.yaml").read_text()
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("  value: 64\n", "  value: 0\n"),                        # block_size: ZeroDivisionError
+    ("  value: 64\n", "  value: 1.5\n"),                      # taken as 1
+    ("    value: 9473\n", "    value: 1e300\n"),              # numpy ValueError
+    ("    value: 9473\n", "    value: .nan\n"),               # NaN to int
+    ("{0: 151.0, 10: 501.0", "{0: .nan, 10: 501.0"),          # NaN to int
+    ("    min: 1\n", "    min: 100000000\n"),                 # 1.11 PiB of hash ids
+    ("    median: 264.1\n    p90: 935.1", "    median: 2e7\n    p90: 3e7"),  # outputs
+    ("    value: 9473\n", "    value: -500\n"),               # a negative prefix, taken
+], ids=["block-0", "block-1.5", "prefix-1e300", "prefix-nan", "quantile-nan",
+        "turns-min-1e8", "output-2e7", "prefix-negative"])
+def test_a_profile_whose_numbers_no_trace_can_have_is_one_line(
+        old: str, new: str, tmp_path: Path) -> None:
+    assert old in CODEX
+    prof = tmp_path / "p.yaml"
+    prof.write_text(CODEX.replace(old, new, 1))
+    out = tmp_path / "t.parquet"
+    res = CliRunner().invoke(app, ["traces", "synth", "-p", str(prof), "-n", "3",
+                                   "-o", str(out)])
+    lines = res.output.strip().splitlines()  # tracebacks, or a trace written anyway
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), \
+        res.output
+    assert "p.yaml" in lines[0] and not out.exists()

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from agentbench.errors import InputError
 from agentbench.traces import MAX_SYNTH_SESSIONS
-from agentbench.traces.model import HashIds, Session, Trace, Turn
+from agentbench.traces.model import MAX_TOKENS, HashIds, Session, Trace, Turn
 from agentbench.traces.synth.profile import (
     Children,
     Compaction,
@@ -37,6 +37,11 @@ from agentbench.traces.synth.profile import (
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+
+#: turns of a session, or children of a root, at most: a guard against a profile's typo
+#: (TraceLab's longest session has 7,610 rounds), not a measured limit
+MAX_COUNT = 1_000_000
 
 
 class _Ids:
@@ -103,11 +108,28 @@ def check_sessions(sessions: int, *, field: str) -> None:
 
 
 def _new_prefix(shape: SessionShape, rng: np.random.Generator, ids: _Ids, bs: int) -> _Prefix:
-    tokens = int(np.rint(shape.system_prefix_tokens.sample(rng, 1)[0]))
+    tokens = int(_tokens(shape.system_prefix_tokens.sample(rng, 1), "a system prefix")[0])
     return _Prefix(tokens, ids.take(tokens // bs))
 
 
+def _tokens(draws: FloatArray, what: str) -> IntArray:
+    """Token counts drawn from a profile, each from 0 to ``MAX_TOKENS``, else one line: a
+    user's profile with a count no request can have (1e300, a negative prefix) was a numpy
+    traceback, petabytes of hash ids, or a trace written anyway."""
+    if len(draws) and not (draws.min() >= 0 and draws.max() <= MAX_TOKENS):
+        bad = draws.max() if draws.max() > MAX_TOKENS else draws.min()
+        shown = f"{bad:,.0f}" if abs(bad) < 1e15 else f"{bad:.3g}"
+        raise InputError(f"the profile drew {what} of {shown} tokens, outside the 0 to "
+                         f"{MAX_TOKENS:,} a request may count", field="profile")
+    return np.rint(draws).astype(np.int64)
+
+
 def _count(dist_sample: FloatArray) -> int:
+    """A count of turns or children, from 1 to ``MAX_COUNT``."""
+    if not dist_sample[0] <= MAX_COUNT:  # drawing past it took minutes and gigabytes
+        raise InputError(f"the profile drew a count of {dist_sample[0]:.3g} turns or "
+                         f"children, over the {MAX_COUNT:,} a session may have",
+                         field="profile")
     return max(1, int(np.rint(dist_sample[0])))
 
 
@@ -173,16 +195,17 @@ def _draw_session(shape: SessionShape, rng: np.random.Generator, n: int, start: 
     ``start`` is what turn 0 begins with (system prefix, or the parent's context for a
     fork); ``keep`` is what survives a compaction (the system prefix).
     """
-    first = int(np.rint(shape.first_message_tokens.sample(rng, 1)[0]))
-    outputs = np.rint(shape.output_tokens.sample(rng, n)).astype(np.int64)
-    tools = np.rint(shape.tool_result_tokens.sample(rng, max(n - 1, 0))).astype(np.int64)
+    first = int(_tokens(shape.first_message_tokens.sample(rng, 1), "a first message")[0])
+    outputs = _tokens(shape.output_tokens.sample(rng, n), "an output")
+    tools = _tokens(shape.tool_result_tokens.sample(rng, max(n - 1, 0)), "a tool result")
     if shape.early is not None:
         m = min(int(shape.early.turns.value), n - 1)
-        tools[:m] = np.rint(shape.early.tool_result_tokens.sample(rng, m))
+        tools[:m] = _tokens(shape.early.tool_result_tokens.sample(rng, m), "a tool result")
     inputs = np.empty(n, dtype=np.int64)
     inputs[0] = start.tokens + first
     np.cumsum(outputs[:-1] + tools, out=inputs[1:])
     inputs[1:] += inputs[0]
+    _tokens(inputs.astype(np.float64), "a prompt")  # before its hash ids are made
     seg_of = np.zeros(n, dtype=np.int64)
     seg_base = [start]
     if comp is not None and (comp.window_tokens is not None or (
@@ -220,7 +243,7 @@ def _compacted(comp: Compaction, rng: np.random.Generator, inputs: IntArray,
         else:
             nxt, seg = ins[k - 1] + outs[k - 1] + tls[k - 1], segs[k - 1]
         if nxt > trigger:
-            nxt = keep.tokens + int(np.rint(comp.summary_tokens.sample(rng, 1)[0]))
+            nxt = keep.tokens + int(_tokens(comp.summary_tokens.sample(rng, 1), "a summary")[0])
             if window is not None:
                 nxt = min(nxt, int(trigger))
             if k == 0:

@@ -21,13 +21,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentbench.errors import InputError
+from agentbench.traces import MAX_BLOCK_SIZE
 from agentbench.traces.smallfile import read_head
 
 Z90 = NormalDist().inv_cdf(0.9)  # standard-normal quantile of p90: lognormal sigma from p50/p90
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity draw nothing a trace can hold (NaN reached int() as a traceback)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _DistBase(Strict):
@@ -262,6 +264,16 @@ class Profile(Strict):
     compaction: Compaction | None = None
     subagents: Children | None = None
     forks: Children | None = None
+
+    @model_validator(mode="after")
+    def _block_size(self) -> Profile:
+        """A whole number of tokens from 1 to ``MAX_BLOCK_SIZE``, as a reader's option (0
+        divided by zero, 1.5 was taken as 1)."""
+        bs = self.block_size.value
+        if isinstance(bs, bool) or not isinstance(bs, int) or not 0 < bs <= MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size: expected a whole number from 1 to "
+                             f"{MAX_BLOCK_SIZE:,}, got {bs!r}")
+        return self
 
 
 #: the loader of the profiles shipped with agentbench (safe either way)

@@ -346,6 +346,9 @@ async def serve(cfg: RecordConfig, on_ready: Callable[[ProxyHandle], None] | Non
     try:
         await stop.wait()
     finally:
+        # a second SIGTERM ends the streams in flight, as a second Ctrl-C does (was ignored)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, handle.proxy.cut)
         with _cut_on_sigint(loop, handle.proxy):
             await asyncio.shield(handle.close())
     return handle

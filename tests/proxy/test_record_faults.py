@@ -209,6 +209,19 @@ async def test_two_ctrl_c_with_a_stream_in_flight_still_write_the_trace(
     that stopped), and the trace is written whole. asyncio's second-Ctrl-C
     KeyboardInterrupt had stopped the writing wherever it was: the call in flight lost,
     an unclosed client session, or no trace at all."""
+    await _two_signals_with_a_stream_in_flight(upstream, tmp_path, signal.SIGINT)
+
+
+async def test_two_sigterms_with_a_stream_in_flight_still_write_the_trace(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    """The same with SIGTERM (a service manager, ``kill``): the second SIGTERM was
+    ignored, so ``record`` waited on a stream that never ended, without a word, until a
+    SIGKILL took the call in flight and the last write."""
+    await _two_signals_with_a_stream_in_flight(upstream, tmp_path, signal.SIGTERM)
+
+
+async def _two_signals_with_a_stream_in_flight(upstream: tuple[Upstream, str],
+                                               tmp_path: Path, sig: signal.Signals) -> None:
     up, url = upstream
     out = tmp_path / "rec.parquet"
     proc, proxy_url, _ = await _record_process(url, out)
@@ -218,9 +231,9 @@ async def test_two_ctrl_c_with_a_stream_in_flight_still_write_the_trace(
         slow = asyncio.ensure_future(_chat(proxy_url, "slow"))
         await asyncio.wait_for(up.slow_started.wait(), 20)
         await asyncio.sleep(0.3)  # a few events relayed
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         await asyncio.sleep(0.3)  # the first is waiting for the stream
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         stdout, stderr = await asyncio.wait_for(proc.communicate(), 30)
     finally:
         if proc.returncode is None:

@@ -276,5 +276,8 @@ def rebuild(out: Path) -> Trace:
     j = journal_path(out)
     if not j.exists():
         raise InputError("no journal to rebuild from", source=str(j))
+    if not j.is_file():  # a FIFO was waited on forever, /dev/zero read until memory ran out
+        raise InputError("not a regular file (record writes its journal as one)",
+                         source=str(j))
     meta, calls = read_journal(j)
     return write(calls, out, meta)

@@ -310,3 +310,25 @@ def test_rebuild_from_a_file_that_is_no_journal_is_one_line_and_keeps_the_trace(
     lines = res.output.strip().splitlines()  # a line per line, then an empty trace at -o
     assert res.exit_code == 2 and len(lines) == 1 and "not a recording journal" in lines[0]
     assert out.read_bytes() == b"a trace recorded earlier"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_rebuild_from_a_journal_that_is_no_regular_file_is_one_line(
+        kind: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    out = tmp_path / "r.parquet"
+    j = journal_path(out)
+    if kind == "fifo":  # nothing writes to it: the read waited forever
+        os.mkfifo(j)
+    elif kind == "folder":  # an OSError line, exit 1
+        j.mkdir()
+    else:  # /dev/zero: read until memory ran out
+        j.symlink_to("/dev/zero")
+    res = CliRunner().invoke(app, ["record", "--rebuild", "-o", str(out)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and "not a regular file" in lines[0], \
+        res.output
+    assert not out.exists()

@@ -32,7 +32,9 @@ def interval(values: list[float]) -> dict[str, Any]:
     n = len(values)
     if n == 0:
         return {"n": 0, "mean": None}
-    mean = sum(values) / n
+    # equal values are their own mean: sum / n may be an ulp off (386.231453 x 3 / 3),
+    # which made identical runs' spread 7e-14, not 0, and hid why the interval is 0 wide
+    mean = values[0] if min(values) == max(values) else sum(values) / n
     if n < 2:
         return {"n": n, "mean": mean}
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))

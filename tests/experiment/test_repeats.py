@@ -61,6 +61,17 @@ def test_identical_repeats_say_why(tmp_path: Path) -> None:
     assert "the runs are identical" in format_repeats(res.repeats["rep"])[-1]
 
 
+def test_three_identical_runs_are_identical_whatever_the_rounding() -> None:
+    """The mean of three equal values is not always that value in floating point
+    (386.231453 * 3 / 3): the spread was 7e-14, so the quickstart's three identical
+    virtual-time repeats lost the line that says why their interval is zero wide."""
+    row = interval([386.231453] * 3)
+    assert (row["mean"], row["sd"], row["ci95_low"], row["ci95_high"]) == (
+        386.231453, 0.0, 386.231453, 386.231453)
+    table = {"ttft_p50": {"values": [386.231453] * 3, **row}}
+    assert "the runs are identical" in format_repeats(table)[-1]
+
+
 def test_repeat_must_be_positive_and_alone_with_ray(tmp_path: Path) -> None:
     sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2})
     with pytest.raises(InputError, match="at least 1"):

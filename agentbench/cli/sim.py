@@ -219,7 +219,9 @@ def _check_line(text: str | None, flag: str) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    """``text`` into ``path`` whole or not at all; a failure is one InputError line."""
+    """``text`` into ``path`` whole or not at all; a failure is one InputError line. Its
+    folder is made, as ``run -o``'s and ``search -o``'s are (the docs' ``-o
+    presets/my-engine.yaml`` failed after the fit where no ``presets/`` was)."""
     import contextlib
     import os
 
@@ -227,6 +229,7 @@ def _write(path: Path, text: str) -> None:
 
     tmp = path.with_name(path.name + ".tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as e:

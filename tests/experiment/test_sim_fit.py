@@ -202,6 +202,19 @@ def test_cli_writes_a_preset_and_keeps_an_existing_one(runs: dict[str, Path],
     assert parse_preset(out.read_text()).name == "x"
 
 
+def test_out_in_a_folder_not_made_yet_is_written_as_the_docs_show(runs: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    """docs/simulator.md's `sim fit ... -o presets/my-engine.yaml`, where no presets/ is:
+    the folder is made, as `run -o` and `search -o` make theirs (it was "cannot write (No
+    such file or directory)", exit 2, after the fit, and after --endpoint's minutes of
+    profiling)."""
+    out = tmp_path / "presets" / "my-engine.yaml"
+    res = CliRunner().invoke(app, ["sim", "fit", str(runs["fit"]), "-o", str(out),
+                                   "--kv-capacity-tokens", "100000"])
+    assert res.exit_code == 0, res.output
+    assert parse_preset(out.read_text()).name == "my-engine"
+
+
 def test_without_a_capacity_the_fit_says_which_option_gives_it(runs: dict[str, Path],
                                                               tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["sim", "fit", str(runs["fit"]), "-o",

@@ -242,18 +242,7 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
     res = run_experiment(sc, progress=False, workers=workers)
     sim = res.runs[0]
     tb = str((run.summary.get("time_base") or {}).get("kind") or "wall")
-    notes = []
-    if any(isinstance(e, dict) and is_simulated(e)
-           for e in scenario.get("endpoints") or []):
-        notes.append("the measured run was itself simulated: this sets one preset "
-                     "against another")
-    if tb == "wall" and scenario.get("clock") != "virtual":
-        notes.append("measured in wall-clock time: client overheads (HTTP, SSE, the event "
-                     "loop) are in the measured figures, not in the predicted ones; a "
-                     "server that ran faster than real time (serve-sim --speedup) is "
-                     "measured that much faster")
-    if sim.failure:
-        notes.append(f"the simulated run failed: {sim.failure}")
+    notes = _run_notes(run, scenario, tb, sim.failure)
     ratio = token_ratio(run.requests)
     if ratio != 1.0:
         notes.append(f"the engine counted {ratio:.3f} prompt tokens per token of agentbench's "
@@ -269,6 +258,32 @@ def sim_check(run_dir: str | Path, preset: str, *, instances: int | None = None,
                     per_request=per_request,
                     instances=sc.endpoints[0].instances, measured_time_base=tb,
                     block_size=sc.endpoints[0].block_size, rows=rows, notes=notes)
+
+
+def _run_notes(run: Any, scenario: dict[str, Any], tb: str, failure: str | None
+               ) -> list[str]:
+    """What sets the measured run apart from its prediction, before any figure: a
+    simulated measurement, the wall clock's client overheads, a failed prediction, a
+    measured run that ended early."""
+    from agentbench.metrics.format import run_ended
+
+    notes = []
+    if any(isinstance(e, dict) and is_simulated(e)
+           for e in scenario.get("endpoints") or []):
+        notes.append("the measured run was itself simulated: this sets one preset "
+                     "against another")
+    if tb == "wall" and scenario.get("clock") != "virtual":
+        notes.append("measured in wall-clock time: client overheads (HTTP, SSE, the event "
+                     "loop) are in the measured figures, not in the predicted ones; a "
+                     "server that ran faster than real time (serve-sim --speedup) is "
+                     "measured that much faster")
+    if failure:
+        notes.append(f"the simulated run failed: {failure}")
+    if (ended := run_ended(run.summary)) is not None:  # killed: 12 requests against 400
+        notes.append(f"{ended.replace('the run', 'the measured run', 1)}; the prediction "
+                     "replays its whole scenario, so the figures set part of a run against "
+                     "all of it")
+    return notes
 
 
 def token_ratio(requests: Any) -> float:

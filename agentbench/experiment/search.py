@@ -263,16 +263,22 @@ def format_search(res: SearchResult) -> list[str]:
                      f"{'pass' if p.passed else 'FAIL'}" + (f" ({p.note})" if p.note else ""))
     answer = "answer so far" if res.interrupted else "answer"
     if res.best is None and res.interrupted:
-        lines.append(f"{answer}: no load probed met {res.goal} goodput >= {res.target:.0%}")
+        lines.append(f"{answer}: no load probed met {res.goal} goodput "
+                     f">= {_share(res.target)}")
     elif res.best is None:
         lines.append(f"answer: no load in the range meets {res.goal} goodput "
-                     f">= {res.target:.0%}")
+                     f">= {_share(res.target)}")
     else:
         lines.append(f"{answer}: {res.best:g} {unit} (the most that met {res.goal} goodput "
-                     f">= {res.target:.0%}"
+                     f">= {_share(res.target)}"
                      + (f"; {res.best_failing:g} did not)" if res.best_failing else ")"))
     lines += [f"note: {n}" for n in res.notes]
     return lines
+
+
+def _share(v: float) -> str:
+    """A target as given: 0.995 is 99.5% (``:.0%`` printed 100%, a goal no probe meets)."""
+    return f"{v * 100:.6g}%"
 
 
 def _ms(v: float | None) -> str:

@@ -289,3 +289,16 @@ def test_a_result_written_where_the_search_writes_while_it_runs_is_kept(
     assert (out / "s-search.json").read_text() == "the other search's"
     assert json.loads((out / "s-search-1.json").read_text())["best"] == 2
     assert sorted(p.name for p in out.iterdir()) == ["s-search-1.json", "s-search.json"]
+
+
+@pytest.mark.parametrize(("target", "says"), [(0.9, ">= 90%"), (0.995, ">= 99.5%"),
+                                              (0.9999, ">= 99.99%"), (0.875, ">= 87.5%")])
+def test_the_answer_names_the_target_as_given(fake_runs: list[float], target: float,
+                                              says: str) -> None:
+    """--target 0.9999 was printed as "goodput >= 100%" (and 0.995 as 100%, 0.875 as
+    88%): a goal no probe could meet, or one other than the search's."""
+    for lo, hi in ((1, 2), (1, 64), (39, 39)):
+        res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=lo, hi=hi,
+                     target=target)
+        answer = next(ln for ln in format_search(res) if ln.startswith("answer"))
+        assert says in answer, answer

@@ -39,6 +39,10 @@ class Probe:
     note: str | None = None
     #: lanes that sent a measured request (the summary's delivered load); None: open loop
     lanes_active: int | None = None
+    #: the share of prompt tokens the server had cached, and the most its trace could
+    #: reuse: above it, the server held this probe's prompts from an earlier probe
+    hit_rate: float | None = None
+    hit_rate_potential: float | None = None
 
 
 @dataclass
@@ -62,6 +66,11 @@ class SearchResult:
 def _goodput(summary: dict[str, Any], goal: str) -> float | None:
     v = summary["overall"]["goodput"].get(goal)
     return None if v is None else float(v)
+
+
+def _hit(summary: dict[str, Any], kind: str) -> float | None:
+    v = ((summary["overall"].get("hit_rate") or {}).get(kind) or {}).get("value")
+    return float(v) if isinstance(v, int | float) else None
 
 
 def search(scenario: Any, *, lo: float, hi: float, goal: str = "requests",
@@ -139,7 +148,8 @@ def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: floa
                   per_gpu_tok_s=s["overall"]["throughput"].get("per_gpu_total_tok_s"),
                   requests=int(s["overall"]["requests"]["total"]),
                   note=run.failure,
-                  lanes_active=(s["overall"].get("load") or {}).get("lanes_active"))
+                  lanes_active=(s["overall"].get("load") or {}).get("lanes_active"),
+                  hit_rate=_hit(s, "usage"), hit_rate_potential=_hit(s, "potential"))
         done[x] = p
         out.probes.append(p)
         if on_probe is not None:
@@ -234,8 +244,10 @@ def _search_range(scenario: Any, lo: float, hi: float, goal: str, target: float
 
 def _checked(out: SearchResult) -> SearchResult:
     """A note for each pair of probes where more load did better than less (noise, or a
-    load the search's monotone premise does not hold for), and for a passing lanes probe
-    that could not use its lanes (the trace ran out: the load was never delivered)."""
+    load the search's monotone premise does not hold for), for a passing lanes probe
+    that could not use its lanes (the trace ran out: the load was never delivered), and
+    for probes whose server hit above their trace's potential (a real endpoint's cache
+    kept an earlier probe's prompts: the same seed sends the same ones)."""
     ps = sorted(out.probes, key=lambda p: p.load)
     for p in ps:
         if out.kind == "lanes" and p.passed and p.lanes_active is not None \
@@ -243,6 +255,14 @@ def _checked(out: SearchResult) -> SearchResult:
             out.notes.append(f"{p.load:g} lanes passed with only {p.lanes_active} of them "
                              "sending (the trace ran out: recycle it or give it more "
                              "sessions); that load was not delivered")
+    warm = [p for p in ps if p.hit_rate is not None and p.hit_rate_potential is not None
+            and p.hit_rate > p.hit_rate_potential + 0.005]
+    if warm:  # the same seed's prompts: an earlier probe's are still in the server's cache
+        unit = "lanes" if out.kind == "lanes" else "sessions/s"
+        out.notes.append(f"{', '.join(f'{p.load:g}' for p in warm)} {unit}: the server "
+                         "hit above what its trace could reuse, its cache holding an earlier "
+                         "probe's prompts (every probe sends the same ones): that goodput "
+                         "may be flattered; restart the server between probes to tell")
     for a, b in zip(ps, ps[1:], strict=False):
         if b.passed and not a.passed:
             out.notes.append(f"{b.load:g} passed where {a.load:g} failed: goodput does not "

@@ -302,3 +302,31 @@ def test_the_answer_names_the_target_as_given(fake_runs: list[float], target: fl
                      target=target)
         answer = next(ln for ln in format_search(res) if ln.startswith("answer"))
         assert says in answer, answer
+
+
+def test_a_probe_that_hit_more_than_its_trace_could_reuse_is_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against a real endpoint every probe sends the same prompts (one seed), so a probe
+    after another finds its prompts cached: serve-sim's 1-lane probe after the 8-lane one
+    hit 91%, 2 and 3 lanes 96% and 98% of their prompt tokens against a potential of 87%,
+    and passed, where a fresh server gave 4 lanes 29%. The search said nothing."""
+    def fake(sc: Any, **_: Any) -> Any:
+        x = float(sc.load.concurrency)
+        g = 1.0 if x <= 3 else 0.25
+        usage = 0.97 if x in (2, 3) else 0.2
+        summary = {"overall": {"goodput": {"requests": g, "agents": g},
+                               "latency": {"ttft_ms": {"p50": x, "p90": 2 * x}},
+                               "throughput": {"per_gpu_total_tok_s": 100 * x},
+                               "requests": {"total": 24},
+                               "hit_rate": {"usage": {"value": usage},
+                                            "potential": {"value": 0.87}},
+                               "load": {"lanes_active": int(x)}}}
+        return SimpleNamespace(summary=summary, run_dir=Path(f"/r/{x:g}"), failure=None)
+
+    monkeypatch.setattr(run_mod, "run_variant", fake)
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=8)
+    assert res.best == 3
+    said = [n for n in res.notes if "above what its trace could reuse" in n]
+    assert len(said) == 1 and "2, 3 lanes" in said[0], res.notes
+    assert [p.hit_rate for p in sorted(res.probes, key=lambda p: p.load)][:3] == [
+        0.2, 0.97, 0.97]

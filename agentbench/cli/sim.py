@@ -127,9 +127,9 @@ def fit(
         from agentbench.scenario.secrets import url_userinfo, without_query
 
         shown = without_query(url_userinfo(endpoint)[0])  # no password, no query keys
-        typer.echo(f"profiling {shown}: grid runs in {where}", err=True)
-        dirs += [str(d) for d in run_grid(endpoint, served_model, where, api=api,
-                                          max_context=max_context, headers=headers)]
+        dirs += [str(d) for d in run_grid(
+            endpoint, served_model, where, api=api, max_context=max_context, headers=headers,
+            on_start=lambda: typer.echo(f"profiling {shown}: grid runs in {where}", err=True))]
     try:
         result = fit_runs(dirs)
         if no_ram_cache:

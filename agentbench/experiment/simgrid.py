@@ -23,6 +23,7 @@ Every run has its own seed, so no run reuses another's prompts from the engine's
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,16 +100,25 @@ def grid_traces(max_context: int, concurrency: tuple[int, ...], repeats: int = 2
 def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
              max_context: int = 4096, concurrency: tuple[int, ...] = (1, 2, 4, 8),
              timeout_s: float = 300.0, headers: dict[str, str] | None = None,
-             progress: bool = False) -> list[Path]:
+             progress: bool = False,
+             on_start: Callable[[], None] | None = None) -> list[Path]:
     """Send the grid to the endpoint at ``url``; the run folders (in ``out_dir``). A probe
     request first measures how many of the engine's tokens one of agentbench's makes (its
     tokenizer may count the same text otherwise), so that no prompt of the grid exceeds
-    ``max_context`` of the engine's tokens."""
+    ``max_context`` of the engine's tokens. ``on_start`` is called once ``out_dir`` is
+    made: a folder that cannot be (``/proc/x``, a path through a file) is one InputError
+    line before it (it was the OSError's line, exit 1)."""
     from agentbench.metrics.run import load
     from agentbench.traces.model import Trace
 
     made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot make the grid's folder there ({e.strerror or e})",
+                         source=str(out_dir), field="--grid-out") from None
+    if on_start is not None:
+        on_start()
     # seeds of their own: no run, of this grid or an earlier one, meets its prompts cached
     seed = int.from_bytes(os.urandom(4), "little") << 8
     ep = {"kind": "openai", "name": "engine", "url": url, "model": model, "api": api,

@@ -119,3 +119,20 @@ def test_the_fit_again_it_suggests_pastes_as_one_word_per_path(
     pasted = shlex.split(line.split("`")[1])
     assert pasted[:3] == ["agentbench", "sim", "fit"] and pasted[4:] == ["-o", str(out)]
     assert glob.glob(pasted[3]) == [f"{where}/grid-1/"]
+
+
+def test_a_grid_folder_that_cannot_be_made_is_one_line_before_any_request(
+        tmp_path: Path) -> None:
+    """``--grid-out /proc/x`` (a folder that takes no new folder) or a path through a file:
+    it was the OSError's line, ``/proc/x: No such file or directory (--debug shows
+    where)``, exit 1."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    for grid in ("/proc/x", str(afile / "g")):
+        r = CliRunner().invoke(app, ["sim", "fit", "--endpoint", "http://127.0.0.1:9",
+                                     "--kv-capacity-tokens", "1000", "--grid-out", grid,
+                                     "-o", str(tmp_path / "p.yaml")])
+        assert r.exit_code == 2, r.output
+        line, = r.output.strip().splitlines()  # not even "profiling ...": nothing began
+        assert "field '--grid-out': cannot make the grid's folder" in line, r.output
+    assert afile.read_text() == "mine" and not (tmp_path / "p.yaml").exists()

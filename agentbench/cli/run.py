@@ -65,8 +65,9 @@ def run(
                                          "--no-progress: neither."),
     workers: str = typer.Option("1", "--workers",
                                 help="Client processes the lanes are sharded over: a count "
-                                     "or 'auto' (from each endpoint's measured stream rate "
-                                     "and the lanes, up to one per CPU)."),
+                                     "(at most 1,024) or 'auto' (from each endpoint's "
+                                     "measured stream rate and the lanes, up to one per "
+                                     "CPU)."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run each variant N times (at "
                                "most 1,000) and print its figures over the runs with 95% "
                                "intervals (wall clock: the same seed; virtual time: seed + "

@@ -48,6 +48,9 @@ from agentbench.replay.upkeep import Health, flush_loop, quiet_gc, restore_gc
 from agentbench.results.spool import PART_FILE
 
 _POLL_S = 0.01
+#: the most worker processes a run starts: a guard against typos, as the other counts'
+#: (an open loop has no lanes to bound them by: 2**70 overflowed the shared memory)
+MAX_WORKERS = 1024
 
 
 def resolve_workers(workers: int | str | None, scenario: Any) -> int:
@@ -65,10 +68,13 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
         try:
             n = int(workers)
         except ValueError:
-            raise InputError(f"workers must be a positive integer or 'auto', not {workers!r}",
-                             field="workers") from None
+            raise InputError("workers must be a positive integer or 'auto', not "
+                             f"{repr(workers)[:40]}", field="workers") from None
         if n < 1:
             raise InputError(f"workers must be at least 1, not {n}", field="workers")
+        if n > MAX_WORKERS:
+            raise InputError(f"at most {MAX_WORKERS:,} worker processes, not "
+                             f"{str(workers)[:40]}", field="workers")
     lanes = max_lanes(scenario.load)
     if lanes is not None:
         n = min(n, lanes)

@@ -225,6 +225,29 @@ def test_resolve_workers() -> None:
             resolve_workers(bad, sc)
 
 
+def test_a_worker_count_past_the_bound_is_one_line_before_the_run(tmp_path: Path) -> None:
+    """An open loop has no lanes to bound ``--workers`` by: 2**70 was a traceback from
+    the shared memory's size (OverflowError, run.json ``crashed``), and 100,000 would have
+    started that many processes."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.errors import InputError
+    from agentbench.replay.workers import MAX_WORKERS
+
+    rate = scenario(["http://x"], tmp_path, load={"kind": "rate", "rate_per_s": 1.0})
+    assert resolve_workers(MAX_WORKERS, rate) == MAX_WORKERS == 1024
+    for bad in (MAX_WORKERS + 1, 2**70, str(2**70)):
+        with pytest.raises(InputError, match="at most 1,024 worker processes"):
+            resolve_workers(bad, rate)
+    r = CliRunner().invoke(app, ["run", "--url", "http://127.0.0.1:9", "--model", "m",
+                                 "--rate", "1", "--max-requests", "4", "--workers",
+                                 str(2**70), "-o", str(tmp_path / "out")])
+    line, = r.output.strip().splitlines()
+    assert r.exit_code == 2 and "at most 1,024" in line, r.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_auto_divides_the_offered_event_rate_by_what_one_process_sustains() -> None:
     from agentbench.replay.autoworkers import EVENTS_PER_WORKER, choose
 

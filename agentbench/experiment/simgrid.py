@@ -111,6 +111,9 @@ def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
     from agentbench.metrics.run import load
     from agentbench.traces.model import Trace
 
+    ep = {"kind": "openai", "name": "engine", "url": url, "model": model, "api": api,
+          "ignore_eos": True, "timeout_s": timeout_s, "headers": dict(headers or {})}
+    _check_endpoint(ep)
     made = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -121,8 +124,6 @@ def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
         on_start()
     # seeds of their own: no run, of this grid or an earlier one, meets its prompts cached
     seed = int.from_bytes(os.urandom(4), "little") << 8
-    ep = {"kind": "openai", "name": "engine", "url": url, "model": model, "api": api,
-          "ignore_eos": True, "timeout_s": timeout_s, "headers": dict(headers or {})}
     probe_trace = out_dir / "grid-probe.parquet"
     had_trace = probe_trace.exists()  # an earlier grid's: overwritten, as every grid file
     try:
@@ -152,6 +153,25 @@ def run_grid(url: str, model: str, out_dir: Path, *, api: str = "chat",
     for i, (name, (trace, lanes)) in enumerate(traces.items(), start=1):
         dirs.append(_replay(ep, out_dir, name, trace, lanes, seed + i))
     return dirs
+
+
+def _check_endpoint(ep: dict[str, Any]) -> None:
+    """The grid's endpoint as a scenario checks it, before its folder is made or anything
+    is said: one line naming the option (``--endpoint notaurl`` was refused only after
+    "profiling notaurl", as ``endpoints.0.url`` of a scenario the user never wrote)."""
+    from pydantic import ValidationError
+
+    from agentbench.scenario.endpoints import OpenAIEndpoint
+    from agentbench.scenario.problems import validation_problems
+
+    flags = {"url": "--endpoint", "model": "--served-model", "api": "--api",
+             "headers": "--header"}
+    try:
+        OpenAIEndpoint.model_validate(ep)
+    except ValidationError as e:
+        where, _, why = validation_problems(e, {}, ep)[0]
+        key = where.split(".")[0]
+        raise InputError(why, field=flags.get(key, where)) from None
 
 
 def _replay(ep: dict[str, Any], out_dir: Path, name: str, trace: Any, lanes: int,

@@ -136,3 +136,20 @@ def test_a_grid_folder_that_cannot_be_made_is_one_line_before_any_request(
         line, = r.output.strip().splitlines()  # not even "profiling ...": nothing began
         assert "field '--grid-out': cannot make the grid's folder" in line, r.output
     assert afile.read_text() == "mine" and not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--endpoint", "notaurl"], "field '--endpoint': "),
+    (["--endpoint", "ftp://x"], "field '--endpoint': "),
+    (["--endpoint", "http://127.0.0.1:9", "--served-model", "a\nb"],
+     "field '--served-model': "),
+])
+def test_a_bad_endpoint_or_model_is_one_line_naming_its_option(
+        tmp_path: Path, args: list[str], says: str) -> None:
+    """It was "profiling notaurl: grid runs in ..." and then a line naming
+    ``endpoints.0.url`` of a scenario the user never wrote."""
+    r = CliRunner().invoke(app, ["sim", "fit", *args, "--kv-capacity-tokens", "1000",
+                                 "-o", str(tmp_path / "p.yaml")])
+    line, = r.output.strip().splitlines()
+    assert r.exit_code == 2 and says in line, r.output
+    assert list(tmp_path.iterdir()) == []

@@ -185,8 +185,7 @@ def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: floa
     while out.best is not None and out.best_failing is not None \
             and not close_enough(out.best, out.best_failing) \
             and len(out.probes) < max_probes:
-        mid = (out.best + out.best_failing) / 2
-        mid = float(math.floor(mid)) if lanes else round(mid, 6)
+        mid = _midpoint(out.best, out.best_failing, lanes)
         if mid in done:
             break
         if probe(mid).passed:
@@ -198,6 +197,17 @@ def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: floa
         out.notes.append(f"stopped after {len(out.probes)} probes (--max-probes): the answer "
                          f"lies between {out.best:g} and {out.best_failing:g}")
     return _checked(out)
+
+
+def _midpoint(a: float, b: float, lanes: bool) -> float:
+    """The load between ``a`` and ``b`` to probe next: whole lanes, or a rate of 6
+    decimals, or of 6 significant digits where 6 decimals are no rate between them (the
+    midpoint of 1e-06 and 2e-06 was 2e-06, probed already: the search stopped there)."""
+    mid = (a + b) / 2
+    if lanes:
+        return float(math.floor(mid))
+    r = round(mid, 6)
+    return r if a < r < b else float(f"{mid:.6g}")
 
 
 def _search_range(scenario: Any, lo: float, hi: float, goal: str, target: float

@@ -330,3 +330,22 @@ def test_a_probe_that_hit_more_than_its_trace_could_reuse_is_named(
     assert len(said) == 1 and "2, 3 lanes" in said[0], res.notes
     assert [p.hit_rate for p in sorted(res.probes, key=lambda p: p.load)][:3] == [
         0.2, 0.97, 0.97]
+
+
+def test_rates_near_the_least_are_bisected_not_rounded_onto_a_probe(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The midpoint of 1e-06 and 2e-06 rounded to 6 decimals is 2e-06, probed already: the
+    search stopped after 3 of 8 probes at a 50% gap and blamed --max-probes."""
+    def fake(sc: Any, **_: Any) -> Any:
+        x = float(sc.load.rate_per_s)
+        g = 1.0 if x <= 1.7e-6 else 0.0
+        summary = {"overall": {"goodput": {"requests": g, "agents": g},
+                               "latency": {"ttft_ms": {}}, "throughput": {},
+                               "requests": {"total": 1}}}
+        return SimpleNamespace(summary=summary, run_dir=Path(f"/r/{x:g}"), failure=None)
+
+    monkeypatch.setattr(run_mod, "run_variant", fake)
+    res = search(_scenario({"kind": "rate", "rate_per_s": 1.0}), lo=1e-6, hi=4e-6)
+    assert res.best is not None and res.best_failing is not None
+    assert 1.6e-6 <= res.best <= 1.7e-6 < res.best_failing <= 1.8e-6, res.probes
+    assert not any("--max-probes" in n for n in res.notes), res.notes

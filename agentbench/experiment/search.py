@@ -63,6 +63,11 @@ class SearchResult:
         return asdict(self)
 
 
+#: a probe whose goodput is None: it counts as failing, but no SLO was missed (--goal
+#: agents on runs whose bound ended every agent early said "no load meets the SLOs")
+_NOTHING = "no {0} to judge, none completed or failed within the run's bounds"
+
+
 def _goodput(summary: dict[str, Any], goal: str) -> float | None:
     v = summary["overall"]["goodput"].get(goal)
     return None if v is None else float(v)
@@ -147,7 +152,7 @@ def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: floa
                   ttft_p50_ms=lat.get("p50"), ttft_p90_ms=lat.get("p90"),
                   per_gpu_tok_s=s["overall"]["throughput"].get("per_gpu_total_tok_s"),
                   requests=int(s["overall"]["requests"]["total"]),
-                  note=run.failure,
+                  note=run.failure or (None if g is not None else _NOTHING.format(goal)),
                   lanes_active=(s["overall"].get("load") or {}).get("lanes_active"),
                   hit_rate=_hit(s, "usage"), hit_rate_potential=_hit(s, "potential"))
         done[x] = p
@@ -178,8 +183,7 @@ def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: floa
         bottom = probe(lo)
         if not bottom.passed:
             out.best_failing = lo
-            out.notes.append(f"the bottom of the range failed: no load from {lo:g} meets "
-                             "the SLOs")
+            out.notes.append(_bottom_failed(bottom, goal))
             return _checked(out)
         out.best = lo
     while out.best is not None and out.best_failing is not None \
@@ -197,6 +201,14 @@ def _bisect(scenario: Any, out: SearchResult, lo: float, hi: float, target: floa
         out.notes.append(f"stopped after {len(out.probes)} probes (--max-probes): the answer "
                          f"lies between {out.best:g} and {out.best_failing:g}")
     return _checked(out)
+
+
+def _bottom_failed(bottom: Probe, goal: str) -> str:
+    """Why the range's bottom failed: its SLOs, or nothing of ``goal`` to judge."""
+    if bottom.goodput is not None:
+        return f"the bottom of the range failed: no load from {bottom.load:g} meets the SLOs"
+    return (f"the bottom of the range had {_NOTHING.format(goal)}: raise limits.max_requests "
+            "or limits.duration_s, or search --goal requests")
 
 
 def _midpoint(a: float, b: float, lanes: bool) -> float:

@@ -349,3 +349,22 @@ def test_rates_near_the_least_are_bisected_not_rounded_onto_a_probe(
     assert res.best is not None and res.best_failing is not None
     assert 1.6e-6 <= res.best <= 1.7e-6 < res.best_failing <= 1.8e-6, res.probes
     assert not any("--max-probes" in n for n in res.notes), res.notes
+
+
+def test_a_probe_with_nothing_to_judge_says_so_not_that_the_slos_failed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--goal agents on runs whose bound ends every agent early (max_requests 10): no
+    agent is judged, goodput is None, and the search said "no load from 1 meets the
+    SLOs", of SLOs no request had missed."""
+    def fake(sc: Any, **_: Any) -> Any:
+        summary = {"overall": {"goodput": {"requests": 1.0, "agents": None},
+                               "latency": {"ttft_ms": {}}, "throughput": {},
+                               "requests": {"total": 10}}}
+        return SimpleNamespace(summary=summary, run_dir=Path("/r"), failure=None)
+
+    monkeypatch.setattr(run_mod, "run_variant", fake)
+    res = search(_scenario({"kind": "lanes", "concurrency": 1}), lo=1, hi=8, goal="agents")
+    text = "\n".join(format_search(res))
+    assert res.best is None and "meets the SLOs" not in text, text
+    assert "no agents to judge" in text and "--goal requests" in text, text
+    assert all(p.note and "no agents to judge" in p.note for p in res.probes)

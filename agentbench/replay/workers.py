@@ -57,7 +57,7 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
     """Worker processes for ``workers`` (a count, or ``auto`` without a stream-rate probe:
     one per CPU this process may use, one fewer when a simulated endpoint runs in the
     parent; a run's ``auto`` is :mod:`agentbench.replay.autoworkers`), never more than
-    lanes."""
+    lanes, nor than an open loop's ``max_concurrency``."""
     if workers is None:
         return 1
     if workers == "auto":
@@ -76,6 +76,8 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
             raise InputError(f"at most {MAX_WORKERS:,} worker processes, not "
                              f"{str(workers)[:40]}", field="workers")
     lanes = max_lanes(scenario.load)
+    if lanes is None:  # an open loop's cap: each worker holds at least one tree of it (2
+        lanes = getattr(scenario.load, "max_concurrency", None)  # under a cap of 1 ran 2)
     if lanes is not None:
         n = min(n, lanes)
     return max(1, n)

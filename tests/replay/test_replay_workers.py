@@ -248,6 +248,17 @@ def test_a_worker_count_past_the_bound_is_one_line_before_the_run(tmp_path: Path
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_an_open_loops_cap_bounds_the_workers_as_lanes_do(tmp_path: Path) -> None:
+    """Each worker of an open loop holds at least one tree of ``max_concurrency`` (its
+    share, at least 1): 2 workers under ``max_concurrency: 1`` ran 2 trees at once."""
+    capped = scenario(["http://x"], tmp_path, load={"kind": "rate", "rate_per_s": 1.0,
+                                                    "max_concurrency": 3})
+    assert resolve_workers(8, capped) == 3 and resolve_workers(2, capped) == 2
+    assert resolve_workers("auto", capped) <= 3
+    free = scenario(["http://x"], tmp_path, load={"kind": "rate", "rate_per_s": 1.0})
+    assert resolve_workers(8, free) == 8
+
+
 def test_auto_divides_the_offered_event_rate_by_what_one_process_sustains() -> None:
     from agentbench.replay.autoworkers import EVENTS_PER_WORKER, choose
 

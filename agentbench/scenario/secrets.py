@@ -171,18 +171,23 @@ def keep_markers(value: str) -> str:
     return "".join(out)
 
 
-def unset_env(obj: Any) -> list[str]:
-    """The ``${NAME}`` markers in ``obj`` (a string or JSON-like value) whose environment
-    variable is not set, in order, each once (what ``expand_env`` would refuse)."""
+def env_names(obj: Any) -> list[str]:
+    """The names of the ``${NAME}`` markers in ``obj`` (a string or JSON-like value), in
+    order, each once."""
     names: list[str] = []
     if isinstance(obj, str):
-        names = [m.group(1) for m in _ENV_MARKER.finditer(obj)
-                 if os.environ.get(m.group(1)) is None]
+        names = [m.group(1) for m in _ENV_MARKER.finditer(obj)]
     elif isinstance(obj, dict):
-        names = [n for v in obj.values() for n in unset_env(v)]
+        names = [n for v in obj.values() for n in env_names(v)]
     elif isinstance(obj, list):
-        names = [n for v in obj for n in unset_env(v)]
+        names = [n for v in obj for n in env_names(v)]
     return list(dict.fromkeys(names))
+
+
+def unset_env(obj: Any) -> list[str]:
+    """The ``${NAME}`` markers in ``obj`` whose environment variable is not set, in order,
+    each once (what ``expand_env`` would refuse)."""
+    return [n for n in env_names(obj) if os.environ.get(n) is None]
 
 
 def env_read(endpoints: Any) -> dict[str, str]:
@@ -191,22 +196,11 @@ def env_read(endpoints: Any) -> dict[str, str]:
     are set here, with their values: what a process on another host (a Ray load worker)
     needs to send what this one sends, whatever its own environment holds."""
     names: list[str] = []
-
-    def markers(obj: Any) -> None:
-        if isinstance(obj, str):
-            names.extend(m.group(1) for m in _ENV_MARKER.finditer(obj))
-        elif isinstance(obj, dict):
-            for v in obj.values():
-                markers(v)
-        elif isinstance(obj, list):
-            for v in obj:
-                markers(v)
-
     for cfg in endpoints:
         if getattr(cfg, "api_key_env", None):
             names.append(cfg.api_key_env)
         for key in ("headers", "extra_body"):
-            markers(getattr(cfg, key, None) or {})
+            names.extend(env_names(getattr(cfg, key, None) or {}))
     return {n: os.environ[n] for n in dict.fromkeys(names) if n in os.environ}
 
 

@@ -21,12 +21,6 @@ from typing import Any
 
 from agentbench.errors import InputError
 
-#: the bounds the scenario puts on a simulated endpoint's ``speedup`` and on
-#: ``timing.time_scale`` (``agentbench.scenario.endpoints``, ``agentbench.scenario.model``)
-SPEEDUP_MIN, SPEEDUP_MAX = 1e-3, 1e6
-TIME_SCALE_MAX = 1e6
-#: the most GPUs a scenario's ``hardware.gpus`` may state
-GPUS_MAX = 10**6
 #: nanoseconds past this are no time a run measured (about 292 years)
 NS_MAX = 2**63 - 1
 
@@ -83,13 +77,16 @@ class _Check:
 def check_run_shape(run: dict[str, Any], source: str) -> None:
     """Raise an ``InputError`` when a part of ``run`` the figures use has the wrong type
     or a value no run writes (see the module's docstring)."""
+    from agentbench.scenario.pricing import MAX_GPUS
+
+    gpus_max = int(MAX_GPUS)  # the bound the scenario puts on ``hardware.gpus``
     c = _Check(source)
     ns, count = (lambda v: _is_int(v)), (lambda v: v is None or _is_int(v, 0, 2**31))
     c.value(run, "idle_pulled_in_ns", "", ns, "nanoseconds (a whole number from 0)")
     c.value(run, "status", "", lambda v: isinstance(v, str), "a text")
     for i, e in enumerate(c.items(run, "endpoints", "endpoints")):
         c.value(e, "modeled_gpus", f"endpoints.{i}", lambda v: v is None
-                or _is_int(v, 0, GPUS_MAX), f"a whole number of GPUs to {GPUS_MAX:,}, or null")
+                or _is_int(v, 0, gpus_max), f"a whole number of GPUs to {gpus_max:,}, or null")
     timed = isinstance(run.get("rules"), dict)  # the verdict reads each stage's start
     for i, st in enumerate(c.items(run, "stages", "stages")):
         p = f"stages.{i}"
@@ -118,6 +115,11 @@ def check_run_shape(run: dict[str, Any], source: str) -> None:
 
 
 def _check_scenario(c: _Check, run: dict[str, Any]) -> None:
+    """The scenario's limits, time scale and simulated speedups, within the bounds the
+    scenario itself puts on them (its model's own constants)."""
+    from agentbench.scenario.endpoints import MAX_SPEEDUP, MIN_SPEEDUP
+    from agentbench.scenario.model import MAX_TIME_SCALE
+
     sc = run.get("scenario")
     if not isinstance(sc, dict):  # no scenario: read as one (gate refuses it)
         return
@@ -126,9 +128,9 @@ def _check_scenario(c: _Check, run: dict[str, Any]) -> None:
             lambda v: v is None or _is_num(v, 0.0, 1e9), "seconds (0 to 1e9), or null")
     timing = c.mapping(sc, "timing", "scenario.timing")
     c.value(timing, "time_scale", "scenario.timing",
-            lambda v: _is_num(v, 0.0, TIME_SCALE_MAX), f"a number from 0 to {TIME_SCALE_MAX:g}")
+            lambda v: _is_num(v, 0.0, MAX_TIME_SCALE), f"a number from 0 to {MAX_TIME_SCALE:g}")
     for i, e in enumerate(c.items(sc, "endpoints", "scenario.endpoints")):
         if e.get("kind") == "simulated":
             c.value(e, "speedup", f"scenario.endpoints.{i}",
-                    lambda v: _is_num(v, SPEEDUP_MIN, SPEEDUP_MAX),
-                    f"a number from {SPEEDUP_MIN:g} to {SPEEDUP_MAX:g}")
+                    lambda v: _is_num(v, MIN_SPEEDUP, MAX_SPEEDUP),
+                    f"a number from {MIN_SPEEDUP:g} to {MAX_SPEEDUP:g}")

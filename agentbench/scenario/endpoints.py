@@ -17,6 +17,10 @@ from pydantic import (
 from agentbench.scenario.strict import PrintableLine, Strict, json_only
 from agentbench.traces import MAX_BLOCK_SIZE
 
+#: the bounds of a simulated endpoint's ``speedup`` (also checked where a run.json is read:
+#: ``agentbench.results.runshape``)
+MIN_SPEEDUP, MAX_SPEEDUP = 1e-3, 1e6
+
 # ---------------------------------------------------------------- endpoints
 
 #: an HTTP header name (RFC 9110 token) and what a header value may not hold: a control
@@ -281,7 +285,7 @@ class SimulatedEndpoint(Strict):
     nvme_tier: NvmeTier | None = Field(
         None, description="Optional per-instance NVMe tier (behind the CPU one).")
     shared_tier: SharedTier | None = Field(None, description="Optional shared KV tier.")
-    speedup: float = Field(1.0, ge=1e-3, le=1e6,
+    speedup: float = Field(1.0, ge=MIN_SPEEDUP, le=MAX_SPEEDUP,
                            description="clock: wall only: divide every simulated duration by "
                            "this (the HTTP simulator answers that much faster than real "
                            "time), 0.001-1e6 (1e308 made the clock infinite and every request "

@@ -42,6 +42,9 @@ from agentbench.traces import MAX_SYNTH_SESSIONS, MIN_SCALE
 #: the most lanes (or arrivals in flight) a scenario may ask for: each lane holds a session
 #: tree's state in memory, and a typo (1e8) should be an error, not a MemoryError later
 MAX_LANES = 100_000
+#: the largest ``timing.time_scale`` (also checked where a run.json is read:
+#: ``agentbench.results.runshape``)
+MAX_TIME_SCALE = 1e6
 
 
 # ---------------------------------------------------------------- trace
@@ -173,7 +176,7 @@ class Timing(Strict):
     strategy: Literal["think-only", "original", "api-scaled"] = Field(
         "think-only", description="think-only: think time after the previous response; "
         "original: recorded start-to-start; api-scaled: recorded api time x api_scale + think.")
-    time_scale: float = Field(1.0, ge=0, le=1e6,
+    time_scale: float = Field(1.0, ge=0, le=MAX_TIME_SCALE,
                               description="Multiply every waiting time by this (at most 1e6).")
     api_scale: float = Field(1.0, ge=0, le=1e6, description="Factor on recorded api time "
                              "(api-scaled; at most 1e6).")

@@ -14,12 +14,14 @@ from agentbench.scenario.strict import Strict
 #: (above zero) did the same by dividing
 MAX_PRICE_USD = 1e6
 MIN_GPUS = 1e-3
+#: the most GPUs a scenario's ``hardware.gpus`` may state
+MAX_GPUS = 1e6
 
 
 class Hardware(Strict):
     """What the endpoint runs on, for per-GPU throughput and cost."""
 
-    gpus: float = Field(1.0, ge=MIN_GPUS, le=1e6, description="GPUs serving the "
+    gpus: float = Field(1.0, ge=MIN_GPUS, le=MAX_GPUS, description="GPUs serving the "
                         "endpoint(s) in total (a thousandth to a million).")
     gpu_hour_usd: float | None = Field(None, ge=0, le=MAX_PRICE_USD,
                                        description="Price of one GPU-hour, $ (at most a "

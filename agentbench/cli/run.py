@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from agentbench.cli.app import app, guarded, path_value
-from agentbench.errors import InputError
+from agentbench.errors import InputError, printable
 
 
 def _default_trace() -> str:
@@ -239,7 +239,7 @@ def recover(
                 check_tables(d)
             except InputError as e:  # the runs after it are still recovered (they were
                 damaged += 1         # left cut short), and the exit is 2 at the end
-                typer.echo(f"error: {e.one_line()}", err=True)
+                typer.echo(f"error: {printable(e.one_line())}", err=True)  # as guarded's
                 continue
         typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))
     if damaged:

@@ -39,7 +39,7 @@ from agentbench.errors import InputError
 from agentbench.replay.context import merged_outcomes
 from agentbench.replay.raynode import Coordinator, LoadWorker
 from agentbench.replay.shared import _STATS, Counters
-from agentbench.replay.stages import max_lanes
+from agentbench.replay.stages import max_shards
 from agentbench.replay.workers import WorkerSpec
 from agentbench.results.spool import WORKERS_DIR, merge_parts
 from agentbench.scenario.secrets import env_read
@@ -56,7 +56,7 @@ _LOOPBACK = ("127.", "localhost", "[::1]", "::1", "0.0.0.0")
 
 def plan_nodes(nodes: list[dict[str, Any]], per_node: int, lanes: int | None) -> list[str]:
     """The node of each worker: ``per_node`` on every live node with a CPU (capped by its
-    CPUs), taken node by node in turn, at most ``lanes`` in all."""
+    CPUs), taken node by node in turn, at most ``lanes`` in all (``stages.max_shards``)."""
     live = [(n["NodeID"], int(n.get("Resources", {}).get("CPU", 0))) for n in nodes
             if n.get("Alive")]
     live = [(node, min(per_node, cpus)) for node, cpus in live if cpus >= 1]
@@ -98,7 +98,7 @@ class RayLanes:
 
         ray, sc = self.ray, self.scenario
         cluster = ray.nodes()
-        nodes = plan_nodes(cluster, self.per_node, max_lanes(sc.load))
+        nodes = plan_nodes(cluster, self.per_node, max_shards(sc.load))
         if not nodes:
             raise InputError("the Ray cluster has no live node with a CPU", field="--ray")
         self.workers = n = len(nodes)

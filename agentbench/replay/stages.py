@@ -38,6 +38,14 @@ def max_lanes(load: Any) -> int | None:
     return max(c) if isinstance(c, list) else int(c)
 
 
+def max_shards(load: Any) -> int | None:
+    """The most processes a load can be sharded over (``Shard``): its most lanes, or an
+    open loop's ``max_concurrency`` (each shard's cap is at least 1: two shards under a cap
+    of 1 ran two trees at once); None: no bound."""
+    lanes = max_lanes(load)
+    return lanes if lanes is not None else getattr(load, "max_concurrency", None)
+
+
 def stages_of(load: Any) -> list[Stage]:
     if load.kind == "lanes":
         vals = load.concurrency if isinstance(load.concurrency, list) else [load.concurrency]

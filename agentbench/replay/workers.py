@@ -43,7 +43,7 @@ from agentbench.errors import InputError
 from agentbench.replay.clock import WALL, run_on
 from agentbench.replay.shared import Shared
 from agentbench.replay.sigterm import stop_reason
-from agentbench.replay.stages import Shard, max_lanes, run_stage
+from agentbench.replay.stages import Shard, max_shards, run_stage
 from agentbench.replay.upkeep import Health, flush_loop, quiet_gc, restore_gc
 from agentbench.results.spool import PART_FILE
 
@@ -75,11 +75,9 @@ def resolve_workers(workers: int | str | None, scenario: Any) -> int:
         if n > MAX_WORKERS:
             raise InputError(f"at most {MAX_WORKERS:,} worker processes, not "
                              f"{str(workers)[:40]}", field="workers")
-    lanes = max_lanes(scenario.load)
-    if lanes is None:  # an open loop's cap: each worker holds at least one tree of it (2
-        lanes = getattr(scenario.load, "max_concurrency", None)  # under a cap of 1 ran 2)
-    if lanes is not None:
-        n = min(n, lanes)
+    most = max_shards(scenario.load)
+    if most is not None:
+        n = min(n, most)
     return max(1, n)
 
 

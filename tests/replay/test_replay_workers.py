@@ -259,6 +259,24 @@ def test_an_open_loops_cap_bounds_the_workers_as_lanes_do(tmp_path: Path) -> Non
     assert resolve_workers(8, free) == 8
 
 
+def test_ray_load_workers_are_bounded_by_an_open_loops_cap_too(tmp_path: Path) -> None:
+    """The bound on shards is one rule for ``--workers`` and for Ray's load workers
+    (``plan_nodes`` takes it): an open loop's ``max_concurrency``, as lanes bound a closed
+    loop. Ray placed one actor per node's CPU under a cap of 1, each running a tree."""
+    from agentbench.replay.raylanes import plan_nodes
+    from agentbench.replay.stages import max_shards
+
+    nodes = [{"NodeID": n, "Alive": True, "Resources": {"CPU": 4.0}} for n in "ab"]
+    capped = scenario(["http://x"], tmp_path, load={"kind": "rate", "rate_per_s": 1.0,
+                                                    "max_concurrency": 1})
+    assert max_shards(capped.load) == 1
+    assert plan_nodes(nodes, 4, max_shards(capped.load)) == ["a"]
+    lanes = scenario(["http://x"], tmp_path, load={"kind": "lanes", "concurrency": [2, 3]})
+    assert max_shards(lanes.load) == 3
+    free = scenario(["http://x"], tmp_path, load={"kind": "rate", "rate_per_s": 1.0})
+    assert max_shards(free.load) is None and len(plan_nodes(nodes, 4, None)) == 8
+
+
 def test_auto_divides_the_offered_event_rate_by_what_one_process_sustains() -> None:
     from agentbench.replay.autoworkers import EVENTS_PER_WORKER, choose
 

@@ -21,7 +21,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentbench.errors import InputError
-from agentbench.traces import MAX_BLOCK_SIZE
 from agentbench.traces.smallfile import read_head
 
 Z90 = NormalDist().inv_cdf(0.9)  # standard-normal quantile of p90: lognormal sigma from p50/p90
@@ -269,10 +268,12 @@ class Profile(Strict):
     def _block_size(self) -> Profile:
         """A whole number of tokens from 1 to ``MAX_BLOCK_SIZE``, as a reader's option (0
         divided by zero, 1.5 was taken as 1)."""
-        bs = self.block_size.value
-        if isinstance(bs, bool) or not isinstance(bs, int) or not 0 < bs <= MAX_BLOCK_SIZE:
-            raise ValueError(f"block_size: expected a whole number from 1 to "
-                             f"{MAX_BLOCK_SIZE:,}, got {bs!r}")
+        from agentbench.traces.readers._fields import check_block_size
+
+        try:
+            check_block_size(self.block_size.value)  # the readers' own check
+        except InputError as e:
+            raise ValueError(f"block_size: {e.message}") from None
         return self
 
 

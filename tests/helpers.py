@@ -88,17 +88,22 @@ def serve_sim(*args: str) -> Iterator[str]:
                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while True:
+        while not accepts(port):
             assert proc.poll() is None and time.monotonic() < deadline, "serve-sim not up"
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def accepts(port: int) -> bool:
+    """Whether something on this host accepts a connection at ``port`` now."""
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+        return True
+    except OSError:
+        return False
 
 
 def port_of(url: str) -> int:

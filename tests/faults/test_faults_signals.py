@@ -227,25 +227,15 @@ def test_ctrl_c_of_a_command_says_interrupted(tmp_path: Path) -> None:
 def test_ctrl_c_stops_serve_sim_as_it_says_exit_0(tmp_path: Path) -> None:
     """serve-sim says "Ctrl-C stops it": that is its way to end, exit 0 and nothing on
     stderr (as ``record``), not an interrupted command's 130."""
-    import socket
-
-    from tests.helpers import free_port
+    from tests.helpers import accepts, free_port
 
     port = free_port()
     p = agentbench("serve-sim", "--port", str(port))
-    wait_for(lambda: _accepts(socket, port), 30)
+    wait_for(lambda: accepts(port), 30)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert (p.returncode, err) == (0, ""), (p.returncode, err)
     assert "Ctrl-C stops it" in out
-
-
-def _accepts(socket: Any, port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), 0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_a_run_stopped_before_its_run_json_leaves_no_claimed_folder(

@@ -186,13 +186,36 @@ class _RunPrinter:
                               *format_repeats(table)]))
 
     def compared(self, result: Any) -> None:
-        typer.echo("\n".join(["", "comparison (against the first variant):",
-                              *result.comparison.headlines]))
-        for w in result.comparison.warnings:
+        if not result.by_trace:
+            typer.echo("\n".join(["", "comparison (against the first variant):",
+                                  *result.comparison.headlines]))
+            shown = [result.comparison]
+        else:  # the variants replay several traces: each against its own trace's first
+            typer.echo("\n".join([
+                "", "comparison (each variant against the first variant that replays the "
+                "same trace):", *(h for c in result.by_trace for h in c.headlines),
+                "across traces (the first variant of each; the workloads differ):",
+                *result.across_traces.headlines]))
+            shown = [*result.by_trace, result.across_traces]
+        for w in dict.fromkeys(w for c in shown for w in c.warnings):
             typer.echo(f"warning: {w}", err=True)
-        # quoted for the shell: a folder with a space or a quote is pasted as one word
-        typer.echo("report: agentbench report " + " ".join(shlex.quote(str(r.run_dir))
-                                                           for r in result.runs))
+        for runs in _report_groups(result):
+            # quoted for the shell: a folder with a space or a quote is pasted as one word
+            typer.echo("report: agentbench report " + " ".join(shlex.quote(str(r.run_dir))
+                                                               for r in runs))
+
+
+def _report_groups(result: Any) -> list[list[Any]]:
+    """The runs each ``report`` line names: all of them, or those of each trace (with
+    their repeats) when the variants replay several traces."""
+    if not result.by_trace:
+        return [result.runs]
+    groups = []
+    for c in result.by_trace:
+        dirs = {r.path.resolve() for r in c.runs}
+        names = {r.scenario.name for r in result.runs if r.run_dir.resolve() in dirs}
+        groups.append([r for r in result.runs if r.scenario.name in names])
+    return groups
 
 
 def ray_line(placed: dict[str, Any]) -> str:

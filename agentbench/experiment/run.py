@@ -45,6 +45,11 @@ class ExperimentResult:
 
     runs: list[VariantRun] = field(default_factory=list)
     comparison: Any = None  # agentbench.report.comparison.Comparison
+    #: when the variants replay different traces (``trace.profile`` set per variant) and
+    #: some share one: a comparison per trace shared, each against the first variant
+    #: replaying it, and one of the first variant of each trace (``by_trace``)
+    by_trace: list[Any] = field(default_factory=list)
+    across_traces: Any = None
     #: variant name -> its figures over ``repeat`` runs (``metrics.repeats.repeat_table``)
     repeats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -178,8 +183,36 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
 
         # variants differ on purpose
         result.comparison = compare(*[r.run_dir for r in firsts], allow=["all"])
+        by_trace(result, firsts)
         tell.compared(result)
     return result
+
+
+def by_trace(result: ExperimentResult, firsts: list[VariantRun]) -> None:
+    """Fill ``result.by_trace`` and ``across_traces`` when the variants replay more than
+    one trace and at least two replay the same one. A change against a variant that
+    replayed other requests (``pd-ratio.yaml``: AgentX-profile splits against the
+    Codex-profile aggregated cluster, "167x higher") is the workload's as much as the
+    serving's; against the first variant of its own trace, it is the serving's."""
+    from agentbench.report.compare import headline, run_labels
+    from agentbench.report.comparison import compare
+    from agentbench.scenario.fingerprint import trace_groups
+
+    groups = trace_groups([r.info for r in firsts])
+    if len(groups) < 2 or all(len(g) < 2 for g in groups):
+        return
+    # each run named as in the whole sweep's comparison (``codex-p2d6``), not within its
+    # group (``p2d6``, which two groups would share)
+    names = dict(zip((r.run_dir for r in firsts), run_labels([r.summary for r in firsts]),
+                     strict=True))
+    for g in [g for g in groups if len(g) > 1] + [[g[0] for g in groups]]:
+        c = compare(*[firsts[i].run_dir for i in g], allow=["all"])
+        ref = firsts[g[0]]
+        c.headlines = [f"{names[firsts[i].run_dir]} vs {names[ref.run_dir]}: "
+                       f"{headline(c.runs[0].summary, c.runs[k].summary)}"
+                       for k, i in enumerate(g[1:], start=1)]
+        result.by_trace.append(c)
+    result.across_traces = result.by_trace.pop()
 
 
 #: the most runs of each variant ``--repeat`` makes (each is a run folder, and its summary

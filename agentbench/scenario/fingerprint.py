@@ -213,6 +213,28 @@ def fingerprint_differences(infos: Sequence[Mapping[str, Any]]
     return warnings, ref_label, differing
 
 
+#: the fingerprint fields that say which requests a run replays (its trace, as read,
+#: filtered and transformed); the others say how it was served or paced
+TRACE_FIELDS = ("trace", "filters", "transform")
+
+
+def trace_groups(infos: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The runs (indices into ``infos``, run.json mappings) grouped by the trace they
+    replay (``TRACE_FIELDS`` and the fingerprint's version), in order of each group's
+    first run. A run whose fingerprint does not say joins the first group: what it
+    replays cannot be told apart."""
+    keys: list[str | None] = []
+    for info in infos:
+        fp = info.get("fingerprint")
+        keys.append(_canon([_version(fp), *(fp.get(f) for f in TRACE_FIELDS)])
+                    if isinstance(fp, Mapping) and fp.get("trace") is not None else None)
+    first = next((k for k in keys if k is not None), None)
+    groups: dict[str | None, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(first if key is None else key, []).append(i)
+    return list(groups.values())
+
+
 def _version(fp: Mapping[str, Any]) -> str:
     """A fingerprint's version as text (``unknown`` when it has none)."""
     v = fp.get("version")

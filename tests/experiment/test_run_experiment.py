@@ -140,3 +140,50 @@ def test_variants_share_one_hash_and_one_potential_of_their_trace(
                                                                        r["turn"]))
                             for r in rows)
     assert sum(r["potential_cached_tokens"] for r in rows) > 0
+
+
+def test_variants_that_replay_different_traces_are_compared_within_their_trace(
+        tmp_path: Path) -> None:
+    """A sweep of two routers over two traces (``trace.profile`` set per variant, as
+    ``pd-ratio.yaml`` does): each variant is compared with the first variant replaying
+    its own trace, and the traces' first variants with each other; a change against
+    another trace's variant is the workload's as much as the serving's."""
+    f = _scenario_file(tmp_path, variants=False)
+    doc = yaml.safe_load(f.read_text())
+    doc["variants"] = [
+        {"name": "a-rr", "set": {"endpoints.0.router": "round_robin"}},
+        {"name": "a-aff", "set": {"endpoints.0.router": "session_affinity"}},
+        {"name": "c-rr", "set": {"endpoints.0.router": "round_robin",
+                                 "trace.profile": "codex"}},
+        {"name": "c-aff", "set": {"endpoints.0.router": "session_affinity",
+                                  "trace.profile": "codex"}}]
+    f.write_text(yaml.safe_dump(doc))
+    x = agentbench.run_experiment(f)
+    assert [h.split(":")[0] for h in x.comparison.headlines] == [
+        "a-aff vs a-rr", "c-rr vs a-rr", "c-aff vs a-rr"]  # the whole sweep, as before
+    assert [[h.split(":")[0] for h in c.headlines] for c in x.by_trace] == [
+        ["a-aff vs a-rr"], ["c-aff vs c-rr"]]
+    assert [h.split(":")[0] for h in x.across_traces.headlines] == ["c-rr vs a-rr"]
+    assert [[r.path.name for r in c.runs] for c in x.by_trace] == [
+        [x.runs[0].run_dir.name, x.runs[1].run_dir.name],
+        [x.runs[2].run_dir.name, x.runs[3].run_dir.name]]
+    # the CLI prints those, and a report command for each trace's variants
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["run", str(f), "-o", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    tail = res.stdout[res.stdout.index("\ncomparison"):].splitlines()[1:]
+    assert [line.split(":")[0] for line in tail] == [
+        "comparison (each variant against the first variant that replays the same trace)",
+        "a-aff vs a-rr", "c-aff vs c-rr",
+        "across traces (the first variant of each; the workloads differ)", "c-rr vs a-rr",
+        "report", "report"]
+    assert [line.count("exp-a-") for line in tail[-2:]] == [2, 0]
+    assert [line.count("exp-c-") for line in tail[-2:]] == [0, 2]
+
+
+def test_variants_of_one_trace_keep_one_comparison(tmp_path: Path) -> None:
+    x = agentbench.run_experiment(_scenario_file(tmp_path))
+    assert x.by_trace == [] and x.across_traces is None

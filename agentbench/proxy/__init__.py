@@ -1,7 +1,9 @@
 """``agentbench record``: a pass-through proxy that records a live agent's LLM traffic into a
 native trace (sessions, subagents, think times, hash ids; no text unless asked).
 
-- :mod:`agentbench.proxy.proxy`: the aiohttp proxy and the recorder behind it;
+- :mod:`agentbench.proxy.proxy`: the aiohttp proxy;
+- :mod:`agentbench.proxy.recorder`: the recorder behind it (relayed calls into the journal
+  and the trace file);
 - :mod:`agentbench.proxy.upstream`: where a request goes upstream, and how the URL shows;
 - :mod:`agentbench.proxy.calls`: one call's counts, hash ids and digests;
 - :mod:`agentbench.proxy.reply`: what a response said, read with bounded memory;

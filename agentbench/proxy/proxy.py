@@ -4,9 +4,10 @@ every response relayed back untouched, chunk by chunk as it arrives; LLM calls
 are recorded.
 
 The request path only stamps times and keeps the bytes it relays; counting, hashing and
-writing happen after the response's last byte went out (:class:`Recorder`), so they add
-nothing to the call's TTFT; a response past a few MB is read as it is relayed, keeping
-only what the analysis needs (:mod:`agentbench.proxy.reply`), so memory stays bounded.
+writing happen after the response's last byte went out (the recorder,
+:mod:`agentbench.proxy.recorder`), so they add nothing to the call's TTFT; a response past
+a few MB is read as it is relayed, keeping only what the analysis needs
+(:mod:`agentbench.proxy.reply`), so memory stays bounded.
 Headers are forwarded as sent (hop-by-hop ones aside; the upstream URL's
 ``user:password@`` replaces the client's Authorization) and never written anywhere; the
 upstream URL's query goes on every request (:mod:`agentbench.proxy.upstream`); the
@@ -17,13 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -32,7 +30,7 @@ from yarl import URL
 
 from agentbench.errors import InputError, quiet_bad_http
 from agentbench.proxy import store
-from agentbench.proxy.calls import Analyzer, Call
+from agentbench.proxy.recorder import RecordConfig, Recorder
 from agentbench.proxy.reply import ResponseTap
 from agentbench.proxy.upstream import Upstream, shown
 
@@ -47,24 +45,6 @@ _DECODED = frozenset({"gzip", "deflate", "br", "zstd"})
 _LLM_PATHS = ("/chat/completions", "/completions", "/responses", "/messages")
 
 
-@dataclass
-class RecordConfig:
-    """What ``agentbench record`` was asked for."""
-
-    upstream: str
-    out: Path
-    host: str = "127.0.0.1"
-    port: int = 8080
-    keep_text: bool = False
-    block_size: int = 64
-    tokenizer: str | None = None
-    subagents: str = "infer"
-    session_header: str = "X-Session-ID"
-    parent_header: str = "X-Parent-Session-ID"
-    session_from_user: bool = True
-    write_interval_s: float = 1.0
-
-
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6) -> (host, port)."""
     host, sep, port = listen.rpartition(":")
@@ -73,117 +53,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if int(port) > 65535:
         raise ValueError(f"expected a port of 0-65535, got {port}")
     return host.strip("[]"), int(port)
-
-
-class Recorder:
-    """Turns relayed calls into journal lines and keeps the native trace file current
-    (rewritten at most every ``write_interval_s``, or 10x the last rewrite's time when
-    that is longer, while calls come, and at close)."""
-
-    def __init__(self, cfg: RecordConfig, t0_ns: int) -> None:
-        self.cfg = cfg
-        self.t0_ns = t0_ns
-        self.analyzer = Analyzer(block_size=cfg.block_size, tokenizer=cfg.tokenizer,
-                                 keep_text=cfg.keep_text)
-        self.meta = store.describe(
-            upstream=Upstream.parse(cfg.upstream).shown, keep_text=cfg.keep_text,
-            block_size=cfg.block_size, tokenizer=cfg.tokenizer, subagents=cfg.subagents,
-            session_header=cfg.session_header, session_from_user=cfg.session_from_user,
-            started_unix_s=time.time())
-        self.journal = store.Journal(store.journal_path(cfg.out), self.meta)
-        self.calls: list[Call] = []
-        self.ids = itertools.count()
-        self.on_call: Callable[[Call], None] | None = None
-        self.write_error: BaseException | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._writing: asyncio.Future[Any] | None = None
-        self._dirty = False
-        self._interval_s = cfg.write_interval_s
-        self._write_started = 0.0
-        self._pending: set[asyncio.Task[None]] = set()
-
-    def now_ns(self) -> int:
-        return time.perf_counter_ns() - self.t0_ns
-
-    def submit(self, **raw: Any) -> None:
-        """Record one relayed call, off the request's path (a task of its own)."""
-        task = asyncio.get_running_loop().create_task(self._record(raw))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-
-    async def _record(self, raw: dict[str, Any]) -> None:
-        user = self.cfg.session_from_user and raw["session_key"] is None
-        try:
-            call = self.analyzer.call(**raw)
-        except Exception as e:  # a call we cannot read is skipped, never the relay
-            print(f"agentbench record: call {raw['index']} not recorded: {e!r}",
-                  file=sys.stderr)
-            return
-        if user and call.session_key is None:
-            call.session_key = _user_of(raw["body_bytes"])
-        store.text_safe(call)
-        if (why := store.problem(call)) is not None:
-            print(f"agentbench record: call {call.index} left out of the trace (kept in the "
-                  f"journal): {why}", file=sys.stderr)
-        self.calls.append(call)
-        self.journal.append(call)
-        self._changed()
-        if self.on_call is not None:
-            self.on_call(call)
-
-    def _changed(self) -> None:
-        self._dirty = True
-        if self._timer is None and self._writing is None:
-            self._timer = asyncio.get_running_loop().call_later(self._interval_s,
-                                                                 self._write_now)
-
-    def _write_now(self) -> None:
-        self._timer = None
-        self._dirty = False
-        self._write_started = time.perf_counter()
-        snapshot = list(self.calls)
-        self._writing = asyncio.ensure_future(
-            asyncio.to_thread(store.write, snapshot, self.cfg.out, self.meta))
-        self._writing.add_done_callback(self._wrote)
-
-    def _wrote(self, fut: asyncio.Future[Any]) -> None:
-        self._writing = None
-        # a long recording takes longer to rewrite: keep rewriting to <= 10% of the time
-        took = time.perf_counter() - self._write_started
-        self._interval_s = max(self.cfg.write_interval_s, 10 * took)
-        if not fut.cancelled() and fut.exception() is not None:
-            self.write_error = fut.exception()
-            print(f"agentbench record: could not write {self.cfg.out}: {self.write_error}",
-                  file=sys.stderr)
-        if self._dirty:
-            self._changed()
-
-    async def settle(self) -> None:
-        """Wait until every relayed call is in the journal (tests, shutdown)."""
-        while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
-
-    async def close(self) -> None:
-        """Record what is pending, then write the trace one last time."""
-        await self.settle()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._writing is not None:
-            with contextlib.suppress(Exception):
-                await self._writing
-        self.journal.close()
-        store.write(list(self.calls), self.cfg.out, self.meta)
-
-
-def _user_of(body: bytes) -> str | None:
-    import json
-
-    try:
-        user = json.loads(body).get("user")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return user if isinstance(user, str) and user else None
 
 
 class Proxy:

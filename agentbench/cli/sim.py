@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -97,21 +98,53 @@ def fit(
     write it as a preset file, with the engine's capacity and limits and the fit's
     residuals (docs/simulator.md)."""
     from agentbench.errors import InputError
-    from agentbench.experiment.fitpreset import fitted_preset, save_warning
-    from agentbench.experiment.simfit import fit_runs, format_fit
-    from agentbench.sim.presetfile import parse_preset, preset_yaml
-    from agentbench.transport.apis import APIS
+    from agentbench.experiment.fitpreset import save_warning
+    from agentbench.experiment.simfit import format_fit
+
+    _check_preset_options(out, force, name, scheduler, {
+        "--engine": engine, "--engine-version": engine_version, "--model": model,
+        "--hardware": hardware})
+    dirs = [str(r) for r in distinct_runs(runs or [], "each run counts once in a fit")]
+    if endpoint is None and not dirs:
+        raise InputError("name run folders to fit on, or --endpoint to profile")
+    headers = _grid_headers(api, header)
+    grid: Path | None = None
+    if endpoint is not None:
+        grid = grid_out or out.with_name(out.stem + "-grid")
+        dirs += _profile(endpoint, served_model, grid, api, max_context, headers)
+    result, preset = _fit_preset(
+        dirs, out, grid, no_ram_cache, name=name or out.stem, engine=engine,
+        engine_version=engine_version, model=model, hardware=hardware, scheduler=scheduler,
+        kv_capacity_tokens=kv_capacity_tokens, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_context_tokens=max_context_tokens)
+    _write_preset(out, preset)
+    typer.echo(format_fit(result))
+    if (warn := save_warning(result, preset.scheduler)) is not None:
+        typer.echo(f"warning: {warn}", err=True)
+    typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
+               f"--preset {shlex.quote(str(out))}")
+
+
+def _check_preset_options(out: Path, force: bool, name: str | None, scheduler: str | None,
+                          texts: dict[str, str | None]) -> None:
+    """What the preset file will hold, checked before minutes of work: ``--scheduler``,
+    ``--out``, the preset's name and its provenance ``texts`` (by flag); one line each."""
+    from agentbench.errors import InputError
 
     if scheduler not in (None, "paged", "slots"):
         raise InputError("must be paged or slots", field="--scheduler")
     _check_out(out, force)
-    _check_name(name or out.stem, "--name" if name else "--out")  # before minutes of work
-    for flag, text in (("--engine", engine), ("--engine-version", engine_version),
-                       ("--model", model), ("--hardware", hardware)):
+    _check_name(name or out.stem, "--name" if name else "--out")
+    for flag, text in texts.items():
         _check_line(text, flag)
-    dirs = [str(r) for r in distinct_runs(runs or [], "each run counts once in a fit")]
-    if endpoint is None and not dirs:
-        raise InputError("name run folders to fit on, or --endpoint to profile")
+
+
+def _grid_headers(api: str, header: list[str] | None) -> dict[str, str]:
+    """The grid's request options: ``--api`` checked, ``--header``'s 'Name: value' items
+    read into headers."""
+    from agentbench.errors import InputError
+    from agentbench.transport.apis import APIS
+
     if api not in APIS:
         raise InputError(f"must be one of {', '.join(APIS)}", field="--api")
     headers = {}
@@ -120,43 +153,54 @@ def fit(
         if not sep or not k.strip():
             raise InputError(f"expected 'Name: value', got {h[:40]!r}", field="--header")
         headers[k.strip()] = v.strip()
-    if endpoint is not None:
-        from agentbench.experiment.simgrid import run_grid
+    return headers
 
-        where = grid_out or out.with_name(out.stem + "-grid")
-        from agentbench.scenario.secrets import url_userinfo, without_query
 
-        shown = without_query(url_userinfo(endpoint)[0])  # no password, no query keys
-        dirs += [str(d) for d in run_grid(
-            endpoint, served_model, where, api=api, max_context=max_context, headers=headers,
-            on_start=lambda: typer.echo(f"profiling {shown}: grid runs in {where}", err=True))]
+def _profile(endpoint: str, served_model: str, where: Path, api: str, max_context: int,
+             headers: dict[str, str]) -> list[str]:
+    """``--endpoint`` profiled: the grid of prefill and decode requests run against it,
+    its run folders in ``where``."""
+    from agentbench.experiment.simgrid import run_grid
+    from agentbench.scenario.secrets import url_userinfo, without_query
+
+    shown = without_query(url_userinfo(endpoint)[0])  # no password, no query keys
+    return [str(d) for d in run_grid(
+        endpoint, served_model, where, api=api, max_context=max_context, headers=headers,
+        on_start=lambda: typer.echo(f"profiling {shown}: grid runs in {where}", err=True))]
+
+
+def _fit_preset(dirs: list[str], out: Path, grid: Path | None, no_ram_cache: bool,
+                **options: Any) -> tuple[Any, Any]:
+    """The fit of the runs in ``dirs`` and the preset it makes (``options``:
+    ``fitted_preset``'s); where the fit fails after ``--endpoint``'s grid (in ``grid``),
+    the line says how to fit the grid's runs again."""
+    from agentbench.errors import InputError
+    from agentbench.experiment.fitpreset import fitted_preset
+    from agentbench.experiment.simfit import fit_runs
+
     try:
         result = fit_runs(dirs)
         if no_ram_cache:
             result.facts.ram_cache_tokens = 0
             result.facts.sources["ram_cache_tokens"] = "set by sim fit's --no-ram-cache"
-        preset = fitted_preset(result, name=name or out.stem, engine=engine,
-                               engine_version=engine_version, model=model,
-                               hardware=hardware, scheduler=scheduler,
-                               kv_capacity_tokens=kv_capacity_tokens,
-                               max_num_seqs=max_num_seqs,
-                               max_num_batched_tokens=max_num_batched_tokens,
-                               max_context_tokens=max_context_tokens)
+        preset = fitted_preset(result, **options)
     except InputError as e:
-        if endpoint is None:
+        if grid is None:
             raise
         raise InputError(e.one_line() + f" (the grid's runs are kept: fit them again with "
-                         f"`agentbench sim fit {shlex.quote(str(where))}/grid-*/ -o "
+                         f"`agentbench sim fit {shlex.quote(str(grid))}/grid-*/ -o "
                          f"{shlex.quote(str(out))}` and the options "
                          "they need)") from None
+    return result, preset
+
+
+def _write_preset(out: Path, preset: Any) -> None:
+    """The preset's YAML into ``out``, once it reads back as a preset file."""
+    from agentbench.sim.presetfile import parse_preset, preset_yaml
+
     text = preset_yaml(preset)
     parse_preset(text, str(out))  # what is written reads back
     _write(out, text)
-    typer.echo(format_fit(result))
-    if (warn := save_warning(result, preset.scheduler)) is not None:
-        typer.echo(f"warning: {warn}", err=True)
-    typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
-               f"--preset {shlex.quote(str(out))}")
 
 
 def _check_out(out: Path, force: bool) -> None:

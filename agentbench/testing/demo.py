@@ -78,30 +78,14 @@ def write_demo_run(out: str | Path, *, trees: int = 16, turns: int = 30,
         think = rng.exponential(2000.0, n)
         failed = rng.random(n) < fail_rate
         e2e = np.where(failed, ttft * 0.5, e2e)
-        # lanes: each lane runs its trees back to back (turn after think + previous E2E)
-        step = think + e2e
-        order = np.lexsort((turn, tree, lane))
-        start = np.empty(n)
-        lane_sorted = lane[order]
-        cs = np.cumsum(step[order]) - step[order]
-        first = np.r_[True, lane_sorted[1:] != lane_sorted[:-1]]
-        base = np.maximum.accumulate(np.where(first, cs, -np.inf))
-        start[order] = cs - base
+        start = _lane_starts(lane, tree, turn, think + e2e)
         sched = t0 + (start * MS).astype(np.int64) + warmup * 0
         lag = rng.integers(0, 200_000, n)
         sent = sched + lag
         first_ns = sent + (ttft * MS).astype(np.int64)
         end_ns = sent + (e2e * MS).astype(np.int64)
         last_ns = np.where(failed, first_ns, end_ns - MS)
-        n_ev = np.where(failed, 0, np.minimum(events, out_tok))
-        idx = np.repeat(np.arange(n), n_ev)
-        k = np.arange(n_ev.sum()) - np.repeat(np.cumsum(n_ev) - n_ev, n_ev)
-        frac = np.where(n_ev[idx] > 1, k / np.maximum(n_ev[idx] - 1, 1), 0.0)
-        ev_ns = first_ns[idx] + (frac * (last_ns - first_ns)[idx]).astype(np.int64)
-        per = out_tok // np.maximum(n_ev, 1)
-        ev_tok = np.where(k == 0, 1, per[idx])
-        ev_tok = np.where(k == n_ev[idx] - 1, out_tok[idx] - 1 - per[idx] * (n_ev[idx] - 2),
-                          ev_tok) if events > 1 else ev_tok
+        n_ev, ev_ns, ev_tok = _token_events(first_ns, last_ns, out_tok, failed, events)
         ep = np.asarray(endpoints, dtype=object)[tree % len(endpoints)]
         tree_id = np.char.add(np.char.add("s", tree.astype(str)), "#0").astype(object)
         part = {
@@ -124,23 +108,79 @@ def write_demo_run(out: str | Path, *, trees: int = 16, turns: int = 30,
         }
         for key, v in part.items():
             cols.setdefault(key, []).append(np.asarray(v))
-        for tr in range(n_tr):
-            sl = slice(tr * turns, (tr + 1) * turns)
-            sess_rows.append({
-                "stage": stage, "phase": phase[sl][0], "tree_id": tree_id[sl][0],
-                "session_id": tree_id[sl][0], "parent_id": None, "relation": "root",
-                "lane": int(lane[sl][0]), "copy": 0, "endpoint": ep[sl][0],
-                "turns_planned": turns, "turns_done": turns, "start_ns": int(sent[sl].min()),
-                "end_ns": int(end_ns[sl].max()),
-                "makespan_ns": int(end_ns[sl].max() - sent[sl].min()),
-                "llm_wait_ns": int((end_ns[sl] - sent[sl]).sum()),
-                "input_tokens": int(inp[sl].sum()), "output_tokens": int(out_tok[sl].sum()),
-                "status": R.ERROR if failed[sl].any() else R.OK,
-            })
+        sess_rows += _session_rows(stage, part, n_tr, turns)
         t0 = int(end_ns.max()) + 1000 * MS
     c = {k: np.concatenate(v) for k, v in cols.items()}
-    n_all = len(c["stage"])
     failed_all = c.pop("failed")
+    pq.write_table(_requests_table(c, failed_all), d / R.REQUESTS_FILE)
+    pq.write_table(pa.Table.from_pylist(sess_rows, schema=R.SESSIONS_SCHEMA),
+                   d / R.SESSIONS_FILE)
+    _write_counters(d, c, failed_all, endpoints)
+    run = {"run_id": d.name, "agentbench_version": "demo", "seed": seed,
+           "scenario": demo_scenario(name, gpus, concurrency)}
+    (d / R.RUN_FILE).write_text(json.dumps(run, indent=1))
+    return d
+
+
+def _lane_starts(lane: np.ndarray, tree: np.ndarray, turn: np.ndarray,
+                 step: np.ndarray) -> np.ndarray:
+    """Each request's start, ms from the stage's start: each lane runs its trees back to
+    back (a turn after the previous one's E2E and think time, ``step``)."""
+    order = np.lexsort((turn, tree, lane))
+    start = np.empty(len(lane))
+    lane_sorted = lane[order]
+    cs = np.cumsum(step[order]) - step[order]
+    first = np.r_[True, lane_sorted[1:] != lane_sorted[:-1]]
+    base = np.maximum.accumulate(np.where(first, cs, -np.inf))
+    start[order] = cs - base
+    return start
+
+
+def _token_events(first_ns: np.ndarray, last_ns: np.ndarray, out_tok: np.ndarray,
+                  failed: np.ndarray, events: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Up to ``events`` token events per request, evenly from its first token to its last
+    (none for a failed one): their count per request, then each event's time and tokens
+    (the first event one token, the last the rest)."""
+    n_ev = np.where(failed, 0, np.minimum(events, out_tok))
+    idx = np.repeat(np.arange(len(n_ev)), n_ev)
+    k = np.arange(n_ev.sum()) - np.repeat(np.cumsum(n_ev) - n_ev, n_ev)
+    frac = np.where(n_ev[idx] > 1, k / np.maximum(n_ev[idx] - 1, 1), 0.0)
+    ev_ns = first_ns[idx] + (frac * (last_ns - first_ns)[idx]).astype(np.int64)
+    per = out_tok // np.maximum(n_ev, 1)
+    ev_tok = np.where(k == 0, 1, per[idx])
+    ev_tok = np.where(k == n_ev[idx] - 1, out_tok[idx] - 1 - per[idx] * (n_ev[idx] - 2),
+                      ev_tok) if events > 1 else ev_tok
+    return n_ev, ev_ns, ev_tok
+
+
+def _session_rows(stage: str, part: dict[str, Any], n_tr: int, turns: int
+                  ) -> list[dict[str, Any]]:
+    """One sessions row per tree of a stage's requests (``part``: its columns, each tree's
+    ``turns`` requests in a row)."""
+    rows = []
+    phase, tree_id, lane, ep = part["phase"], part["tree_id"], part["lane"], part["endpoint"]
+    sent, end_ns, failed = part["sent_ns"], part["end_ns"], part["failed"]
+    inp, out_tok = part["expected_input_tokens"], part["expected_output_tokens"]
+    for tr in range(n_tr):
+        sl = slice(tr * turns, (tr + 1) * turns)
+        rows.append({
+            "stage": stage, "phase": phase[sl][0], "tree_id": tree_id[sl][0],
+            "session_id": tree_id[sl][0], "parent_id": None, "relation": "root",
+            "lane": int(lane[sl][0]), "copy": 0, "endpoint": ep[sl][0],
+            "turns_planned": turns, "turns_done": turns, "start_ns": int(sent[sl].min()),
+            "end_ns": int(end_ns[sl].max()),
+            "makespan_ns": int(end_ns[sl].max() - sent[sl].min()),
+            "llm_wait_ns": int((end_ns[sl] - sent[sl]).sum()),
+            "input_tokens": int(inp[sl].sum()), "output_tokens": int(out_tok[sl].sum()),
+            "status": R.ERROR if failed[sl].any() else R.OK,
+        })
+    return rows
+
+
+def _requests_table(c: dict[str, np.ndarray], failed_all: np.ndarray) -> pa.Table:
+    """The requests table of every stage's columns ``c``, in the row schema: a failed
+    request has no token times or usage, and its error says HTTP 500."""
+    n_all = len(c["stage"])
     arrays: dict[str, pa.Array] = {"request_id": pa.array(np.arange(n_all), pa.int64())}
     for f in R.REQUESTS_SCHEMA:
         if f.name == "request_id":
@@ -159,16 +199,8 @@ def write_demo_run(out: str | Path, *, trees: int = 16, turns: int = 30,
             arrays[f.name] = pa.array([text if x else None for x in failed_all], f.type)
         else:
             arrays[f.name] = pa.array(c[f.name], f.type)
-    table = pa.Table.from_arrays([arrays[f.name] for f in R.REQUESTS_SCHEMA],
-                                 schema=R.REQUESTS_SCHEMA)
-    pq.write_table(table, d / R.REQUESTS_FILE)
-    pq.write_table(pa.Table.from_pylist(sess_rows, schema=R.SESSIONS_SCHEMA),
-                   d / R.SESSIONS_FILE)
-    _write_counters(d, c, failed_all, endpoints)
-    run = {"run_id": d.name, "agentbench_version": "demo", "seed": seed,
-           "scenario": demo_scenario(name, gpus, concurrency)}
-    (d / R.RUN_FILE).write_text(json.dumps(run, indent=1))
-    return d
+    return pa.Table.from_arrays([arrays[f.name] for f in R.REQUESTS_SCHEMA],
+                                schema=R.REQUESTS_SCHEMA)
 
 
 def _write_counters(d: Path, c: dict[str, np.ndarray], failed: np.ndarray,

@@ -86,11 +86,38 @@ def run(
     Without a scenario file, --url and --model build one (written to run.json).
 
     A scenario with variants runs once per variant and compares the runs at the end."""
+    flags: dict[str, Any] = {"api": api, "concurrency": concurrency, "rate": rate,
+                             "trace": trace, "duration_s": duration, "max_requests": max_requests}
+    base = _scenario(scenario, set_, output, run_id, url=url, model=model, seed=seed,
+                     rules=rules, unsafe_override=unsafe_override, flags=flags)
+    from agentbench.experiment import run_experiment
+
+    if ray is not None and workers != "1":
+        raise InputError("--ray and --workers: choose one (with --ray, --workers-per-node "
+                         "sets the load workers on each node)", source="agentbench run")
+    if ray is None and workers_per_node != 1:
+        raise InputError("--workers-per-node needs --ray", source="agentbench run")
+    result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
+                            progress=progress, workers=workers, ray=ray,
+                            workers_per_node=workers_per_node, repeat=repeat)
+    for line in result.failed:
+        typer.echo(f"failed: {line}", err=True)
+    for line in result.invalid:
+        typer.echo(f"invalid: {line}", err=True)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def _scenario(scenario: Path | None, set_: list[str], output: Path | None, run_id: str | None,
+              *, url: str | None, model: str | None, seed: int | None, rules: str | None,
+              unsafe_override: bool, flags: dict[str, Any]) -> Any:
+    """The validated scenario of ``agentbench run``: the file's, with ``--set``,
+    ``--seed``, ``--rules`` and ``--unsafe-override`` applied, or one built from ``--url``,
+    ``--model`` and the other ``flags`` (refused beside a file); ``--output`` and
+    ``--run-id`` win over both."""
     from agentbench.scenario.loading import load_scenario, parse_set
 
     sets = [parse_set(item) for item in set_]
-    flags: dict[str, Any] = {"api": api, "concurrency": concurrency, "rate": rate,
-                             "trace": trace, "duration_s": duration, "max_requests": max_requests}
     # --output and --run-id win over the file and --set; validated like them, named as typed
     outputs = [(k, v) for k, v in (("output.dir", None if output is None else str(output)),
                                    ("output.run_id", run_id)) if v is not None]
@@ -127,22 +154,7 @@ def run(
         base = load_scenario(scenario, labels={**{k: flag[k] for k, _ in extra},
                                                **out_labels},
                              sets=[*sets, *extra, *outputs])
-    from agentbench.experiment import run_experiment
-
-    if ray is not None and workers != "1":
-        raise InputError("--ray and --workers: choose one (with --ray, --workers-per-node "
-                         "sets the load workers on each node)", source="agentbench run")
-    if ray is None and workers_per_node != 1:
-        raise InputError("--workers-per-node needs --ray", source="agentbench run")
-    result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
-                            progress=progress, workers=workers, ray=ray,
-                            workers_per_node=workers_per_node, repeat=repeat)
-    for line in result.failed:
-        typer.echo(f"failed: {line}", err=True)
-    for line in result.invalid:
-        typer.echo(f"invalid: {line}", err=True)
-    if result.exit_code:
-        raise typer.Exit(result.exit_code)
+    return base
 
 
 def _say(line: str) -> None:

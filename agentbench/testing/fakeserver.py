@@ -124,26 +124,41 @@ class FakeServer:
         raw = await request.read()
         n = self.count
         self.count += 1
-        chat = not request.path.endswith("/v1/completions")  # a message API
         body = json.loads(raw)
         if not isinstance(body, dict):
             return web.json_response({"error": {"message": "body must be an object"}},
                                      status=400)
-        if self.cfg.count_prompt:
-            if chat:
-                msgs = body.get("input" if request.path.endswith("/responses") else "messages")
-                contents = [str(m.get("content") or "") for m in msgs or []]
-                prompt = (self.cfg.chat_counter or tokenize.chat_prompt_tokens)(contents)
-            else:
-                p = body.get("prompt")
-                prompt = len(p) if isinstance(p, list) else tokenize.count_tokens(str(p))
-        else:
-            prompt = 1000
+        prompt = self._prompt_tokens(request.path, body)
         self.prompt_tokens_total += prompt
         if self.cfg.keep_requests:
             (self.received if body.get("stream") else self.probes).append(Received(
                 n, request.path, dict(request.headers), raw, prompt, time.perf_counter_ns()))
         fault = self.cfg.fault(n, body) if self.cfg.fault else None
+        if (refusal := self._refusal(fault, request.path)) is not None:
+            return refusal
+        out_n = int(body.get("max_tokens") or body.get("max_output_tokens") or 16)
+        wire = shape(request.path)
+        counts = _counts(fault, prompt, out_n)
+        if not body.get("stream"):
+            text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))
+            return web.json_response(wire.whole(text, counts))
+        return await self._stream(request, wire, fault, counts, out_n, n, t_recv)
+
+    def _prompt_tokens(self, path: str, body: dict[str, Any]) -> int:
+        """The prompt tokens a request reports: counted (see the module's docstring), or
+        1000 without ``count_prompt``."""
+        if not self.cfg.count_prompt:
+            return 1000
+        if not path.endswith("/v1/completions"):  # a message API
+            msgs = body.get("input" if path.endswith("/responses") else "messages")
+            contents = [str(m.get("content") or "") for m in msgs or []]
+            return (self.cfg.chat_counter or tokenize.chat_prompt_tokens)(contents)
+        p = body.get("prompt")
+        return len(p) if isinstance(p, list) else tokenize.count_tokens(str(p))
+
+    def _refusal(self, fault: str | None, path: str) -> web.Response | None:
+        """The answer of a fault that refuses the request (an HTTP error or a redirect);
+        None for any other."""
         if fault == "http500":
             return web.json_response({"error": {"message": "internal error"}}, status=500)
         if fault == "http429":
@@ -154,13 +169,14 @@ class FakeServer:
         if fault == "redirect":  # to another origin: a client must not follow with the body
             return web.Response(status=307, headers={"Location": REDIRECT_TO})
         if fault == "redirect_here":  # within this server: may be followed
-            return web.Response(status=307, headers={"Location": request.path + "?moved=1"})
-        out_n = int(body.get("max_tokens") or body.get("max_output_tokens") or 16)
-        wire = shape(request.path)
-        counts = _counts(fault, prompt, out_n)
-        if not body.get("stream"):
-            text = "".join(tokenize.VOCAB[i % 8100] for i in range(out_n))
-            return web.json_response(wire.whole(text, counts))
+            return web.Response(status=307, headers={"Location": path + "?moved=1"})
+        return None
+
+    async def _stream(self, request: web.Request, wire: Any, fault: str | None,
+                      counts: Counts, out_n: int, n: int, t_recv: float
+                      ) -> web.StreamResponse:
+        """The streamed answer to request ``n`` (received at ``t_recv``): ``out_n`` tokens
+        at the set TTFT and ITL, or what ``fault`` makes of them."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)

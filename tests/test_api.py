@@ -89,6 +89,24 @@ def test_compare(run_dir: Path, tmp_path: Path) -> None:
         agentbench.compare(run_dir)
 
 
+def test_a_run_compared_with_itself_says_so(run_dir: Path, tmp_path: Path) -> None:
+    """``compare(r, r)`` (the notebook's table shape), a folder and the run loaded from it,
+    or a link to it: still a comparison, every change zero, but it said nothing of being
+    one run twice. Now one warning names the folder, in ``str`` and the notebook's view."""
+    r = agentbench.load(run_dir)
+    (tmp_path / "link").symlink_to(run_dir)
+    for other in (r, run_dir, tmp_path / "link"):
+        c = agentbench.compare(r, other)
+        same = [w for w in c.warnings if "the same run folder" in w]
+        assert len(same) == 1 and f"({run_dir})" in same[0], c.warnings
+        assert "every change is zero" in same[0]
+        assert f"warning: {same[0]}" in str(c)
+        assert "the same run folder" in c._repr_html_()
+    other = write_demo_run(tmp_path / "slow", trees=6, turns=12, concurrency=(2,), seed=4,
+                           ttft_scale=2.0)
+    assert not [w for w in agentbench.compare(r, other).warnings if "same run" in w]
+
+
 def test_requests_in_one_time_base(tmp_path: Path) -> None:
     """A simulator at speedup 10 over HTTP: the stamps are wall time, the summary's
     durations simulated (x 10); load().requests puts both in simulated time."""

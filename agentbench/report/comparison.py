@@ -28,7 +28,8 @@ class Comparison:
     ratios: pd.DataFrame
     table: pd.DataFrame
     headlines: list[str]
-    #: what could not be checked for comparability (runs without a fingerprint)
+    #: what could not be checked for comparability (runs without a fingerprint), figures
+    #: on few requests, a run folder given twice
     warnings: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
@@ -39,7 +40,9 @@ class Comparison:
         from html import escape
 
         heads = "".join(f"<li>{escape(h)}</li>" for h in self.headlines)
-        return self.table.to_html(escape=True) + f"<ul>{heads}</ul>"
+        # a notebook shows this view alone: its warnings are in it, as in ``str``
+        warns = "".join(f"<p><b>warning:</b> {escape(w)}</p>" for w in self.warnings)
+        return self.table.to_html(escape=True) + f"<ul>{heads}</ul>" + warns
 
 
 def compare(*runs: Run | str | Path, block: str = "overall",
@@ -74,6 +77,7 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     labels = run_labels(sums)
     heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
              for lab, s in zip(labels[1:], sums[1:], strict=True)]
+    warnings += same_folders(labels, rs)
     warnings += few_requests(labels, sums, block)
     values = comparison_values(sums, block=block)
     return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
@@ -83,6 +87,25 @@ def compare(*runs: Run | str | Path, block: str = "overall",
 def _is_block(v: Any) -> bool:
     """A summary's block of figures (``overall``): a mapping with its requests."""
     return isinstance(v, dict) and isinstance(v.get("requests"), dict)
+
+
+def same_folders(labels: list[str], runs: list[Run]) -> list[str]:
+    """A warning per run whose folder is an earlier run's (``compare(r, r)``, or a folder
+    and a link to it): compared with itself, every change is zero by construction. Kept a
+    comparison (it shows a table's shape), but no longer without a word."""
+    import os
+
+    seen: dict[str, tuple[str, Run]] = {}
+    out = []
+    for lab, r in zip(labels, runs, strict=True):
+        key = os.path.realpath(r.path)
+        if key in seen:
+            first, run = seen[key]
+            out.append(f"{first} and {lab} are the same run folder ({run.path}): compared "
+                       "with itself, every change is zero by construction")
+        else:
+            seen[key] = lab, r
+    return out
 
 
 #: successful measured requests under which a run's figures are called rough

@@ -818,6 +818,24 @@ def test_a_baseline_given_twice_is_refused_not_counted_twice(runs: dict[str, Pat
     assert code == 0 and "+0.0%" in out
 
 
+def test_a_run_gated_against_itself_passes_with_a_warning(runs: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    """``gate A A`` (or ``A`` and ``A/``, or a link to it) passes, every change +0.0%, as
+    before; it said nothing of both sides being one run folder. Now one warning line says
+    so, under the table and in the Markdown; two distinct runs get none."""
+    base = runs["base"]
+    (tmp_path / "link").symlink_to(base)
+    md = tmp_path / "g.md"
+    for cand in (str(base), f"{base}/", str(tmp_path / "link")):
+        code, out = _gate(str(base), cand, "--markdown", str(md))
+        same = [ln for ln in out.splitlines() if "the same run folder" in ln]
+        assert code == 0 and len(same) == 1 and same[0].startswith("warning: "), out
+        assert str(base) in same[0] and "every change is zero" in same[0]
+        assert "the same run folder" in md.read_text()
+    code, out = _gate(str(base), str(runs["rerun"]), "--markdown", str(md))
+    assert code == 0 and "same run folder" not in out + md.read_text(), out
+
+
 @pytest.mark.parametrize(("rule", "better"), [("ttft_p50: {max_drop: 10%}", "lower"),
                                               ("throughput_per_gpu: {max_increase: 5%}",
                                                "higher"),

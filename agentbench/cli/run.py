@@ -90,16 +90,22 @@ def run(
                              "trace": trace, "duration_s": duration, "max_requests": max_requests}
     base = _scenario(scenario, set_, output, run_id, url=url, model=model, seed=seed,
                      rules=rules, unsafe_override=unsafe_override, flags=flags)
-    from agentbench.experiment import run_experiment
+    from agentbench.experiment.run import OPTIONS, run_experiment
 
     if ray is not None and workers != "1":
         raise InputError("--ray and --workers: choose one (with --ray, --workers-per-node "
                          "sets the load workers on each node)", source="agentbench run")
     if ray is None and workers_per_node != 1:
         raise InputError("--workers-per-node needs --ray", source="agentbench run")
-    result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
-                            progress=progress, workers=workers, ray=ray,
-                            workers_per_node=workers_per_node, repeat=repeat)
+    try:
+        result = run_experiment(base, scenario_path=scenario, listener=_RunPrinter(),
+                                progress=progress, workers=workers, ray=ray,
+                                workers_per_node=workers_per_node, repeat=repeat)
+    except InputError as e:  # an argument's error names the option typed (--repeat)
+        if e.field not in OPTIONS:
+            raise
+        raise InputError(e.message, source=e.source, where=e.where,
+                         field=OPTIONS[e.field]) from None
     for line in result.failed:
         typer.echo(f"failed: {line}", err=True)
     for line in result.invalid:

@@ -76,7 +76,7 @@ def test_repeat_must_be_positive_and_alone_with_ray(tmp_path: Path) -> None:
     sc = _scenario(tmp_path, {"kind": "synth", "profile": "codex", "sessions": 2})
     with pytest.raises(InputError, match="at least 1"):
         run_experiment(sc, repeat=0)
-    with pytest.raises(InputError, match="1 with --ray"):  # before anything runs
+    with pytest.raises(InputError, match="must be 1 on a Ray cluster"):  # before any run
         run_experiment(sc, repeat=2, ray="local")
     assert not list(tmp_path.iterdir())
 

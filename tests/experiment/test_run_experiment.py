@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 import agentbench
@@ -187,3 +188,66 @@ def test_variants_that_replay_different_traces_are_compared_within_their_trace(
 def test_variants_of_one_trace_keep_one_comparison(tmp_path: Path) -> None:
     x = agentbench.run_experiment(_scenario_file(tmp_path))
     assert x.by_trace == [] and x.across_traces is None
+
+
+@pytest.mark.parametrize(("kw", "says"), [
+    ({"repeat": "2"}, "field 'repeat': expected a count of runs of each variant, got '2'"),
+    ({"repeat": 2.5}, "field 'repeat': expected a count of runs of each variant, got 2.5"),
+    ({"repeat": True}, "field 'repeat': expected a count of runs of each variant, got True"),
+    ({"repeat": 0}, "field 'repeat': must be at least 1, not 0"),
+    ({"repeat": 2, "ray": "local"}, "field 'repeat': must be 1 on a Ray cluster"),
+    ({"workers": 2.5}, "field 'workers': expected a count of worker processes or 'auto', "
+                       "got 2.5"),
+    ({"workers": [2]}, "field 'workers': expected a count of worker processes"),
+    ({"workers": 2, "ray": "local"}, "field 'workers': with ray, Ray's actors run the lanes"),
+    ({"workers_per_node": "2"}, "field 'workers_per_node': expected a count of load "
+                                "workers on each Ray node, got '2'"),
+    ({"workers_per_node": 2}, "field 'workers_per_node': needs ray"),
+    ({"ray": 5}, "field 'ray': expected a Ray address"),
+    ({"progress": "no"}, "field 'progress': expected True, False or None, got 'no'"),
+    ({"listener": 5}, "field 'listener': expected a Listener"),
+    ({"scenario_path": 5}, "field 'scenario_path': expected the path of the scenario's file"),
+    ({"traces": [1]}, "field 'traces': expected a dict"),
+    ({"executor": 5}, "field 'executor': expected an executor factory"),
+])
+def test_a_bad_argument_is_one_error_naming_it(tmp_path: Path, kw: dict[str, Any],
+                                               says: str) -> None:
+    """``run_experiment(..., repeat="2")`` was a bare TypeError ('<' not supported), 2.5 a
+    ValueError about a format code, ``ray=5`` an AttributeError; ``progress="no"`` drew
+    a progress bar, ``workers=2.5`` ran 2 workers and ``workers_per_node`` without
+    ``ray`` was dropped, each without a word. Each is one ``InputError`` naming the
+    argument, before anything runs (no folder made)."""
+    from agentbench.errors import InputError
+
+    f = _scenario_file(tmp_path, variants=False)
+    with pytest.raises(InputError) as e:
+        agentbench.run_experiment(f, **kw)
+    assert says in e.value.one_line()
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_scenario_that_is_neither_is_one_error() -> None:
+    from agentbench.errors import InputError
+
+    with pytest.raises(InputError, match="field 'scenario': expected a Scenario or the path "
+                       "of its YAML file, got 5"):
+        agentbench.run_experiment(5)
+
+
+def test_the_command_names_its_option_where_the_library_names_its_argument(
+        tmp_path: Path) -> None:
+    """``agentbench run --repeat 2 --ray local`` and ``--workers abc``: the error of
+    ``run_experiment``'s argument names the option typed (``--workers``, not
+    ``workers``), one line, exit 2, nothing run."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    f = _scenario_file(tmp_path, variants=False)
+    for args, says in ((["--repeat", "2", "--ray", "local"],
+                        "field '--repeat': must be 1 on a Ray cluster"),
+                       (["--workers", "abc"], "field '--workers': workers must be a "
+                                              "positive integer or 'auto', not 'abc'")):
+        res = CliRunner().invoke(app, ["run", str(f), *args])
+        assert res.exit_code == 2 and res.output == f"error: {says}\n", res.output
+    assert not (tmp_path / "results").exists()

@@ -203,6 +203,17 @@ class _RunPrinter:
         typer.echo("\n".join(["", f"{name}: {n} runs (mean and 95% interval of the mean)",
                               *format_repeats(table)]))
 
+    def repeats_stopped(self, name: str, finished: int, of: int,
+                        table: dict[str, Any] | None) -> None:
+        from agentbench.metrics.repeats import format_repeats
+
+        head = f"{name}: {finished} of {of} runs finished before the stop"
+        if table is None:
+            typer.echo(f"\n{head}: no interval under 2 runs")
+            return
+        typer.echo("\n".join(["", f"{head} (mean and 95% interval of the mean)",
+                              *format_repeats(table)]))
+
     def compared(self, result: Any) -> None:
         if not result.by_trace:
             typer.echo("\n".join(["", "comparison (against the first variant):",

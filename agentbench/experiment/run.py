@@ -13,6 +13,7 @@ says everything the CLI's exit code needs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import Counter
@@ -90,6 +91,12 @@ class Listener(Protocol):
     def repeated(self, name: str, table: dict[str, Any]) -> None:
         """A variant ran ``--repeat`` times: its figures over the runs, with intervals."""
 
+    def repeats_stopped(self, name: str, finished: int, of: int,
+                        table: dict[str, Any] | None) -> None:
+        """A variant's repeats were stopped (Ctrl-C, SIGTERM, an error) after ``finished``
+        of ``of`` runs: its figures over those (``table``; None under two runs), told
+        before the stop goes on. Optional: a listener without it is not told."""
+
 
 class Quiet:
     """A listener that tells nothing (the library's default)."""
@@ -110,6 +117,10 @@ class Quiet:
         return None
 
     def repeated(self, name: str, table: dict[str, Any]) -> None:
+        return None
+
+    def repeats_stopped(self, name: str, finished: int, of: int,
+                        table: dict[str, Any] | None) -> None:
         return None
 
 
@@ -164,14 +175,20 @@ def run_experiment(scenario: Any, *, scenario_path: Path | None = None,
     uses = Counter(key for _, reps in plan for _, key in reps)
     for sc, reps in plan:
         tell.variant_started(sc, len(scenario.variants))
-        runs = []
-        for r, key in reps:
-            runs.append(run_variant(r, scenario_path=scenario_path, listener=tell,
-                                    progress=progress, workers=workers, executor=executor,
-                                    traces=traces, shared=uses[key] > 1))
-            uses[key] -= 1
-            if not uses[key] and key in traces:
-                traces[key].memo.pop("prompts", None)
+        runs: list[VariantRun] = []
+        try:
+            for r, key in reps:
+                runs.append(run_variant(r, scenario_path=scenario_path, listener=tell,
+                                        progress=progress, workers=workers,
+                                        executor=executor, traces=traces,
+                                        shared=uses[key] > 1))
+                uses[key] -= 1
+                if not uses[key] and key in traces:
+                    traces[key].memo.pop("prompts", None)
+        except BaseException:  # Ctrl-C, SIGTERM, an error: the repeats that finished
+            if repeat > 1:     # are told first (they were lost, minutes of runs each)
+                _repeats_stopped(tell, sc.name, runs, repeat)
+            raise
         result.runs += runs
         firsts.append(runs[0])
         if repeat > 1:
@@ -292,6 +309,20 @@ def check_arguments(*, scenario: Any, scenario_path: Any, listener: Any, progres
         raise InputError("with ray, Ray's actors run the lanes (workers_per_node on each "
                          "node): give no workers or executor",
                          field="workers" if executor is None else "executor")
+
+
+def _repeats_stopped(tell: Listener, name: str, runs: list[VariantRun], of: int) -> None:
+    """Tell ``tell`` the figures over the repeats that finished before a stop (none under
+    two runs), if it listens for them; a listener that fails at it (a closed stdout) does
+    not hide the stop."""
+    from agentbench.metrics.repeats import repeat_table
+
+    told = getattr(tell, "repeats_stopped", None)
+    if not callable(told):
+        return
+    with contextlib.suppress(Exception):  # the stop itself is what goes on
+        told(name, len(runs), of,
+             repeat_table([r.summary for r in runs]) if len(runs) >= 2 else None)
 
 
 def _check_repeats(sc: Any, n: int) -> None:

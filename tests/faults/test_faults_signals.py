@@ -258,3 +258,34 @@ def test_a_run_stopped_before_its_run_json_leaves_no_claimed_folder(
     with pytest.raises(Terminated):
         runner._Run(sc, runner.load_trace(sc), 1, 1, None)
     assert not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("finished", [2, 1])
+def test_ctrl_c_during_repeats_prints_the_runs_that_finished(
+        tmp_path: Path, fault_server: Any, finished: int) -> None:
+    """Ctrl-C during ``run --repeat 3`` exited 130 with each finished run's summary but
+    not its figures over them, which ``search`` prints of its finished probes: now the
+    figures with their intervals over the runs that finished (2), or how many finished
+    (1: no interval), on stdout, then "interrupted", exit 130."""
+    import json
+
+    srv = fault_server(itl=0.01)
+    sc = scenario(tmp_path, srv.url, lanes=4, limits="duration_s: 3")
+    p = agentbench("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
+                   "--repeat", "3", "--no-progress")
+    # the run after the last to finish has begun (its run.json): each lasts 3 s
+    cut = tmp_path / "out" / f"r-rep{finished + 1:02d}" / "run.json"
+    wait_for(cut.exists, 60)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+    assert json.loads(cut.read_text())["status"] == "interrupted"
+    head = f"faults: {finished} of 3 runs finished before the stop"
+    if finished == 2:
+        assert f"\n{head} (mean and 95% interval of the mean)\n" in out, out
+        tail = out.split(head, 1)[1]
+        assert "throughput " in tail and "95% CI [" in tail and "(n=2)" in tail, out
+    else:
+        assert out.rstrip().endswith(f"{head}: no interval under 2 runs"), out

@@ -249,3 +249,23 @@ def test_docs_lists_and_prints_the_docs_messages_name() -> None:
         res = run("docs", bad)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
         assert "the docs: agentx, architecture" in res.stderr, res.stderr
+
+
+def test_workers_ignored_in_virtual_time_is_said_on_the_terminal(tmp_path: Path) -> None:
+    """``run scenarios/quickstart.yaml --workers 2`` (virtual time: one process whatever
+    it asks) ran on one process and said so only in run.json's ``workers_note``: now one
+    warning line on stderr, once for all the repeats; none without --workers."""
+    from tests.helpers import SCENARIOS
+
+    f = str(SCENARIOS / "quickstart.yaml")
+    res = run("run", f, "--workers", "2", "--repeat", "2", "-o", str(tmp_path / "a"),
+              "--no-progress")
+    assert res.returncode == 0, res.stderr
+    said = [ln for ln in res.stderr.splitlines() if "--workers 2" in ln]
+    assert said == ["warning: --workers 2 ignored: a virtual-clock run is one process"], \
+        res.stderr
+    notes = {json.loads((d / "run.json").read_text())["workers_note"]
+             for d in (tmp_path / "a").iterdir()}
+    assert notes == {said[0].removeprefix("warning: ")}
+    res = run("run", f, "-o", str(tmp_path / "b"), "--no-progress")
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr

@@ -174,6 +174,9 @@ class _RunPrinter:
     """``agentbench run``'s account of an experiment (``agentbench.experiment.Listener``):
     progress lines on stderr, each run's summary and the comparison on stdout."""
 
+    def __init__(self) -> None:
+        self.said: set[str] = set()  # a note every repeat's run.json holds, said once
+
     def variant_started(self, scenario: Any, of: int) -> None:
         if of > 1:
             _say(f"== {scenario.name}")
@@ -187,6 +190,11 @@ class _RunPrinter:
     def variant_done(self, run: Any) -> None:
         from agentbench.metrics import format_summary
 
+        # --workers 2 in virtual time: ignored, and said in run.json alone
+        note = run.info.get("workers_note")
+        if note and note not in self.said:
+            self.said.add(note)
+            _say(f"warning: {note}")
         typer.echo(format_summary(run.summary))
         if (auto := run.info.get("workers_auto")) is not None:
             typer.echo(f"workers       {run.info['workers']} (--workers auto: {auto['why']})")

@@ -208,7 +208,12 @@ class Analyzer:
             body = {}
         if not isinstance(body, dict):
             body = {}
-        stream = bool(body.get("stream"))
+        # only JSON true asks for a stream, the API's boolean; another value ("yes", 1) is
+        # refused by some servers, read as false or as true by others: the response read
+        # as the upstream answered it (its first byte), an error as no stream
+        asked = body.get("stream")
+        stream: bool | None = asked if isinstance(asked, bool) else (
+            None if asked is not None else False)
         api = api_of(path)
         marks: list[int] | None = None
         if api in ("responses", "messages"):
@@ -219,6 +224,7 @@ class Analyzer:
         if 200 <= status < 300:
             reply = (response.reply(stream) if isinstance(response, ResponseTap)
                      else parse_response(response, encoding, stream))
+        stream = bool(reply.streamed) if stream is None else stream
         if api == "responses" and body.get("previous_response_id"):
             # the earlier context lives on the server: this call's hash ids cover only its
             # own items (its prompt tokens still come from usage); sessions chain by the id

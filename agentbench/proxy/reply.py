@@ -246,12 +246,15 @@ class ReplyReader:
             lead, self._lead = self._lead, None
             self._take(lead)
         if self.unreadable:
-            return Reply()
+            return Reply(streamed=self.stream)
         if not self.stream:
-            return whole_reply(bytes(self._body))
+            out = whole_reply(bytes(self._body))
+            out.streamed = self.stream
+            return out
         if self._line and not self._skip:
             self._event(bytes(self._line))
         out = self.reply
+        out.streamed = True
         out.text = "".join(self._texts)
         out.extra = "".join(self._extra)
         out.text_hash = self._hash.digest()
@@ -273,7 +276,7 @@ def _said(err: object) -> str:
     return " ".join(text.split())[:200]
 
 
-def parse_response(body: bytes, encoding: str | None, stream: bool) -> Reply:
+def parse_response(body: bytes, encoding: str | None, stream: bool | None) -> Reply:
     """The reply of a whole response body (SSE or one JSON body)."""
     reader = ReplyReader(encoding, stream)
     reader.feed(body)
@@ -304,9 +307,9 @@ class ResponseTap:
                 self.reader.feed(c)
             self.chunks = []
 
-    def reply(self, stream: bool) -> Reply:
-        """The reply; ``stream`` (the request's flag) says how to read a response that
-        was kept whole."""
+    def reply(self, stream: bool | None) -> Reply:
+        """The reply; ``stream`` (the request's flag; None: tell from the first byte) says
+        how to read a response that was kept whole."""
         reader = self.reader
         if reader is None:
             reader = ReplyReader(self.encoding, stream)

@@ -40,6 +40,8 @@ class Reply:
     #: the stream failed after its 200 (an ``error`` event, ``response.failed``, a chat
     #: ``{"error": ...}`` chunk): what it said, cut short; None when it did not
     stream_error: str | None = None
+    #: read as a stream (SSE) or as one JSON body; None: not read (no body)
+    streamed: bool | None = None
 
 
 def whole_reply(body: bytes) -> Reply:

@@ -269,3 +269,25 @@ def test_workers_ignored_in_virtual_time_is_said_on_the_terminal(tmp_path: Path)
     assert notes == {said[0].removeprefix("warning: ")}
     res = run("run", f, "-o", str(tmp_path / "b"), "--no-progress")
     assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "10000001", "0", "-5"])
+def test_max_context_is_bounded_and_its_errors_name_the_option(tmp_path: Path,
+                                                              value: str) -> None:
+    """``traces stats --max-context 99999999999999999999999`` was taken (a cap above any
+    request), and 0 said "field 'max_context_tokens': must be positive", a name the user
+    never typed; ``sim fit --max-context`` had no upper bound either (its grid's prompts
+    are sized by it). Each is one line naming ``--max-context``, exit 2, before any
+    read, and ``traces convert`` writes nothing."""
+    out = tmp_path / "t.parquet"
+    for args in (["traces", "stats", "builtin:claude-code-weka"],
+                 ["traces", "convert", "builtin:claude-code-weka", "-o", str(out)],
+                 ["sim", "fit", "-o", str(tmp_path / "p.yaml"), "--endpoint",
+                  "http://127.0.0.1:9"]):
+        res = run(*args, "--max-context", value)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stderr
+        assert "'--max-context'" in lines[0] and "max_context_tokens" not in lines[0], lines
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    res = run("traces", "stats", "builtin:claude-code-weka", "--max-context", "10000000")
+    assert res.returncode == 0 and "@max10000000" in res.stdout, res.stderr

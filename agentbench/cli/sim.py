@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from agentbench.cli.app import app, distinct_runs, guarded, path_value
+from agentbench.traces import MAX_TOKENS
 
 sim_app = typer.Typer(help="Check simulator presets against real runs and fit them.",
                       no_args_is_help=True, rich_markup_mode=None)
@@ -85,8 +86,9 @@ def fit(
                                      "--endpoint serves."),
     api: str = typer.Option("chat", "--api", help="chat, completions, responses or messages "
                            "(--endpoint)."),
-    max_context: int = typer.Option(4096, "--max-context", min=256, help="The grid's "
-                                    "longest prompt plus output, tokens (--endpoint)."),
+    max_context: int = typer.Option(4096, "--max-context", min=256, max=MAX_TOKENS,
+                                    help="The grid's longest prompt plus output, tokens "
+                                    f"(--endpoint; at most {MAX_TOKENS:,})."),
     grid_out: Path | None = typer.Option(None, "--grid-out", help="Folder for the grid's "
                                          "runs (default: beside --out).", parser=path_value),
     header: list[str] = typer.Option(None, "--header", help="'Name: value' sent with "

@@ -10,6 +10,7 @@ import typer
 
 from agentbench.cli.app import guarded, path_value, traces_app
 from agentbench.errors import InputError
+from agentbench.traces import MAX_TOKENS
 
 
 @traces_app.command("stats")
@@ -22,7 +23,8 @@ def traces_stats(
     scale: float | None = typer.Option(
         None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
     max_context: int | None = typer.Option(
-        None, "--max-context", help="Cap every prompt at its first N tokens."),
+        None, "--max-context", min=1, max=MAX_TOKENS, help="Cap every prompt at its first "
+        f"N tokens (at most {MAX_TOKENS:,}, the most a request may count)."),
     option: list[str] = typer.Option(
         [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
         "(repeatable)."),
@@ -63,7 +65,8 @@ def traces_convert(
     scale: float | None = typer.Option(
         None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
     max_context: int | None = typer.Option(
-        None, "--max-context", help="Cap every prompt at its first N tokens."),
+        None, "--max-context", min=1, max=MAX_TOKENS, help="Cap every prompt at its first "
+        f"N tokens (at most {MAX_TOKENS:,}, the most a request may count)."),
     option: list[str] = typer.Option(
         [], "--option", "-O", help="Reader option KEY=VALUE, e.g. tokenizer=tok.json, seed=3 "
         "(repeatable)."),

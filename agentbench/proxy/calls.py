@@ -33,7 +33,7 @@ import numpy as np
 from agentbench.proxy.apibodies import api_of, body_messages, tools_marked, tools_text
 from agentbench.proxy.reply import ResponseTap, parse_response
 from agentbench.proxy.replybody import Reply, part_hash
-from agentbench.traces.model import MAX_TOKENS
+from agentbench.traces import MAX_TOKENS
 from agentbench.traces.readers._text import (
     OTHER_ROLE_ID,
     PromptHasher,

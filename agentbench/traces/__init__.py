@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentbench.traces.model import Session, Trace, Turn, as_hash_ids
 
-__all__ = ["MAX_BLOCK_SIZE", "MAX_SYNTH_SESSIONS", "MIN_SCALE", "Session", "Trace", "Turn",
-           "as_hash_ids", "read_trace"]
+__all__ = ["MAX_BLOCK_SIZE", "MAX_SYNTH_SESSIONS", "MAX_TOKENS", "MIN_SCALE", "Session",
+           "Trace", "Turn", "as_hash_ids", "read_trace"]
 
 #: the most root sessions a synthetic trace may have (``synthesize``, ``trace.sessions``,
 #: ``synth:PROFILE:N``, ``traces synth -n``): a guard against a typo that would run for
@@ -19,6 +19,12 @@ MAX_SYNTH_SESSIONS = 10_000_000
 #: reader's ``block_size`` option (2**70 made every prompt one block); a guard against a
 #: typo, not a measured limit
 MAX_BLOCK_SIZE = 1 << 20
+#: The most tokens one request may count (input or output): ten times the longest context
+#: served today (1M tokens), so a garbled count (``1e15``) is an error naming its field
+#: before anything is sized by it, not a MemoryError later. A list of hash ids is bounded
+#: by it too, as ``ceil(MAX_TOKENS / block_size)`` ids at most. So is a prompt cap
+#: (``traces stats --max-context``) and a grid's context (``sim fit --max-context``).
+MAX_TOKENS = 10_000_000
 #: the smallest factor a trace's token counts are scaled by (``trace.transform.scale``,
 #: ``traces stats --scale``): below it prompts shrink to nothing (1e-300: one token each)
 MIN_SCALE = 0.001

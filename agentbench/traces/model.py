@@ -19,16 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.errors import InputError
+from agentbench.traces import MAX_TOKENS
 
 Relation = Literal["root", "fork", "spawn"]
 RELATIONS: tuple[str, ...] = ("root", "fork", "spawn")
 HashIds = npt.NDArray[np.int64]
 
-#: The most tokens one request may count (input or output): ten times the longest context
-#: served today (1M tokens), so a garbled count (``1e15``) is an error naming its field
-#: before anything is sized by it, not a MemoryError later. A list of hash ids is bounded
-#: by it too, as ``ceil(MAX_TOKENS / block_size)`` ids at most.
-MAX_TOKENS = 10_000_000
 #: The longest recorded time (``t``, ``think_s``, ``api_s``, ``start_s``) a trace may hold:
 #: about 32 years, so a garbled one (``1e300``) is an error naming its field, not an
 #: overflow or a replay that waits for ages.

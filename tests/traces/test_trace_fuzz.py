@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentbench.errors import InputError
-from agentbench.traces.model import MAX_TOKENS, Trace
+from agentbench.traces import MAX_TOKENS
+from agentbench.traces.model import Trace
 from agentbench.traces.readers import BadTraceFiles, read_trace
 from tests.helpers import TESTS, jsonl, key_paths, read_text
 

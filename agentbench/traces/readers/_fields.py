@@ -13,8 +13,8 @@ from typing import IO, Any
 import numpy as np
 
 from agentbench.errors import InputError
-from agentbench.traces import MAX_BLOCK_SIZE
-from agentbench.traces.model import MAX_TOKENS, HashIds
+from agentbench.traces import MAX_BLOCK_SIZE, MAX_TOKENS
+from agentbench.traces.model import HashIds
 
 #: the longest JSONL line a reader given ``max_line`` takes (a gzip bomb's one endless
 #: line stops here)

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from agentbench.errors import InputError
-from agentbench.traces.model import MAX_SECONDS, MAX_TOKENS, Session, Trace, Turn
+from agentbench.traces import MAX_TOKENS
+from agentbench.traces.model import MAX_SECONDS, Session, Trace, Turn
 from agentbench.traces.readers import read_files
 from agentbench.traces.readers._fields import (
     check_block_size,

@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from agentbench.errors import InputError
-from agentbench.traces import MAX_SYNTH_SESSIONS
-from agentbench.traces.model import MAX_TOKENS, HashIds, Session, Trace, Turn
+from agentbench.traces import MAX_SYNTH_SESSIONS, MAX_TOKENS
+from agentbench.traces.model import HashIds, Session, Trace, Turn
 from agentbench.traces.synth.profile import (
     Children,
     Compaction,

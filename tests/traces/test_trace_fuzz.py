@@ -243,6 +243,52 @@ def test_stats_cli_names_every_bad_file_or_skips_them(tmp_path: Path) -> None:
     assert json.loads(res.stdout[res.stdout.index("{"):])["requests"] == 3
 
 
+def test_a_file_of_another_kind_in_a_folder_is_named_not_left_unread(tmp_path: Path) -> None:
+    """A folder of Weka .json files with a .jsonl beside them (here a Mooncake trace): the
+    weka reader reads .json files, and the .jsonl was left unread without a word (named
+    ``a.jsonl``, it would have been read first and its format chosen). It is a bad file of
+    the folder now: named in the error, or skipped and listed with ``skip_bad``."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    d = _folder(tmp_path, {"a.json": "valid-weka.json",
+                           "b.jsonl": "valid-mooncake-first-line-over-64KiB.jsonl"})
+    e = one_line_error(d, lambda: read_trace(d))
+    assert isinstance(e, BadTraceFiles) and "1 of 2 trace files are bad" in str(e)
+    assert e.errors[0].one_line() == (
+        f"{d / 'b.jsonl'}: a .jsonl file among the folder's .json trace files: not read (a "
+        "trace of another format? read it on its own)")
+    tr = read_trace(d, skip_bad=True)
+    assert tr.n_requests() == read_trace(CORPUS / "valid-weka.json").n_requests()
+    assert tr.skipped == [e.errors[0].one_line()]
+    res = CliRunner().invoke(app, ["traces", "stats", str(d)])
+    assert res.exit_code == 2 and str(d / "b.jsonl") in res.output, res.output
+    res = CliRunner().invoke(app, ["traces", "stats", "--skip-bad", str(d)])
+    assert res.exit_code == 0 and "skipped 1 bad trace file(s)" in res.output, res.output
+
+
+def test_a_folder_of_native_traces_is_one_line_naming_a_file_to_give(tmp_path: Path) -> None:
+    """``traces stats DIR`` of native .parquet files said "not a readable parquet file
+    (... is a directory)": the native reader reads one file, now said in one line that
+    names one to give."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.traces.sources import builtin_path
+
+    d = tmp_path / "native"
+    d.mkdir()
+    for name in ("mooncake-synthetic", "claude-code-weka"):
+        shutil.copy(builtin_path(name), d / f"{name}.parquet")
+    says = (f"{d}: a folder of native .parquet traces (2 files): the native reader reads "
+            f"one file; give one, e.g. {d / 'claude-code-weka.parquet'}")
+    for fmt in (None, "native"):
+        assert one_line_error(d, lambda f=fmt: read_trace(d, format=f)).one_line() == says
+    res = CliRunner().invoke(app, ["traces", "stats", str(d)])
+    assert res.exit_code == 2 and res.output == f"error: {says}\n", res.output
+
+
 def test_scenario_skip_bad_reaches_the_trace(tmp_path: Path) -> None:
     import pydantic
 

@@ -3,8 +3,9 @@
 Each reader is a function ``read(path, **options) -> Trace`` in its own module, imported
 only when used. ``detect_format`` looks at content, not at file names alone.
 
-A folder is read file by file (``read_files``): every bad file is named in one
-``BadTraceFiles`` error, or, with ``skip_bad``, left out and listed in ``Trace.skipped``.
+A folder is read file by file (``read_files``): every bad file (a trace file of another
+kind than the reader's among them too) is named in one ``BadTraceFiles`` error, or, with
+``skip_bad``, left out and listed in ``Trace.skipped``. The native reader reads one file.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
             raise InputError(
                 f"unknown trace format {fmt!r} (known: {', '.join(READERS)})",
                 source=str(source))
+        if fmt == "native" and Path(source).is_dir():  # its error said "is a directory"
+            raise _native_folder(Path(source))
         module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
         if fmt in FOLDER_READERS:
             options["skip_bad"] = skip_bad
@@ -117,6 +120,17 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
     except (UnicodeError, ValueError, OverflowError, RecursionError) as e:
         raise as_input_error(e, str(source)) from e
     return trace
+
+
+def _native_folder(path: Path) -> InputError:
+    """A folder given to the native reader, which reads one file: one line naming one."""
+    files = [p for p in trace_candidates(path) if p.suffix == ".parquet"]
+    if not files:
+        return InputError("a folder: the native reader reads one .parquet file; give one",
+                          source=str(path))
+    return InputError(f"a folder of native .parquet traces ({len(files)} file"
+                      f"{'s' * (len(files) != 1)}): the native reader reads one file; give "
+                      f"one, e.g. {files[0]}", source=str(path))
 
 
 def check_trace_path(source: str | Path) -> None:
@@ -168,8 +182,14 @@ def read_files(path: Path, suffixes: tuple[str, ...], read_one: Callable[[Path],
         except (InputError, UnicodeError, ValueError, OverflowError, RecursionError) as e:
             err = as_input_error(e, str(f))
             bad.append(err if isinstance(err, BadTraceFiles) else err.located(source=str(f)))
+    # a trace file this format's files are not (a .jsonl among Weka .json files) was left
+    # unread without a word: it is a bad file of the folder
+    other = [f for f in trace_candidates(path) if f.suffix not in suffixes]
+    bad += [InputError(f"a {f.suffix} file among the folder's {'/'.join(suffixes)} trace "
+                       "files: not read (a trace of another format? read it on its own)",
+                       source=str(f)) for f in other]
     if bad and (not skip_bad or not out):
-        raise BadTraceFiles(str(path), bad, len(files), skip_bad=skip_bad)
+        raise BadTraceFiles(str(path), bad, len(files) + len(other), skip_bad=skip_bad)
     return out, [e.one_line() for e in bad]
 
 
@@ -240,8 +260,7 @@ def _detect_dir(path: Path) -> str:
     candidate's reason."""
     if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
         return "hf"
-    files = [p for p in sorted(path.iterdir()) if p.is_file() and not p.name.startswith(".")
-             and p.suffix in (".json", ".jsonl", ".parquet", ".gz")]
+    files = trace_candidates(path)
     if not files:
         raise InputError("folder holds no .json, .jsonl, .jsonl.gz or .parquet trace files",
                          source=str(path))
@@ -307,6 +326,17 @@ def looks_like_hub_id(s: str, base: Path | None = None) -> bool:
     return (len(parts) == 2 and all(p and not p.startswith((".", "~")) for p in parts)
             and not s.endswith(_FILE_SUFFIXES)
             and not ((base or Path()) / parts[0]).is_dir())
+
+
+#: what a folder's trace files end with, whatever their format (``trace_candidates``)
+TRACE_SUFFIXES = (".json", ".jsonl", ".parquet", ".gz")
+
+
+def trace_candidates(folder: Path) -> list[Path]:
+    """The files of ``folder`` (sorted) that may be traces: not hidden, ending in one of
+    ``TRACE_SUFFIXES``. Its format is told from the first one that tells it."""
+    return [p for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")
+            and p.suffix in TRACE_SUFFIXES]
 
 
 def trace_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:

@@ -90,7 +90,8 @@ def run(
                              "trace": trace, "duration_s": duration, "max_requests": max_requests}
     base = _scenario(scenario, set_, output, run_id, url=url, model=model, seed=seed,
                      rules=rules, unsafe_override=unsafe_override, flags=flags)
-    from agentbench.experiment.run import OPTIONS, run_experiment
+    from agentbench.experiment.arguments import OPTIONS
+    from agentbench.experiment.run import run_experiment
 
     if ray is not None and workers != "1":
         raise InputError("--ray and --workers: choose one (with --ray, --workers-per-node "

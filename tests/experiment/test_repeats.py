@@ -11,7 +11,7 @@ import pytest
 
 from agentbench.errors import InputError
 from agentbench.experiment import run_experiment
-from agentbench.experiment.run import MAX_REPEATS
+from agentbench.experiment.arguments import MAX_REPEATS
 from agentbench.metrics.repeats import format_repeats, interval, t975
 from agentbench.scenario.model import Scenario
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from array import array
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentbench.prompts.layout import salt_for
@@ -23,6 +22,7 @@ from agentbench.replay.endpoints import LiveEndpoint
 from agentbench.replay.overflow import CONTEXT_OVERFLOW
 from agentbench.replay.retry import CONNECT_ERRORS, note_outcome, retry_delay_ns, retryable
 from agentbench.replay.schedule import NS, turn_target_ns
+from agentbench.replay.sessionrow import SessionState, plus, session_row
 from agentbench.replay.treespec import TreeSpec
 from agentbench.replay.warmup import LaneWarmup
 from agentbench.results import schema as records
@@ -30,30 +30,6 @@ from agentbench.results.schema import RequestRecord
 from agentbench.traces.model import Session
 from agentbench.transport.base import Transport
 from agentbench.transport.finish import finish_record
-
-
-@dataclass
-class SessionState:
-    session: Session
-    first_turn: int
-    endpoint: str | None = None
-    turns_done: int = 0
-    start_ns: int | None = None
-    end_ns: int | None = None
-    llm_wait_ns: int = 0
-    #: the trace's own LLM time (api_s) of the requests in ``llm_wait_ns``; None once one
-    #: of them has none
-    recorded_llm_ns: int | None = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    errors: int = 0
-    cancelled: bool = False
-    overflowed: bool = False  # ended at a context overflow (its later turns not sent)
-    phases: set[str] = field(default_factory=set)
-
-
-def _plus(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else a + b
 
 
 class TreeRun:
@@ -148,7 +124,7 @@ class TreeRun:
                         if last_end > own_target:
                             kid = self.states[last_id]
                             st.llm_wait_ns += kid.llm_wait_ns
-                            st.recorded_llm_ns = _plus(st.recorded_llm_ns,
+                            st.recorded_llm_ns = plus(st.recorded_llm_ns,
                                                        kid.recorded_llm_ns)
                         target = max(own_target, last_end)
                 if ctx.stopping:
@@ -358,7 +334,7 @@ class TreeRun:
         if row["sent_ns"] is not None and row["end_ns"] is not None:
             st.llm_wait_ns += row["end_ns"] - row["sent_ns"]
             api = st.session.turns[row["turn"]].api_s
-            st.recorded_llm_ns = _plus(st.recorded_llm_ns,
+            st.recorded_llm_ns = plus(st.recorded_llm_ns,
                                        None if api is None else round(api * 1e9))
         st.input_tokens += row["prompt_tokens"] or 0
         st.output_tokens += row["completion_tokens"] or 0
@@ -373,34 +349,7 @@ class TreeRun:
             st = self.states.get(sess.session_id)
             if st is None and self.warm_turn:
                 continue  # skipped by the warm start: it happened before the lane joined
-            planned = len(sess.turns) - (st.first_turn if st else 0)
-            if st is None:
-                st = SessionState(sess, 0)
-            if st.cancelled:
-                status = records.CANCELLED
-            elif st.overflowed:
-                status = CONTEXT_OVERFLOW  # ended at its first overflow: later turns unsent
-            elif st.errors:
-                status = records.ERROR
-            elif st.turns_done < planned:
-                status = records.INCOMPLETE
-            else:
-                status = records.OK
-            is_root = sess.parent_id is None
-            makespan = (tree_end - st.start_ns if is_root and st.start_ns is not None
-                        and tree_end is not None else None)
-            self.ctx.writer.add_session({
-                "stage": self.stage,
-                "phase": records.WARMUP if st.phases == {records.WARMUP} else records.MEASURE,
-                "tree_id": self.tree_id, "session_id": sess.session_id,
-                "parent_id": sess.parent_id, "relation": sess.relation, "lane": self.lane,
-                "copy": self.copy, "endpoint": st.endpoint, "turns_planned": planned,
-                "turns_done": st.turns_done, "start_ns": st.start_ns, "end_ns": st.end_ns,
-                "makespan_ns": makespan,
-                "llm_wait_ns": st.llm_wait_ns if is_root and st.turns_done else None,
-                "recorded_llm_ns": (st.recorded_llm_ns if is_root and st.turns_done
-                                    else None),
-                "input_tokens": st.input_tokens, "output_tokens": st.output_tokens,
-                "status": status,
-            })
+            self.ctx.writer.add_session(session_row(
+                sess, st, tree_end, stage=self.stage, tree_id=self.tree_id, lane=self.lane,
+                copy=self.copy))
             self.ctx.sessions_done += 1

@@ -179,6 +179,8 @@ def _read_transformed(source: str, format: str | None, scale: float | None,
     from agentbench.traces import transform
     from agentbench.traces.readers import read_trace
 
+    if scale is not None:  # before the read, which may take minutes
+        transform.check_scale(scale, field="--scale")
     if source.startswith("synth:"):  # as `run --trace` takes it
         from agentbench.scenario.flags import trace_spec
         from agentbench.traces.synth import synthesize

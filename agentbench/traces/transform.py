@@ -23,11 +23,16 @@ from agentbench.traces import MIN_SCALE
 from agentbench.traces.model import HashIds, Session, Trace, Turn
 
 
+def check_scale(factor: float, field: str = "scale") -> None:
+    """Refuse a scale factor outside ``MIN_SCALE`` to 1 (NaN too), naming ``field``."""
+    if not MIN_SCALE <= factor <= 1:
+        raise InputError(f"scale factor must be in [{MIN_SCALE:g}, 1] (below, prompts "
+                         f"shrink to nothing), got {factor:g}", field=field)
+
+
 def scale(trace: Trace, factor: float) -> Trace:
     """A copy of ``trace`` with token counts scaled by ``factor`` (``MIN_SCALE`` to 1)."""
-    if not MIN_SCALE <= factor <= 1:  # NaN too
-        raise InputError(f"scale factor must be in [{MIN_SCALE:g}, 1] (below, prompts "
-                         f"shrink to nothing), got {factor:g}", field="scale")
+    check_scale(factor)
     if factor == 1:
         return trace
     merged: dict[tuple[int, ...], int] = {}

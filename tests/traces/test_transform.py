@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -97,5 +99,21 @@ def test_a_scale_below_the_scenarios_bound_is_one_line(factor: str) -> None:
     args = ["traces", "stats", "builtin:mooncake-synthetic", "--scale"]
     res = CliRunner().invoke(app, [*args, factor])
     assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
-    assert "field 'scale': scale factor must be in [0.001, 1]" in res.output
+    assert "field '--scale': scale factor must be in [0.001, 1]" in res.output
     assert CliRunner().invoke(app, [*args, "0.001"]).exit_code == 0
+
+
+def test_a_bad_scale_is_refused_before_the_trace_is_read(tmp_path: Path) -> None:
+    """``--scale 2`` was checked after the read (minutes for a large trace) and named
+    ``scale``, not the option typed: a source that does not exist shows which comes
+    first."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    for cmd in (["stats"], ["convert", "-o", str(tmp_path / "x.parquet")]):
+        res = CliRunner().invoke(app, ["traces", *cmd, str(tmp_path / "nope.jsonl"),
+                                       "--scale", "2"])
+        assert res.exit_code == 2, res.output
+        assert res.output == ("error: field '--scale': scale factor must be in [0.001, 1] "
+                              "(below, prompts shrink to nothing), got 2\n"), res.output

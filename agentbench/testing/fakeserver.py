@@ -1,7 +1,8 @@
 """A small OpenAI-compatible streaming server with set TTFT and ITL, and faults on demand.
 
 For replay tests (fidelity: known TTFT/ITL; faults: 500, 429, reset mid-stream, stall,
-malformed SSE, a body that goes on after the stream's last event) and client benchmarks.
+malformed SSE, an error event (also in vLLM's shape), a body that goes on after the
+stream's last event) and client benchmarks.
 Prompt tokens are counted with ``agentbench.traces.words`` (``chat_prompt_tokens`` for chat,
 the id count for completions), so a replay that lays prompts out right sees exactly the
 trace's input tokens reported.
@@ -35,7 +36,7 @@ FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset",
           "malformed", "error_event", "no_done", "no_usage", "bad_usage", "huge_usage",
           "absurd_usage", "endless_line", "endless_stream", "deep_json",
           "surrogate_error", "hang_after_end", "ping_after_end", "tokens_after_end",
-          "end_in_text")
+          "end_in_text", "vllm_error_event")
 #: how long ``end_in_text`` pauses after its token: past the client's look at the stream
 END_IN_TEXT_PAUSE_S = 2 * END_GRACE_S
 #: usage counts of the "huge_usage" (beyond 64-bit integers) and "absurd_usage" faults
@@ -209,9 +210,12 @@ class FakeServer:
             if fault == "malformed" and sent >= out_n // 2:
                 await resp.write(wire.malformed())
                 fault = None
-            if fault in ("error_event", "surrogate_error") and sent >= out_n // 2:
-                # surrogate_error: a message holding a lone surrogate, as JSON can
-                await resp.write(wire.error("engine died \ud800" if fault == "surrogate_error"
+            if fault in ("error_event", "surrogate_error", "vllm_error_event") \
+                    and sent >= out_n // 2:
+                # surrogate_error: a message holding a lone surrogate, as JSON can;
+                # vllm_error_event: vLLM's ErrorResponse as the event (chat, completions)
+                await resp.write(wire.vllm_error() if fault == "vllm_error_event" else
+                                 wire.error("engine died \ud800" if fault == "surrogate_error"
                                             else "engine died"))
                 await resp.write_eof()
                 return resp

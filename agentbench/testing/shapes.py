@@ -1,6 +1,7 @@
 """The wire shapes of the fake server's answers, one per API (chat, completions, responses,
 messages): the events a stream opens with, one token event, the events that close it (with
-usage, or without the final one for the ``no_done`` fault), a mid-stream error, a token
+usage, or without the final one for the ``no_done`` fault), a mid-stream error (and, for
+chat and completions, one as vLLM writes it), a token
 whose text holds the bytes of the stream's last event, and a non-streamed body. Usage is
 given as counts (prompt, cached, output) or None."""
 
@@ -81,6 +82,13 @@ class Shape:
 
     def error(self, message: str = "engine died") -> bytes:
         return b"data: " + json.dumps({"error": {"message": message}}).encode() + b"\n\n"
+
+    def vllm_error(self, message: str = "engine died") -> bytes:
+        """A mid-stream error as vLLM writes it: its ErrorResponse as the event's data, not in
+        an ``error`` object (``vllm_error_event``)."""
+        err = {"object": "error", "message": message, "type": "BadRequestError",
+               "param": None, "code": 400}
+        return b"data: " + json.dumps(err, separators=(",", ":")).encode() + b"\n\n"
 
     def malformed(self) -> bytes:
         return b"data: {not json at all\n\n"

@@ -6,6 +6,8 @@ completed it, and tells which carry tokens. A token-bearing event is one whose d
 carries non-empty ``content``, ``reasoning_content`` / ``reasoning``, ``text``
 (completions) or ``tool_calls`` (docs/metrics.md): found with a byte pattern (keys can only
 appear unescaped as keys), so only the ``usage`` event is JSON-decoded in the common case.
+An error event is ``data: {"error": {...}}`` (OpenAI) or vLLM's ErrorResponse as the data
+(``data: {"object": "error", "message": ...}``), each the request's ``stream_error``.
 Nothing after ``data: [DONE]`` is read: events a server sends after it are not the answer's
 (docs/reliability.md).
 """
@@ -30,6 +32,9 @@ from agentbench.transport.sselines import lf_lines, without_bom
 _TOKEN_RE = re.compile(
     rb'"(?:content|reasoning_content|reasoning|text)"\s*:\s*"(?!")|"tool_calls"\s*:\s*\[\s*\{')
 _USAGE_RE = re.compile(rb'"usage"\s*:\s*\{')
+#: an error event's data: ``{"error": ...}`` (OpenAI), or vLLM's ErrorResponse, whose first
+#: key is ``"object": "error"`` (its model's field order, compact or ``json.dumps``-spaced)
+_ERROR_RE = re.compile(rb'\{\s*(?:"error"\s*:|"object"\s*:\s*"error")')
 _EVENT_SPLIT = re.compile(rb"\r?\n\r?\n")
 #: a blank line, however lines end (CRLF, LF, CR): an SSE event's end
 _SEPARATORS = (b"\n\n", b"\r\r", b"\n\r")
@@ -127,6 +132,9 @@ def _parse_fast(chunks: Sequence[bytes], times: Sequence[int], body: bytes
     flags, others = _token_flags(evs, body)
     rest = objs if others is None else [evs[i] for i in others if i < len(objs)]
     if not all(map(bytes.startswith, rest, repeat(b'data: {"'))):
+        return None
+    # vLLM's error event (a token event, which starts with its prefix, is none)
+    if any(map(_ERROR_RE.match, rest, repeat(6))):
         return None
     out = StreamResult(done=done, end_ns=times[-1] if done else None)
     if not done:
@@ -262,7 +270,7 @@ def _event(ev: bytes, out: StreamResult) -> int:
         out.error_type = "malformed_sse"
         out.error_message = f"event data is not a JSON object: {data[:80]!r}"
         return 0
-    if data.startswith(b'{"error"') or re.match(rb'\{\s*"error"\s*:', data):
+    if data.startswith(b'{"error"') or _ERROR_RE.match(data):
         out.error_type = "stream_error"
         out.error_message = data[:500].decode("utf-8", "replace")
         return 0

@@ -5,15 +5,19 @@ traceback, run.json ``crashed``, the rows buffered since the last flush lost).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentbench import load
 from agentbench.results.schema import RUN_FILE, RequestRecord
 from agentbench.results.writer import ResultsWriter
 from agentbench.testing.shapes import DEEP
 from agentbench.transport.finish import finish_record
+from agentbench.transport.sse import parse_stream, read_count
 
 TOKEN = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
 #: usage saying more tokens than events, so each event's text is read to split them
@@ -130,3 +134,22 @@ def test_an_error_message_with_a_lone_surrogate_is_written_and_read(
     (run / RUN_FILE).write_text('{"scenario": {"name": "x"}, "status": "completed"}')
     req = load(run).requests.sort_values("request_id")
     assert list(req.status) == ["ok", "error"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(counts=st.lists(st.one_of(
+    st.integers(), st.integers(-2**80, 2**80), st.floats(allow_nan=False), st.just(2**70),
+    st.sampled_from(["NaN", "Infinity", "1e400", "-1e400", "1.5", "12.0", "-0"])),
+    min_size=3, max_size=3))
+def test_usage_counts_are_those_pythons_json_reader_gives(counts: list[object]) -> None:
+    """The usage event is read with orjson first, which reads an integer past 64 bits as a
+    float (and refuses NaN and 1e400, left to Python's reader): every count is what
+    ``read_count`` makes of Python's reading."""
+    p, c, k = (v if isinstance(v, str) else json.dumps(v) for v in counts)
+    ev = (f'data: {{"choices":[],"usage":{{"prompt_tokens":{p},"completion_tokens":{c},'
+          f'"prompt_tokens_details":{{"cached_tokens":{k}}}}}}}\n\n').encode()
+    st_ = parse_stream([TOKEN, ev, DONE], [1, 2, 3])
+    usage = json.loads(ev[6:])["usage"]
+    assert (st_.prompt_tokens, st_.completion_tokens, st_.cached_tokens) == (
+        read_count(usage["prompt_tokens"]), read_count(usage["completion_tokens"]),
+        read_count(usage["prompt_tokens_details"]["cached_tokens"]))

@@ -134,6 +134,12 @@ class ReplyReader:
         if not isinstance(doc, dict):
             return
         out = self.reply
+        if doc.get("object") == "error" and "choices" not in doc:
+            # vLLM's ErrorResponse as the event's data (its "type" is the error's class,
+            # not an event type): the stream failed, as with {"error": ...}
+            if out.stream_error is None:
+                out.stream_error = _said(doc)
+            return
         kind = doc.get("type")
         if isinstance(kind, str) and "choices" not in doc:
             self._typed(kind, doc)

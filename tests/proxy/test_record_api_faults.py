@@ -48,6 +48,22 @@ def test_a_stream_that_fails_after_its_200_is_no_turn(path: str, shape: Shape) -
     assert good.ok and good.stream_error is None  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_stream_that_fails_as_vllm_says_it_is_no_turn(api: str) -> None:
+    """vLLM writes a mid-stream failure as its ErrorResponse (``{"object": "error",
+    "message": ..., "type": "BadRequestError", ...}``), not in an ``error`` object; its
+    ``type`` was read as a Responses event type and the failure dropped: the call was a
+    turn (``ok``) with the stream's first tokens as its answer."""
+    shape = Shape(api)
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    body = dict(BODY) if api == "chat" else {"model": "m", "prompt": "hi", "stream": True}
+    raw = shape.opening((10, 0, 3)) + shape.token("w ", False, (10, 0, 3)) \
+        + shape.vllm_error("engine died") + b"data: [DONE]\n\n"
+    call = _call(path, body, raw)
+    assert not call.ok  # type: ignore[attr-defined]
+    assert call.stream_error == "BadRequestError: engine died"  # type: ignore[attr-defined]
+
+
 def test_messages_placeholder_output_count_is_not_taken() -> None:
     """message_start says output_tokens 1; without a count in message_delta the stream's
     own tokens are the count (the run's reader leaves it unknown: tokens from the stream)."""

@@ -10,6 +10,7 @@ see). With fewer than two runs there is no interval.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from agentbench.metrics.catalog import METRICS
@@ -65,14 +66,20 @@ def format_repeats(table: dict[str, dict[str, Any]]) -> list[str]:
             continue
         scale = 100.0 if m.share else 1.0
         unit = "%" if m.share else f" {m.unit}" if m.unit else ""
-        text = f"  {m.label:<22} mean {_num(row['mean'] * scale)}{unit}"
+        mean = row["mean"] * scale
+        lo = hi = mean
         if "ci95_low" in row:
-            rel = row.get("rel_half_width")
             # every figure here is >= 0 and a share <= 100%: the interval is cut there
             lo = max(0.0, row["ci95_low"]) * scale
             hi = (min(1.0, row["ci95_high"]) if m.share else row["ci95_high"]) * scale
-            text += (f"  95% CI [{_num(lo)}{unit.strip() if m.share else ''}, "
-                     f"{_num(hi)}{unit}]" + (f"  ±{rel:.1%}" if rel is not None else ""))
+        # the interval to the mean's decimals ([92.6%, 93%] read as if the bounds were
+        # known to different precision)
+        num = _formatter(mean)
+        text = f"  {m.label:<22} mean {num(mean)}{unit}"
+        if "ci95_low" in row:
+            rel = row.get("rel_half_width")
+            text += (f"  95% CI [{num(lo)}{unit.strip() if m.share else ''}, "
+                     f"{num(hi)}{unit}]" + (f"  ±{rel:.1%}" if rel is not None else ""))
         lines.append(text + f"  (n={row['n']})")
     if lines and all(row.get("sd") == 0 for row in table.values() if "sd" in row):
         lines.append("  the runs are identical (in virtual time a file trace replays the same "
@@ -81,5 +88,9 @@ def format_repeats(table: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _num(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:,.3g}"
+def _formatter(v: float) -> Callable[[float], str]:
+    """Format numbers with the decimals that give ``v`` three significant digits (none
+    from 100 up), thousands separated."""
+    top = abs(v) if math.isfinite(v) else 0.0
+    decimals = 0 if top == 0 or top >= 100 else min(9, 2 - math.floor(math.log10(top)))
+    return lambda v: f"{v:,.{decimals}f}"

@@ -94,7 +94,7 @@ def test_intervals_stop_at_what_a_figure_can_be() -> None:
     table = {"hit_rate": {"values": [0.1, 0.99], **interval([0.1, 0.99])},
              "ttft_p50": {"values": [10.0, 900.0], **interval([10.0, 900.0])}}
     hit, ttft = format_repeats(table)
-    assert "95% CI [0%, 100%]" in hit and "mean 54.5%" in hit
+    assert "95% CI [0.0%, 100.0%]" in hit and "mean 54.5%" in hit
     assert "95% CI [0, " in ttft
 
 
@@ -122,3 +122,17 @@ def test_repeats_past_the_largest_seed_or_run_id_are_refused(tmp_path: Path) -> 
     with pytest.raises(InputError, match="past the 200 characters a run id may have"):
         run_experiment(sc, repeat=2)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_mean_and_its_interval_are_shown_to_one_number_of_decimals() -> None:
+    """A share whose interval is [92.6%, 93%] read as if its bounds were known to
+    different precision (each to three significant digits, trailing zeros dropped)."""
+    table = {"hit_rate": {"values": [0.926, 0.928, 0.93], **interval([0.926, 0.928, 0.93])}}
+    line = format_repeats(table)[0]
+    assert "mean 92.8%" in line and "95% CI [92.3%, 93.3%]" in line, line
+    row = interval([1.5, 1.52, 1.48])  # 1.50, not 1.5 beside 1.45
+    line = format_repeats({"ttft_p50": {"values": [1.5, 1.52, 1.48], **row}})[0]
+    assert "mean 1.50 ms" in line and "[1.45, 1.55 ms]" in line, line
+    row = interval([1200.0, 1300.0, 1250.0])
+    line = format_repeats({"ttft_p50": {"values": [1200.0, 1300.0, 1250.0], **row}})[0]
+    assert "mean 1,250 ms" in line and "[1,126, 1,374 ms]" in line, line

@@ -131,6 +131,25 @@ def run_json(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads((run_dir / "run.json").read_text()))
 
 
+def six_requests(tmp_path: Path, fault_server: Any, faults: str, api: str
+                  ) -> tuple[Path, Any]:
+    """``agentbench run`` of 6 requests on 2 lanes against a fault server answering in
+    turn with ``faults``: it exits 0 without a traceback, each request the server saw has
+    its row, and run.json says ``completed``; (the run folder, its rows)."""
+    srv = fault_server(faults)
+    sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
+                  limits="max_requests: 6")
+    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
+                "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    run = tmp_path / "out" / "r"
+    req = rows(run)
+    assert len(req) == len(srv.seen()) == 6
+    assert run_json(run)["status"] == "completed"
+    return run, req
+
+
 def report_reads(run_dir: Path, tmp_path: Path) -> None:
     """``agentbench report RUN`` exits 0 and writes the report (recovering a cut run)."""
     out = tmp_path / f"report-{run_dir.name}"

@@ -21,6 +21,7 @@ from tests.faults.harness import (
     run_cli,
     run_json,
     scenario,
+    six_requests,
     wait_for,
 )
 
@@ -79,20 +80,12 @@ def test_a_vllm_error_event_is_a_stream_error_keeping_its_message(
     """vLLM writes a failure mid-stream as its ErrorResponse (``data: {"object":"error",
     "message":...}``, no ``error`` object), then ends the body: a ``stream_error`` row with
     the message, as OpenAI's error event (it was ``incomplete_stream``, the message lost)."""
-    srv = fault_server("ok,vllm_error_event")
-    sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
-                  limits="max_requests: 6")
-    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
-                "--no-progress")
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr
-    req = rows(_results(tmp_path))
-    assert len(req) == len(srv.seen()) == 6
+    run, req = six_requests(tmp_path, fault_server, "ok,vllm_error_event", api)
     failed = req[req.status == "error"]
     assert list(failed.error_type) == ["stream_error"] * 3
     assert failed.error_message.str.contains("engine died", regex=False).all()
     assert (req[req.status == "ok"].error_type.isna()).all()
-    report_reads(_results(tmp_path), tmp_path)
+    report_reads(run, tmp_path)
 
 
 @pytest.mark.timeout(120)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.harness import report_reads, rows, run_cli, scenario
+from tests.faults.harness import report_reads, rows, run_cli, scenario, six_requests
 from tests.faults.test_faults_server import EXPECTED as CHAT
 
 #: the row each fault becomes in a typed stream (status, error_type): as in a chat stream,
@@ -65,7 +65,7 @@ def test_an_event_nested_past_any_json_readers_depth_is_one_row(
     """An event whose JSON nests 100,000 deep (Python's reader raises RecursionError, no
     ValueError): that request's ``malformed_sse`` row; the run goes on, exits 0 and reads
     (it ended the run with a traceback, run.json ``crashed``, and rows lost)."""
-    run, req = _six_requests(tmp_path, fault_server, "ok,deep_json", api)
+    run, req = six_requests(tmp_path, fault_server, "ok,deep_json", api)
     got = Counter((s, e if isinstance(e, str) else None)
                   for s, e in zip(req.status, req.error_type, strict=True))
     assert got == Counter({("ok", None): 3, ("error", "malformed_sse"): 3})
@@ -79,26 +79,9 @@ def test_an_error_event_with_a_lone_surrogate_is_one_row(
     r"""An ``error`` event whose message is ``"\ud800"`` (valid JSON, no valid UTF-8): one
     ``stream_error`` row, the run exits 0 (it crashed writing the rows: a traceback,
     run.json ``crashed``, rows lost)."""
-    run, req = _six_requests(tmp_path, fault_server, "ok,surrogate_error", api)
+    run, req = six_requests(tmp_path, fault_server, "ok,surrogate_error", api)
     assert (req.error_type == "stream_error").sum() == 3
     assert req.error_message.dropna().str.contains("engine died ?", regex=False).all()
     report_reads(run, tmp_path)
 
 
-def _six_requests(tmp_path: Path, fault_server: Any, faults: str, api: str
-                  ) -> tuple[Path, Any]:
-    """``agentbench run`` of 6 requests on 2 lanes against a fault server answering in
-    turn with ``faults``: it exits 0 without a traceback, each request the server saw has
-    its row, and run.json says ``completed``; (the run folder, its rows)."""
-    srv = fault_server(faults)
-    sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
-                  limits="max_requests: 6")
-    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
-                "--no-progress")
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr
-    run = tmp_path / "out" / "r"
-    req = rows(run)
-    assert len(req) == len(srv.seen()) == 6
-    assert json.loads((run / "run.json").read_text())["status"] == "completed"
-    return run, req

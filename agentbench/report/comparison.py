@@ -89,20 +89,29 @@ def _is_block(v: Any) -> bool:
     return isinstance(v, dict) and isinstance(v.get("requests"), dict)
 
 
+#: why a run compared with its own folder is said (``same_folders``, and the gate's)
+WITH_ITSELF = "compared with itself, every change is zero by construction"
+
+
+def folder_key(run: Run) -> str:
+    """The folder ``run`` was read from, links resolved: two runs with one key are one."""
+    import os
+
+    return os.path.realpath(run.path)
+
+
 def same_folders(labels: list[str], runs: list[Run]) -> list[str]:
     """A warning per run whose folder is an earlier run's (``compare(r, r)``, or a folder
     and a link to it): compared with itself, every change is zero by construction. Kept a
     comparison (it shows a table's shape), but no longer without a word."""
-    import os
-
     seen: dict[str, tuple[str, Run]] = {}
     out = []
     for lab, r in zip(labels, runs, strict=True):
-        key = os.path.realpath(r.path)
+        key = folder_key(r)
         if key in seen:
             first, run = seen[key]
-            out.append(f"{first} and {lab} are the same run folder ({run.path}): compared "
-                       "with itself, every change is zero by construction")
+            out.append(f"{first} and {lab} are the same run folder ({run.path}): "
+                       f"{WITH_ITSELF}")
         else:
             seen[key] = lab, r
     return out

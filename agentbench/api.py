@@ -35,11 +35,11 @@ def load(run_dir: str | Path, *, refresh: bool = False) -> Run:
 
 
 def compare(*runs: Run | str | Path, block: str = "overall",
-            allow: Iterable[str] = ()) -> Comparison:
+            allow: Iterable[str] = (), labels: Iterable[str] | None = None) -> Comparison:
     """Runs side by side against the first (``agentbench.report.comparison.compare``)."""
     from agentbench.report.comparison import compare as _compare
 
-    return _compare(*runs, block=block, allow=allow)
+    return _compare(*runs, block=block, allow=allow, labels=labels)
 
 
 def run_experiment(scenario: Any, **kwargs: Any) -> Any:

@@ -89,6 +89,25 @@ def test_compare(run_dir: Path, tmp_path: Path) -> None:
         agentbench.compare(run_dir)
 
 
+def test_compare_names_the_runs_as_told(run_dir: Path, tmp_path: Path) -> None:
+    """``labels=`` names the runs in the table, the numbers, the headlines and the
+    warnings (a sweep's group comparison names its runs as the whole sweep does); labels
+    that are not one distinct, non-empty name a run are refused before anything is read
+    as figures."""
+    other = write_demo_run(tmp_path / "slow", trees=6, turns=12, concurrency=(2,), seed=4,
+                           ttft_scale=2.0)
+    c = agentbench.compare(run_dir, other, labels=["base", "twice-slow"])
+    assert list(c.table.columns) == ["base", "twice-slow", "twice-slow vs base"]
+    assert list(c.values.columns) == ["base", "twice-slow"] == list(c.ratios.columns)
+    assert c.headlines[0].startswith("twice-slow vs base: ")
+    assert c.table.loc["P50 TTFT", "twice-slow vs base"] == "2.0x higher"
+    same = agentbench.compare(run_dir, run_dir, labels=("one", "two")).warnings
+    assert [w.split(" are ")[0] for w in same if "same run folder" in w] == ["one and two"]
+    for bad in (["a"], ["a", "a"], ["a", ""], "ab", ["a", "b", "c"], ["a", 2]):
+        with pytest.raises(ValueError, match="labels"):
+            agentbench.compare(run_dir, other, labels=bad)  # type: ignore[arg-type]
+
+
 def test_a_run_compared_with_itself_says_so(run_dir: Path, tmp_path: Path) -> None:
     """``compare(r, r)`` (the notebook's table shape), a folder and the run loaded from it,
     or a link to it: still a comparison, every change zero, but it said nothing of being

@@ -212,7 +212,7 @@ def by_trace(result: ExperimentResult, firsts: list[VariantRun]) -> None:
     replayed other requests (``pd-ratio.yaml``: AgentX-profile splits against the
     Codex-profile aggregated cluster, "167x higher") is the workload's as much as the
     serving's; against the first variant of its own trace, it is the serving's."""
-    from agentbench.report.compare import headline, run_labels
+    from agentbench.report.compare import run_labels
     from agentbench.report.comparison import compare
     from agentbench.scenario.fingerprint import trace_groups
 
@@ -224,12 +224,8 @@ def by_trace(result: ExperimentResult, firsts: list[VariantRun]) -> None:
     names = dict(zip((r.run_dir for r in firsts), run_labels([r.summary for r in firsts]),
                      strict=True))
     for g in [g for g in groups if len(g) > 1] + [[g[0] for g in groups]]:
-        c = compare(*[firsts[i].run_dir for i in g], allow=["all"])
-        ref = firsts[g[0]]
-        c.headlines = [f"{names[firsts[i].run_dir]} vs {names[ref.run_dir]}: "
-                       f"{headline(c.runs[0].summary, c.runs[k].summary)}"
-                       for k, i in enumerate(g[1:], start=1)]
-        result.by_trace.append(c)
+        result.by_trace.append(compare(*[firsts[i].run_dir for i in g], allow=["all"],
+                                       labels=[names[firsts[i].run_dir] for i in g]))
     result.across_traces = result.by_trace.pop()
 
 

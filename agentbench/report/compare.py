@@ -126,12 +126,13 @@ def _value(m: Metric, s: dict[str, Any], block: str) -> float:
 
 
 def comparison_values(summaries: Sequence[dict[str, Any]],
-                      metrics: Sequence[str] | None = None, block: str = "overall"
-                      ) -> pd.DataFrame:
+                      metrics: Sequence[str] | None = None, block: str = "overall",
+                      labels: Sequence[str] | None = None) -> pd.DataFrame:
     """Numbers: one row per metric (index: metric name), one float column per run (its
-    display name), NaN where a run lacks the figure; rows no run has are left out.
-    ``attrs`` holds each row's ``labels`` and ``units``."""
-    labels = run_labels(summaries)
+    display name, ``run_labels`` unless ``labels`` names them), NaN where a run lacks the
+    figure; rows no run has are left out. ``attrs`` holds each row's ``labels`` and
+    ``units``."""
+    labels = list(labels) if labels is not None else run_labels(summaries)
     names = list(metrics) if metrics is not None else comparison_metrics()
     data = {n: [_value(metric(n), s, block) for s in summaries] for n in names}
     df = pd.DataFrame.from_dict(data, orient="index", columns=labels, dtype="float64")

@@ -46,13 +46,16 @@ class Comparison:
 
 
 def compare(*runs: Run | str | Path, block: str = "overall",
-            allow: str | Iterable[str] = ()) -> Comparison:
+            allow: str | Iterable[str] = (), labels: Iterable[str] | None = None
+            ) -> Comparison:
     """Compare runs (``Run`` objects or results folders) against the first one.
 
     Runs must be comparable: the same trace content, filters, transforms, load, timing,
     time base and endpoint kinds (run.json ``fingerprint``), except the fields named in
     ``allow`` (e.g. ``("endpoints", "load")``, ``"endpoints,load"``, or ``"all"``);
-    otherwise ``InputError`` names every field that differs."""
+    otherwise ``InputError`` names every field that differs. ``labels`` names the runs
+    in the table, headlines and warnings (default: their variant names, less the part
+    all share; ``run_labels``): one distinct, non-empty name a run."""
     from agentbench.report.compare import (
         comparison_ratios,
         comparison_values,
@@ -72,16 +75,26 @@ def compare(*runs: Run | str | Path, block: str = "overall",
             known = sorted(k for k, v in r.summary.items() if _is_block(v))
             raise InputError(f"no block {block!r} in its summary (blocks: "
                              f"{', '.join(known)})", source=str(r.path), field="block")
-    warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
     sums = [r.summary for r in rs]
-    labels = run_labels(sums)
-    heads = [f"{lab} vs {labels[0]}: {headline(sums[0], s, block=block)}"
-             for lab, s in zip(labels[1:], sums[1:], strict=True)]
-    warnings += same_folders(labels, rs)
-    warnings += few_requests(labels, sums, block)
-    values = comparison_values(sums, block=block)
+    names = run_labels(sums) if labels is None else _labels(labels, len(rs))
+    warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
+    heads = [f"{lab} vs {names[0]}: {headline(sums[0], s, block=block)}"
+             for lab, s in zip(names[1:], sums[1:], strict=True)]
+    warnings += same_folders(names, rs)
+    warnings += few_requests(names, sums, block)
+    values = comparison_values(sums, block=block, labels=names)
     return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
                       warnings)
+
+
+def _labels(labels: Iterable[str], n: int) -> list[str]:
+    """``compare``'s ``labels``, checked: one distinct, non-empty string a run."""
+    out = list(labels) if not isinstance(labels, str) else [labels]
+    if len(out) != n or not all(isinstance(x, str) and x for x in out) \
+            or len(set(out)) != n:
+        raise ValueError(f"labels: {n} distinct non-empty names are needed, one a run "
+                         f"(got {out!r:.200})")
+    return out
 
 
 def _is_block(v: Any) -> bool:

@@ -165,6 +165,11 @@ def test_variants_that_replay_different_traces_are_compared_within_their_trace(
     assert [[h.split(":")[0] for h in c.headlines] for c in x.by_trace] == [
         ["a-aff vs a-rr"], ["c-aff vs c-rr"]]
     assert [h.split(":")[0] for h in x.across_traces.headlines] == ["c-rr vs a-rr"]
+    # each group's table names its runs as the headlines do (not ``rr``/``aff``, which
+    # both groups would show)
+    assert [list(c.values.columns) for c in x.by_trace] == [["a-rr", "a-aff"],
+                                                            ["c-rr", "c-aff"]]
+    assert list(x.by_trace[1].table.columns) == ["c-rr", "c-aff", "c-aff vs c-rr"]
     assert [[r.path.name for r in c.runs] for c in x.by_trace] == [
         [x.runs[0].run_dir.name, x.runs[1].run_dir.name],
         [x.runs[2].run_dir.name, x.runs[3].run_dir.name]]

@@ -268,6 +268,18 @@ def test_a_file_of_another_kind_in_a_folder_is_named_not_left_unread(tmp_path: P
     assert res.exit_code == 0 and "skipped 1 bad trace file(s)" in res.output, res.output
 
 
+def test_hidden_files_of_a_folder_are_left_out(tmp_path: Path) -> None:
+    """A folder copied from a Mac holds a binary ``._name`` beside each file. Format
+    detection left hidden files out, but the reader then read them as trace files: the
+    folder was refused ("1 of 2 trace files are bad"). Both leave them out now."""
+    d = _folder(tmp_path, {"a.json": "valid-weka.json"})
+    (d / "._a.json").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    (d / ".b.json").write_text("{")
+    tr = read_trace(d)
+    assert tr.n_requests() == read_trace(CORPUS / "valid-weka.json").n_requests()
+    assert tr.skipped == []
+
+
 def test_a_folder_of_native_traces_is_one_line_naming_a_file_to_give(tmp_path: Path) -> None:
     """``traces stats DIR`` of native .parquet files said "not a readable parquet file
     (... is a directory)": the native reader reads one file, now said in one line that

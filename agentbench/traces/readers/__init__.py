@@ -340,9 +340,12 @@ def trace_candidates(folder: Path) -> list[Path]:
 
 
 def trace_files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """The files of a folder (sorted) or the file itself."""
+    """The files of a folder (sorted) ending in one of ``suffixes``, hidden ones left out
+    as ``trace_candidates`` leaves them (a folder copied from a Mac holds a binary
+    ``._name.jsonl`` beside each ``name.jsonl``), or the file itself."""
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in suffixes)
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in suffixes
+                       and not p.name.startswith("."))
         if not files:
             raise InputError(f"folder holds no {'/'.join(suffixes)} files", source=str(path))
         return files

@@ -245,15 +245,19 @@ class _RunPrinter:
 
 def _report_groups(result: Any) -> list[list[Any]]:
     """The runs each ``report`` line names: all of them, or those of each trace (with
-    their repeats) when the variants replay several traces."""
+    their repeats; a trace one variant replays too) when the variants replay several
+    traces. ``result.runs`` holds each variant's repeats in turn, the first of each in the
+    sweep's comparison."""
+    from agentbench.scenario.fingerprint import trace_groups
+
     if not result.by_trace:
         return [result.runs]
-    groups = []
-    for c in result.by_trace:
-        dirs = {r.path.resolve() for r in c.runs}
-        names = {r.scenario.name for r in result.runs if r.run_dir.resolve() in dirs}
-        groups.append([r for r in result.runs if r.scenario.name in names])
-    return groups
+    n = len(result.comparison.runs)
+    per = len(result.runs) // n
+    if per * n != len(result.runs):
+        return [result.runs]
+    groups = trace_groups([r.info for r in result.runs[::per]])
+    return [[r for i in g for r in result.runs[i * per:(i + 1) * per]] for g in groups]
 
 
 def ray_line(placed: dict[str, Any]) -> str:

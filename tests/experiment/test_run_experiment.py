@@ -256,3 +256,32 @@ def test_the_command_names_its_option_where_the_library_names_its_argument(
         res = CliRunner().invoke(app, ["run", str(f), *args])
         assert res.exit_code == 2 and res.output == f"error: {says}\n", res.output
     assert not (tmp_path / "results").exists()
+
+
+def _two_traces(tmp_path: Path) -> Path:
+    """Three variants over two traces (``c-rr`` alone on its own), each on 12 requests."""
+    f = _scenario_file(tmp_path, variants=False)
+    doc = yaml.safe_load(f.read_text())
+    doc["variants"] = [
+        {"name": "a-rr", "set": {"endpoints.0.router": "round_robin"}},
+        {"name": "a-aff", "set": {"endpoints.0.router": "session_affinity"}},
+        {"name": "c-rr", "set": {"endpoints.0.router": "round_robin",
+                                 "trace.profile": "codex"}}]
+    doc["limits"] = {"max_requests": 12, "recycle": False}
+    f.write_text(yaml.safe_dump(doc))
+    return f
+
+
+def test_a_sweep_over_traces_prints_a_report_of_every_run(tmp_path: Path) -> None:
+    """The report lines named each shared trace's first runs only: a trace one variant
+    replays (``c-rr``) had none, and the repeats were left out."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["run", str(_two_traces(tmp_path)), "-o",
+                                   str(tmp_path / "cli"), "--repeat", "2"])
+    assert res.exit_code == 0, res.output
+    reports = [line for line in res.stdout.splitlines() if line.startswith("report: ")]
+    assert [[line.count(f"exp-{v}-rep") for v in ("a-rr", "a-aff", "c-rr")]
+            for line in reports] == [[2, 2, 0], [0, 0, 2]], reports

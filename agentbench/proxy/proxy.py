@@ -33,6 +33,7 @@ from agentbench.proxy import store
 from agentbench.proxy.recorder import RecordConfig, Recorder
 from agentbench.proxy.reply import ResponseTap
 from agentbench.proxy.upstream import Upstream, shown
+from agentbench.scenario.secrets import secret_key
 
 #: hop-by-hop headers (RFC 9110 §7.6.1) and the ones aiohttp sets itself
 _REQUEST_DROP = frozenset({"host", "content-length", "transfer-encoding", "connection",
@@ -150,7 +151,8 @@ class Proxy:
                        end_ns=rec.now_ns(), response=tap, encoding=encoding,
                        session_key=request.headers.get(self.cfg.session_header) or None,
                        parent_key=request.headers.get(self.cfg.parent_header) or None,
-                       error=error)
+                       error=error, headers={k: v for k, v in request.headers.items()
+                                             if secret_key(k)})
         return resp
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
 from agentbench.proxy.upstream import Upstream
+from agentbench.transport.http import redact
 
 
 @dataclass
@@ -76,12 +77,16 @@ class Recorder:
 
     async def _record(self, raw: dict[str, Any]) -> None:
         user = self.cfg.session_from_user and raw["session_key"] is None
+        headers = raw.pop("headers", None) or {}
         try:
             call = self.analyzer.call(**raw)
         except Exception as e:  # a call we cannot read is skipped, never the relay
             print(f"agentbench record: call {raw['index']} not recorded: {e!r}",
                   file=sys.stderr)
             return
+        if call.stream_error:  # an error event may quote the request: its keys never stored
+            call.stream_error = redact(call.stream_error,
+                                       _secrets(self.cfg.upstream, headers), cut=True)
         if user and call.session_key is None:
             call.session_key = _user_of(raw["body_bytes"])
         store.text_safe(call)
@@ -137,6 +142,19 @@ class Recorder:
                 await self._writing
         self.journal.close()
         store.write(list(self.calls), self.cfg.out, self.meta)
+
+
+def _secrets(upstream: str, headers: dict[str, str]) -> tuple[str, ...]:
+    """What an upstream's error may quote and the recording never stores
+    (docs/record.md): the upstream URL's ``user:password`` (as sent, ``Authorization:
+    Basic``) and query values, and the values of the request's ``headers`` (its
+    secret-looking ones: Authorization, ``x-api-key``, cookies), in the forms
+    ``secrets_of`` knows for a scenario's endpoint."""
+    from types import SimpleNamespace
+
+    from agentbench.scenario.secrets import secrets_of
+
+    return secrets_of(SimpleNamespace(url=upstream, headers=headers))
 
 
 def _user_of(body: bytes) -> str | None:

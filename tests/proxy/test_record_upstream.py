@@ -154,3 +154,49 @@ def test_a_bad_upstream_or_listen_address_is_one_line_and_leaves_no_journal(
             assert not journal_path(out).exists() and not out.exists()
     finally:
         taken.close()
+
+
+async def test_an_error_event_that_echoes_the_request_stores_none_of_its_secrets(
+        tmp_path: Path) -> None:
+    """A stream that fails with an error event quoting the request (vLLM's ErrorResponse,
+    or ``{"error": ...}``) had the text stored as the call's ``stream_error``: the upstream
+    URL's query key and its ``user:password`` (sent as ``Authorization: Basic``), and the
+    client's own key headers, all of which docs/record.md says are never stored."""
+    import base64
+    import json
+
+    client_key = "sk-client-4411-secret"
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        said = (f"bad request to {request.url} with {request.headers.get('Authorization')}"
+                f" and {request.headers.get('X-Api-Key')}")
+        vllm = (await request.json())["model"] == "vllm"
+        err = {"object": "error", "message": said, "type": "BadRequestError", "code": 400} \
+            if vllm else {"error": {"message": said, "type": "invalid_request_error"}}
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", failing)
+    out = tmp_path / "rec.parquet"
+    async with served(app) as url:
+        proxy = await start_proxy(RecordConfig(
+            upstream=url.replace("http://", f"http://alice:{PASSWORD}@") + f"/v1?key={KEY}",
+            out=out, port=0))
+        try:
+            async with aiohttp.ClientSession() as http:
+                for model in ("vllm", "openai"):
+                    async with http.post(proxy.url + "/v1/chat/completions", json={
+                            "model": model, "messages": MESSAGES, "stream": True},
+                            headers={"X-Api-Key": client_key}) as r:
+                        assert r.status == 200 and KEY in await r.text()  # relayed as sent
+        finally:
+            await proxy.close()
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    calls = [json.loads(line) for line in journal_path(out).read_text().splitlines()[1:]]
+    assert [c["stream_error"].count("<redacted>") for c in calls] == [3, 3], calls
+    for f in (out, journal_path(out)):
+        for secret in (KEY, PASSWORD, basic, client_key):
+            assert secret.encode() not in f.read_bytes(), (f, secret)

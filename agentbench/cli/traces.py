@@ -21,7 +21,7 @@ def traces_stats(
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
     scale: float | None = typer.Option(
-        None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
+        None, "--scale", help="Scale token counts by this factor (0.001 to 1), keeping prefixes."),
     max_context: int | None = typer.Option(
         None, "--max-context", min=1, max=MAX_TOKENS, help="Cap every prompt at its first "
         f"N tokens (at most {MAX_TOKENS:,}, the most a request may count)."),
@@ -63,7 +63,7 @@ def traces_convert(
                                 parser=path_value),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     scale: float | None = typer.Option(
-        None, "--scale", help="Scale token counts by this factor (0-1], keeping prefixes."),
+        None, "--scale", help="Scale token counts by this factor (0.001 to 1), keeping prefixes."),
     max_context: int | None = typer.Option(
         None, "--max-context", min=1, max=MAX_TOKENS, help="Cap every prompt at its first "
         f"N tokens (at most {MAX_TOKENS:,}, the most a request may count)."),

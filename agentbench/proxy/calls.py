@@ -209,8 +209,8 @@ class Analyzer:
         if not isinstance(body, dict):
             body = {}
         # only JSON true asks for a stream, the API's boolean; another value ("yes", 1) is
-        # refused by some servers, read as false or as true by others: the response read
-        # as the upstream answered it (its first byte), an error as no stream
+        # refused by some servers, read as false or as true by others: stored as the
+        # upstream answered it (its first byte), an error as no stream
         asked = body.get("stream")
         stream: bool | None = asked if isinstance(asked, bool) else (
             None if asked is not None else False)
@@ -221,9 +221,11 @@ class Analyzer:
         else:
             tokens, chain = self.prompt(body)
         reply = Reply()
-        if 200 <= status < 300:
-            reply = (response.reply(stream) if isinstance(response, ResponseTap)
-                     else parse_response(response, encoding, stream))
+        if 200 <= status < 300:  # read as the upstream answered, whatever was asked: a
+            # JSON body to "stream": true (a server that does not stream) read as SSE lost
+            # its usage (a response past SPILL_BYTES was read so already)
+            reply = (response.reply(None) if isinstance(response, ResponseTap)
+                     else parse_response(response, encoding, None))
         stream = bool(reply.streamed) if stream is None else stream
         if api == "responses" and body.get("previous_response_id"):
             # the earlier context lives on the server: this call's hash ids cover only its

@@ -200,3 +200,32 @@ async def test_a_stream_flag_that_is_no_boolean_is_read_as_the_upstream_answered
     assert [r["stream"] for r in rows] == [False, True]
     assert [r["usage_reported"] for r in rows] == [True, True]
     assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == [(7, 2), (5, 1)]
+
+
+async def test_an_answer_is_read_as_the_upstream_sent_it_whatever_the_flag_asked(
+        upstream: tuple[Upstream, str], tmp_path: Path) -> None:
+    """``"stream": true`` answered with one JSON body (a server or gateway that does not
+    stream), or ``false`` answered with a stream, was read as the flag asked: nothing read,
+    the usage lost (0 output tokens, counted with the tokenizer). A response past
+    ``SPILL_BYTES`` was already read as it came; every one now is. The ``stream`` column
+    stays the request's flag."""
+    import pyarrow.parquet as pq
+
+    up, url = upstream
+    up.replies["m"] = (b'data: {"choices":[{"text":"tok "}]}\n\n'
+                       b'data: {"choices":[],"usage":{"prompt_tokens":5,'
+                       b'"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+    out = tmp_path / "rec.parquet"
+    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+    try:
+        assert await _post(proxy.url, json.dumps(_chat("hi", stream=True)).encode()) == 200
+        async with aiohttp.ClientSession() as http, http.post(
+                proxy.url + "/v1/completions",
+                json={"model": "m", "prompt": "other", "stream": False}) as r:
+            assert r.status == 200 and b"[DONE]" in await r.read()
+    finally:
+        await proxy.close()
+    rows = sorted(pq.read_table(out).to_pylist(), key=lambda r: r["call_index"])
+    assert [r["stream"] for r in rows] == [True, False]
+    assert [r["usage_reported"] for r in rows] == [True, True]
+    assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == [(7, 2), (5, 1)]

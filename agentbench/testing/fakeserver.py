@@ -36,7 +36,7 @@ FAULTS = ("http500", "http429", "http400", "redirect", "redirect_here", "reset",
           "malformed", "error_event", "no_done", "no_usage", "bad_usage", "huge_usage",
           "absurd_usage", "endless_line", "endless_stream", "deep_json",
           "surrogate_error", "hang_after_end", "ping_after_end", "tokens_after_end",
-          "end_in_text", "vllm_error_event")
+          "end_in_text", "vllm_error_event", "error_then_hang")
 #: how long ``end_in_text`` pauses after its token: past the client's look at the stream
 END_IN_TEXT_PAUSE_S = 2 * END_GRACE_S
 #: usage counts of the "huge_usage" (beyond 64-bit integers) and "absurd_usage" faults
@@ -210,14 +210,18 @@ class FakeServer:
             if fault == "malformed" and sent >= out_n // 2:
                 await resp.write(wire.malformed())
                 fault = None
-            if fault in ("error_event", "surrogate_error", "vllm_error_event") \
-                    and sent >= out_n // 2:
+            if fault in ("error_event", "surrogate_error", "vllm_error_event",
+                         "error_then_hang") and sent >= out_n // 2:
                 # surrogate_error: a message holding a lone surrogate, as JSON can;
-                # vllm_error_event: vLLM's ErrorResponse as the event (chat, completions)
+                # vllm_error_event: vLLM's ErrorResponse as the event (chat, completions);
+                # error_then_hang: the error event, then nothing for stall_s (no end)
                 await resp.write(wire.vllm_error() if fault == "vllm_error_event" else
                                  wire.error("engine died \ud800" if fault == "surrogate_error"
                                             else "engine died"))
-                await resp.write_eof()
+                with contextlib.suppress(ConnectionError):  # the client may have gone
+                    if fault == "error_then_hang":
+                        await asyncio.sleep(self.cfg.stall_s)
+                    await resp.write_eof()
                 return resp
             words = "".join(tokenize.VOCAB[(n * 7 + sent + i) % 8100] for i in range(m))
             last = sent + m >= out_n and fault != "endless_stream"

@@ -49,8 +49,14 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
             row["error_type"] = st.error_type
             # an error event may echo the request's key or headers: redacted as HTTP
             # error bodies are
-            row["error_message"] = redact(st.error_message, rec.secrets, cut=True) \
-                if st.error_message and rec.secrets else st.error_message
+            row["error_message"] = _said(st, rec)
+        elif rec.status == records.ERROR and st.error_type == "stream_error" \
+                and rec.error_type in CUT_AFTER:
+            # the server said why in an error event, then neither ended the body nor
+            # closed: its error is the request's, the cut that followed said with it
+            row["error_type"] = st.error_type
+            row["error_message"] = f"{_said(st, rec)} (then {rec.error_type}: " \
+                                   f"{rec.error_message})"
     msg = row["error_message"]
     if isinstance(msg, str) and not msg.isascii():
         # a JSON error event may hold a lone surrogate ("\\ud800"), which no UTF-8 file
@@ -63,6 +69,17 @@ def finish_record(rec: RequestRecord) -> dict[str, Any]:
     rec.chunk_ns = []
     rec.result = None
     return row
+
+
+#: how a stream can end after an error event that did not end it (the transport's errors)
+CUT_AFTER = frozenset({"stall_timeout", "timeout", "disconnected"})
+
+
+def _said(st: StreamResult, rec: RequestRecord) -> str | None:
+    """An error event's message, redacted as HTTP error bodies are (it may echo the
+    request's key or headers)."""
+    return redact(st.error_message, rec.secrets, cut=True) \
+        if st.error_message and rec.secrets else st.error_message
 
 
 def _read(rec: RequestRecord) -> StreamResult:

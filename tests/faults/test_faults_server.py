@@ -88,6 +88,21 @@ def test_a_vllm_error_event_is_a_stream_error_keeping_its_message(
     report_reads(run, tmp_path)
 
 
+@pytest.mark.timeout(60)
+def test_an_error_event_then_a_hung_stream_keeps_the_servers_error(
+        tmp_path: Path, fault_server: Any) -> None:
+    """The server says why in an error event, then neither ends the body nor closes: the
+    row was ``stall_timeout`` with the server's message lost. It is the server's
+    ``stream_error`` now, the stall said after it."""
+    run, req = six_requests(tmp_path, fault_server, "ok,error_then_hang", "chat")
+    failed = req[req.status == "error"]
+    assert list(failed.error_type) == ["stream_error"] * 3
+    assert failed.error_message.str.contains("engine died", regex=False).all()
+    assert failed.error_message.str.contains("(then stall_timeout: no data for 0.5 s",
+                                             regex=False).all()
+    report_reads(run, tmp_path)
+
+
 @pytest.mark.timeout(120)
 def test_a_run_where_nothing_succeeded_exits_1_naming_the_error(tmp_path: Path,
                                                               fault_server: Any) -> None:

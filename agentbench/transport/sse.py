@@ -226,6 +226,8 @@ def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult
                 usage_event = ev
             if out.error_type:  # the events before it are kept, with their token counts
                 out.token_event_tokens = _tokens_per_event(token_texts, None)
+                if out.error_type == "stream_error":  # the server's last word: the end
+                    out.end_ns = t
                 return out
             if out.done:  # [DONE]: what a server sends after it is not the answer's
                 out.end_ns = t
@@ -242,7 +244,7 @@ def _parse_events(chunks: Sequence[bytes], times: Sequence[int]) -> StreamResult
             token_texts.append(pending)
         if kind and _USAGE_RE.search(pending):
             usage_event = pending
-        if out.done and times:
+        if (out.done or out.error_type == "stream_error") and times:
             out.end_ns = times[-1]
     if usage_event is not None and out.error_type is None:
         _read_usage(usage_event, out)

@@ -140,8 +140,7 @@ def parse_typed(chunks: Sequence[bytes], times: Sequence[int], api: str) -> Stre
         if kind in ("error", "response.failed"):
             out.error_type = "stream_error"
             out.error_message = _message(obj, data)
-            if kind == "response.failed":  # the stream's last event, as a failure
-                out.end_ns = t
+            out.end_ns = t  # the stream's last event, as a failure
             break
         text = _token_text(api, kind, obj)
         if text:

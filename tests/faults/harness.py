@@ -131,14 +131,15 @@ def run_json(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads((run_dir / "run.json").read_text()))
 
 
-def six_requests(tmp_path: Path, fault_server: Any, faults: str, api: str
-                  ) -> tuple[Path, Any]:
+def six_requests(tmp_path: Path, fault_server: Any, faults: str, api: str,
+                 stall_s: float = 0.5) -> tuple[Path, Any]:
     """``agentbench run`` of 6 requests on 2 lanes against a fault server answering in
-    turn with ``faults``: it exits 0 without a traceback, each request the server saw has
-    its row, and run.json says ``completed``; (the run folder, its rows)."""
+    turn with ``faults`` (the client's stall timeout ``stall_s``): it exits 0 without a
+    traceback, each request the server saw has its row, and run.json says ``completed``;
+    (the run folder, its rows)."""
     srv = fault_server(faults)
     sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
-                  limits="max_requests: 6")
+                  limits="max_requests: 6", stall_s=stall_s)
     r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
                 "--no-progress")
     assert r.returncode == 0, r.stderr

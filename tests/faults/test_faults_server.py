@@ -89,17 +89,24 @@ def test_a_vllm_error_event_is_a_stream_error_keeping_its_message(
 
 
 @pytest.mark.timeout(60)
-def test_an_error_event_then_a_hung_stream_keeps_the_servers_error(
-        tmp_path: Path, fault_server: Any) -> None:
+@pytest.mark.parametrize("api", ["chat", "completions", "responses", "messages"])
+def test_an_error_event_ends_a_stream_whose_body_goes_on(
+        tmp_path: Path, fault_server: Any, api: str) -> None:
     """The server says why in an error event, then neither ends the body nor closes: the
-    row was ``stall_timeout`` with the server's message lost. It is the server's
-    ``stream_error`` now, the stall said after it."""
-    run, req = six_requests(tmp_path, fault_server, "ok,error_then_hang", "chat")
+    request waited for the stall timeout (120 s by default, its lane held) and its row
+    was ``stall_timeout``, the server's message lost. An error event is the stream's last
+    now, as ``[DONE]`` is: the request ends half a second after it, the server's
+    ``stream_error`` with its message."""
+    t0 = time.monotonic()
+    run, req = six_requests(tmp_path, fault_server, "ok,error_then_hang", api, stall_s=20)
+    assert time.monotonic() - t0 < 15  # three waits of 20 s on two lanes took 40 s
     failed = req[req.status == "error"]
     assert list(failed.error_type) == ["stream_error"] * 3
     assert failed.error_message.str.contains("engine died", regex=False).all()
-    assert failed.error_message.str.contains("(then stall_timeout: no data for 0.5 s",
-                                             regex=False).all()
+    assert not failed.error_message.str.contains("stall", regex=False).any()
+    # the end stamped at the error event's read, as a [DONE]'s is (a request whose
+    # error came before any token has no token stamp to compare with)
+    assert ((failed.end_ns - failed.last_token_ns).dropna() < 100_000_000).all()
     report_reads(run, tmp_path)
 
 

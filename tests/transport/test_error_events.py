@@ -113,3 +113,23 @@ def test_what_only_looks_like_vllms_error_is_no_error(api: str) -> None:
         st = apis.read_stream(api, got, list(range(1, len(got) + 1)))
         assert st.error_type is None and st.done, (cut, st.error_message)
         assert len(st.token_event_ns) == 2
+
+
+@pytest.mark.parametrize("cut", ["stall_timeout", "timeout", "disconnected"])
+def test_an_error_event_then_a_cut_is_the_servers_error(cut: str) -> None:
+    """An error event the stream's timer did not end the request at (its bytes not the
+    ones it looks for: ``{ "error"``), then the transport cut the stream: the row is the
+    server's ``stream_error`` with its message (redacted), the cut said after it. It was
+    the cut alone, the server's message lost."""
+    chunks = stream("chat", b'data: { "error": {"message": "engine died ' + KEY.encode()
+                    + b'"}}\n\n', False)
+    rec = _record("chat", chunks, secrets=(KEY,))
+    rec.status, rec.error_type, rec.error_message = "error", cut, "no data for 2 s"
+    row = finish_record(rec)
+    assert row["status"] == "error" and row["error_type"] == "stream_error"
+    assert row["error_message"].startswith('{ "error": {"message": "engine died <redacted>')
+    assert row["error_message"].endswith(f"(then {cut}: no data for 2 s)")
+    assert row["token_events"] == 2 and KEY not in row["error_message"]
+    rec = _record("chat", stream("chat", b"", False))  # no error event: the cut alone
+    rec.status, rec.error_type, rec.error_message = "error", cut, "no data for 2 s"
+    assert finish_record(rec)["error_type"] == cut

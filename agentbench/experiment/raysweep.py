@@ -41,7 +41,7 @@ def connect(address: str) -> Any:
         import ray
     except ImportError:
         raise InputError("Ray is not installed: pip install 'agentbench[ray]'",
-                         field="--ray") from None
+                         field="ray") from None
     if ray.is_initialized():  # this process's connection (a notebook's earlier run)
         _same_cluster(ray, address)
     else:
@@ -62,7 +62,7 @@ def connect(address: str) -> Any:
                     " (a cluster begun by `ray start` may want token authentication: set "
                     "RAY_AUTH_MODE=token, or use --ray auto on its head node)")
             raise InputError(f"cannot join the Ray cluster at {address!r}: {why}{hint}",
-                             field="--ray") from None
+                             field="ray") from None
         finally:
             # ray.init takes SIGTERM (its core worker's crash handler: a stack dump and an
             # abort, exit -6, where agentbench's handler ends the run with 143); the
@@ -79,7 +79,7 @@ def _host_port(address: str) -> tuple[str, int]:
     if not (sep and host.strip("[]") and port.isascii() and port.isdigit() and len(port) <= 5
             and 0 < int(port) < 65536):
         raise InputError(f"not a Ray address: {address!r} (host:port, ray://host:port, "
-                         "'auto' or 'local')", field="--ray")
+                         "'auto' or 'local')", field="ray")
     return host.strip("[]"), int(port)
 
 
@@ -96,7 +96,7 @@ def _same_cluster(ray: Any, address: str) -> None:
     gcs = str(ray.get_runtime_context().gcs_address or "")
     if gcs and gcs.rpartition(":")[2] != str(port):
         raise InputError(f"Ray is connected to the cluster at {gcs} already, not {address!r}: "
-                         "ray.shutdown() first to join another", field="--ray")
+                         "ray.shutdown() first to join another", field="ray")
 
 
 def _check_listening(address: str) -> None:
@@ -111,7 +111,7 @@ def _check_listening(address: str) -> None:
         socket.create_connection((host, port), timeout=5).close()
     except OSError as e:
         raise InputError(f"cannot join the Ray cluster at {address!r}: nothing answers "
-                         f"there ({e.strerror or type(e).__name__})", field="--ray") from None
+                         f"there ({e.strerror or type(e).__name__})", field="ray") from None
 
 
 def why_not_remote(sc: Any) -> str | None:

@@ -100,7 +100,7 @@ class RayLanes:
         cluster = ray.nodes()
         nodes = plan_nodes(cluster, self.per_node, max_shards(sc.load))
         if not nodes:
-            raise InputError("the Ray cluster has no live node with a CPU", field="--ray")
+            raise InputError("the Ray cluster has no live node with a CPU", field="ray")
         self.workers = n = len(nodes)
         self.counters_now = Counters([0] * (n * _STATS), n)
         here = ray.get_runtime_context().get_node_id()
@@ -124,7 +124,7 @@ class RayLanes:
             if not await a.sees.remote(str(self.run_dir)):
                 raise InputError(f"Ray node {place['hostname']} ({place['node'][:12]}) does not "
                                  f"see the run folder {self.run_dir}: output.dir must be on a "
-                                 "filesystem every node mounts", field="--ray")
+                                 "filesystem every node mounts", field="ray")
             place.update(worker=w, **await self._offset(a))
         out = self.run_dir / WORKERS_DIR
         self.specs = [WorkerSpec(w, n, sc, self.trace, self.found,
@@ -161,7 +161,7 @@ class RayLanes:
             raise InputError(
                 f"Ray did not start a load worker within {PLACE_S:g} s on node "
                 f"{', '.join(late)}: each worker takes a free CPU there, and other work may "
-                "hold them; free one, or ask fewer with --workers-per-node", field="--ray")
+                "hold them; free one, or ask fewer with --workers-per-node", field="ray")
         return [f.result() for f in futs]
 
     def _check_reach(self, nodes: list[dict[str, Any]], here: str) -> None:
@@ -175,7 +175,7 @@ class RayLanes:
             if others and host.startswith(_LOOPBACK):
                 raise InputError(f"endpoint {url} is on this host's loopback, which Ray "
                                  f"workers on {', '.join(sorted(others))} cannot reach: give "
-                                 "an address every node can reach", field="--ray")
+                                 "an address every node can reach", field="ray")
 
     async def _offset(self, actor: Any) -> dict[str, int]:
         """The actor's ``perf_counter_ns`` minus the driver's, from the round trip of

@@ -91,6 +91,12 @@ def test_a_port_no_socket_can_have_is_not_a_ray_address(address: str) -> None:
 
 
 def test_cli_says_a_huge_port_is_not_a_ray_address_in_one_line(tmp_path: Path) -> None:
+    """One line naming the option typed (``--ray``); the library's error names its
+    argument (``ray``), as its other arguments' do (it named ``--ray`` to a caller of
+    ``run_experiment``)."""
+    import agentbench
+    from agentbench.errors import InputError
+
     res = subprocess.run([sys.executable, "-m", "agentbench.cli", "run",
                           str(ROOT / "scenarios" / "shared-kv-what-if.yaml"), "-o",
                           str(tmp_path), "--ray", "127.0.0.1:" + str(2**70)],
@@ -98,6 +104,11 @@ def test_cli_says_a_huge_port_is_not_a_ray_address_in_one_line(tmp_path: Path) -
     assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "not a Ray address" in res.stderr
+    assert "field '--ray'" in res.stderr
+    with pytest.raises(InputError, match="not a Ray address") as e:
+        agentbench.run_experiment(ROOT / "scenarios" / "shared-kv-what-if.yaml",
+                                  ray="127.0.0.1:" + str(2**70))
+    assert e.value.field == "ray"
 
 
 def test_local_starts_a_ray_of_its_own_even_with_ray_address_set(

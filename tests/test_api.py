@@ -126,6 +126,36 @@ def test_a_run_compared_with_itself_says_so(run_dir: Path, tmp_path: Path) -> No
     assert not [w for w in agentbench.compare(r, other).warnings if "same run" in w]
 
 
+def test_a_run_compared_with_a_copy_of_its_folder_says_so(tmp_path: Path) -> None:
+    """A folder copied (a baseline saved by ``cp -r``) holds the same run: its run.json's
+    id, start time, process and host. Compared with the original, every change is zero,
+    and only a folder or a link to it was told; a copy is now too, in ``compare`` and in
+    the gate. A deterministic re-run (another start) is not one."""
+    import shutil
+
+    from agentbench.replay import run
+    from agentbench.report.gate import evaluate
+    from agentbench.report.gaterules import parse_rules
+    from agentbench.scenario.loading import load_scenario
+
+    dirs = []
+    for rid in ("a", "b"):
+        sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+        sc.output.dir, sc.output.run_id = str(tmp_path), rid
+        dirs.append(run(sc, progress=False).run_dir)
+    copy = tmp_path / "copy"
+    shutil.copytree(dirs[0], copy)
+    warned = [w for w in agentbench.compare(dirs[0], copy).warnings if "copies" in w]
+    assert len(warned) == 1 and str(copy) in warned[0] and "every change is zero" in warned[0]
+    rules, opts = parse_rules({"ttft_p50": {"max_increase": "10%"}})
+    said = [w for w in evaluate(dirs[0], copy, rules, opts).warnings
+            if "copies of one run" in w]
+    assert len(said) == 1 and said[0].startswith("baseline and candidate are copies")
+    assert not [w for w in agentbench.compare(dirs[0], dirs[1]).warnings if "copies" in w]
+    assert not [w for w in evaluate(dirs[0], dirs[1], rules, opts).warnings
+                if "copies" in w]
+
+
 def test_requests_in_one_time_base(tmp_path: Path) -> None:
     """A simulator at speedup 10 over HTTP: the stamps are wall time, the summary's
     durations simulated (x 10); load().requests puts both in simulated time."""

@@ -77,10 +77,11 @@ def compare(*runs: Run | str | Path, block: str = "overall",
                              f"{', '.join(known)})", source=str(r.path), field="block")
     sums = [r.summary for r in rs]
     names = run_labels(sums) if labels is None else _labels(labels, len(rs))
-    warnings = check_comparable([read_run_json(r.path) for r in rs], allowed)
+    infos = [read_run_json(r.path) for r in rs]
+    warnings = check_comparable(infos, allowed)
     heads = [f"{lab} vs {names[0]}: {headline(sums[0], s, block=block)}"
              for lab, s in zip(names[1:], sums[1:], strict=True)]
-    warnings += same_folders(names, rs)
+    warnings += same_folders(names, rs, infos)
     warnings += few_requests(names, sums, block)
     values = comparison_values(sums, block=block, labels=names)
     return Comparison(rs, values, comparison_ratios(values), format_table(values), heads,
@@ -113,20 +114,41 @@ def folder_key(run: Run) -> str:
     return os.path.realpath(run.path)
 
 
-def same_folders(labels: list[str], runs: list[Run]) -> list[str]:
-    """A warning per run whose folder is an earlier run's (``compare(r, r)``, or a folder
-    and a link to it): compared with itself, every change is zero by construction. Kept a
-    comparison (it shows a table's shape), but no longer without a word."""
-    seen: dict[str, tuple[str, Run]] = {}
+def run_identity(info: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What makes a run one run (run.json's run id, the wall time it started, its process
+    and host): two folders of one identity are copies of one run; None when a field is
+    missing (an older writer's run.json)."""
+    host = info.get("host")
+    ident = (info.get("run_id"), info.get("start_wall"), info.get("pid"),
+             host.get("hostname") if isinstance(host, dict) else None)
+    return ident if all(x is not None for x in ident) else None
+
+
+def same_run(a: Run, info_a: dict[str, Any], b: Run, info_b: dict[str, Any]) -> str | None:
+    """How ``a`` and ``b`` are one run ("the same run folder (PATH)", or "copies of one
+    run (...)": a folder copied, or a baseline saved by copying it), or None."""
+    if folder_key(a) == folder_key(b):
+        return f"the same run folder ({a.path})"
+    ident = run_identity(info_a)
+    if ident is not None and ident == run_identity(info_b):
+        return (f"copies of one run ({a.path} and {b.path}: run id {ident[0]}, started "
+                f"{ident[1]})")
+    return None
+
+
+def same_folders(labels: list[str], runs: list[Run],
+                 infos: list[dict[str, Any]]) -> list[str]:
+    """A warning per run that is an earlier run (``compare(r, r)``, a folder and a link to
+    it, or a copy of its folder: ``same_run``): compared with itself, every change is zero
+    by construction. Kept a comparison (it shows a table's shape), but not without a
+    word."""
     out = []
-    for lab, r in zip(labels, runs, strict=True):
-        key = folder_key(r)
-        if key in seen:
-            first, run = seen[key]
-            out.append(f"{first} and {lab} are the same run folder ({run.path}): "
-                       f"{WITH_ITSELF}")
-        else:
-            seen[key] = lab, r
+    for k, (lab, r, info) in enumerate(zip(labels, runs, infos, strict=True)):
+        for j in range(k):
+            how = same_run(runs[j], infos[j], r, info)
+            if how is not None:
+                out.append(f"{labels[j]} and {lab} are {how}: {WITH_ITSELF}")
+                break
     return out
 
 

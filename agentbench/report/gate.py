@@ -84,7 +84,7 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
     from agentbench.metrics.format import run_ended
     from agentbench.metrics.run import load
     from agentbench.metrics.summary import NO_SESSIONS
-    from agentbench.report.comparison import WITH_ITSELF, folder_key
+    from agentbench.report.comparison import WITH_ITSELF, same_run
     from agentbench.results import schema as R
     from agentbench.results.runfolder import require_run_json
     from agentbench.results.timebase import VIRTUAL
@@ -110,10 +110,10 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
                              "gate (see its summary for why)", source=str(r.path))
     out = GateResult(options=opts)
     out.warnings = check_comparable([r.records.run for r in [*bases, runs[1]]], allow)
-    same = [b for b in bases if folder_key(b) == folder_key(runs[1])]
+    cand = runs[1]
+    same = [h for b in bases if (h := same_run(b, b.records.run, cand, cand.records.run))]
     if same:  # it passes, as it should; but a pass of a run against itself proves nothing
-        out.warnings.append(f"baseline and candidate are the same run folder "
-                            f"({same[0].path}): {WITH_ITSELF}")
+        out.warnings.append(f"baseline and candidate are {same[0]}: {WITH_ITSELF}")
     for r, which in [*((b, "baseline") for b in bases), (runs[1], "candidate")]:
         if R.SESSIONS_FILE in r.records.missing:  # its agents' figures are fallbacks
             out.warnings.append(f"the {which} {r.path.name}: {NO_SESSIONS}")

@@ -154,6 +154,15 @@ def test_a_run_compared_with_a_copy_of_its_folder_says_so(tmp_path: Path) -> Non
     assert not [w for w in agentbench.compare(dirs[0], dirs[1]).warnings if "copies" in w]
     assert not [w for w in evaluate(dirs[0], dirs[1], rules, opts).warnings
                 if "copies" in w]
+    # among several baselines a copy is the run given twice: refused, not a re-run with
+    # no spread (which made every rule's bound its point)
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    res = CliRunner().invoke(app, ["gate", str(dirs[0]), str(copy), str(dirs[1])])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert f"given twice (a copy of {str(dirs[0])!r}: run id a)" in res.output
 
 
 def test_requests_in_one_time_base(tmp_path: Path) -> None:

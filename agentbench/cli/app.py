@@ -55,18 +55,37 @@ def _refuse_empty_paths(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
 
 
 def distinct_runs(runs: list[Path], why: str) -> list[Path]:
-    """The run folders, each once: ``RUN`` and ``RUN/`` (or a link to it) given together
-    are one run, refused in one line that ends with ``why``."""
+    """The run folders, each once: ``RUN`` and ``RUN/`` (or a link to it, or a copy of its
+    folder: run.json's run id, start, process and host the same) given together are one
+    run, refused in one line that ends with ``why``."""
     import os
 
-    seen: dict[str, Path] = {}
+    seen: dict[Any, Path] = {}
     for r in runs:
-        key = os.path.realpath(r)
-        if key in seen:
-            also = f" (as {str(seen[key])!r} too)" if str(seen[key]) != str(r) else ""
-            raise InputError(f"given twice{also}: {why}", source=str(r))
-        seen[key] = r
+        for key in (os.path.realpath(r), _identity(r)):
+            if key is None:
+                continue
+            if key in seen:
+                first = str(seen[key])
+                also = (f" (as {first!r} too)" if isinstance(key, str) else
+                        f" (a copy of {first!r}: run id {key[0]})") if first != str(r) else ""
+                raise InputError(f"given twice{also}: {why}", source=str(r))
+            seen[key] = r
     return runs
+
+
+def _identity(run: Path) -> tuple[Any, ...] | None:
+    """The run a folder holds (``report.comparison.run_identity``), None when its run.json
+    cannot be read (the command that reads the folder says why)."""
+    import json
+
+    from agentbench.report.comparison import run_identity
+
+    try:
+        info = json.loads((run / "run.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    return run_identity(info) if isinstance(info, dict) else None
 
 
 _STATE = {"debug": False}

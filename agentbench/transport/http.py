@@ -12,6 +12,9 @@ complete.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -142,17 +145,39 @@ def _redirect_refused(location: str, target: Target) -> str:
 
 
 def redact(text: str, secrets: tuple[str, ...], cut: bool = False) -> str:
-    """``text`` with every secret replaced by ``<redacted>``. ``cut``: the text is the
-    start of something longer, so a secret may be cut in two at its end: the longest
-    start of a secret that ends the text is dropped as well."""
-    for s in secrets:
-        if s:
-            text = text.replace(s, "<redacted>")
+    """``text`` with every secret replaced by ``<redacted>``, as it is and as JSON spells
+    it (``json_spellings``: an error body or a chat stream's error event is kept as the
+    JSON the server sent). ``cut``: the text is the start of something longer, so a
+    secret may be cut in two at its end: the longest start of a secret that ends the
+    text is dropped as well."""
+    forms = [f for s in secrets if s for f in json_spellings(s)]
+    for f in forms:
+        text = text.replace(f, "<redacted>")
     if cut:
-        k = max((n for s in secrets for n in range(min(len(s) - 1, len(text)), 0, -1)
+        k = max((n for s in forms for n in range(min(len(s) - 1, len(text)), 0, -1)
                  if text.endswith(s[:n])), default=0)
         text = text[:len(text) - k]
     return text
+
+
+_HEX = re.compile(r"\\u[0-9a-f]{4}")
+
+
+@functools.lru_cache(maxsize=256)
+def json_spellings(secret: str) -> tuple[str, ...]:
+    """``secret`` and the ways a JSON string may spell it, longest first: ``"`` and ``\\``
+    escaped, non-ASCII as itself or ``\\u00e4`` (either case), ``/`` as ``\\/`` (PHP,
+    Java) and ``<>&`` as ``\\u003c`` (Go). A key holding one of these characters, quoted
+    in an error's JSON, was kept whole."""
+    out = {secret}
+    for ascii_only in (True, False):
+        j = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+        forms = {j, j.replace("/", "\\/")}
+        forms |= {f.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+                  for f in forms}
+        forms |= {_HEX.sub(lambda m: m[0].upper().replace("\\U", "\\u"), f) for f in forms}
+        out |= forms
+    return tuple(sorted(out, key=len, reverse=True))
 
 
 async def send(http: aiohttp.ClientSession | None, target: Target,

@@ -7,6 +7,7 @@ message, the token events before it kept, however the reads cut the stream."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -133,3 +134,30 @@ def test_an_error_event_then_a_cut_is_the_servers_error(cut: str) -> None:
     rec = _record("chat", stream("chat", b"", False))  # no error event: the cut alone
     rec.status, rec.error_type, rec.error_message = "error", cut, "no data for 2 s"
     assert finish_record(rec)["error_type"] == cut
+
+
+#: secrets as JSON spells them: a quote and a backslash escaped, non-ASCII as \u00e4,
+#: "/" as "\/" (PHP, Java), "<", ">" and "&" as \u003c, \u003e and \u0026 (Go)
+ODD_KEYS = ('pa"ss\\word-1234', "pässwörd-1234", "sk-abc/def+ghi==", "tok<en>&1234")
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+@pytest.mark.parametrize("key", ODD_KEYS)
+def test_a_key_an_error_event_spells_as_json_is_redacted(api: str, key: str) -> None:
+    """A chat or completions error event is kept as the JSON the server sent, where a key
+    holding a quote, a backslash, a slash, ``<>&`` or non-ASCII is escaped: it was kept
+    whole, as the redaction looked for the key as it is. Whatever the server's JSON
+    escapes, and in a row ended by the transport's cut too."""
+    spelled = json.dumps(key)[1:-1]
+    for form in (spelled, json.dumps(key, ensure_ascii=False)[1:-1],
+                 spelled.replace("/", "\\/").replace("<", "\\u003c").replace(">", "\\u003e")
+                 .replace("&", "\\u0026"),
+                 re.sub(r"\\u([0-9a-f]{4})", lambda m: "\\u" + m[1].upper(), spelled)):
+        event = b'data: {"error": {"message": "bad key ' + form.encode() + b'"}}\n\n'
+        for cut in (None, "disconnected"):
+            rec = _record(api, stream(api, event, False), secrets=(key,))
+            if cut:
+                rec.status, rec.error_type, rec.error_message = "error", cut, "closed"
+            row = finish_record(rec)
+            assert row["error_type"] == "stream_error"
+            assert "bad key <redacted>" in row["error_message"], (form, row["error_message"])

@@ -72,3 +72,13 @@ def test_exception_text_is_redacted_before_it_is_cut() -> None:
         _fail(rec, "ClientError", "y" * pad + f" GET http://h/v1?key={KEY} failed", _target())
         msg = rec.error_message or ""
         assert len(msg) <= 1000 and not _leaks(msg), msg[-60:]
+
+
+def test_a_key_a_500_body_spells_as_json_is_redacted() -> None:
+    """An error body is kept as the JSON the server sent, where a key holding a quote or
+    a slash is escaped (``\\"``, ``\\/``): it was kept whole."""
+    key = 'sk-a"b/c-0123456789'
+    for form in ('sk-a\\"b/c-0123456789', 'sk-a\\"b\\/c-0123456789'):
+        msg = _refused_with(b'{"error": {"message": "bad key ' + form.encode() + b'"}}',
+                            secrets=(key,))
+        assert "bad key <redacted>" in msg and "0123456789" not in msg, msg

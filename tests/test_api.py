@@ -108,6 +108,22 @@ def test_compare_names_the_runs_as_told(run_dir: Path, tmp_path: Path) -> None:
             agentbench.compare(run_dir, other, labels=bad)  # type: ignore[arg-type]
 
 
+def test_labels_that_are_the_tables_own_column_names_are_kept_apart(
+        run_dir: Path, tmp_path: Path) -> None:
+    """The formatted table's columns are the runs' names, their changes (``b vs a``) and,
+    as its index, ``metric``: a run named ``metric`` replaced each row's metric label
+    with its own value, a run named ``b vs a`` lost its column to that change, and a
+    blank name showed nothing. The first is kept apart now; the others are refused."""
+    other = write_demo_run(tmp_path / "slow", trees=6, turns=12, concurrency=(2,), seed=4,
+                           ttft_scale=2.0)
+    c = agentbench.compare(run_dir, other, labels=["metric", "b"])
+    assert list(c.table.columns) == ["metric", "b", "b vs metric"]
+    assert "P50 TTFT" in c.table.index and c.table.index.name == "metric"
+    for bad in (["a", "b", "b vs a"], [" ", "b", "c"], ["a", "\n", "c"]):
+        with pytest.raises(ValueError, match="labels"):
+            agentbench.compare(run_dir, other, other, labels=bad)
+
+
 def test_a_run_compared_with_itself_says_so(run_dir: Path, tmp_path: Path) -> None:
     """``compare(r, r)`` (the notebook's table shape), a folder and the run loaded from it,
     or a link to it: still a comparison, every change zero, but it said nothing of being

@@ -164,17 +164,19 @@ def comparison_table(summaries: Sequence[dict[str, Any]],
 def format_table(values: pd.DataFrame) -> pd.DataFrame:
     """Strings for ``comparison_values``: values with units, then changes vs the first."""
     labels = list(values.columns)
-    rows = []
+    rows, index = [], []
     for name, row in values.iterrows():
         m = metric(str(name))
         vals = [None if math.isnan(v) else float(v) for v in row]
-        out: dict[str, str] = {"metric": m.label}
+        index.append(m.label)  # apart from the columns: a run may be named "metric"
+        out: dict[str, str] = {}
         for lab, v in zip(labels, vals, strict=True):
             out[lab] = format_value(m, v)
         for lab, v in zip(labels[1:], vals[1:], strict=True):
             out[f"{lab} vs {labels[0]}"] = change(m, vals[0], v)
         rows.append(out)
-    return pd.DataFrame(rows).set_index("metric") if rows else pd.DataFrame()
+    return pd.DataFrame(rows, index=pd.Index(index, name="metric")) if rows \
+        else pd.DataFrame()
 
 
 def headline(base: dict[str, Any], cand: dict[str, Any],

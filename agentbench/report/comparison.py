@@ -55,7 +55,7 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     ``allow`` (e.g. ``("endpoints", "load")``, ``"endpoints,load"``, or ``"all"``);
     otherwise ``InputError`` names every field that differs. ``labels`` names the runs
     in the table, headlines and warnings (default: their variant names, less the part
-    all share; ``run_labels``): one distinct, non-empty name a run."""
+    all share; ``run_labels``): one distinct, non-blank name a run (``_labels``)."""
     from agentbench.report.compare import (
         comparison_ratios,
         comparison_values,
@@ -89,12 +89,15 @@ def compare(*runs: Run | str | Path, block: str = "overall",
 
 
 def _labels(labels: Iterable[str], n: int) -> list[str]:
-    """``compare``'s ``labels``, checked: one distinct, non-empty string a run."""
+    """``compare``'s ``labels``, checked: one distinct, non-blank string a run, none the
+    name of a change column (``b vs a``, with ``a`` the first): the table's columns are
+    the runs' names and those, and one that was both showed the change alone."""
     out = list(labels) if not isinstance(labels, str) else [labels]
-    if len(out) != n or not all(isinstance(x, str) and x for x in out) \
-            or len(set(out)) != n:
-        raise ValueError(f"labels: {n} distinct non-empty names are needed, one a run "
-                         f"(got {out!r:.200})")
+    changes = {f"{x} vs {out[0]}" for x in out[1:]} if out else set()
+    if len(out) != n or not all(isinstance(x, str) and x.strip() for x in out) \
+            or len(set(out)) != n or changes & set(out):
+        raise ValueError(f"labels: {n} distinct non-blank names are needed, one a run, "
+                         f"none 'b vs a' of two others (got {out!r:.200})")
     return out
 
 

@@ -76,14 +76,19 @@ def distinct_runs(runs: list[Path], why: str) -> list[Path]:
 
 def _identity(run: Path) -> tuple[Any, ...] | None:
     """The run a folder holds (``report.comparison.run_identity``), None when its run.json
-    cannot be read (the command that reads the folder says why)."""
+    is no regular file (a FIFO would block the read) or cannot be read: the command that
+    reads the folder says why."""
     import json
+    import stat
 
     from agentbench.report.comparison import run_identity
 
+    path = run / "run.json"
     try:
-        info = json.loads((run / "run.json").read_bytes())
-    except (OSError, ValueError):
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        info = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
         return None
     return run_identity(info) if isinstance(info, dict) else None
 

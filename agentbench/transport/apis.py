@@ -36,15 +36,10 @@ MIN_RESPONSES_OUTPUT = 16
 ANTHROPIC_VERSION = "2023-06-01"
 #: the bytes of the event that ends a stream of each API, looked for in the reads of a
 #: stream by ``agentbench.transport.streamtimer`` (what they are is then confirmed by reading
-#: the stream: docs/reliability.md). An error event ends it as an error: Responses'
-#: ``response.failed``, a typed stream's ``event: error``, a chat or completions event
-#: ``{"error": ...}`` or vLLM's ``{"object": "error", ...}`` (inside a token's JSON string
-#: these quotes are escaped, so no token's text holds the bytes)
-_CHAT_ERRORS = (b'{"error"', b'"object":"error"', b'"object": "error"')
-END_MARKS = {"chat": (b"[DONE]", *_CHAT_ERRORS), "completions": (b"[DONE]", *_CHAT_ERRORS),
-             "responses": (b"response.completed", b"response.incomplete", b"response.failed",
-                           b"event: error"),
-             "messages": (b"message_stop", b"event: error")}
+#: the stream: docs/reliability.md); Responses' ``response.failed`` ends it as an error
+END_MARKS = {"chat": (b"[DONE]",), "completions": (b"[DONE]",),
+             "responses": (b"response.completed", b"response.incomplete", b"response.failed"),
+             "messages": (b"message_stop",)}
 
 
 def path(api: str) -> str:

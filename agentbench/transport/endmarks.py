@@ -82,6 +82,12 @@ def cut_mark_end(seen: bytes, api: str) -> int:
     return at
 
 
+def unframed(seen: bytes) -> bytes:
+    """``seen`` (raw reads of a chunked body) without the framing between its HTTP chunks:
+    a word the framing cuts (``err``, ``or``) whole again."""
+    return _FRAMINGS.sub(b"", seen)
+
+
 def in_unfinished_event(pieces: list[bytes], api: str) -> bool:
     """Whether the bytes of ``api``'s last event are in an event not ended yet (after the
     last blank line of the body so far, ``pieces``): that event came in part."""

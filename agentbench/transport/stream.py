@@ -103,6 +103,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         self.tail = b""  # the last bytes of those reads (the bytes cut between two reads)
         self.marked = 0  # perf_ns of the last read with those bytes, until the stream is read
         self.again = False  # those bytes came in an event not ended: look at the next read
+        self.settled = 0  # reads when the stream, quiet, was last read (streamtimer.settled)
         self._drain: asyncio.Future[None] | None = None
         self._paused = False
 
@@ -190,7 +191,7 @@ class Conn(asyncio.Protocol, asyncio.BufferedProtocol):
         stream it brings ends (``apis.END_MARKS``)."""
         self.t0 = t0_ns
         self.api = api
-        self.looked = self.marked = 0
+        self.looked = self.marked = self.settled = 0
         self.tail = b""
         self.again = False
         self.resp = Response()

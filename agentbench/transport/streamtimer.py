@@ -66,6 +66,7 @@ def ended_at_last_event(conn: Conn, resp: Response) -> bool:
     goes on: then the request is over, a success (or a Responses ``response.failed``)
     stamped at that event's read (``Response.end_ns``), and the connection, whose
     response never finished, is not used again."""
+    conn.settled = len(resp.reads)  # read as it stands: a quiet spell reads it no more
     pieces, stamps = resp.body(partial=True)
     try:
         st = apis.read_stream(conn.api, pieces, stamps)
@@ -78,6 +79,24 @@ def ended_at_last_event(conn: Conn, resp: Response) -> bool:
     conn.keep = False
     conn._finish()
     return True
+
+
+def settled(conn: Conn) -> bool:
+    """Whether a stream quiet for ``END_GRACE_S`` is to be read as it stands: the reads
+    since it was last read so hold ``error`` (an error event's bytes, in each API's
+    shape), then the request ends there if its last event came. A server that says why
+    in an error event and then neither ends the body nor closes held the request and its
+    lane for the stall timeout (120 s by default). Its bytes are not looked for in every
+    look (that made every stream's looks about half again as costly:
+    ``benchmarks/stream_bench.py``), nor is a quiet stream read whole each time (a slow
+    stream, tokens over half a second apart, would be read once a token): only the reads
+    since the last quiet spell are searched, once each."""
+    resp = conn.resp
+    if resp is None or len(resp.reads) == conn.settled:
+        return False
+    new = b"".join(resp.reads[max(0, conn.settled - 1):])  # a word cut between two reads
+    conn.settled = len(resp.reads)
+    return b"error" in (endmarks.unframed(new) if resp.chunked else new)
 
 
 def arm(conn: Conn, sock_read: float | None, deadline: float | None, total: float | None
@@ -99,8 +118,8 @@ def arm(conn: Conn, sock_read: float | None, deadline: float | None, total: floa
         quiet = (perf_ns() - conn.last_ns) / 1e9
         stalled = sock_read is not None and 0 < sock_read <= quiet
         left = conn._end_due()
-        if (over or stalled or (left is not None and left <= 0)) \
-                and conn._ended_at_last_event():
+        if (over or stalled or (left is not None and left <= 0)
+                or quiet >= END_GRACE_S and settled(conn)) and conn._ended_at_last_event():
             return
         if left is not None and left <= 0:  # those bytes ended nothing (a token's text)
             conn.marked, left = 0, None

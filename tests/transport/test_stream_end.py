@@ -297,6 +297,66 @@ async def test_a_marker_inside_a_tokens_text_ends_nothing(
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("cut", ["whole", "in-its-word", "a-byte-each", "spaced"])
+@pytest.mark.parametrize("api", APIS)
+async def test_an_error_event_a_quiet_stream_ends_at_however_cut(api: str, cut: str) -> None:
+    """Two tokens, then an error event (whole; as HTTP chunks cut inside the word
+    ``error``; a chunk a byte; chat's ``{ "error"`` spaced), then the body neither ends nor
+    closes: the stream, quiet, is read, and the request ends before the stall timeout
+    (it waited for it, 5 s here, 120 s by default), the server's ``stream_error`` stamped
+    at the event's read."""
+    w = _wire(api)
+    evs, _ = _answer(api)
+    err = w.error("engine died")
+    if cut == "spaced":
+        if api not in ("chat", "completions"):
+            pytest.skip("a typed stream's error is told by its type, not its spacing")
+        err = err.replace(b'{"error"', b'{ "error"')
+    at = err.index(b"error") + 2
+    parts = {"whole": [err], "in-its-word": [err[:at], err[at:]], "spaced": [err],
+             "a-byte-each": [err[k:k + 1] for k in range(len(err))]}[cut]
+    srv = Server([[*evs[:-2], *parts[:-1], b"MARK" + parts[-1]]])
+    [(rec, row, took)] = await _send(srv, api)
+    assert row["status"] == "error" and row["error_type"] == "stream_error", row
+    assert "engine died" in str(row["error_message"])
+    assert "then" not in str(row["error_message"])  # no cut: the server's word alone
+    assert isinstance(rec.end_ns, int)
+    assert srv.marker_ns[-1] <= rec.end_ns < srv.marker_ns[-1] + 200_000_000
+    assert took < 2 * stream.END_GRACE_S + 1.0 < STALL_S
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_slow_stream_is_not_read_at_each_quiet_spell(
+        api: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokens further apart than the grace (an overloaded server): a quiet stream is read
+    only when its reads since the last spell hold an error's bytes, not at each spell (a
+    stream read whole once a token costs its square)."""
+    looks: list[bool] = []
+    real = stream.Conn._ended_at_last_event
+
+    def look(conn: stream.Conn) -> bool:
+        looks.append(real(conn))
+        return looks[-1]
+
+    monkeypatch.setattr(stream.Conn, "_ended_at_last_event", look)
+    w = _wire(api)
+    evs, end = _answer(api, tokens=4)
+    gap = stream.END_GRACE_S * 1.5
+    steps: list[Step] = [x for ev in evs for x in (ev, gap)]
+    srv = Server([[*steps, end, END]])
+    [(rec, row, took)] = await _send(srv, api)
+    assert row["status"] == "ok" and row["token_events"] == 4
+    assert took > 4 * gap and looks == []
+    # a token that says "error" has the stream read at the spell after it: once
+    said = w.token("an error ", False, COUNTS)
+    srv = Server([[*evs[:-1], said, gap, evs[-1], end, END]])
+    looks.clear()
+    [(rec, row, took)] = await _send(srv, api)
+    assert row["status"] == "ok" and row["token_events"] == 5 and looks == [False]
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("api", APIS)
 async def test_a_server_that_ends_its_body_keeps_its_connection(api: str) -> None:
     """The last chunk with the marker, or 50 ms after it (well within the grace): the

@@ -141,6 +141,15 @@ def test_a_node_lost_mid_run_keeps_its_rows(cluster: Any, tmp_path: Path) -> Non
     with fastserver("--tokens", "64", "--per-event", "--step", "0.06") as url:
         text = SCENARIO.format(url=url).replace("recycle: false", "recycle: true, "
                                                 "max_requests: 80")
+        # this process joins Ray before the node to lose exists, so that its connection
+        # cannot rest on that node's raylet (Ray ends a driver whose raylet goes). Once,
+        # in a full parallel run, the pytest worker died in the test after this one; the
+        # cause is not confirmed (a driver joined here took the head's raylet each time
+        # it was looked at)
+        import ray as ray_mod
+
+        if not ray_mod.is_initialized():
+            ray_mod.init(address=cluster.address)
         extra = cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         out: dict[str, Any] = {}

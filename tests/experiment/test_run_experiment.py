@@ -149,16 +149,7 @@ def test_variants_that_replay_different_traces_are_compared_within_their_trace(
     ``pd-ratio.yaml`` does): each variant is compared with the first variant replaying
     its own trace, and the traces' first variants with each other; a change against
     another trace's variant is the workload's as much as the serving's."""
-    f = _scenario_file(tmp_path, variants=False)
-    doc = yaml.safe_load(f.read_text())
-    doc["variants"] = [
-        {"name": "a-rr", "set": {"endpoints.0.router": "round_robin"}},
-        {"name": "a-aff", "set": {"endpoints.0.router": "session_affinity"}},
-        {"name": "c-rr", "set": {"endpoints.0.router": "round_robin",
-                                 "trace.profile": "codex"}},
-        {"name": "c-aff", "set": {"endpoints.0.router": "session_affinity",
-                                  "trace.profile": "codex"}}]
-    f.write_text(yaml.safe_dump(doc))
+    f = _routers_over_traces(tmp_path, ["a-rr", "a-aff", "c-rr", "c-aff"])
     x = agentbench.run_experiment(f)
     assert [h.split(":")[0] for h in x.comparison.headlines] == [
         "a-aff vs a-rr", "c-rr vs a-rr", "c-aff vs a-rr"]  # the whole sweep, as before
@@ -258,18 +249,29 @@ def test_the_command_names_its_option_where_the_library_names_its_argument(
     assert not (tmp_path / "results").exists()
 
 
-def _two_traces(tmp_path: Path) -> Path:
-    """Three variants over two traces (``c-rr`` alone on its own), each on 12 requests."""
+def _routers_over_traces(tmp_path: Path, names: list[str],
+                         limits: dict[str, object] | None = None) -> Path:
+    """A scenario file whose variants are ``names``: ``a-`` the scenario's trace, ``c-``
+    Codex-profile agents (``trace.profile``, as ``pd-ratio.yaml`` sets it per variant),
+    ``-rr`` round-robin routing, ``-aff`` session affinity; ``limits`` replaces the
+    scenario's."""
     f = _scenario_file(tmp_path, variants=False)
     doc = yaml.safe_load(f.read_text())
+    routers = {"rr": "round_robin", "aff": "session_affinity"}
     doc["variants"] = [
-        {"name": "a-rr", "set": {"endpoints.0.router": "round_robin"}},
-        {"name": "a-aff", "set": {"endpoints.0.router": "session_affinity"}},
-        {"name": "c-rr", "set": {"endpoints.0.router": "round_robin",
-                                 "trace.profile": "codex"}}]
-    doc["limits"] = {"max_requests": 12, "recycle": False}
+        {"name": n, "set": {"endpoints.0.router": routers[n.split("-")[1]],
+                            **({"trace.profile": "codex"} if n.startswith("c-") else {})}}
+        for n in names]
+    if limits is not None:
+        doc["limits"] = limits
     f.write_text(yaml.safe_dump(doc))
     return f
+
+
+def _two_traces(tmp_path: Path) -> Path:
+    """Three variants over two traces (``c-rr`` alone on its own), each on 12 requests."""
+    return _routers_over_traces(tmp_path, ["a-rr", "a-aff", "c-rr"],
+                                {"max_requests": 12, "recycle": False})
 
 
 def test_a_sweep_over_traces_prints_a_report_of_every_run(tmp_path: Path) -> None:

@@ -131,23 +131,31 @@ def run_json(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads((run_dir / "run.json").read_text()))
 
 
-def six_requests(tmp_path: Path, fault_server: Any, faults: str, api: str,
-                 stall_s: float = 0.5) -> tuple[Path, Any]:
-    """``agentbench run`` of 6 requests on 2 lanes against a fault server answering in
-    turn with ``faults`` (the client's stall timeout ``stall_s``): it exits 0 without a
-    traceback, each request the server saw has its row, and run.json says ``completed``;
-    (the run folder, its rows)."""
+def fault_run(tmp_path: Path, fault_server: Any, faults: str, api: str, *, lanes: int,
+              requests: int, stall_s: float = 0.5) -> tuple[Path, Any, Any]:
+    """``agentbench run`` of ``requests`` requests on ``lanes`` lanes against a fault
+    server answering in turn with ``faults`` (the client's stall timeout ``stall_s``): it
+    exits 0 without a traceback, each request the server saw has its row, and run.json
+    says ``completed``; (the run folder, its rows, the server)."""
     srv = fault_server(faults)
-    sc = scenario(tmp_path, srv.url, lanes=2, extra_endpoint=f"api: {api}",
-                  limits="max_requests: 6", stall_s=stall_s)
+    sc = scenario(tmp_path, srv.url, lanes=lanes, extra_endpoint=f"api: {api}",
+                  limits=f"max_requests: {requests}", stall_s=stall_s)
     r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
                 "--no-progress")
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
     run = tmp_path / "out" / "r"
     req = rows(run)
-    assert len(req) == len(srv.seen()) == 6
+    assert len(req) == len(srv.seen()) == requests
     assert run_json(run)["status"] == "completed"
+    return run, req, srv
+
+
+def six_requests(tmp_path: Path, fault_server: Any, faults: str, api: str,
+                 stall_s: float = 0.5) -> tuple[Path, Any]:
+    """``fault_run`` of 6 requests on 2 lanes: (the run folder, its rows)."""
+    run, req, _ = fault_run(tmp_path, fault_server, faults, api, lanes=2, requests=6,
+                            stall_s=stall_s)
     return run, req
 
 

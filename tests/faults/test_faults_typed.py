@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.harness import report_reads, rows, run_cli, scenario, six_requests
+from tests.faults.harness import fault_run, report_reads, six_requests
 from tests.faults.test_faults_server import EXPECTED as CHAT
 
 #: the row each fault becomes in a typed stream (status, error_type): as in a chat stream,
@@ -29,17 +29,9 @@ EXPECTED = {**{f: CHAT[f] for f in ("ok", "http500", "reset", "stall", "malforme
 def test_every_typed_stream_fault_is_one_row_and_the_run_reads(
         tmp_path: Path, fault_server: Any, api: str) -> None:
     faults = list(EXPECTED)
-    srv = fault_server(",".join(faults))
-    sc = scenario(tmp_path, srv.url, lanes=3, extra_endpoint=f"api: {api}",
-                  limits=f"max_requests: {len(faults)}")
-    r = run_cli("run", str(sc), "-o", str(tmp_path / "out"), "--run-id", "r",
-                "--no-progress")
-    assert r.returncode == 0, r.stderr
-    assert "Traceback" not in r.stderr
-    run = tmp_path / "out" / "r"
-    req = rows(run)
+    run, req, srv = fault_run(tmp_path, fault_server, ",".join(faults), api, lanes=3,
+                              requests=len(faults))
     seen = srv.seen()
-    assert len(req) == len(seen) == len(faults)
     got = Counter((s, e if isinstance(e, str) else None)
                   for s, e in zip(req.status, req.error_type, strict=True))
     assert got == Counter(EXPECTED[f] for _, f, _ in seen)

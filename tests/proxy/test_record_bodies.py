@@ -7,6 +7,7 @@ import gzip
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -170,15 +171,11 @@ async def test_a_reply_nested_past_the_json_reader_is_relayed_whole_and_journale
     assert meta["calls"] == 3 and meta["calls_in_trace"] == 3
 
 
-@pytest.mark.parametrize("flag", ["yes", "false", 1])
-async def test_a_stream_flag_that_is_no_boolean_is_read_as_the_upstream_answered(
-        upstream: tuple[Upstream, str], tmp_path: Path, flag: object) -> None:
-    """``"stream": "yes"`` (or ``"false"``, or ``1``) is no stream in the OpenAI API,
-    whose flag is a boolean: servers refuse it, or read it as false (llama.cpp: its
-    default) or as true (a lax one). The recorder took any truthy value for a stream and
-    read a JSON answer as SSE: its usage lost (counted with the tokenizer, 0 output
-    tokens), the call stored as streamed. It now reads what the upstream sent: a JSON
-    body here, a stream from an upstream that streamed; only ``true`` asks for one."""
+async def _chat_then_completion(upstream: tuple[Upstream, str], tmp_path: Path,
+                                chat: object, completion: object) -> list[dict[str, Any]]:
+    """A chat call whose JSON body says ``"stream": chat`` (the upstream answers it with
+    one JSON body) and a completions call saying ``"stream": completion`` (answered with
+    a stream) through the recorder: its rows, in call order."""
     import pyarrow.parquet as pq
 
     up, url = upstream
@@ -188,14 +185,26 @@ async def test_a_stream_flag_that_is_no_boolean_is_read_as_the_upstream_answered
     out = tmp_path / "rec.parquet"
     proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
     try:
-        assert await _post(proxy.url, json.dumps(_chat("hi", stream=flag)).encode()) == 200
+        assert await _post(proxy.url, json.dumps(_chat("hi", stream=chat)).encode()) == 200
         async with aiohttp.ClientSession() as http, http.post(
                 proxy.url + "/v1/completions",
-                json={"model": "m", "prompt": "other", "stream": flag}) as r:
+                json={"model": "m", "prompt": "other", "stream": completion}) as r:
             assert r.status == 200 and b"[DONE]" in await r.read()
     finally:
         await proxy.close()
-    rows = sorted(pq.read_table(out).to_pylist(), key=lambda r: r["call_index"])
+    return sorted(pq.read_table(out).to_pylist(), key=lambda r: r["call_index"])
+
+
+@pytest.mark.parametrize("flag", ["yes", "false", 1])
+async def test_a_stream_flag_that_is_no_boolean_is_read_as_the_upstream_answered(
+        upstream: tuple[Upstream, str], tmp_path: Path, flag: object) -> None:
+    """``"stream": "yes"`` (or ``"false"``, or ``1``) is no stream in the OpenAI API,
+    whose flag is a boolean: servers refuse it, or read it as false (llama.cpp: its
+    default) or as true (a lax one). The recorder took any truthy value for a stream and
+    read a JSON answer as SSE: its usage lost (counted with the tokenizer, 0 output
+    tokens), the call stored as streamed. It now reads what the upstream sent: a JSON
+    body here, a stream from an upstream that streamed; only ``true`` asks for one."""
+    rows = await _chat_then_completion(upstream, tmp_path, flag, flag)
     assert [r["path"] for r in rows] == ["/v1/chat/completions", "/v1/completions"]
     assert [r["stream"] for r in rows] == [False, True]
     assert [r["usage_reported"] for r in rows] == [True, True]
@@ -209,23 +218,7 @@ async def test_an_answer_is_read_as_the_upstream_sent_it_whatever_the_flag_asked
     the usage lost (0 output tokens, counted with the tokenizer). A response past
     ``SPILL_BYTES`` was already read as it came; every one now is. The ``stream`` column
     stays the request's flag."""
-    import pyarrow.parquet as pq
-
-    up, url = upstream
-    up.replies["m"] = (b'data: {"choices":[{"text":"tok "}]}\n\n'
-                       b'data: {"choices":[],"usage":{"prompt_tokens":5,'
-                       b'"completion_tokens":1}}\n\ndata: [DONE]\n\n')
-    out = tmp_path / "rec.parquet"
-    proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
-    try:
-        assert await _post(proxy.url, json.dumps(_chat("hi", stream=True)).encode()) == 200
-        async with aiohttp.ClientSession() as http, http.post(
-                proxy.url + "/v1/completions",
-                json={"model": "m", "prompt": "other", "stream": False}) as r:
-            assert r.status == 200 and b"[DONE]" in await r.read()
-    finally:
-        await proxy.close()
-    rows = sorted(pq.read_table(out).to_pylist(), key=lambda r: r["call_index"])
+    rows = await _chat_then_completion(upstream, tmp_path, True, False)
     assert [r["stream"] for r in rows] == [True, False]
     assert [r["usage_reported"] for r in rows] == [True, True]
     assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == [(7, 2), (5, 1)]

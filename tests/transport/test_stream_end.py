@@ -165,6 +165,20 @@ def _ok_at_the_marker(srv: Server, rec: RequestRecord, row: dict[str, object], t
     assert took < stream.END_GRACE_S + 1.5 < STALL_S
 
 
+def _watch_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each read of a stream as it stands (``Conn._ended_at_last_event``) found, in
+    a list that grows as the reads come."""
+    looks: list[bool] = []
+    real = stream.Conn._ended_at_last_event
+
+    def look(conn: stream.Conn) -> bool:
+        looks.append(real(conn))
+        return looks[-1]
+
+    monkeypatch.setattr(stream.Conn, "_ended_at_last_event", look)
+    return looks
+
+
 APIS = list(apis.APIS)
 
 
@@ -274,14 +288,7 @@ async def test_a_marker_inside_a_tokens_text_ends_nothing(
     than the grace, more tokens and the real end: the stream is read once, after the
     grace, and the request goes on: not cut, every token counted, ended by the body's
     end."""
-    looks: list[bool] = []
-    real = stream.Conn._ended_at_last_event
-
-    def look(conn: stream.Conn) -> bool:
-        looks.append(real(conn))
-        return looks[-1]
-
-    monkeypatch.setattr(stream.Conn, "_ended_at_last_event", look)
+    looks = _watch_reads(monkeypatch)
     w = _wire(api)
     evs, end = _answer(api)
     fake = w.end_in_text()
@@ -332,14 +339,7 @@ async def test_a_slow_stream_is_not_read_at_each_quiet_spell(
     """Tokens further apart than the grace (an overloaded server): a quiet stream is read
     only when its reads since the last spell hold an error's bytes, not at each spell (a
     stream read whole once a token costs its square)."""
-    looks: list[bool] = []
-    real = stream.Conn._ended_at_last_event
-
-    def look(conn: stream.Conn) -> bool:
-        looks.append(real(conn))
-        return looks[-1]
-
-    monkeypatch.setattr(stream.Conn, "_ended_at_last_event", look)
+    looks = _watch_reads(monkeypatch)
     w = _wire(api)
     evs, end = _answer(api, tokens=4)
     gap = stream.END_GRACE_S * 1.5

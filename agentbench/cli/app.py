@@ -78,19 +78,18 @@ def _identity(run: Path) -> tuple[Any, ...] | None:
     """The run a folder holds (``report.comparison.run_identity``), None when its run.json
     is no regular file (a FIFO would block the read) or cannot be read: the command that
     reads the folder says why."""
-    import json
     import stat
 
     from agentbench.report.comparison import run_identity
+    from agentbench.results import schema as R
+    from agentbench.results.runfolder import read_run_json
 
-    path = run / "run.json"
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
+        if not stat.S_ISREG((run / R.RUN_FILE).stat().st_mode):
             return None
-        info = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        return run_identity(read_run_json(run))
+    except (OSError, InputError):
         return None
-    return run_identity(info) if isinstance(info, dict) else None
 
 
 _STATE = {"debug": False}

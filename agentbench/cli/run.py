@@ -246,18 +246,16 @@ class _RunPrinter:
 def _report_groups(result: Any) -> list[list[Any]]:
     """The runs each ``report`` line names: all of them, or those of each trace (with
     their repeats; a trace one variant replays too) when the variants replay several
-    traces. ``result.runs`` holds each variant's repeats in turn, the first of each in the
-    sweep's comparison."""
-    from agentbench.scenario.fingerprint import trace_groups
-
+    traces (``result.trace_groups``). ``result.runs`` holds each variant's repeats in
+    turn."""
     if not result.by_trace:
         return [result.runs]
     n = len(result.comparison.runs)
     per = len(result.runs) // n
     if per * n != len(result.runs):
         return [result.runs]
-    groups = trace_groups([r.info for r in result.runs[::per]])
-    return [[r for i in g for r in result.runs[i * per:(i + 1) * per]] for g in groups]
+    return [[r for i in g for r in result.runs[i * per:(i + 1) * per]]
+            for g in result.trace_groups]
 
 
 def ray_line(placed: dict[str, Any]) -> str:

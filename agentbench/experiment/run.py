@@ -52,6 +52,8 @@ class ExperimentResult:
     #: replaying it, and one of the first variant of each trace (``by_trace``)
     by_trace: list[Any] = field(default_factory=list)
     across_traces: Any = None
+    #: then too: the variants (their indices, in sweep order) replaying each trace
+    trace_groups: list[list[int]] = field(default_factory=list)
     #: variant name -> its figures over ``repeat`` runs (``metrics.repeats.repeat_table``)
     repeats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -219,6 +221,7 @@ def by_trace(result: ExperimentResult, firsts: list[VariantRun]) -> None:
     groups = trace_groups([r.info for r in firsts])
     if len(groups) < 2 or all(len(g) < 2 for g in groups):
         return
+    result.trace_groups = groups
     # each run named as in the whole sweep's comparison (``codex-p2d6``), not within its
     # group (``p2d6``, which two groups would share)
     names = dict(zip((r.run_dir for r in firsts), run_labels([r.summary for r in firsts]),

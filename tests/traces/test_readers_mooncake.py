@@ -144,3 +144,15 @@ def test_a_block_size_option_out_of_bounds_is_one_error(tmp_path: Path,
         read_trace(f, block_size=block_size)
     assert e.value.field == "block_size"
     assert read_trace(f, block_size=1 << 20).sessions[0].turns[0].block_size == 1 << 20
+
+
+@pytest.mark.parametrize("sid", [[1], {"a": 1}, 1.5, True])
+def test_a_session_id_that_is_no_string_or_integer_is_one_error(tmp_path: Path,
+                                                                 sid: object) -> None:
+    """A list (unhashable) as ``session_id`` was a TypeError traceback from the grouping."""
+    f = write_jsonl(tmp_path / "t.jsonl", [
+        {"session_id": sid, "timestamp": 0, "input_length": 5, "output_length": 1,
+         "hash_ids": [1]}])
+    with pytest.raises(InputError, match="expected a string or an integer") as e:
+        read_trace(f, format="mooncake")
+    assert e.value.field == "session_id" and e.value.where == "line 1"

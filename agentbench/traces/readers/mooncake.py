@@ -185,6 +185,9 @@ class _Columns:
             raise InputError("expected a JSON object", source=source, where=where)
         try:
             sid = rec.get("session_id")
+            if sid is not None and type(sid) not in (str, int):  # a list was a traceback
+                raise InputError(f"expected a string or an integer, got {sid!r}",
+                                 field="session_id")
             delay = opt_num(rec, "delay", nonneg=True)
             # a later turn of a session may be placed by its delay alone
             placed = sid is not None and "timestamp" not in rec

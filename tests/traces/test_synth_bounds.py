@@ -107,3 +107,31 @@ def test_a_profile_whose_numbers_no_trace_can_have_is_one_line(
     assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), \
         res.output
     assert "p.yaml" in lines[0] and not out.exists()
+
+
+AGENTX = (Path(__file__).parents[2] / "agentbench/traces/synth/profiles/agentx.yaml").read_text()
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("    value: 0.44\n", "    value: null\n"),       # share_of_roots: float(None)
+    ("    value: 0.44\n", "    value: many\n"),       # float('many')
+    ("    value: 0.44\n", "    value: 2\n"),          # every root, silently
+    ("    value: 0.929\n", "    value: []\n"),        # blocking_share: float([])
+    ("    value: 223000\n", "    value: null\n"),     # trigger_tokens: in the validator
+    ("    value: 256000\n", "    value: .inf\n"),     # window_tokens: int(inf)
+], ids=["share-null", "share-word", "share-2", "blocking-list", "trigger-null",
+        "window-inf"])
+def test_a_profile_scalar_that_is_no_number_in_range_is_one_line(
+        old: str, new: str, tmp_path: Path) -> None:
+    """The subagent shares and compaction sizes are ``value:`` scalars of any YAML type:
+    a string, null or list reached ``float()`` as a traceback."""
+    assert old in AGENTX
+    prof = tmp_path / "p.yaml"
+    prof.write_text(AGENTX.replace(old, new, 1))
+    out = tmp_path / "t.parquet"
+    res = CliRunner().invoke(app, ["traces", "synth", "-p", str(prof), "-n", "3",
+                                   "-o", str(out)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), \
+        res.output
+    assert "p.yaml" in lines[0] and "must be a number" in lines[0] and not out.exists()

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentbench.errors import InputError
+from agentbench.traces import MAX_TOKENS
 from agentbench.traces.smallfile import read_head
 
 Z90 = NormalDist().inv_cdf(0.9)  # standard-normal quantile of p90: lognormal sigma from p50/p90
@@ -231,6 +232,9 @@ class Compaction(Strict):
 
     @model_validator(mode="after")
     def _trigger_inside_window(self) -> Compaction:
+        _number(self.trigger_tokens, "trigger_tokens", 0, MAX_TOKENS)
+        if self.window_tokens is not None:
+            _number(self.window_tokens, "window_tokens", 0, MAX_TOKENS)
         if self.window_tokens is not None and not (
                 0 < float(self.trigger_tokens.value) < float(self.window_tokens.value)):
             raise ValueError("trigger_tokens must lie inside window_tokens")
@@ -250,6 +254,20 @@ class Children(Strict):
     session: SessionShape
     siblings_share_prefix: Value = Field(
         description="Spawns of one root share one system prefix (same subagent prompt).")
+
+    @model_validator(mode="after")
+    def _shares(self) -> Children:
+        for name in ("share_of_roots", "same_launch_share", "blocking_share"):
+            _number(getattr(self, name), name, 0, 1)
+        return self
+
+
+def _number(v: Value, name: str, lo: int, hi: int) -> None:
+    """A ``Value`` the generator takes as a number: one from ``lo`` to ``hi`` (a string,
+    null or list was a traceback from ``float()`` in the generator)."""
+    x = v.value
+    if isinstance(x, bool) or not isinstance(x, int | float) or not lo <= x <= hi:
+        raise ValueError(f"{name} must be a number from {lo} to {hi:,}, got {x!r}")
 
 
 class Profile(Strict):

@@ -78,3 +78,21 @@ def test_a_conversation_dataset_of_messages_reads_as_conversations(tmp_path: Pat
     g.write_text(json.dumps({"timestamp": 1.0, "messages": [{"role": "user",
                                                              "content": "x"}]}))
     assert detect_format(g) == "openai-log"
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "bailian", "sharegpt", "openai-log"])
+def test_a_gzipped_file_of_a_plain_text_reader_is_one_error_saying_so(
+        tmp_path: Path, fmt: str) -> None:
+    """Detection reads through gzip and named the format; its reader then read the gzip
+    bytes as text: "line 1: invalid JSON (not UTF-8 text)" for a file that is fine."""
+    import gzip
+
+    from agentbench.traces.readers import read_trace
+
+    name, content, _ = SAMPLES[fmt]
+    f = tmp_path / f"{name}.gz"
+    assert isinstance(content, list)
+    f.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in content).encode()))
+    assert detect_format(f) == fmt
+    with pytest.raises(InputError, match=f"gzipped: the {fmt} reader reads plain text"):
+        read_trace(f)

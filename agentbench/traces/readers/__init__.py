@@ -39,6 +39,8 @@ FOLDER_READERS = frozenset({"weka", "mooncake", "sharegpt", "bailian", "copilot"
 #: readers whose ``read`` takes ``sessions`` (the roots a filter keeps) and reads only
 #: theirs: folders of one file per root session, and native files (their trees' turns)
 PER_ROOT_FILES = frozenset({"weka", "native"})
+#: readers of gzipped files (the TraceLab release is one); the others read plain text
+GZIP_READERS = frozenset({"tracelab"})
 #: bad files a one-line error lists before "(+N more)"; ``lines()`` lists them all
 _LISTED = 10
 
@@ -109,6 +111,10 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
                 source=str(source))
         if fmt == "native" and Path(source).is_dir():  # its error said "is a directory"
             raise _native_folder(Path(source))
+        if fmt not in GZIP_READERS and _gzipped(Path(source)):
+            # detection reads through gzip; the reader then said "line 1: not UTF-8 text"
+            raise InputError(f"gzipped: the {fmt} reader reads plain text; gunzip it first "
+                             "(only TraceLab rounds are read gzipped)", source=str(source))
         module = importlib.import_module(f"agentbench.traces.readers.{READERS[fmt]}")
         if fmt in FOLDER_READERS:
             options["skip_bad"] = skip_bad
@@ -120,6 +126,15 @@ def read_trace(source: str | Path, format: str | None = None, *, skip_bad: bool 
     except (UnicodeError, ValueError, OverflowError, RecursionError) as e:
         raise as_input_error(e, str(source)) from e
     return trace
+
+
+def _gzipped(path: Path) -> bool:
+    """Whether ``path`` is a file that starts with gzip's magic bytes."""
+    try:
+        with path.open("rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:  # a folder, a dataset id: its reader says what it is
+        return False
 
 
 def _native_folder(path: Path) -> InputError:

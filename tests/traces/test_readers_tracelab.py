@@ -137,6 +137,9 @@ def _one(tmp_path: Path, rows: list[Any], name: str = "t.jsonl") -> Path:
     ({"timing_events": [{"event_type": "text", "timestamp": "yesterday"}]},
      "timing_events[0].timestamp"),
     ({"tools": [{"tool_wall_latency_ms": -5}]}, "tools[0].tool_wall_latency_ms"),
+    # an unhashable event name was a TypeError traceback from the lookup in INPUTS
+    ({"timing_events": [{"event_type": ["text"], "timestamp": "2026-01-01T00:00:00Z"}]},
+     "timing_events[0].event_type"),
 ])
 def test_a_bad_round_is_one_line_naming_its_line_and_field(
         tmp_path: Path, change: dict[str, Any], field: str) -> None:

@@ -140,6 +140,9 @@ def parse_round(rec: dict[str, Any], line: int) -> Round:
         if not isinstance(ev, dict):
             raise InputError("expected an object", field=f"timing_events[{i}]")
         kind = ev.get("event_type")
+        if kind is not None and not isinstance(kind, str):  # a list was a TypeError
+            raise InputError(f"expected an event name, got {kind!r}",
+                             field=f"timing_events[{i}].event_type")
         ts = _time(ev.get("timestamp"), f"timing_events[{i}].timestamp")
         if ts is None:
             continue

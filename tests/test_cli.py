@@ -224,6 +224,21 @@ def test_reader_options_reach_the_reader(tmp_path: Path) -> None:
     assert res.returncode == 2 and "unknown option 'tokeniser'" in res.stderr
 
 
+@pytest.mark.parametrize("key", ["format", "source", "sessions"])
+def test_an_option_naming_read_traces_own_argument_is_one_line(key: str) -> None:
+    """``-O format=weka`` reached read_trace as a second value of its own argument: a
+    TypeError traceback."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    r = CliRunner().invoke(app, ["traces", "stats", "builtin:mooncake-synthetic", "-O",
+                                 f"{key}=x"])
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert lines[0].startswith("error: field '--option'") and "not a reader option" in lines[0]
+
+
 def test_traces_stats_takes_a_synthetic_source_as_run_does() -> None:
     from typer.testing import CliRunner
 

@@ -10,7 +10,7 @@ import typer
 
 from agentbench.cli.app import guarded, path_value, traces_app
 from agentbench.errors import InputError
-from agentbench.traces import MAX_TOKENS
+from agentbench.traces import MAX_TOKENS, NOT_READER_OPTIONS
 
 
 @traces_app.command("stats")
@@ -170,6 +170,9 @@ def _reader_options(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InputError(f"expected KEY=VALUE, got {item!r}", field="--option")
+        if key.strip() in NOT_READER_OPTIONS:  # read_trace's own: a TypeError traceback
+            raise InputError(f"{key.strip()!r} is not a reader option (the trace is "
+                             "SOURCE, its format --format)", field="--option")
         out[key.strip()] = yaml.safe_load(value) if value else ""
     return out
 

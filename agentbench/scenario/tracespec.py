@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from agentbench.scenario.strict import Strict, json_only
-from agentbench.traces import MAX_SYNTH_SESSIONS, MIN_SCALE
+from agentbench.traces import MAX_SYNTH_SESSIONS, MIN_SCALE, NOT_READER_OPTIONS
 
 
 class TraceFilters(Strict):
@@ -54,6 +54,9 @@ class TraceSource(Strict):
     @field_validator("options")
     @classmethod
     def _options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, where in NOT_READER_OPTIONS.items():
+            if key in v:
+                raise ValueError(f"{key!r} is not a reader option: set {where}")
         return json_only(v)
     skip_bad: bool = Field(False, description="For a folder source: skip its bad files "
                            "(counted and named in the trace's `skipped`) instead of "

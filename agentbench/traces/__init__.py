@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentbench.traces.model import Session, Trace, Turn, as_hash_ids
 
-__all__ = ["MAX_BLOCK_SIZE", "MAX_SYNTH_SESSIONS", "MAX_TOKENS", "MIN_SCALE", "Session",
-           "Trace", "Turn", "as_hash_ids", "read_trace"]
+__all__ = ["MAX_BLOCK_SIZE", "MAX_SYNTH_SESSIONS", "MAX_TOKENS", "MIN_SCALE",
+           "NOT_READER_OPTIONS", "Session", "Trace", "Turn", "as_hash_ids", "read_trace"]
 
 #: the most root sessions a synthetic trace may have (``synthesize``, ``trace.sessions``,
 #: ``synth:PROFILE:N``, ``traces synth -n``): a guard against a typo that would run for
@@ -25,6 +25,10 @@ MAX_BLOCK_SIZE = 1 << 20
 #: by it too, as ``ceil(MAX_TOKENS / block_size)`` ids at most. So is a prompt cap
 #: (``traces stats --max-context``) and a grid's context (``sim fit --max-context``).
 MAX_TOKENS = 10_000_000
+#: ``read_trace``'s own arguments, which a reader option may not name (the call failed
+#: with a TypeError traceback), and the scenario key each is set by instead
+NOT_READER_OPTIONS = {"source": "trace.source", "format": "trace.format",
+                      "sessions": "trace.filters.sessions"}
 #: the smallest factor a trace's token counts are scaled by (``trace.transform.scale``,
 #: ``traces stats --scale``): below it prompts shrink to nothing (1e-300: one token each)
 MIN_SCALE = 0.001

@@ -138,3 +138,16 @@ def test_a_bad_variant_key_is_reported_with_its_path() -> None:
     text = VARIANTS.replace("endpoints.0.router: round_robin}", "endpoints.5.router: x}")
     got = problems(text)
     assert got[0][0] == "variants.0.set.endpoints.5.router" and "no item 5" in got[0][2]
+
+
+@pytest.mark.parametrize(("key", "where"), [
+    ("format", "trace.format"), ("source", "trace.source"),
+    ("sessions", "trace.filters.sessions")])
+def test_a_reader_option_naming_read_traces_own_argument_is_a_problem(
+        key: str, where: str) -> None:
+    """``trace.options: {format: weka}`` validated, then the run's read_trace call failed
+    with a TypeError traceback (two values for one argument)."""
+    text = MINIMAL.replace("trace: {kind: synth, profile: codex, sessions: 3}",
+                           f"trace: {{kind: file, source: x.jsonl, options: {{{key}: x}}}}")
+    got = problems(text)
+    assert any(p == "trace.options" and f"set {where}" in m for p, _, m in got), got

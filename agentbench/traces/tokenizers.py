@@ -61,6 +61,9 @@ def get_tokenizer(spec: str | Path | None) -> ApproxTokenizer | HFTokenizer:
     or a local hub cache)."""
     if spec is None or str(spec) == "approx":
         return ApproxTokenizer()
+    if not isinstance(spec, str | Path):  # -O tokenizer=3 (YAML's int) was a TypeError
+        raise InputError(f"expected a tokenizer.json path or a hub id, got {spec!r}",
+                         field="tokenizer")
     from tokenizers import Tokenizer as _HFTok
 
     path = Path(spec)

@@ -170,3 +170,13 @@ def test_block_bytes_are_block_text_in_one_pass() -> None:
             assert got == [block_text(salt, h, n).encode("ascii") for h in ids]
             assert block_texts(salt, ids, n) == [b.decode() for b in got]
     assert block_bytes(1, [], 64) == []
+
+
+@pytest.mark.parametrize("spec", [3, 1.5, ["a"], {"a": 1}, True])
+def test_a_tokenizer_option_that_is_no_name_is_one_error(spec: object) -> None:
+    """``-O tokenizer=3`` (YAML reads a number) reached Path() as a TypeError traceback."""
+    from agentbench.errors import InputError
+
+    with pytest.raises(InputError, match="expected a tokenizer.json path or a hub id") as e:
+        get_tokenizer(spec)  # type: ignore[arg-type]
+    assert e.value.field == "tokenizer"

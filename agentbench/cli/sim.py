@@ -64,12 +64,15 @@ def fit(
     hardware: str = typer.Option("unknown hardware", "--hardware"),
     scheduler: str | None = typer.Option(None, "--scheduler", help="paged or slots "
                                          "(default: slots for llama.cpp, else paged)."),
+    # at most what a preset file holds (2**40): past it the fit ran, then the preset it
+    # made was refused naming a line of a file never written
     kv_capacity_tokens: int | None = typer.Option(None, "--kv-capacity-tokens", min=1,
+                                                  max=1 << 40,
                                                   help="The engine's KV capacity, in its "
                                                   "own tokens (default: as the runs say)."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1, max=1 << 40),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
-                                                      min=1),
+                                                      min=1, max=1 << 40),
     max_context_tokens: int | None = typer.Option(
         None, "--max-context-tokens", min=1, max=1 << 40, help="The context window the "
         "engine refuses a longer request beyond (vLLM's --max-model-len), in its own "

@@ -153,3 +153,15 @@ def test_a_bad_endpoint_or_model_is_one_line_naming_its_option(
     line, = r.output.strip().splitlines()
     assert r.exit_code == 2 and says in line, r.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["--max-num-seqs", "--max-num-batched-tokens",
+                                  "--kv-capacity-tokens"])
+def test_a_count_no_preset_file_holds_is_refused_before_the_fit(tmp_path: Path,
+                                                                 flag: str) -> None:
+    """2**70 was taken, the runs fitted, and then the preset made was refused naming a
+    line of a file that was never written."""
+    r = CliRunner().invoke(app, ["sim", "fit", str(tmp_path), "-o", str(tmp_path / "p.yaml"),
+                                 flag, str(2**70)])
+    assert r.exit_code == 2 and flag in r.output and "no run.json" not in r.output, r.output
+    assert list(tmp_path.iterdir()) == []

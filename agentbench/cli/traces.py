@@ -38,10 +38,7 @@ def traces_stats(
     # read_trace takes skip_bad beside the reader options
     trace = _read_transformed(source, format, scale, max_context,
                               [*option, "skip_bad=true"] if skip_bad else option)
-    if trace.skipped:
-        typer.echo(f"warning: skipped {len(trace.skipped)} bad trace file(s):", err=True)
-        for line in trace.skipped:
-            typer.echo(f"warning: {line}", err=True)
+    _warn_skipped(trace)
     st = trace_stats(trace)
     from agentbench.traces.readers import tracelab
 
@@ -89,6 +86,7 @@ def traces_convert(
     with new_file(output) as tmp:  # nothing at -o unless the trace is written whole
         trace = _read_transformed(source, format, scale, max_context, option)
         native.write(trace, tmp)
+    _warn_skipped(trace)  # -O skip_bad=true left files out of the trace written
     typer.echo(f"wrote {output} ({len(trace.sessions):,} sessions, "
                f"{trace.n_requests():,} requests)")
 
@@ -159,6 +157,14 @@ def traces_fetch(
 
     out = fetch(name, mirror=mirror, log=lambda m: typer.echo(m, err=True))
     typer.echo(f"fetched {name} into {out}; read it as cache:{name}")
+
+
+def _warn_skipped(trace: Any) -> None:
+    """The bad files a folder's read left out (``skip_bad``), one line each on stderr."""
+    if trace.skipped:
+        typer.echo(f"warning: skipped {len(trace.skipped)} bad trace file(s):", err=True)
+        for line in trace.skipped:
+            typer.echo(f"warning: {line}", err=True)
 
 
 def _reader_options(items: list[str]) -> dict[str, Any]:

@@ -243,6 +243,21 @@ def test_stats_cli_names_every_bad_file_or_skips_them(tmp_path: Path) -> None:
     assert json.loads(res.stdout[res.stdout.index("{"):])["requests"] == 3
 
 
+def test_convert_names_the_bad_files_skip_bad_left_out(tmp_path: Path) -> None:
+    """``traces convert -O skip_bad=true`` wrote a trace without the folder's bad files and
+    said nothing of them: the native file read as the whole trace."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    d = _folder(tmp_path, {"a.json": "weka-negative-t.json", "b.json": "valid-weka.json"})
+    out = tmp_path / "t.parquet"
+    res = CliRunner().invoke(app, ["traces", "convert", str(d), "-O", "skip_bad=true",
+                                   "-o", str(out)])
+    assert res.exit_code == 0 and out.exists(), res.output
+    assert "skipped 1 bad trace file(s)" in res.output and str(d / "a.json") in res.output
+
+
 def test_a_file_of_another_kind_in_a_folder_is_named_not_left_unread(tmp_path: Path) -> None:
     """A folder of Weka .json files with a .jsonl beside them (here a Mooncake trace): the
     weka reader reads .json files, and the .jsonl was left unread without a word (named

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from agentbench.cli.app import guarded, path_value, traces_app
-from agentbench.errors import InputError
+from agentbench.errors import InputError, printable
 from agentbench.traces import MAX_TOKENS, NOT_READER_OPTIONS
 
 
@@ -160,11 +160,12 @@ def traces_fetch(
 
 
 def _warn_skipped(trace: Any) -> None:
-    """The bad files a folder's read left out (``skip_bad``), one line each on stderr."""
+    """The bad files a folder's read left out (``skip_bad``), one line each on stderr, with
+    what is not printable in a file's name escaped as an error line has it."""
     if trace.skipped:
         typer.echo(f"warning: skipped {len(trace.skipped)} bad trace file(s):", err=True)
         for line in trace.skipped:
-            typer.echo(f"warning: {line}", err=True)
+            typer.echo(f"warning: {printable(line)}", err=True)
 
 
 def _reader_options(items: list[str]) -> dict[str, Any]:

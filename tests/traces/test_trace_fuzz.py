@@ -258,6 +258,20 @@ def test_convert_names_the_bad_files_skip_bad_left_out(tmp_path: Path) -> None:
     assert "skipped 1 bad trace file(s)" in res.output and str(d / "a.json") in res.output
 
 
+def test_a_skipped_file_name_reaches_the_terminal_as_one_line(tmp_path: Path) -> None:
+    """The error lines escape what a file name holds (a line break, an ESC); the warning of
+    a skipped file printed it raw: two lines, or the terminal retitled or recoloured."""
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+
+    d = _folder(tmp_path, {"a\nb.json": "weka-negative-t.json", "c.json": "valid-weka.json"})
+    res = CliRunner().invoke(app, ["traces", "stats", "--skip-bad", str(d)])
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.output.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 2 and "a\\nb.json" in warned[1], res.output
+
+
 def test_a_file_of_another_kind_in_a_folder_is_named_not_left_unread(tmp_path: Path) -> None:
     """A folder of Weka .json files with a .jsonl beside them (here a Mooncake trace): the
     weka reader reads .json files, and the .jsonl was left unread without a word (named

@@ -295,7 +295,20 @@ def writer_alive(run: dict[str, object]) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has ended but its parent has not waited for it (a run killed from a
+    notebook's ``Popen`` without ``wait``; a container whose init reaps nothing): signal 0
+    still finds it, yet it writes nothing more. Linux's /proc; elsewhere False."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # "pid (comm) state ...": comm may hold spaces and parentheses, so read past the last
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def recover(run_dir: Path, force: bool = False) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,17 @@ def test_a_run_json_with_an_impossible_pid_is_recovered_as_killed(tmp_path: Path
     res = CliRunner().invoke(app, ["report", str(d)])
     assert res.exit_code == 0, res.output
     assert json.loads((d / records.RUN_FILE).read_text())["status"] == "killed"
+
+
+def test_a_writer_killed_but_not_reaped_is_no_live_writer() -> None:
+    """A run killed from a notebook (``p.kill()`` without ``p.wait()``), or in a container
+    whose init reaps nothing, leaves its process a zombie until its parent waits for it:
+    ``os.kill(pid, 0)`` still finds it, so ``load``, ``report`` and ``gate`` said the run
+    was still in progress and only ``recover --force`` read it."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        p.kill()
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped
+        assert writer_alive({"status": "running", "pid": p.pid}) is False
+    finally:
+        p.wait()

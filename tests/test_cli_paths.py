@@ -79,6 +79,27 @@ def test_load_of_an_empty_or_too_long_name_is_one_line(tmp_path: Path,
         agentbench.load(tmp_path / "nothing")
 
 
+@pytest.mark.parametrize("command", [["report"], ["recover"], ["gate", "BASE"], ["load"]])
+def test_a_loop_of_symbolic_links_as_a_run_folder_is_named_so(tmp_path: Path,
+                                                              command: list[str]) -> None:
+    """A run folder that is a loop of links (``a -> b -> a``) is there, as links: it read
+    "results folder not found", as for a mistyped name; it is named as the trace readers
+    name one."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    loop = str(tmp_path / "a")
+    if command == ["load"]:
+        import agentbench
+
+        with pytest.raises(InputError, match="a loop of symbolic links"):
+            agentbench.load(loop)
+        return
+    args = [loop if a == "BASE" else a for a in command] + [loop]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == f"error: {loop}: a loop of symbolic links", r.output
+
+
 @pytest.mark.parametrize(("name", "use"), [
     ("t.jsonl", "t.parquet"), ("t.JSON", "t.parquet"), ("t.csv", "t.parquet"),
     ("sub/t.jsonl.gz", "t.parquet"), ("t.parquet.gz", "t.parquet")])

@@ -6,6 +6,7 @@ folder's lock. :mod:`agentbench.results.reader` reads the tables after this."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -235,6 +236,12 @@ def run_folder(run_dir: str | Path) -> Path:
         there = d.is_dir()
     except OSError as e:
         raise InputError(f"cannot read it ({e.strerror})", source=str(d)) from None
+    if not there and d.is_symlink():
+        try:
+            d.stat()  # is_dir answers a loop of links (ELOOP) as False, as a missing folder
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise InputError("a loop of symbolic links", source=str(d)) from None
     if not there:
         raise InputError("a file, not a results folder" if d.is_file()
                          else "results folder not found", source=str(d))

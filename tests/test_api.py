@@ -405,6 +405,10 @@ def test_a_session_status_or_phase_no_run_writes_is_one_line(tmp_path: Path, col
     ({"idle_pulled_in_ns": "x"}, "idle_pulled_in_ns"),
     ({"status": [1]}, "status"),
     ({"endpoints": [{"modeled_gpus": -3}]}, "endpoints.0.modeled_gpus"),
+    # anything but "virtual" read as a wall-clock run: a virtual run's figures as simulated
+    # at speedup 1, gated by a bootstrap where they are exact, without a word
+    ({"time_base": 5}, "time_base"),
+    ({"time_base": "Virtual"}, "time_base"),
 ])
 def test_a_run_json_part_of_another_type_is_one_line(tmp_path: Path, edit: dict[str, object],
                                                      field: str) -> None:

@@ -4,9 +4,9 @@ run.json is written whole by the run, but it is a text file people edit, copy an
 the summary reads its stages (each stage's window and lanes), the Ray workers and the
 ones lost (which rows a lost worker sent), the rules (the validity verdict), the limits,
 the simulated endpoints' ``speedup`` and ``timing.time_scale`` (the time base every
-duration is multiplied by), ``idle_pulled_in_ns``, the status and the GPUs the simulated
-endpoints model. A value of another type there was a traceback from ``load``,
-``report`` and ``gate`` (``'str' object has no attribute 'get'``, ``KeyError:
+duration is multiplied by), ``idle_pulled_in_ns``, the status, the clock (``time_base``)
+and the GPUs the simulated endpoints model. A value of another type there was a traceback
+from ``load``, ``report`` and ``gate`` (``'str' object has no attribute 'get'``, ``KeyError:
 'hostname'``, ``unhashable type: 'list'`` for a status, a division by zero for a speedup
 of 0), and a speedup out of the simulator's bounds (NaN, -2) gave figures at speedup 1 or
 negative ones without a word
@@ -84,6 +84,8 @@ def check_run_shape(run: dict[str, Any], source: str) -> None:
     ns, count = (lambda v: _is_int(v)), (lambda v: v is None or _is_int(v, 0, 2**31))
     c.value(run, "idle_pulled_in_ns", "", ns, "nanoseconds (a whole number from 0)")
     c.value(run, "status", "", lambda v: isinstance(v, str), "a text")
+    # the clock the run was on: any other value read as the wall clock, silently
+    c.value(run, "time_base", "", lambda v: v in ("wall", "virtual"), "'wall' or 'virtual'")
     for i, e in enumerate(c.items(run, "endpoints", "endpoints")):
         c.value(e, "modeled_gpus", f"endpoints.{i}", lambda v: v is None
                 or _is_int(v, 0, gpus_max), f"a whole number of GPUs to {gpus_max:,}, or null")

@@ -161,12 +161,16 @@ FEW_REQUESTS = 30
 
 def few_requests(labels: list[str], sums: list[dict[str, Any]], block: str) -> list[str]:
     """A warning per run whose figures rest on fewer than ``FEW_REQUESTS`` successful
-    measured requests (a ratio such as "throughput 45x" from 6 requests means little)."""
+    measured requests (a ratio such as "throughput 45x" from 6 requests means little), or
+    on none: its figures are of failures alone."""
     out = []
     for lab, s in zip(labels, sums, strict=True):
         b = s.get(block)
         ok = (b.get("requests") or {}).get("ok") if isinstance(b, dict) else None
-        if isinstance(ok, int) and ok < FEW_REQUESTS:
+        if ok == 0:
+            out.append(f"{lab}: no measured request succeeded: its figures are of failures "
+                       "alone (its errors say why)")
+        elif isinstance(ok, int) and ok < FEW_REQUESTS:
             out.append(f"{lab}: its figures rest on {ok} successful measured request"
                        f"{'' if ok == 1 else 's'} (under {FEW_REQUESTS}): rough at best")
     return out

@@ -24,6 +24,7 @@ from agentbench.report.compare import (
     run_labels,
     verdict,
 )
+from agentbench.report.comparison import few_requests
 from agentbench.report.figures import (
     curve_figures,
     end_s,
@@ -139,6 +140,8 @@ def _comparison_section(runs: Sequence[Run], labels: Sequence[str]) -> Section:
         whose = "their figures cover" if len(cut) > 1 else "its figures cover"
         sec.text.append(f"Warning: {', '.join(cut)} did not complete: {whose} part of the "
                         "run (agentbench gate refuses such runs).")
+    # as agentbench.compare warns: a run's figures on few successful requests, or none
+    sec.text += [f"Warning: {w}." for w in few_requests(list(labels), sums, "overall")]
     bases = {json.dumps({k: (s.get("time_base") or {}).get(k) for k in ("kind", "speedup")})
              for s in sums}
     if len(bases) > 1:

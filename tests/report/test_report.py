@@ -617,3 +617,29 @@ def test_a_validity_warning_stands_out_as_every_warning_does() -> None:
         "&#x27;", "'")
     md = to_markdown("t", sec)
     assert f"**Warning:** {line}." in md and "context_overflow: 0.0%." in md
+
+
+def test_a_comparison_warns_of_a_run_with_few_or_no_successful_requests(
+        three: list[Path], tmp_path: Path) -> None:
+    """A run whose every request failed, compared with a whole one: ``agentbench.compare``
+    warned that its figures rest on 0 successful requests, the report of the same runs
+    said nothing above its table (its self-hosted cost showed green, "1.5x lower"). The
+    report's comparison now gives the same warnings, before the headline changes."""
+    import agentbench
+
+    failed = write_demo_run(tmp_path / "failed", trees=8, turns=20, fail_rate=1.0, seed=2,
+                            hit=0.9, name="failed")
+    few = write_demo_run(tmp_path / "few", trees=2, turns=3, seed=2, hit=0.9, name="few",
+                         fail_rate=0.0)
+    assert any("failed: no measured request succeeded" in w
+               for w in agentbench.compare(three[1], failed, allow="all").warnings)
+    for other, said in ((failed, "**Warning:** failed: no measured request succeeded"),
+                        (few, "**Warning:** few: its figures rest on 6 successful measured "
+                              "requests (under 30): rough at best")):
+        out = tmp_path / f"rep-{other.name}"
+        res = CliRunner().invoke(app, ["report", str(three[1]), str(other), "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        md = (out / "report.md").read_text()
+        comparison = md.split("## Comparison", 1)[1].split("\n## ", 1)[0]
+        assert said in comparison, comparison
+        assert comparison.index(said) < comparison.index(f"{other.name} vs "), comparison

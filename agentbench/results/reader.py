@@ -107,14 +107,17 @@ def check_tables(d: Path) -> None:
     """Each parquet file of a run that needs no recovery has a readable footer, or one
     line names the one that does not: its rows were journaled only while the run went,
     so nothing is left to write it again from (``agentbench recover`` said "nothing to
-    recover" of a cut or overwritten table, exit 0)."""
+    recover" of a cut or overwritten table, exit 0). So does requests.parquet missing
+    (deleted since), which every reader needs; the other two read as empty without it."""
+    gone = "the run ended, so its spool is gone: nothing is left to rebuild it from"
+    if not (d / R.REQUESTS_FILE).exists():
+        raise InputError(f"file not found; {gone}", source=str(d / R.REQUESTS_FILE))
     for name in (R.REQUESTS_FILE, R.SESSIONS_FILE, R.SERVER_METRICS_FILE):
         if (path := d / name).exists():
             try:
                 pq.read_metadata(path)
             except (OSError, pa.ArrowInvalid) as e:
-                raise InputError(f"not a readable parquet file ({e}); the run ended, so "
-                                 "its spool is gone: nothing is left to rebuild it from",
+                raise InputError(f"not a readable parquet file ({e}); {gone}",
                                  source=str(path)) from None
 
 

@@ -401,6 +401,23 @@ def test_recover_names_a_damaged_table_it_cannot_rebuild(tmp_path: Path, table: 
     assert "nothing is left to rebuild it from" in lines[0]
 
 
+def test_recover_names_a_requests_table_deleted_after_the_run(tmp_path: Path) -> None:
+    """A run that needs no recovery whose requests.parquet was deleted since (by hand, a
+    copy that left it out): recover said "nothing to recover", exit 0, while report, gate
+    and load each said the file was not found. It now says so itself, exit 2."""
+    from agentbench.cli import app
+
+    run = tmp_path / "r"
+    _killed_run(run, 0)
+    assert CliRunner().invoke(app, ["recover", str(run)]).exit_code == 0
+    (run / records.REQUESTS_FILE).unlink()
+    res = CliRunner().invoke(app, ["recover", str(run)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert f"{run / records.REQUESTS_FILE}: file not found" in lines[0]
+    assert "nothing is left to rebuild it from" in lines[0]
+
+
 def test_recover_goes_on_past_a_damaged_table_to_the_runs_after_it(tmp_path: Path) -> None:
     """``recover DAMAGED KILLED``: the damaged run's line, then the killed run recovered,
     exit 2 at the end (the damaged run's refusal stopped the command, and the killed run

@@ -130,6 +130,11 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
             tds.append(tree_data(rec, derive(rec.requests, rec.events)))
     for i, rule in enumerate(rules):
         out.results.append(_rule_result(rule, i, bases, runs[1], out.exact, tds, opts))
+    if out.results and all(r.status == "n/a" for r in out.results):
+        # a pass that checked nothing, as of a run that served nothing (refused above)
+        why = "; ".join(f"{r.rule.metric} has {r.note}" for r in out.results)
+        raise InputError(f"no rule could be checked: {why} (docs/ci.md)",
+                         source="agentbench gate")
     return out
 
 
@@ -147,7 +152,10 @@ def _rule_result(rule: Rule, i: int, bases: list[Any], cand: Any, exact: bool,
     values = [float(v) for v in got if v is not None]
     b = float(np.mean(values)) if None not in got else None
     if b is None or c is None:
-        return RuleResult(rule, b, c, None, None, "n/a", "value missing in a run",
+        which = "either run" if b is None and c is None else \
+            "the candidate" if c is None else "the baseline" if len(bases) == 1 else \
+            "a baseline"
+        return RuleResult(rule, b, c, None, None, "n/a", f"no value in {which}",
                           point=point)
     change = float(_change(rule, b, c))
     if rule.kind == "rel" and b == 0:
@@ -275,6 +283,10 @@ def notes(result: GateResult) -> list[str]:
     size detects, point rules."""
     out = [f"warning: {w}" for w in result.warnings]
     out += [f"warning: {r.rule.metric}: {r.warning}" for r in result.results if r.warning]
+    # a rule left n/a passes nothing: say which run lacks the value (a candidate whose
+    # server stopped reporting usage has no hit rate)
+    out += [f"n/a: {r.rule.metric}: {r.note}: not checked" for r in result.results
+            if r.status == "n/a"]
     points = [r.rule.metric for r in result.results if r.point]
     if points:
         why = ("exact here: virtual time" if result.exact
@@ -298,6 +310,12 @@ def _method(result: GateResult) -> str:
             f"{o.resamples} resamples, seed {o.seed}) exceeds its threshold")
 
 
+def _not_checked(result: GateResult) -> str:
+    """``, 2 not checked (n/a)`` when rules were left n/a, else ''."""
+    n = sum(r.status == "n/a" for r in result.results)
+    return f", {n} not checked (n/a)" if n else ""
+
+
 def format_table(result: GateResult) -> str:
     """Plain-text table for the terminal."""
     table = [HEADER, *rows(result)]
@@ -306,7 +324,8 @@ def format_table(result: GateResult) -> str:
     lines += notes(result)
     verdict = "PASS" if result.passed else "REGRESSION"
     lines.append(f"{verdict}: {sum(r.status == 'FAIL' for r in result.results)} of "
-                 f"{len(result.results)} rules failed; {_method(result)}")
+                 f"{len(result.results)} rules failed{_not_checked(result)}; "
+                 f"{_method(result)}")
     return "\n".join(lines)
 
 
@@ -318,7 +337,7 @@ def format_markdown(result: GateResult, base_label: str, cand_label: str) -> str
         return escape(x, quote=False).replace("|", "\\|")
 
     icon = {"pass": "✅ pass", "FAIL": "❌ FAIL", "n/a": "➖ n/a"}
-    verdict = "✅ no regression" if result.passed else "❌ regression"
+    verdict = ("✅ no regression" if result.passed else "❌ regression") + _not_checked(result)
     lines = [f"### agentbench gate: {verdict}", "",
              f"Baseline `{cell(base_label)}` vs candidate `{cell(cand_label)}`; "
              f"{_method(result)}. *detectable*: the smallest change this run size tells "

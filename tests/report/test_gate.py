@@ -854,3 +854,43 @@ def test_a_rule_against_its_metrics_own_direction_is_one_line(
     assert f"field '{metric}'" in out and f"a {better} {metric} is better" in out, out
     assert parse_rules({"hit_rate_potential": {"max_increase": "1pt"},
                         "api_cost": {"max_drop": "5%"}})[0]
+
+
+def _without_usage(src: Path, dst: Path) -> Path:
+    """A copy of ``src`` whose server reported no usage: no hit rate can be computed."""
+    shutil.copytree(src, dst)
+    t = pq.read_table(dst / R.REQUESTS_FILE)
+    for col in ("prompt_tokens", "cached_tokens"):
+        i = t.schema.get_field_index(col)
+        t = t.set_column(i, col, pa.nulls(len(t), t.schema.field(col).type))
+    pq.write_table(t, dst / R.REQUESTS_FILE)
+    (dst / R.SUMMARY_FILE).unlink(missing_ok=True)
+    return dst
+
+
+def test_a_rule_left_n_a_is_said_and_a_gate_that_checked_nothing_is_refused(
+        runs: dict[str, Path], tmp_path: Path) -> None:
+    """A candidate whose server stopped reporting usage has no hit rate: its hit-rate rule
+    read n/a, and the verdict "PASS: 0 of 2 rules failed" (Markdown: "no regression")
+    said nothing of the rule it had not checked, nor of which run lacked the value; with
+    only such rules the gate passed having checked nothing (exit 0), where a run that
+    served nothing is refused. The verdict now counts the rules not checked, a note names
+    each and the run without its value, and a gate where no rule could be checked is one
+    line, exit 2."""
+    import yaml
+
+    cand = _without_usage(runs["base"], tmp_path / "nousage")
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump({"rules": {"hit_rate": {"max_drop": "2pt"},
+                                             "ttft_p50": {"max_increase": "10%"}}}))
+    md = tmp_path / "g.md"
+    code, out = _gate(str(runs["base"]), str(cand), "--rules", str(two), "--markdown", str(md))
+    assert code == 0, out
+    assert "n/a: hit_rate: no value in the candidate: not checked" in out, out
+    assert "PASS: 0 of 2 rules failed, 1 not checked (n/a);" in out, out
+    assert "n/a: hit_rate: no value in the candidate: not checked" in md.read_text()
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({"rules": {"hit_rate": {"max_drop": "2pt"}}}))
+    code, out = _gate(str(runs["base"]), str(cand), "--rules", str(one), "--markdown", str(md))
+    assert code == 2 and out.count("\n") == 1, out
+    assert "no rule could be checked: hit_rate has no value in the candidate" in out, out

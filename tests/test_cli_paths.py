@@ -223,3 +223,22 @@ def test_commands_printed_to_paste_quote_a_folder_with_a_space(tmp_path: Path) -
     (run / "requests.parquet.journal.jsonl").write_text("")  # rows left to recover
     hint = stopped_by(ResultsWriteError(str(run), "No space left on device"), run).hint
     assert shlex.split(hint.split("`")[1]) == ["agentbench", "recover", str(run)]
+
+
+def test_a_run_folder_name_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    """A run folder named with an escape sequence and a line break (a downloaded artifact,
+    a shared results folder, ``report results/*``): report's ``wrote`` line, gate's
+    ``markdown:`` line and recover's status line wrote the name as it came, so it
+    retitled the terminal and forged a line of output; every other line of text from a
+    file already went out escaped."""
+    from agentbench.testing.demo import write_demo_run
+
+    forged = "x\x1b]0;retitled\x07\nerror: a forged line"
+    base = write_demo_run(tmp_path / "base", trees=2, turns=2, concurrency=(1,), seed=2)
+    run = write_demo_run(tmp_path / forged, trees=2, turns=2, concurrency=(1,), seed=2)
+    for args in (["report", str(run)], ["gate", str(base), str(run)], ["recover", str(run)]):
+        res = CliRunner().invoke(app, args, color=True)  # as on a terminal: nothing stripped
+        assert res.exit_code == 0, res.output
+        assert "\x1b" not in res.output and "\x07" not in res.output, res.output
+        assert not any(ln.startswith("error: a forged") for ln in res.output.splitlines())
+        assert "x\\x1b]0;retitled\\x07\\nerror: a forged line" in res.output, res.output

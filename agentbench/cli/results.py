@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from agentbench.cli.app import app, distinct_runs, guarded, path_value
-from agentbench.errors import InputError
+from agentbench.errors import InputError, printable
 
 
 @app.command()
@@ -33,10 +33,11 @@ def report(
         runs = _reference_first(runs, reference)
     loaded = [load(r) for r in runs]  # once, for the report and its terminal warning
     html, md = render(loaded, output)
-    typer.echo(f"wrote {html} and {md}")
+    # a folder name holding an escape sequence or a line break goes out escaped
+    typer.echo(printable(f"wrote {html} and {md}"))
     differ = workload_differences(loaded) if len(loaded) > 1 else None
     if differ is not None:
-        typer.echo(f"warning: {differ}", err=True)
+        typer.echo(printable(f"warning: {differ}"), err=True)
     for r in loaded:  # its agents' figures are fallbacks: said in the report, and here
         if NO_SESSIONS in r.time_base.warnings:
             typer.echo(f"warning: {r.name}: {NO_SESSIONS}", err=True)
@@ -94,7 +95,7 @@ def gate(
     except OSError as e:  # exit 1 would say a rule regressed
         raise InputError(f"cannot write the Markdown there ({e.strerror or e})",
                          source=str(md_path), field="--markdown") from None
-    typer.echo(f"markdown: {md_path}")
+    typer.echo(printable(f"markdown: {md_path}"))
     raise typer.Exit(0 if result.passed else 1)
 
 

@@ -296,7 +296,7 @@ def recover(
     for d in map(run_folder, runs):
         require_run_json(d)  # a mistyped folder is not "nothing to recover"
         made = recover_if_cut_short(d, force=force, on_damaged=lambda line: typer.echo(
-            f"warning: {line}", err=True))
+            printable(f"warning: {line}"), err=True))
         if not made:
             try:
                 check_tables(d)
@@ -304,6 +304,7 @@ def recover(
                 damaged += 1         # left cut short), and the exit is 2 at the end
                 typer.echo(f"error: {printable(e.one_line())}", err=True)  # as guarded's
                 continue
-        typer.echo(f"{d}: " + (f"recovered {', '.join(made)}" if made else "nothing to recover"))
+        typer.echo(printable(f"{d}: " + (f"recovered {', '.join(made)}" if made
+                                         else "nothing to recover")))
     if damaged:
         raise typer.Exit(2)

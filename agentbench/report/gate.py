@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from agentbench.errors import InputError
+from agentbench.errors import InputError, printable
 from agentbench.metrics.catalog import METRICS, format_value
 from agentbench.report.gaterules import GateOptions, Rule
 
@@ -293,7 +293,8 @@ def notes(result: GateResult) -> list[str]:
                else "run-to-run noise alone can fail them")
         out.append(f"point: {', '.join(points)} compared as point values, no per-tree "
                    f"resampling ({why})")
-    return out
+    # a run named by its folder (an escape sequence, a line break) stays one line
+    return [printable(line) for line in out]
 
 
 def _method(result: GateResult) -> str:

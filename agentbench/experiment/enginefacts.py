@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentbench.scenario.endpoints import is_simulated
+
 
 @dataclass
 class EngineFacts:
@@ -32,6 +34,9 @@ class EngineFacts:
     long_prompt_ratio: float | None = None
     engine_version: str | None = None  # as the engine's log says it (vLLM's banner)
     longest_prompt: float = 0.0  # the longest prompt fitted on, the simulator's tokens
+    #: the engines the run's requests were spread over: its endpoints, a simulated one's
+    #: instances (a router's back ends cannot be counted from here); a fit is of one
+    engines: int = 1
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -96,6 +101,8 @@ def engine_facts(scenario: dict[str, Any], server_metrics: Any) -> EngineFacts:
     argv = shlex.split(cmd) if isinstance(cmd, str) else [str(a) for a in cmd]
     text = " ".join(argv)
     f = EngineFacts()
+    f.engines = sum((_int(e.get("instances")) or 1) if is_simulated(e) else 1
+                    for e in scenario.get("endpoints") or [] if isinstance(e, dict)) or 1
     if "llama-server" in text or "llama_server" in text:
         f.family = "llama.cpp"
         n_ctx, slots = _int(_flag(argv, "-c", "--ctx-size")), _int(_flag(argv, "-np",

@@ -89,6 +89,8 @@ class FitResult:
     windows: Windows = field(repr=False)
     save: SaveCost | None = None
     save_error: str | None = None  # why a save probe given gave no cost
+    #: what makes the fit less than one engine's (a run spread over several engines)
+    warnings: list[str] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------ windows of one run
@@ -320,10 +322,16 @@ def fit_runs(run_dirs: Sequence[str | Path], budget: int | None = None) -> FitRe
             save = save_cost(probes, fitted)
         except InputError as e:
             save_error = e.one_line()
+    # the windows add up the work of every request in flight as one engine's steps: over
+    # N engines working side by side, each step seems to do N times the work
+    warnings = [f"{Path(rd).name}: its requests went to {f.engines} engines (its endpoints "
+                "and simulated instances), which the fit takes as one engine's steps: its "
+                "step times come out too short; fit on runs against one engine"
+                for rd, f in zip(steps, facts, strict=True) if f.engines > 1]
     return FitResult(coef=fitted,
                      residuals=residuals(w, pred), observations=len(w.y),
                      inputs=[str(Path(r)) for r in run_dirs], facts=merged, windows=w,
-                     save=save, save_error=save_error)
+                     save=save, save_error=save_error, warnings=warnings)
 
 
 def merge_facts(facts: Sequence[EngineFacts]) -> EngineFacts:
@@ -372,4 +380,5 @@ def format_fit(fit: FitResult) -> str:
                      "each)")
     if not math.isfinite(sum(fit.coef.values())):
         lines.append("  warning: a coefficient is not finite")
+    lines += [f"  warning: {w}" for w in fit.warnings]
     return "\n".join(lines)

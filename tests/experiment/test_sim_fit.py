@@ -28,10 +28,12 @@ from tests.sim.test_fitted_preset import FIT, TEXT
 TRUE = TEXT.replace("value: 24576", "value: 4000000")
 
 
-def _run(out: Path, rid: str, preset: Path, sessions: int, lanes: int, seed: int) -> Path:
+def _run(out: Path, rid: str, preset: Path, sessions: int, lanes: int, seed: int,
+         instances: int = 1) -> Path:
     sc = Scenario.model_validate({
         "name": rid, "seed": seed, "clock": "virtual",
-        "endpoints": [{"kind": "simulated", "name": "sim", "preset": str(preset)}],
+        "endpoints": [{"kind": "simulated", "name": "sim", "preset": str(preset),
+                       "instances": instances}],
         "trace": {"kind": "synth", "profile": "agentx", "sessions": sessions,
                   "transform": {"max_context_tokens": 20000}},
         "load": {"kind": "lanes", "concurrency": lanes},
@@ -221,6 +223,28 @@ def test_without_a_capacity_the_fit_says_which_option_gives_it(runs: dict[str, P
                                    str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "--kv-capacity-tokens" in res.output
     assert len(res.output.strip().splitlines()) == 1 and not (tmp_path / "p.yaml").exists()
+
+
+def test_a_run_spread_over_several_engines_is_fitted_with_a_warning(
+        runs: dict[str, Path], tmp_path: Path) -> None:
+    """The fit adds up every request in flight as one engine's steps: a run over two
+    instances (or endpoints) gives step times too short without a word, and a check of
+    that preset then predicted TTFT far below what was measured."""
+    assert fit_runs([runs["fit"]]).warnings == []
+    two = _run(tmp_path, "two", runs["truth"], sessions=3, lanes=3, seed=0, instances=2)
+    fit = fit_runs([runs["fit"], two])
+    assert len(fit.warnings) == 1 and "two: its requests went to 2 engines" in \
+        fit.warnings[0], fit.warnings
+    assert f"  warning: {fit.warnings[0]}" in format_fit(fit).splitlines()
+    res = CliRunner().invoke(app, ["sim", "fit", str(two), "-o", str(tmp_path / "p.yaml"),
+                                   "--kv-capacity-tokens", "100000"])
+    assert res.exit_code == 0 and "went to 2 engines" in res.output, res.output
+    # endpoints count one engine each (a router's back ends cannot be seen); P/D pools
+    # are the endpoint's instances, their sum
+    eps = [{"kind": "openai", "name": "a"}, {"kind": "openai", "name": "b"},
+           {"kind": "simulated", "instances": 3}, {"kind": "simulated", "instances": "x"}]
+    assert engine_facts({"endpoints": eps}, None).engines == 6
+    assert engine_facts({}, None).engines == 1
 
 
 def test_bad_runs_are_one_line(tmp_path: Path) -> None:

@@ -216,6 +216,7 @@ def _check_out(out: Path, force: bool) -> None:
     import stat
 
     from agentbench.errors import InputError
+    from agentbench.traces.output import check_folder
 
     try:
         mode: int | None = os.lstat(out).st_mode
@@ -230,13 +231,12 @@ def _check_out(out: Path, force: bool) -> None:
     if out.suffix.lower() not in (".yaml", ".yml"):
         raise InputError("a preset file's name ends in .yaml or .yml (as `sim check "
                          "--preset` reads it)", source=str(out), field="--out")
-    if mode is None:
-        return
-    if not stat.S_ISREG(mode):
+    if mode is not None and not stat.S_ISREG(mode):
         raise InputError("not a regular file (a device, FIFO or link): --out names the "
                          "preset file to write", source=str(out), field="--out")
-    if not force:
+    if mode is not None and not force:
         raise InputError("exists; pass --force to replace it", source=str(out))
+    check_folder(out, "--out")  # a folder that takes it, before minutes of fit or profile
 
 
 def _check_name(name: str, field: str) -> None:

@@ -52,12 +52,12 @@ def check_new(*paths: Path, hint: str = "") -> None:
             raise InputError(f"exists; pick another -o or remove it{hint}", source=str(p))
 
 
-def check_folder(out: Path) -> None:
+def check_folder(out: Path, field: str = "output") -> None:
     """The folder ``out`` goes in, or the nearest one above it that is there (the missing
     ones are made when the file is written): a folder that takes new files. One line
-    naming ``-o`` (exit 2) before the read or the recording, where it was an OSError
-    after them (exit 1: ``f.txt/t.parquet``, ``/proc/t.parquet``). Nothing is made, so a
-    read that fails leaves no folder behind."""
+    naming ``-o`` (``field``; exit 2) before the read or the recording, where it was an
+    OSError after them (exit 1: ``f.txt/t.parquet``, ``/proc/t.parquet``). Nothing is
+    made, so a read that fails leaves no folder behind."""
     import tempfile
 
     there = out.parent
@@ -65,12 +65,12 @@ def check_folder(out: Path) -> None:
         there = there.parent
     if not there.is_dir():
         raise InputError(f"{str(there)!r} is a file or a link, not a folder",
-                         source=str(out), field="output")
+                         source=str(out), field=field)
     try:
         os.rmdir(tempfile.mkdtemp(prefix=f".{out.name[:32]}.", dir=there))
     except OSError as e:
         raise InputError(f"cannot write a file in {str(there)!r} ({e.strerror or e})",
-                         source=str(out), field="output") from None
+                         source=str(out), field=field) from None
 
 
 @contextlib.contextmanager

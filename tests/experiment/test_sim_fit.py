@@ -318,6 +318,23 @@ def test_options_a_user_gets_wrong_are_caught(runs: dict[str, Path], tmp_path: P
     assert parse_preset(out.read_text()).scheduler == "slots"
 
 
+def test_an_out_in_a_folder_that_takes_no_file_is_refused_before_the_fit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-o /proc/p.yaml`` (a read-only folder for a user who is not root): one line
+    naming --out before any run is read, where it came after the fit (after --endpoint's
+    minutes of profiling)."""
+    import agentbench.experiment.simfit as simfit
+
+    def no_fit(*_: object) -> None:
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr(simfit, "fit_runs", no_fit)
+    res = CliRunner().invoke(app, ["sim", "fit", "no-such-run", "-o", "/proc/p.yaml",
+                                   "--kv-capacity-tokens", "100000"])
+    assert res.exit_code == 2 and "--out" in res.output and "cannot write a file in " \
+        "'/proc'" in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
 def test_a_slots_preset_is_checked_token_by_token(runs: dict[str, Path],
                                                    tmp_path: Path) -> None:
     """A run that does not say its block size, checked with a llama.cpp-style preset:

@@ -242,3 +242,18 @@ def test_a_run_folder_name_reaches_the_terminal_escaped(tmp_path: Path) -> None:
         assert "\x1b" not in res.output and "\x07" not in res.output, res.output
         assert not any(ln.startswith("error: a forged") for ln in res.output.splitlines())
         assert "x\\x1b]0;retitled\\x07\\nerror: a forged line" in res.output, res.output
+
+
+def test_a_written_file_name_reaches_the_terminal_escaped(tmp_path: Path) -> None:
+    """``traces synth -o`` and ``traces convert -o`` named the file they wrote as given:
+    an escape sequence in it retitled the terminal and a line break forged a line."""
+    forged = "x\x1b]0;retitled\x07\nerror: a forged line"
+    synth = tmp_path / f"{forged}.parquet"
+    conv = tmp_path / f"{forged}-2.parquet"
+    for args in (["traces", "synth", "-p", "codex", "-n", "1", "-o", str(synth)],
+                 ["traces", "convert", str(synth), "-o", str(conv)]):
+        res = CliRunner().invoke(app, args, color=True)  # as on a terminal: nothing stripped
+        assert res.exit_code == 0, res.output
+        assert "\x1b" not in res.output and "\x07" not in res.output, res.output
+        assert not any(ln.startswith("error: a forged") for ln in res.output.splitlines())
+        assert "x\\x1b]0;retitled\\x07\\nerror: a forged line" in res.output, res.output

@@ -59,7 +59,7 @@ def search(
     one run per probed load, the frontier printed and written to <output>/<name>-search.json
     (-1, -2, ... beside an earlier one, never replaced), the name as run folders spell it
     (docs/metrics.md, "Capacity search")."""
-    from agentbench.errors import InputError
+    from agentbench.errors import InputError, printable
     from agentbench.experiment.search import Probe, SearchResult, format_search, write_search
     from agentbench.experiment.search import search as run_search
     from agentbench.results.rundir import safe_name
@@ -97,7 +97,8 @@ def search(
                 break
             except FileExistsError:  # taken while the probes ran (a search beside it)
                 out = _free_name(out.parent, safe_name(sc.name))
-        typer.echo(f"search: {out}" + (" (interrupted)" if res.interrupted else ""))
+        typer.echo(printable(f"search: {out}" + (" (interrupted)" if res.interrupted
+                                                 else "")))
 
     # stopped by Ctrl-C or SIGTERM, the probes that finished are printed and written too
     # (they were lost: each probe may be minutes against a real endpoint), then the stop

@@ -102,7 +102,7 @@ def fit(
     (non-negative least squares on each request's first-token and decode windows) and
     write it as a preset file, with the engine's capacity and limits and the fit's
     residuals (docs/simulator.md)."""
-    from agentbench.errors import InputError
+    from agentbench.errors import InputError, printable
     from agentbench.experiment.fitpreset import save_warning
     from agentbench.experiment.simfit import format_fit
 
@@ -126,8 +126,8 @@ def fit(
     typer.echo(format_fit(result))
     if (warn := save_warning(result, preset.scheduler)) is not None:
         typer.echo(f"warning: {warn}", err=True)
-    typer.echo(f"wrote {out}; check it on held-out work: agentbench sim check RUN "
-               f"--preset {shlex.quote(str(out))}")
+    typer.echo(printable(f"wrote {out}; check it on held-out work: agentbench sim check "
+                         f"RUN --preset {shlex.quote(str(out))}"))
 
 
 def _check_preset_options(out: Path, force: bool, name: str | None, scheduler: str | None,

@@ -87,8 +87,8 @@ def traces_convert(
         trace = _read_transformed(source, format, scale, max_context, option)
         native.write(trace, tmp)
     _warn_skipped(trace)  # -O skip_bad=true left files out of the trace written
-    typer.echo(f"wrote {output} ({len(trace.sessions):,} sessions, "
-               f"{trace.n_requests():,} requests)")
+    typer.echo(printable(f"wrote {output} ({len(trace.sessions):,} sessions, "
+                         f"{trace.n_requests():,} requests)"))
 
 
 @traces_app.command("synth")
@@ -129,8 +129,8 @@ def traces_synth(
         except InputError as e:  # a count the profile drew: name the profile
             raise e.located(source=profile) from None
         native.write(trace, tmp)
-    typer.echo(f"wrote {output} ({len(trace.sessions):,} sessions, "
-               f"{trace.n_requests():,} requests)")
+    typer.echo(printable(f"wrote {output} ({len(trace.sessions):,} sessions, "
+                         f"{trace.n_requests():,} requests)"))
 
 
 @traces_app.command("list")
@@ -156,7 +156,7 @@ def traces_fetch(
     from agentbench.traces.fetch import fetch
 
     out = fetch(name, mirror=mirror, log=lambda m: typer.echo(m, err=True))
-    typer.echo(f"fetched {name} into {out}; read it as cache:{name}")
+    typer.echo(printable(f"fetched {name} into {out}; read it as cache:{name}"))
 
 
 def _warn_skipped(trace: Any) -> None:

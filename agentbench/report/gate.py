@@ -56,10 +56,12 @@ class GateResult:
     exact: bool = False              # both runs in virtual time: compared exactly
     warnings: list[str] = field(default_factory=list)  # e.g. comparability not checked
     baselines: int = 1               # baseline runs; more than one: the run is the unit
+    #: a regression no rule measures: the candidate served nothing (its rules unchecked)
+    failure: str | None = None
 
     @property
     def passed(self) -> bool:
-        return all(r.status != "FAIL" for r in self.results)
+        return self.failure is None and all(r.status != "FAIL" for r in self.results)
 
 
 def _change(rule: Rule, base: Any, cand: Any) -> Any:
@@ -104,12 +106,20 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
             # its figures cover part of the run: a killed candidate "improved" its TTFT
             raise InputError(f"the {which} is no whole run to gate: {ended}",
                              source=str(r.path))
-        if not (r.summary.get("overall") or {}).get("requests", {}).get("ok"):
-            # every rule would be n/a and the gate would pass a run that served nothing
-            raise InputError(f"the {which} has no successful measured request: nothing to "
-                             "gate (see its summary for why)", source=str(r.path))
+        if which == "baseline" and not (
+                r.summary.get("overall") or {}).get("requests", {}).get("ok"):
+            # nothing to compare with (a candidate that served nothing is a regression)
+            raise InputError("the baseline has no successful measured request: nothing "
+                             "to gate against (see its summary for why)",
+                             source=str(r.path))
     out = GateResult(options=opts)
     out.warnings = check_comparable([r.records.run for r in [*bases, runs[1]]], allow)
+    if not (runs[1].summary.get("overall") or {}).get("requests", {}).get("ok"):
+        # the change broke serving (or the endpoint was down): a regression, said in the
+        # table and the PR comment, where it was exit 2 with no gate.md
+        out.failure = ("the candidate has no successful measured request "
+                       f"({_failed(runs[1].summary)}): no rule could be checked")
+        return out
     cand = runs[1]
     same = [h for b in bases if (h := same_run(b, b.records.run, cand, cand.records.run))]
     if same:  # it passes, as it should; but a pass of a run against itself proves nothing
@@ -136,6 +146,19 @@ def evaluate(base_dir: str | Path | list[str | Path], cand_dir: str | Path,
         raise InputError(f"no rule could be checked: {why} (docs/ci.md)",
                          source="agentbench gate")
     return out
+
+
+def _failed(summary: dict[str, Any]) -> str:
+    """What a run's requests came to: ``274 of 274 failed: http_400 x274``, its three
+    commonest errors."""
+    req = (summary.get("overall") or {}).get("requests") or {}
+    got = req.get("errors")
+    errors: list[Any] = got if isinstance(got, list) else []
+    kinds = ", ".join(f"{e.get('error_type')} x{e.get('count')}" for e in errors[:3]
+                      if isinstance(e, dict))
+    more = f" (+{len(errors) - 3} more kinds)" if len(errors) > 3 else ""
+    return f"{req.get('failed', 0)} of {req.get('total', 0)} failed" + (
+        f": {kinds}{more}" if kinds else "")
 
 
 def _rule_result(rule: Rule, i: int, bases: list[Any], cand: Any, exact: bool,
@@ -319,6 +342,8 @@ def _not_checked(result: GateResult) -> str:
 
 def format_table(result: GateResult) -> str:
     """Plain-text table for the terminal."""
+    if result.failure is not None:
+        return "\n".join([*notes(result), printable(f"REGRESSION: {result.failure}")])
     table = [HEADER, *rows(result)]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table]
@@ -338,6 +363,13 @@ def format_markdown(result: GateResult, base_label: str, cand_label: str) -> str
         return escape(x, quote=False).replace("|", "\\|")
 
     icon = {"pass": "✅ pass", "FAIL": "❌ FAIL", "n/a": "➖ n/a"}
+    if result.failure is not None:
+        lines = ["### agentbench gate: ❌ regression", "",
+                 f"Baseline `{cell(base_label)}` vs candidate `{cell(cand_label)}`: "
+                 f"{cell(result.failure)}."]
+        if extra := notes(result):
+            lines += ["", *(f"- {cell(n)}" for n in extra)]
+        return "\n".join(lines) + "\n"
     verdict = ("✅ no regression" if result.passed else "❌ regression") + _not_checked(result)
     lines = [f"### agentbench gate: {verdict}", "",
              f"Baseline `{cell(base_label)}` vs candidate `{cell(cand_label)}`; "

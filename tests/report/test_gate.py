@@ -590,13 +590,23 @@ def test_trace_hash_is_deterministic_and_sees_token_counts(tmp_path: Path) -> No
 def test_a_run_that_served_nothing_is_not_passed(runs: dict[str, Path],
                                                  tmp_path: Path) -> None:
     """A run with no successful measured request once passed its own gate with every rule
-    n/a (exit 0): either side without one is refused, naming which (exit 2)."""
+    n/a (exit 0). A candidate without one is a regression (exit 1), said in the table and
+    in gate.md for the PR comment (it was exit 2 with no gate.md: a change that broke
+    serving left the comment silent); a baseline without one is nothing to gate against
+    (exit 2)."""
     from tests.helpers import req, write_run
 
-    empty = write_run(tmp_path / "empty", [req(status="error", error_type="http_500",
-                                               http_status=500, sent_ns=0, end_ns=1)])
-    code, out = _gate(str(runs["base"]), str(empty))
-    assert code == 2 and "the candidate has no successful measured request" in out
+    empty = write_run(tmp_path / "empty", [
+        req(status="error", error_type="http_500", http_status=500, sent_ns=0, end_ns=1),
+        req(status="error", error_type="http_500", http_status=500, sent_ns=2, end_ns=3),
+        req(status="error", error_type="timeout", sent_ns=4, end_ns=5)])
+    md = tmp_path / "g.md"
+    code, out = _gate(str(runs["base"]), str(empty), "--markdown", str(md))
+    why = ("the candidate has no successful measured request (3 of 3 failed: http_500 x2, "
+           "timeout x1): no rule could be checked")
+    assert code == 1 and f"REGRESSION: {why}" in out.splitlines(), out
+    text = md.read_text()
+    assert text.startswith("### agentbench gate: ❌ regression") and why in text, text
     code, out = _gate(str(empty), str(empty))
     assert code == 2 and "the baseline has no successful measured request" in out
 

@@ -162,7 +162,12 @@ class _Run:
             if asked not in (None, 1, "1"):
                 info["workers_note"] = (f"--workers {asked} ignored: a virtual-clock run "
                                         "is one process")
-        write_run_json(self.run_dir, info, self.secrets)
+        try:
+            write_run_json(self.run_dir, info, self.secrets)
+        except OSError as e:  # a full disk: named with the folder, as a row's write is
+            err = ResultsWriteError(str(self.run_dir.parent), e.strerror or str(e))
+            err.hint = "the run did not start (its folder is removed)"
+            raise err from None
         reserve_space(self.run_dir)
 
     async def go(self, auto: bool, progress: bool | None, make: ExecutorFactory) -> None:

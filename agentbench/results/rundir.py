@@ -64,11 +64,17 @@ def _claim(path: Path) -> bool:
         return False
     if path.exists() and any(path.iterdir()):
         return False
+    made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     try:
         os.close(os.open(path / CLAIM_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
     except FileExistsError:
         return False
+    except OSError:  # a disk with no room for the claim: no empty folder left behind
+        if made:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     if any(p.name != CLAIM_FILE for p in path.iterdir()):  # taken before the claim
         (path / CLAIM_FILE).unlink()
         return False

@@ -31,10 +31,10 @@ from tests.faults.harness import (
 
 
 @contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
+def tmpfs(path: Path, size: str, options: str = "") -> Iterator[Path]:
     path.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}{options}", "tmpfs",
+                        str(path)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode})")
     try:
@@ -192,3 +192,29 @@ def test_a_report_that_cannot_be_written_names_the_file(tmp_path: Path) -> None:
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"error: {out}/") and "File too large" in lines[0], lines[0]
+
+
+@pytest.mark.timeout(120)
+def test_a_disk_full_before_the_run_starts_is_one_line_naming_its_folder(
+        tmp_path: Path) -> None:
+    """A disk with no byte left for run.json: the line said only "No space left on
+    device (--debug shows where)"; it now names the folder and says the run did not
+    start. A disk with no inode left for the run's claim left an empty run folder."""
+    import os
+
+    sc = str(Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml")
+    with tmpfs(tmp_path / "full", "1m") as disk:
+        st = os.statvfs(disk)
+        (disk / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize))
+        r = run_cli("run", sc, "-o", str(disk / "out"), timeout=100)
+        assert r.returncode == 1, r.stderr
+        assert one_line_error(r.stderr) == (
+            f"error: {disk / 'out'}: cannot write results (No space left on device); the "
+            "run did not start (its folder is removed)")
+        assert list((disk / "out").iterdir()) == []
+    with tmpfs(tmp_path / "inodes", "1m", ",nr_inodes=2") as disk:
+        r = run_cli("run", sc, "-o", str(disk), timeout=100)
+        assert r.returncode == 2, r.stderr
+        assert "cannot write results there (No space left on device)" in \
+            one_line_error(r.stderr)
+        assert list(disk.iterdir()) == []

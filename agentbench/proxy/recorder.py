@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentbench.errors import ResultsWriteError
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
 from agentbench.proxy.upstream import Upstream
@@ -94,7 +96,14 @@ class Recorder:
             print(f"agentbench record: call {call.index} left out of the trace (kept in the "
                   f"journal): {why}", file=sys.stderr)
         self.calls.append(call)
-        self.journal.append(call)
+        journal = self.journal
+        failed = journal.failed
+        journal.append(call)
+        if failed is None and journal.failed is not None:  # said once: the relay goes on
+            print(f"agentbench record: cannot write the journal {journal.path} "
+                  f"({store.why(journal.failed)}): calls are still relayed and kept for the "
+                  f"trace, but a crash now loses them past the first {journal.calls}",
+                  file=sys.stderr)
         self._changed()
         if self.on_call is not None:
             self.on_call(call)
@@ -119,10 +128,14 @@ class Recorder:
         # a long recording takes longer to rewrite: keep rewriting to <= 10% of the time
         took = time.perf_counter() - self._write_started
         self._interval_s = max(self.cfg.write_interval_s, 10 * took)
-        if not fut.cancelled() and fut.exception() is not None:
-            self.write_error = fut.exception()
-            print(f"agentbench record: could not write {self.cfg.out}: {self.write_error}",
-                  file=sys.stderr)
+        exc = None if fut.cancelled() else fut.exception()
+        if exc is not None:
+            if self.write_error is None:  # once, not at every try while the disk is full
+                print(f"agentbench record: could not write {self.cfg.out} "
+                      f"({store.why(exc)}); trying again as calls come", file=sys.stderr)
+            self.write_error = exc
+        elif not fut.cancelled():
+            self.write_error = None
         if self._dirty:
             self._changed()
 
@@ -140,8 +153,17 @@ class Recorder:
         if self._writing is not None:
             with contextlib.suppress(Exception):
                 await self._writing
-        self.journal.close()
-        store.write(list(self.calls), self.cfg.out, self.meta)
+        journal = self.journal
+        journal.close()
+        try:
+            store.write(list(self.calls), self.cfg.out, self.meta)
+        except OSError as e:  # a full disk: one line, with what is left to rebuild from
+            n = len(self.calls)
+            err = ResultsWriteError(str(self.cfg.out), store.why(e))
+            held = f"{journal.calls} of the {n} calls" if journal.failed else f"all {n} calls"
+            err.hint = (f"its journal {journal.path} holds {held}: free space, then "
+                        f"`agentbench record -o {shlex.quote(str(self.cfg.out))} --rebuild`")
+            raise err from None
 
 
 def _secrets(upstream: str, headers: dict[str, str]) -> tuple[str, ...]:

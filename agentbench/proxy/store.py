@@ -60,21 +60,42 @@ def journal_path(out: Path) -> Path:
 
 class Journal:
     """Appends calls, one JSON line each, flushed as written; the first line is the
-    recording's metadata (``{"recording": {...}}``)."""
+    recording's metadata (``{"recording": {...}}``). A write the disk refuses (full, a
+    quota) ends the journal there: ``failed`` holds why, ``calls`` counts the calls before
+    it, and a line it cut short stays its last, which ``read_journal`` leaves out."""
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.failed: OSError | None = None
+        self.calls = 0  # calls whole in the journal
         self._f: IO[str] = path.open("x", encoding="utf-8")
         self._f.write(json.dumps({"recording": meta}) + "\n")
         self._f.flush()
 
     def append(self, call: Call) -> None:
-        self._f.write(json.dumps(call.to_json(), separators=(",", ":")) + "\n")
-        self._f.flush()
+        if self.failed is not None:
+            return
+        try:
+            self._f.write(json.dumps(call.to_json(), separators=(",", ":")) + "\n")
+            self._f.flush()
+        except OSError as e:
+            self.failed = e
+            return
+        self.calls += 1
 
     def close(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()  # after a failed write, its flush fails again: nothing to add
+        except OSError as e:
+            self.failed = self.failed or e
+
+
+def why(e: BaseException) -> str:
+    """An OSError's reason without its errno prefix (pyarrow's: ``[Errno 28] Error writing
+    bytes to file. Detail: ...``): ``No space left on device``."""
+    errno = getattr(e, "errno", None)
+    return os.strerror(errno) if isinstance(errno, int) and errno else str(e)
 
 
 #: the text fields of a call, which go into the trace's string columns

@@ -332,3 +332,41 @@ def test_rebuild_from_a_journal_that_is_no_regular_file_is_one_line(
     assert res.exit_code == 2 and len(lines) == 1 and "not a regular file" in lines[0], \
         res.output
     assert not out.exists()
+
+
+async def test_a_disk_that_fills_mid_recording_is_said_once_and_calls_still_relay(
+        upstream: tuple[Upstream, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A full disk under a recording printed a traceback per call ("Task exception was
+    never retrieved", the journal's write) and at the end two lines, one with "--debug
+    shows where". Now: one line when the journal stops, the calls still relayed, and at
+    the end one error line saying what the journal holds and how to rebuild."""
+    from agentbench.errors import ResultsWriteError
+    from tests.faults.test_faults_disk import tmpfs
+
+    _, url = upstream
+    with tmpfs(tmp_path / "disk", "64k") as disk:
+        out = disk / "rec.parquet"
+        proxy = await start_proxy(RecordConfig(upstream=url, out=out, port=0))
+        try:
+            assert await _chat(proxy.url, "ok") == 200
+            await proxy.recorder.settle()
+            st = os.statvfs(disk)
+            (disk / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize))
+            for _ in range(40):  # past the page the journal's last line ends in
+                assert await _chat(proxy.url, "ok") == 200  # relayed all the same
+        finally:
+            with pytest.raises(ResultsWriteError) as got:
+                await proxy.close()
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "never retrieved" not in err, err
+        assert err.count("cannot write the journal") == 1, err
+        kept = proxy.recorder.journal.calls
+        assert 1 <= kept < 41 and f"past the first {kept}\n" in err, err
+        assert got.value.one_line() == (
+            f"{out}: cannot write results (No space left on device); its journal "
+            f"{journal_path(out)} holds {kept} of the 41 calls: free space, then "
+            f"`agentbench record -o {out} --rebuild`")
+        (disk / "filler").unlink()
+        rebuild(out)  # the torn last line left out
+        assert sum(len(s.turns) for s in native.read(out).sessions) == kept

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ from agentbench.sim.routes_common import (
     usage_of,
     word,
 )
-from agentbench.sim.typed_routes import add_routes
+from agentbench.sim.typed_routes import add_routes, anthropic_error
 
 
 async def _run(request: web.Request, cluster: Cluster, body: dict[str, Any], req: SimRequest,
@@ -171,9 +172,31 @@ async def metrics(request: web.Request) -> web.Response:
                         content_type="text/plain", charset="utf-8")
 
 
+@web.middleware
+async def _api_errors(request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                      ) -> web.StreamResponse:
+    """A path no route serves (404) or a method its route does not take (405), answered
+    in the API's own error shape (Anthropic's under ``/v1/messages``, else OpenAI's), as
+    every other refusal: aiohttp's plain text ``404: Not Found`` is no JSON to a client."""
+    try:
+        return await handler(request)
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as e:
+        message = f"{e.reason}: {request.method} {request.path}"
+        if request.path.startswith("/v1/messages"):
+            resp = anthropic_error(message, e.status, "not_found_error" if e.status == 404
+                                   else "invalid_request_error")
+        else:
+            resp = error(message, e.status,
+                         "NotFoundError" if e.status == 404 else "MethodNotAllowedError")
+        if "Allow" in e.headers:
+            resp.headers["Allow"] = e.headers["Allow"]
+        return resp
+
+
 def make_app(cluster: Cluster) -> web.Application:
     """The aiohttp application serving ``cluster``."""
-    app = web.Application(client_max_size=1 << 30)
+    app = web.Application(client_max_size=1 << 30, middlewares=[_api_errors])
     app[CLUSTER] = cluster
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)

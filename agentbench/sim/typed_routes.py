@@ -47,7 +47,7 @@ from agentbench.sim.routes_common import (
 )
 
 
-def _anthropic_error(message: str, status: int = 400,
+def anthropic_error(message: str, status: int = 400,
                      kind: str = "invalid_request_error") -> web.Response:
     return web.json_response({"type": "error", "error": {"type": kind, "message": message}},
                              status=status)
@@ -228,7 +228,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         tokens = cluster.hasher.chat_tokens(_messages_pairs(body))
         req = make(cluster, request, body, tokens, "max_tokens")
     except BadRequest as e:
-        return _anthropic_error(str(e), e.status,
+        return anthropic_error(str(e), e.status,
                                 "not_found_error" if e.status == 404 else
                                 "invalid_request_error")
     mid = f"msg_sim{req.rid}"
@@ -271,7 +271,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
     return await serve(request, cluster, req, whole,
                        stream if body.get("stream") else None,
-                       lambda m: _anthropic_error(m, 500 if m == ABORTED else 400,
+                       lambda m: anthropic_error(m, 500 if m == ABORTED else 400,
                                                   "api_error" if m == ABORTED
                                                   else "invalid_request_error"))
 

@@ -24,3 +24,32 @@ async def test_a_body_nested_too_deep_or_not_decodable_is_a_400(path: str) -> No
                 assert r.status == 400, await r.text()
                 doc = await r.json()
                 assert why in (doc.get("error") or doc)["message"]  # Anthropic's or OpenAI's
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("POST", "/v1/nosuch", 404), ("GET", "/v1/chat/completions", 405),
+    ("DELETE", "/v1/completions", 405), ("POST", "/v1/models", 405),
+    ("GET", "/v1/responses", 405)])
+async def test_an_unknown_route_or_method_is_an_openai_error(method: str, path: str,
+                                                             status: int) -> None:
+    """A path the simulator does not serve, or a method its route does not take: the
+    status in OpenAI's (vLLM's) error shape, as every other refusal; it was aiohttp's
+    plain text ``404: Not Found``, which a client reading the error's JSON cannot parse."""
+    async with sim(preset="instant") as (_, s), s.request(method, path, json={}) as r:
+        assert r.status == status
+        doc = await r.json()
+        assert doc["object"] == "error" and doc["code"] == status
+        assert path in doc["message"] and method in doc["message"]
+
+
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/v1/messages", 405), ("POST", "/v1/messages/count_tokens", 404)])
+async def test_an_unknown_messages_route_is_an_anthropic_error(method: str, path: str,
+                                                               status: int) -> None:
+    """Under ``/v1/messages`` the refusal is in Anthropic's shape, as the route's own."""
+    async with sim(preset="instant") as (_, s), s.request(method, path, json={}) as r:
+        assert r.status == status
+        doc = await r.json()
+        assert doc["type"] == "error" and path in doc["error"]["message"]
+        assert doc["error"]["type"] == ("not_found_error" if status == 404
+                                        else "invalid_request_error")

@@ -78,9 +78,9 @@ async def read_body(request: web.Request, cluster: Cluster) -> dict[str, Any]:
     model = body.get("model")
     if model is not None and model != cluster.cfg.model:
         raise BadRequest(f"The model `{model}` does not exist.", 404, "NotFoundError")
-    n = body.get("n", 1)
-    if n != 1:
-        raise BadRequest("n > 1 is not supported by the simulator")
+    n = body.get("n")
+    if n is not None and n != 1:  # null is OpenAI's default: one choice
+        raise BadRequest(f"n must be 1 (the simulator serves one choice), got {n!r}")
     return body
 
 

@@ -53,3 +53,19 @@ async def test_an_unknown_messages_route_is_an_anthropic_error(method: str, path
         assert doc["type"] == "error" and path in doc["error"]["message"]
         assert doc["error"]["type"] == ("not_found_error" if status == 404
                                         else "invalid_request_error")
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+async def test_n_null_is_one_choice_and_n_2_says_what_it_got(path: str) -> None:
+    """``"n": null`` is OpenAI's default (one choice; clients that send every field send
+    it): served. It was refused as ``n > 1 is not supported``; a refused ``n`` now names
+    what it got."""
+    body = {"messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "max_tokens": 2}
+    async with sim(preset="instant") as (_, s):
+        async with s.post(path, json={**body, "n": None}) as r:
+            assert r.status == 200, await r.text()
+            assert len((await r.json())["choices"]) == 1
+        for n in (2, 0, "1"):
+            async with s.post(path, json={**body, "n": n}) as r:
+                assert r.status == 400
+                assert f"got {n!r}" in (await r.json())["message"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -65,8 +66,11 @@ class Proxy:
         self.cfg = cfg
         self.recorder = recorder
         self.client: aiohttp.ClientSession | None = None
-        #: the upstream answers being relayed (``cut`` ends them)
+        #: the upstream answers being relayed, and the requests still waiting for one
+        #: (``cut`` ends both)
         self.relaying: set[aiohttp.ClientResponse] = set()
+        self.waiting: set[asyncio.Task[aiohttp.ClientResponse]] = set()
+        self.cutting = False
 
     async def start(self) -> None:
         self.client = aiohttp.ClientSession(
@@ -82,9 +86,18 @@ class Proxy:
     def cut(self) -> None:
         """End the relays in flight now (a second Ctrl-C while the trace is written): each
         upstream answer's connection closes, and its relay ends as an upstream that broke
-        off does (the call journaled as ``relay stopped``, its client's answer broken)."""
+        off does (the call journaled as ``relay stopped``, its client's answer broken); a
+        request the upstream has not begun to answer is given up (its client gets a 502,
+        nothing is journaled: there is no answer to record)."""
+        self.cutting = True
         for up in list(self.relaying):
             up.close()
+        for asking in list(self.waiting):
+            asking.cancel()
+
+    def in_flight(self) -> int:
+        """Calls forwarded and not yet answered whole."""
+        return len(self.relaying) + len(self.waiting)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         rec = self.recorder
@@ -107,14 +120,24 @@ class Proxy:
         # an absolute-form target (``GET http://host/v1/...``, as sent to a forward proxy)
         # goes to the upstream like its path: this proxy forwards to one upstream only
         target = request.raw_path if request.raw_path.startswith("/") else str(request.rel_url)
+        asking = asyncio.ensure_future(self.client.request(
+            request.method, URL(self.upstream.url_for(target), encoded=True),
+            headers=headers, data=body or None, allow_redirects=False))
+        self.waiting.add(asking)  # a task ``cut`` can end before any answer came
         try:
-            up = await self.client.request(
-                request.method, URL(self.upstream.url_for(target), encoded=True),
-                headers=headers, data=body or None, allow_redirects=False)
+            up = await asking
+        except asyncio.CancelledError:
+            if not self.cutting:
+                raise
+            return web.json_response({"error": {
+                "message": f"agentbench record: stopped before upstream {self.upstream.shown} "
+                           "answered", "type": "proxy_error"}}, status=502)
         except Exception as e:  # unreachable, or a request aiohttp refuses: one line
             return web.json_response({"error": {
                 "message": f"agentbench record: upstream {self.upstream.shown} unreachable "
                            f"({type(e).__name__})", "type": "proxy_error"}}, status=502)
+        finally:
+            self.waiting.discard(asking)
         resp = web.StreamResponse(status=up.status, reason=up.reason, headers=CIMultiDict(
             (k, v) for k, v in up.headers.items() if k.lower() not in _RESPONSE_DROP))
         encoding = up.headers.get("Content-Encoding")
@@ -123,6 +146,8 @@ class Proxy:
         error: str | None = None
         reading = False  # waiting on the upstream (not writing to the client)
         self.relaying.add(up)
+        if self.cutting:  # answered as ``cut`` ran: cut too
+            up.close()
         try:
             await resp.prepare(request)
             reading = True
@@ -221,6 +246,10 @@ async def serve(cfg: RecordConfig, on_ready: Callable[[ProxyHandle], None] | Non
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, handle.proxy.cut)
         with _cut_on_sigint(loop, handle.proxy):
+            if n := handle.proxy.in_flight():  # else a silent wait of up to two minutes
+                print(f"agentbench record: stopping: waiting for {n} call"
+                      f"{'s' if n > 1 else ''} in flight to end before the trace is written "
+                      "(Ctrl-C or SIGTERM again ends them)", file=sys.stderr, flush=True)
             await asyncio.shield(handle.close())
     return handle
 

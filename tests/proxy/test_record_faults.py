@@ -41,6 +41,8 @@ class Upstream:
     def __init__(self) -> None:
         self.auth: list[str | None] = []
         self.slow_started = asyncio.Event()
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self.chat)
 
@@ -56,6 +58,9 @@ class Upstream:
                     await resp.write(EVENT)
                     await asyncio.sleep(0.1)
             return resp
+        if body.get("model") == "held":  # no answer, not even its headers, until released
+            self.held.set()
+            await self.release.wait()
         if body.get("model") == "big":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -251,6 +256,42 @@ async def _two_signals_with_a_stream_in_flight(upstream: tuple[Upstream, str],
     assert calls["ok"].get("error") is None
     assert calls["slow"]["error"].startswith("relay stopped")
     assert sum(len(s.turns) for s in native.read(out).sessions) == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_second_signal_ends_a_call_still_waiting_for_its_answer(
+        upstream: tuple[Upstream, str], tmp_path: Path, sig: signal.Signals) -> None:
+    """A call the upstream has not begun to answer (no headers yet: a non-streamed call on
+    a busy server) when ``record`` is stopped: the first signal says that it waits for the
+    call, the second ends it (its client gets a 502 in one line) and the trace is written.
+    The second signal ended only answers already relayed, so ``record`` sat silent for
+    two minutes (aiohttp's shutdown timeout, twice), whatever was pressed."""
+    up, url = upstream
+    out = tmp_path / "rec.parquet"
+    proc, proxy_url, _ = await _record_process(url, out)
+    assert proc.stderr is not None
+    held = None
+    try:
+        assert await _chat(proxy_url, "ok") == 200
+        held = asyncio.ensure_future(_chat(proxy_url, "held"))
+        await asyncio.wait_for(up.held.wait(), 20)
+        proc.send_signal(sig)
+        note = (await asyncio.wait_for(proc.stderr.readline(), 10)).decode()
+        assert "waiting for 1 call in flight" in note and "again" in note, note
+        proc.send_signal(sig)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 20)
+        assert await asyncio.wait_for(held, 10) == 502
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if held is not None:
+            await asyncio.gather(held, return_exceptions=True)
+        up.release.set()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr.decode() and "wrote" in stdout.decode(), stdout
+    assert read_meta(out)["calls"] == 1  # the call answered; the other had no answer
+    assert sum(len(s.turns) for s in native.read(out).sessions) == 1
 
 
 async def test_an_absolute_form_target_goes_to_the_upstream_like_its_path(

@@ -167,7 +167,8 @@ async def serve(request: web.Request, cluster: Cluster, req: SimRequest,
         try:
             await stream(resp, req, progress)
             await resp.write_eof()
-        except ConnectionResetError:  # the client went away mid-stream (aiohttp's too)
+        except ConnectionError:  # the client went away mid-stream: a reset, or aiohttp's
+            # plain ConnectionError("Connection lost") when it went while a write waited
             pass  # its request is aborted below: nothing to report, no traceback to print
         return resp
     finally:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -218,6 +220,43 @@ async def test_client_disconnect_releases_blocks(caplog: pytest.LogCaptureFixtur
         assert inst.stats.finished["abort"] == 1
         assert len(inst.gpu) > 0 and len(inst.gpu.lru_order()) == len(inst.gpu)  # unpinned
         await asyncio.sleep(0.2)  # the handler's next write meets the closed connection
+    errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+async def test_a_slow_client_that_resets_mid_stream_is_no_traceback(
+        path: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A client that reads too slowly (the server waits for its socket to drain) and then
+    resets the connection: nothing in the server's log. aiohttp raises a plain
+    ``ConnectionError("Connection lost")`` there, not a ``ConnectionResetError``, so the
+    server printed "Error handling request" and two tracebacks for each such client."""
+    async with sim(preset="instant") as (h, _):
+        body = json.dumps({"model": "sim", "messages": [{"role": "user", "content": "x"}],
+                           "max_tokens": 50_000, "ignore_eos": True, "stream": True}).encode()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow reader
+        sock.setblocking(False)
+        host, port = h.runner.addresses[0][:2]
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+        _, writer = await asyncio.open_connection(sock=sock)
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json"
+                     f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert h.runner.server is not None
+
+        async def paused() -> None:  # the server waits for the client to read
+            while not any(c.writing_paused for c in h.runner.server.connections):
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(paused(), 10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()  # a reset (RST), as a client killed or timed out sends
+
+        async def gone() -> None:
+            while h.runner.server.connections:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(gone(), 10)
     errors = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
     assert not errors, [r.getMessage() for r in errors]
 

@@ -411,3 +411,42 @@ async def test_a_disk_that_fills_mid_recording_is_said_once_and_calls_still_rela
         (disk / "filler").unlink()
         rebuild(out)  # the torn last line left out
         assert sum(len(s.turns) for s in native.read(out).sessions) == kept
+
+
+async def test_a_handler_cancelled_while_its_upstream_is_silent_cancels_the_request(
+        tmp_path: Path) -> None:
+    """A relay whose handler is cancelled (aiohttp's shutdown, past its timeout) while the
+    upstream has not answered takes its upstream request with it (the request is a task
+    of its own, for ``cut``; cancelling the handler cancels the task it awaits), not left
+    running with a connection no one reads."""
+    from aiohttp.test_utils import make_mocked_request
+
+    gate = asyncio.Event()
+
+    async def silent(request: web.Request) -> web.Response:
+        await gate.wait()
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", silent)
+    async with served(app) as url:
+        proxy = await start_proxy(RecordConfig(upstream=url, out=tmp_path / "r.parquet",
+                                               port=0))
+        try:
+            req = make_mocked_request("POST", "/v1/chat/completions",
+                                      headers={"Content-Type": "application/json"})
+            req.read = lambda: asyncio.sleep(0, b"{}")  # type: ignore[method-assign]
+            handler = asyncio.ensure_future(proxy.proxy.handle(req))
+            for _ in range(200):
+                if proxy.proxy.waiting:
+                    break
+                await asyncio.sleep(0.01)
+            (asking,) = proxy.proxy.waiting
+            handler.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await handler
+            await asyncio.sleep(0)
+            assert asking.cancelled() and not proxy.proxy.waiting
+        finally:
+            gate.set()
+            await proxy.close()

@@ -144,6 +144,8 @@ class TreeRun:
                 phase, counted = self._phase(sess, k)
                 try:
                     rec = await self._request(sess, st, k, scheduled, phase, content)
+                except StageOver:  # stopped while its connection backoff ran: never sent
+                    break
                 finally:
                     if counted:
                         self.warm.ended()  # type: ignore[union-attr]
@@ -215,8 +217,16 @@ class TreeRun:
             content = self._content(sess, k, ep.transport)
         attempt = 1
         refused_since: int | None = None
+        last: RequestRecord | None = None
         while True:
-            rec = await self._attempt(sess, st, k, scheduled, phase, content, ep)
+            try:
+                rec = await self._attempt(sess, st, k, scheduled, phase, content, ep)
+            except StageOver:  # the next attempt was never sent: the last one counts
+                if last is None:
+                    raise
+                self._again(st, last, undo=True)
+                return last
+            last = rec
             if rec.error_type in CONNECT_ERRORS and not ctx.gives_up():
                 # the request never reached the server: try again (after the endpoint's
                 # backoff) within reconnect_s, without spending the request budget, unless
@@ -263,12 +273,14 @@ class TreeRun:
                     return until
 
     @staticmethod
-    def _again(st: SessionState, rec: RequestRecord) -> None:
+    def _again(st: SessionState, rec: RequestRecord, undo: bool = False) -> None:
         """``rec`` is not the turn's last attempt: its session counts the turn (and its
-        outcome) once, at the last attempt."""
-        st.turns_done -= 1
+        outcome) once, at the last attempt. ``undo``: it is the last after all (the next
+        one was never sent)."""
+        d = 1 if undo else -1
+        st.turns_done += d
         if rec.status not in (records.OK, records.CANCELLED):
-            st.errors -= 1
+            st.errors += d
 
     async def _attempt(self, sess: Session, st: SessionState, k: int, scheduled: int,
                        phase: str, content: Any, ep: LiveEndpoint) -> RequestRecord:
@@ -278,7 +290,10 @@ class TreeRun:
         turn = sess.turns[k]
         if ep.blocked_until_ns > ctx.timers.now_ns():
             # the turn holds a unit of the budget: see ``_backoff``
-            scheduled = max(scheduled, await self._backoff(ep))
+            due = await self._backoff(ep)
+            if ctx.gives_up():  # the stage stopped meanwhile: sent now, it went out after
+                raise StageOver  # the stop and before its time (a negative schedule lag)
+            scheduled = max(scheduled, due)
         rec = RequestRecord(
             request_id=next(ctx.request_ids), stage=self.stage, phase=phase,
             endpoint=ep.label, lane=self.lane, tree_id=self.tree_id,

@@ -142,3 +142,36 @@ def test_routing_passes_over_a_dead_endpoint(policy: str) -> None:
     assert 1 not in after and set(after) <= {0, 2}
     eps[0].dead_ns = eps[2].dead_ns = 5  # none alive: the pick stands (the run stops)
     assert router.pick(1) in (0, 1, 2)
+
+
+@pytest.mark.timeout(60)
+async def test_a_stage_that_ends_during_a_connection_backoff_sends_nothing_more(tmp_path):  # type: ignore[no-untyped-def]
+    """The server gone after 8 requests, a 2 s stage, reconnect_s far longer: the stage
+    ends while the lanes wait out the endpoint's connection backoff. A turn waiting there
+    before its first attempt was sent at the stop all the same, stamped as scheduled at
+    the backoff's end, later than it was sent (a schedule lag of -576 ms in a run against
+    serve-sim killed mid-run)."""
+    srv = FakeServer(ServerConfig())
+    await srv.start()
+    killer = asyncio.ensure_future(kill_after(srv, 8, []))
+    sc = openai_scenario([srv.url], tmp_path, concurrency=4,
+                         endpoint={"reconnect_s": 30, "timeout_s": 10, "stall_timeout_s": 5},
+                         limits={"duration_s": 2.0, "recycle": True},
+                         timing={"time_scale": 1.0})
+    thinking = trace()  # a lane that thinks starts its next turn inside the backoff
+    for sess in thinking.sessions:
+        for t in sess.turns:
+            t.think_s = 1.5 if sess.session_id == "s3" else 0.07
+    try:
+        res = await asyncio.wait_for(run_scenario(sc, trace=thinking, progress=False), 30)
+    finally:
+        killer.cancel()
+        await srv.close()
+    req, run = read(res.run_dir)
+    refused = req[req.error_type == "connect_error"]
+    assert len(refused) >= 4 and (req.status == records.OK).sum() >= 8
+    early = req[req.sent_ns < req.scheduled_ns]
+    assert early.empty, early[["lane", "scheduled_ns", "sent_ns", "error_type"]]
+    stop = run["stages"][0]["end_ns"]
+    # nothing went out in the stage's last 10 ms, when it stopped inside a 1.6 s backoff
+    assert (req.sent_ns < stop - 10_000_000).all(), (req.sent_ns.max(), stop)

@@ -251,6 +251,20 @@ def test_traces_stats_takes_a_synthetic_source_as_run_does() -> None:
     assert json.loads(r.output)["roots"] == 3
 
 
+def test_traces_stats_and_convert_help_name_every_source_they_take() -> None:
+    """Both read any source run takes (builtin:, cache:, synth:); their help named fewer
+    (convert's only a file, folder or dataset id)."""
+    import typer
+
+    from agentbench.cli import app
+
+    traces = typer.main.get_command(app).commands["traces"]  # type: ignore[attr-defined]
+    for name in ("stats", "convert"):
+        source = next(p for p in traces.commands[name].params if p.name == "source")
+        for form in ("builtin:NAME", "cache:NAME", "synth:PROFILE[:SESSIONS]"):
+            assert form in source.help, (name, source.help)
+
+
 def test_docs_lists_and_prints_the_docs_messages_name() -> None:
     res = run("docs")
     assert res.returncode == 0, res.stderr

@@ -16,8 +16,8 @@ from agentbench.traces import MAX_TOKENS, NOT_READER_OPTIONS
 @traces_app.command("stats")
 @guarded
 def traces_stats(
-    source: str = typer.Argument(..., help="Trace file, folder, dataset id, builtin:NAME or "
-                                 "cache:NAME."),
+    source: str = typer.Argument(..., help="Trace file, folder, dataset id, builtin:NAME, "
+                                 "cache:NAME or synth:PROFILE[:SESSIONS]."),
     format: str | None = typer.Option(None, "--format", "-f", help="Reader; default: detect."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable JSON."),
     scale: float | None = typer.Option(
@@ -54,7 +54,8 @@ def traces_stats(
 @traces_app.command("convert")
 @guarded
 def traces_convert(
-    source: str = typer.Argument(..., help="Trace file, folder, or dataset id."),
+    source: str = typer.Argument(..., help="Trace file, folder, dataset id, builtin:NAME, "
+                                 "cache:NAME or synth:PROFILE[:SESSIONS]."),
     output: Path = typer.Option(..., "--output", "-o",
                                 help="Native parquet file to write (not there yet).",
                                 parser=path_value),

@@ -320,3 +320,31 @@ def test_max_context_is_bounded_and_its_errors_name_the_option(tmp_path: Path,
     assert not out.exists() and list(tmp_path.iterdir()) == []
     res = run("traces", "stats", "builtin:claude-code-weka", "--max-context", "10000000")
     assert res.returncode == 0 and "@max10000000" in res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("error", [MemoryError(), "arrow",
+                                   ImportError("libarrow.so: failed to map segment from "
+                                               "shared object", name="pyarrow.lib")])
+def test_out_of_memory_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   error: BaseException | str) -> None:
+    """``ulimit -v`` too small for a run: pyarrow's ArrowMemoryError while the finished run
+    was summarized, a MemoryError, or an ImportError of a library that could not be mapped
+    was a traceback of 50 lines; now one line, exit 1 (the traceback with --debug)."""
+    import pyarrow as pa
+    from typer.testing import CliRunner
+
+    from agentbench.cli import app
+    from agentbench.experiment import run as experiment_run
+
+    if error == "arrow":
+        error = pa.lib.ArrowMemoryError("realloc of size 131072 failed")
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(experiment_run, "run_experiment", refused)
+    q = str(ROOT / "scenarios" / "quickstart.yaml")
+    r = CliRunner().invoke(app, ["run", q, "-o", str(tmp_path)])
+    assert r.exit_code == 1 and not isinstance(r.exception, type(error)), r.exception
+    assert r.output.count("\n") == 1 and r.output.startswith("error: "), r.output
+    assert str(error).split(":")[0] in r.output

@@ -135,6 +135,15 @@ def guarded(fn: F) -> F:
             hint = "" if _STATE["debug"] else " (--debug shows where)"
             typer.echo(f"error: {where}{text}{hint}", err=True)
             raise typer.Exit(1) from None
+        except (MemoryError, ImportError) as e:  # ulimit -v, a container's memory limit:
+            _trace_if_debug()  # pyarrow's ArrowMemoryError is a MemoryError; a library
+            # that cannot be mapped in is an ImportError (so is a broken install)
+            what = "out of memory" if isinstance(e, MemoryError) else "cannot import a module"
+            text = " ".join(str(e).split())
+            hint = "" if _STATE["debug"] else " (--debug shows where)"
+            typer.echo(printable(f"error: {what}{f' ({text})' if text else ''}{hint}"),
+                       err=True)
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -150,6 +150,8 @@ def _open(path: str | Path) -> tuple[pq.ParquetFile, pa.Table, pa.Schema]:
     """The parquet file, its sessions table and its turns schema, after the format checks."""
     try:
         pf = pq.ParquetFile(path)
+    except MemoryError:  # pyarrow's ArrowMemoryError (ulimit -v): no fault of the file
+        raise
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"not a readable parquet file ({_first_line(e)})",
                          source=str(path)) from None
@@ -161,6 +163,8 @@ def _open(path: str | Path) -> tuple[pq.ParquetFile, pa.Table, pa.Schema]:
     try:
         with pa.ipc.open_stream(meta[SESSIONS_KEY]) as r:
             sessions = r.read_all()
+    except MemoryError:
+        raise
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"unreadable sessions table ({_first_line(e)})", source=str(path),
                          field=SESSIONS_KEY.decode()) from None
@@ -197,6 +201,8 @@ def _batches(pf: pq.ParquetFile, schema: pa.Schema, path: str | Path) -> Iterato
         for batch in pf.iter_batches(batch_size=BATCH_TURNS, columns=schema.names,
                                       use_threads=False):
             yield _checked("turns", pa.Table.from_batches([batch]), schema, path)
+    except MemoryError:
+        raise
     except (pa.ArrowException, OSError) as e:
         raise InputError(f"not a readable parquet file ({_first_line(e)})",
                          source=str(path)) from None

@@ -264,35 +264,11 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
     """Problems beyond the schema (files that do not exist, duplicate names) and warnings
     (an API key variable that is not set). Relative trace paths are resolved against
     ``base_dir`` (the scenario's folder) in place."""
-    from agentbench.traces.readers import check_trace_path, looks_like_hub_id
-    from agentbench.traces.sources import is_named
-    from agentbench.traces.sources import problem as named_problem
-
     lines = _Lines(text)
     problems: list[Problem] = []
     warnings: list[str] = []
-    trace = sc.trace
-    if getattr(trace, "kind", None) == "file" and is_named(trace.source):
-        why = named_problem(trace.source)  # builtin:NAME, cache:NAME (traces/sources.py)
-        if why:
-            problems.append(("trace.source", lines.get(("trace", "source")), why))
-    elif getattr(trace, "kind", None) == "file":
-        src = Path(trace.source).expanduser()
-        cand = src if src.is_absolute() else base_dir / src
-        try:
-            found = cand.exists()
-            check_trace_path(cand)  # a device, a FIFO, a loop of links
-        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-            found = False
-        except InputError as bad:
-            problems.append(("trace.source", lines.get(("trace", "source")), bad.message))
-            found = True
-        if found:
-            trace.source = str(cand.resolve()) if cand.exists() else str(cand)
-        elif not looks_like_hub_id(trace.source, base_dir):
-            problems.append(("trace.source", lines.get(("trace", "source")),
-                             f"no such file or folder: {trace.source} (relative paths are "
-                             f"relative to the scenario's folder {base_dir})"))
+    if found := _trace_problem(sc.trace, base_dir):
+        problems.append((f"trace.{found[0]}", lines.get(("trace", found[0])), found[1]))
     names = [e.name or getattr(e, "url", None) or "sim" for e in sc.endpoints]
     for i, n in enumerate(names):
         if n in names[:i]:
@@ -324,10 +300,92 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
         for key in list(v.set):
             v.set[key] = _variant_presets(key, v.set[key], base_dir,
                                           f"variants.{j}.set -> {key}", problems)
+        if found := _variant_trace(sc, v, base_dir):
+            problems.append((f"variants.{j}.set -> trace.{found[0]}",
+                             lines.get(("variants", str(j), "set")), found[1]))
     if sc.clock_mode == "virtual" and sc.prompt.tokenizer:
         warnings.append("prompt.tokenizer: no effect in virtual time (prompts reach the "
                         "in-process simulator as block hashes, not text)")
     return problems, warnings
+
+
+def _trace_problem(trace: Any, base_dir: Path) -> tuple[str, str] | None:
+    """The trace's field and problem (a file that does not exist, an unknown synth
+    profile), or None; a file (or profile file) found is made absolute relative to
+    ``base_dir`` in place."""
+    from agentbench.traces.readers import check_trace_path, looks_like_hub_id
+    from agentbench.traces.sources import is_named
+    from agentbench.traces.sources import problem as named_problem
+
+    kind = getattr(trace, "kind", None)
+    if kind == "synth":
+        return _profile_problem(trace, base_dir)
+    if kind != "file":
+        return None
+    if is_named(trace.source):
+        why = named_problem(trace.source)  # builtin:NAME, cache:NAME (traces/sources.py)
+        return ("source", why) if why else None
+    src = Path(trace.source).expanduser()
+    cand = src if src.is_absolute() else base_dir / src
+    try:
+        found = cand.exists()
+        check_trace_path(cand)  # a device, a FIFO, a loop of links
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        found = False
+    except InputError as bad:
+        return "source", bad.message
+    if found:
+        trace.source = str(cand.resolve())
+    elif not looks_like_hub_id(trace.source, base_dir):
+        return "source", (f"no such file or folder: {trace.source} (relative paths are "
+                          f"relative to the scenario's folder {base_dir})")
+    return None
+
+
+def _profile_problem(trace: Any, base_dir: Path) -> tuple[str, str] | None:
+    """A synth trace's profile: a shipped one's name, or a profile file (made absolute
+    relative to ``base_dir`` in place); the run refused any other, after the variants
+    before it had run."""
+    from agentbench.traces.synth import profile_names
+
+    names = profile_names()
+    if trace.profile in names:
+        return None
+    path = Path(trace.profile).expanduser()
+    if path.suffix not in (".yaml", ".yml"):
+        return "profile", (f"unknown synth profile {trace.profile!r} (known: "
+                           f"{', '.join(names)}; or a profile's .yaml file)")
+    cand = path if path.is_absolute() else base_dir / path
+    try:
+        found = cand.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        found = False
+    if not found:
+        return "profile", (f"no such profile file: {trace.profile} (relative paths are "
+                           f"relative to the scenario's folder {base_dir})")
+    trace.profile = str(cand.resolve())
+    return None
+
+
+def _variant_trace(sc: Any, v: Any, base_dir: Path) -> tuple[str, str] | None:
+    """The problem of a variant's own trace, checked as the base's is, its file (or
+    profile file) made absolute in ``v.set`` where the variant names it: it was looked
+    for from the working folder, and not at all before the sweep, so a sweep stopped
+    at that variant after the ones before it had run."""
+    if not any(key == "trace" or key.startswith("trace.") for key in v.set):
+        return None
+    try:
+        trace = _variant(sc, v).trace
+    except (_SetError, _VariantInvalid):  # validate_data said so already
+        return None
+    found = _trace_problem(trace, base_dir)
+    for name in ("source", "profile"):
+        whole, value = v.set.get("trace"), getattr(trace, name, None)
+        if f"trace.{name}" in v.set and value is not None:
+            v.set[f"trace.{name}"] = value
+        elif isinstance(whole, dict) and name in whole and value is not None:
+            whole[name] = value
+    return found
 
 
 def _variant_presets(key: str, value: Any, base_dir: Path, where: str,

@@ -310,10 +310,10 @@ def check_scenario(sc: Any, base_dir: Path, text: str = "") -> tuple[list[Proble
 
 
 def _trace_problem(trace: Any, base_dir: Path) -> tuple[str, str] | None:
-    """The trace's field and problem (a file that does not exist, an unknown synth
-    profile), or None; a file (or profile file) found is made absolute relative to
-    ``base_dir`` in place."""
-    from agentbench.traces.readers import check_trace_path, looks_like_hub_id
+    """The trace's field and problem (a file that does not exist, a format no reader
+    has, an unknown synth profile), or None; a file (or profile file) found is made
+    absolute relative to ``base_dir`` in place."""
+    from agentbench.traces.readers import READERS, check_trace_path, looks_like_hub_id
     from agentbench.traces.sources import is_named
     from agentbench.traces.sources import problem as named_problem
 
@@ -322,8 +322,12 @@ def _trace_problem(trace: Any, base_dir: Path) -> tuple[str, str] | None:
         return _profile_problem(trace, base_dir)
     if kind != "file":
         return None
+    if trace.format is not None and trace.format not in READERS:
+        return "format", (f"unknown trace format {trace.format!r} (known: "
+                          f"{', '.join(READERS)})")
     if is_named(trace.source):
-        why = named_problem(trace.source)  # builtin:NAME, cache:NAME (traces/sources.py)
+        # builtin:NAME, cache:NAME (traces/sources.py), and a format they cannot take
+        why = named_problem(trace.source, trace.format)
         return ("source", why) if why else None
     src = Path(trace.source).expanduser()
     cand = src if src.is_absolute() else base_dir / src

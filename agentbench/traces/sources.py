@@ -56,10 +56,10 @@ def resolve(source: str, format: str | None = None) -> tuple[str, str | None]:
     return source, format
 
 
-def problem(source: str) -> str | None:
-    """Why a named source cannot be read now (one line), or None."""
+def problem(source: str, format: str | None = None) -> str | None:
+    """Why a named source cannot be read now (with ``format``; one line), or None."""
     try:
-        resolve(source)
+        resolve(source, format)
     except InputError as e:
         return e.message
     return None

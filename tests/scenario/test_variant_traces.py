@@ -78,3 +78,25 @@ def test_the_bases_synth_profile_is_known_or_a_file(tmp_path: Path,
     monkeypatch.chdir(ROOT)
     sc = load_scenario(tmp_path / "s.yaml")
     assert sc.trace.profile == str((tmp_path / "p.yaml").resolve())
+
+
+@pytest.mark.parametrize(("trace", "says"), [
+    ("{kind: file, source: data/t.parquet, format: wekaa}",
+     "trace.format: unknown trace format 'wekaa' (known: weka, mooncake"),
+    ("{kind: file, source: 'builtin:claude-code-weka', format: weka}",
+     "trace.source: builtin:claude-code-weka is a native parquet trace; drop format 'weka'")])
+def test_a_trace_format_the_run_refuses_is_refused_by_validate(tmp_path: Path, trace: str,
+                                                               says: str) -> None:
+    """A format name no reader has (a typo), or one given to a bundled trace: validate
+    said ok and the run refused it, in a sweep at the variant that set it."""
+    (tmp_path / "data").mkdir()
+    native.write(synthesize("codex", 2, 0), tmp_path / "data" / "t.parquet")
+    text = BASE.split("variants:")[0]
+    (tmp_path / "s.yaml").write_text(text.replace(
+        "{kind: synth, profile: codex, sessions: 2}", trace))
+    with pytest.raises(InputError, match=says.replace("(", r"\(")):
+        load_scenario(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(BASE.replace("PROFILE", "agentx").replace(
+        "trace: {kind: file, source: SOURCE}", f"trace: {trace}"))
+    with pytest.raises(InputError, match="variants.2.set -> " + says.replace("(", r"\(")):
+        load_scenario(tmp_path / "s.yaml")

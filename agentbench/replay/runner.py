@@ -232,7 +232,7 @@ class _Run:
         """Endpoints open, the run context ready, server-metrics collection started."""
         sc, info = self.scenario, self.info
         vocab = None
-        if sc.prompt.tokenizer:
+        if sc.prompt.tokenizer and not self.virtual:  # virtual time sends no text
             from agentbench.prompts.vocab import vocab_from_tokenizer
 
             vocab = vocab_from_tokenizer(sc.prompt.tokenizer)

@@ -251,3 +251,28 @@ def test_a_stage_stopped_during_warm_up_starts_profiling_at_the_stop(tmp_path: P
     assert len(req) == 5 and (req.phase == "warmup").all()
     last_sent = int(req.sent_ns.max())
     assert stage["profile_start_ns"] == last_sent < int(req.end_ns.max())
+
+
+def test_a_tokenizer_is_not_loaded_in_virtual_time(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prompt.tokenizer`` has no effect in virtual time (validate warns so: prompts reach
+    the simulator as block hashes), yet the run loaded it: a hub id took 26 s of retries
+    and then refused the run, exit 2. It is not loaded now; the records are the same."""
+    from agentbench.prompts import vocab
+
+    def refused(name: str) -> None:
+        raise InputError("no such tokenizer file", source=name, field="tokenizer")
+
+    monkeypatch.setattr(vocab, "vocab_from_tokenizer", refused)
+    data = {"name": "tok", "seed": 0,
+            "endpoints": [{"kind": "simulated", "preset": "instant"}],
+            "trace": {"kind": "synth", "profile": "codex", "sessions": 2},
+            "load": {"kind": "lanes", "concurrency": 1}, "limits": {"max_requests": 4},
+            "output": {"dir": str(tmp_path), "run_id": "plain"}}
+    plain = run(Scenario.model_validate(data), progress=False).run_dir
+    data["prompt"] = {"tokenizer": "/nowhere/tokenizer.json"}
+    data["output"]["run_id"] = "tok"  # type: ignore[index]
+    tok = run(Scenario.model_validate(data), progress=False).run_dir
+    assert json.loads((tok / "run.json").read_text())["status"] == "completed"
+    assert pq.read_table(tok / "requests.parquet").drop(["request_id"]).equals(
+        pq.read_table(plain / "requests.parquet").drop(["request_id"]))

@@ -47,13 +47,23 @@ def max_shards(load: Any) -> int | None:
 
 
 def stages_of(load: Any) -> list[Stage]:
+    """One stage per value of the sweep, each labelled apart: a label met again (a value
+    given twice, two rates alike to 6 digits) takes ``#2``, ``#3``; the requests' and
+    the summary's stages are told by their labels (two ``c=8`` were one stage there)."""
     if load.kind == "lanes":
         vals = load.concurrency if isinstance(load.concurrency, list) else [load.concurrency]
-        return [Stage(f"c={v}", lanes=v) for v in vals]
-    if load.arrival == "trace":
+        stages = [Stage(f"c={v}", lanes=v) for v in vals]
+    elif load.arrival == "trace":
         return [Stage("trace")]
-    rates = load.rate_per_s if isinstance(load.rate_per_s, list) else [load.rate_per_s]
-    return [Stage(f"r={r:g}", rate_per_s=r) for r in rates]
+    else:
+        rates = load.rate_per_s if isinstance(load.rate_per_s, list) else [load.rate_per_s]
+        stages = [Stage(f"r={r:g}", rate_per_s=r) for r in rates]
+    seen: dict[str, int] = {}
+    for st in stages:
+        seen[st.label] = n = seen.get(st.label, 0) + 1
+        if n > 1:
+            st.label = f"{st.label}#{n}"
+    return stages
 
 
 #: slots of a tree source's state (shared memory across worker processes)

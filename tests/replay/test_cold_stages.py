@@ -153,7 +153,7 @@ def test_each_engine_is_reset_its_own_way(tmp_path: Path,
     assert run is not None and [st["label"] for st in run["stages"]] == ["c=1"]
     why = "sglang cache reset: POST /flush_cache answered HTTP 500: flush refused"
     stopped = run["stopped_reason"]
-    assert stopped.startswith("stage 2 (c=1) not run: ") and why in stopped
+    assert stopped.startswith("stage 2 (c=1#2) not run: ") and why in stopped
     assert [ln for ln in out.splitlines() if why in ln and ln.startswith("failed: ")]
 
 

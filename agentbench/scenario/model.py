@@ -93,6 +93,9 @@ class RateLoad(Strict):
     @model_validator(mode="after")
     def _rate(self) -> RateLoad:
         if self.arrival == "trace":
+            if self.rate_per_s is not None:  # it was dropped without a word
+                raise ValueError("rate_per_s is not for arrival: trace (trees start at the "
+                                 "trace's own times); drop it, or choose poisson or constant")
             return self
         vals = self.rate_per_s if isinstance(self.rate_per_s, list) else [self.rate_per_s]
         if not vals or any(v is None or v <= 0 for v in vals):

@@ -151,3 +151,14 @@ def test_a_reader_option_naming_read_traces_own_argument_is_a_problem(
                            f"trace: {{kind: file, source: x.jsonl, options: {{{key}: x}}}}")
     got = problems(text)
     assert any(p == "trace.options" and f"set {where}" in m for p, _, m in got), got
+
+
+def test_a_rate_with_the_traces_own_arrivals_is_an_error() -> None:
+    """``arrival: trace`` starts trees at the trace's own times: a ``rate_per_s`` beside
+    it (a list too, read as a sweep) was dropped without a word, one stage ``trace``."""
+    text = MINIMAL.replace("load: {kind: lanes, concurrency: 2}",
+                           "load: {kind: rate, arrival: trace, rate_per_s: [1.0, 2.0]}")
+    assert problems(text) == [("load", 8, "rate_per_s is not for arrival: trace (trees "
+                                          "start at the trace's own times); drop it, or "
+                                          "choose poisson or constant")]
+    parse_scenario(text.replace(", rate_per_s: [1.0, 2.0]", ""))

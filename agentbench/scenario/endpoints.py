@@ -178,14 +178,20 @@ class SharedTier(Strict):
 Router = Literal["round_robin", "session_affinity", "least_loaded", "cache_aware", "random"]
 
 
+#: the slowest KV link, Gb/s (1 Mb/s, far below any link a KV cache moves over): at 1e-9
+#: one token's KV took a month of simulated time, so no request finished and a run bounded
+#: by its requests went on for hours of wall time
+MIN_LINK_GBPS = 1e-3
+
+
 class KvLink(Strict):
     """The link that carries a request's KV cache from its prefill instance to its decode
     instance (RDMA between nodes, NVLink within one): a transfer takes ``latency_s`` plus
     its bytes over ``bandwidth_gbps`` (agentbench/sim/disagg.py)."""
 
     bandwidth_gbps: float = Field(
-        200.0, gt=0, le=1e6, description="Gigabits per second one transfer gets (200: one "
-        "200 Gb/s RDMA NIC, 25 GB/s; 3600: NVLink 4's 450 GB/s one way).")
+        200.0, ge=MIN_LINK_GBPS, le=1e6, description="Gigabits per second one transfer "
+        "gets (200: one 200 Gb/s RDMA NIC, 25 GB/s; 3600: NVLink 4's 450 GB/s one way).")
     latency_s: float = Field(
         0.0005, ge=0, le=60, description="Fixed cost of one transfer (connection, "
         "handshake, the decode side's scheduling of the pull).")

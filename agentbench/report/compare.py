@@ -179,6 +179,11 @@ def format_table(values: pd.DataFrame) -> pd.DataFrame:
         else pd.DataFrame()
 
 
+#: a headline of two runs with no figure in common (no successful measured request in one)
+NO_COMMON_FIGURE = ("no headline figure is in both (no successful measured request in one "
+                    "of them)")
+
+
 def headline(base: dict[str, Any], cand: dict[str, Any],
              metrics: Sequence[str] = ("throughput", "ttft_p50", "e2e_p50", "hit_rate"),
              block: str = "overall") -> str:

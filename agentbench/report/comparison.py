@@ -57,6 +57,7 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     in the table, headlines and warnings (default: their variant names, less the part
     all share; ``run_labels``): one distinct, non-blank name a run (``_labels``)."""
     from agentbench.report.compare import (
+        NO_COMMON_FIGURE,
         comparison_ratios,
         comparison_values,
         format_table,
@@ -79,7 +80,8 @@ def compare(*runs: Run | str | Path, block: str = "overall",
     names = run_labels(sums) if labels is None else _labels(labels, len(rs))
     infos = [read_run_json(r.path) for r in rs]
     warnings = check_comparable(infos, allowed)
-    heads = [f"{lab} vs {names[0]}: {headline(sums[0], s, block=block)}"
+    # a pair with no figure in common says so, as the report does, not an empty line
+    heads = [f"{lab} vs {names[0]}: {headline(sums[0], s, block=block) or NO_COMMON_FIGURE}"
              for lab, s in zip(names[1:], sums[1:], strict=True)]
     warnings += same_folders(names, rs, infos)
     warnings += few_requests(names, sums, block)

@@ -17,6 +17,7 @@ from agentbench.metrics.run import Run, load
 from agentbench.report import charts
 from agentbench.report.compare import (
     KEY_ROWS,
+    NO_COMMON_FIGURE,
     comparison_values,
     format_table,
     headline,
@@ -201,8 +202,7 @@ def _headline_line(ref: str, base: dict[str, Any], lab: str, cand: dict[str, Any
     ended = [name for name, s in ((ref, base), (lab, cand)) if run_ended(s)]
     note = f"not judged: {' and '.join(ended)} did not complete" if ended else ""
     if not said:
-        return (f"{lab} vs {ref}: {note + ', and ' if note else ''}no headline figure is in "
-                "both (no successful measured request in one of them)")
+        return f"{lab} vs {ref}: {note + ', and ' if note else ''}{NO_COMMON_FIGURE}"
     return f"{lab} vs {ref}: {said}{f' ({note})' if note else ''}"
 
 

@@ -173,6 +173,12 @@ def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
         elif isinstance(node, dict):
             if last:
                 node[part] = value
+            elif j == 2 and parts[0] == "variants" and part == "set":
+                # a variant's set has dotted keys: the rest of the path is one of them
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node[part][".".join(parts[3:])] = value
+                return
             else:
                 if node.get(part) is None:  # an optional section left out: start it
                     node[part] = {}

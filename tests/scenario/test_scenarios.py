@@ -162,3 +162,20 @@ def test_a_rate_with_the_traces_own_arrivals_is_an_error() -> None:
                                           "start at the trace's own times); drop it, or "
                                           "choose poisson or constant")]
     parse_scenario(text.replace(", rate_per_s: [1.0, 2.0]", ""))
+
+
+def test_set_reaches_one_key_of_a_variants_set() -> None:
+    """``--set variants.1.set.endpoints.0.router=...``: a variant's ``set`` has dotted keys,
+    but the path went on splitting at their dots, making ``endpoints`` a mapping there
+    ('variants.1.set -> endpoints: must be a list, not a mapping', at the file's line)."""
+    from agentbench.scenario.loading import expand_variants, parse_set
+
+    text = MINIMAL + ("variants:\n  - name: a\n  - name: b\n"
+                      "    set: {endpoints.0.model: other}\n")
+    sc = parse_scenario(text, sets=[parse_set("variants.1.set.endpoints.0.url=http://h:1"),
+                                    parse_set("variants.0.set.limits.max_sessions=2")])
+    a, b = expand_variants(sc)
+    assert (b.endpoints[0].url, b.endpoints[0].model) == ("http://h:1", "other")
+    assert (a.limits.max_sessions, b.limits.max_sessions) == (2, 3)
+    assert sc.variants[1].set == {"endpoints.0.model": "other",
+                                  "endpoints.0.url": "http://h:1"}

@@ -51,11 +51,21 @@ def connect(address: str) -> Any:
 
         main = threading.current_thread() is threading.main_thread()
         on_term = signal.getsignal(signal.SIGTERM) if main else None
+        termed = False
         try:
             # "local", never None: Ray's None joins the cluster RAY_ADDRESS names, or the
             # one `ray start` began on this host
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
+        except SystemExit as e:
+            # Ray's own SIGTERM handler while it starts (sys.exit(15)): what it started is
+            # stopped (its agents outlived the run), and the signal goes to this
+            # process's own handler below (143, not 15)
+            if e.code != signal.SIGTERM or on_term is None:
+                raise
+            termed = True
+            with contextlib.suppress(Exception):
+                ray.shutdown()
         except (ConnectionError, ValueError, RuntimeError) as e:
             why = " ".join(str(e).split())[:300]
             hint = ("" if address in (LOCAL, "auto") else
@@ -69,6 +79,8 @@ def connect(address: str) -> Any:
             # handler this process had is put back
             if on_term is not None:
                 signal.signal(signal.SIGTERM, on_term)
+        if termed:
+            signal.raise_signal(signal.SIGTERM)
     return ray
 
 

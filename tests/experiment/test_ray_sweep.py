@@ -149,6 +149,38 @@ def test_an_address_is_checked_when_ray_is_connected_already(
 
 
 
+def test_sigterm_while_ray_starts_is_agentbenchs_to_handle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM in the seconds ``ray.init`` starts a local Ray took Ray's own handler,
+    ``sys.exit(15)``: exit 15 without "terminated" (a run ends with 143), and Ray's agents
+    left running. Now what Ray started is shut down and the signal goes to the handler
+    the process had (agentbench's: ``Terminated``, 143)."""
+    import signal
+
+    from agentbench.experiment import raysweep
+
+    class Terminated(BaseException):
+        pass
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    def init(**_: Any) -> None:
+        raise SystemExit(signal.SIGTERM)  # Ray's handler, while it starts
+
+    shut: list[bool] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(Terminated):
+            raysweep.connect("local")
+        assert shut == [True] and signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_sigterm_after_joining_ray_is_agentbenchs_to_handle() -> None:
     """``ray.init`` put its own SIGTERM handling in place of agentbench's (a stack dump and
     exit 15 or an abort: a Ray sweep's driver sent SIGTERM died so, where a run ends with

@@ -4,6 +4,7 @@ commit, host, wall-clock anchor (not for latency), seed, stages and outcome."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -30,8 +31,7 @@ def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
         if not os.access(base, os.W_OK):
             raise PermissionError(13, "not writable")
     except (FileExistsError, NotADirectoryError):
-        raise InputError("is a file, not a folder", source=str(base),
-                         field="output.dir") from None
+        raise InputError(_not_a_folder(base), source=str(base), field="output.dir") from None
     except OSError as e:
         raise InputError(f"cannot write results there ({e.strerror})", source=str(base),
                          field="output.dir") from None
@@ -46,6 +46,24 @@ def make_run_dir(parent: str | Path, name: str, run_id: str | None) -> Path:
         raise InputError(f"cannot write results there ({e.strerror})", source=str(base),
                          field="output.dir") from None
     return path
+
+
+def _not_a_folder(base: Path) -> str:
+    """What stands where ``output.dir`` (or a folder above it) should be: a file, a link to
+    nothing or a loop of links (the last two were called a file, and a file above the
+    folder was blamed on the folder)."""
+    there = base
+    while not os.path.lexists(there) and there.parent != there:
+        there = there.parent
+    what = "" if there == base else f"{there}: "
+    if there.is_symlink() and not there.exists():
+        try:
+            there.stat()
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                return f"{what}a loop of symbolic links, not a folder"
+        return f"{what}a link to nothing ({os.readlink(there)}), not a folder"
+    return f"{what}is a file, not a folder"
 
 
 #: made in a run folder, exclusively, by the run that takes it; removed once its run.json

@@ -6,13 +6,16 @@ replacing the others' tables."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
+from agentbench.errors import InputError
 from agentbench.results.rundir import CLAIM_FILE, make_run_dir, write_run_json
 from tests.helpers import SCENARIOS
 
@@ -69,4 +72,26 @@ def test_a_file_where_the_run_folder_would_go_is_taken_like_a_folder_with_files(
     assert make_run_dir(out, "q", "f") == out / "f-1"
     assert make_run_dir(out, "q", "gone") == out / "gone-1"
     assert (out / "f").read_text() == "a file of the user's"
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_an_output_dir_that_is_no_folder_says_what_it_is(tmp_path: Path) -> None:
+    """A link to nothing and a loop of links were both called "a file", and a file or
+    such a link above the folder was blamed on the folder itself."""
+    (tmp_path / "f").write_text("x")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    cases = {
+        "f": "is a file, not a folder",
+        "f/sub": f"{tmp_path / 'f'}: is a file, not a folder",
+        "dangling": f"a link to nothing ({tmp_path / 'nowhere'}), not a folder",
+        "dangling/sub": f"{tmp_path / 'dangling'}: a link to nothing "
+                        f"({tmp_path / 'nowhere'}), not a folder",
+        "a": "a loop of symbolic links, not a folder",
+    }
+    for where, said in cases.items():
+        with pytest.raises(InputError) as got:
+            make_run_dir(tmp_path / where, "q", None)
+        assert got.value.message == said and got.value.field == "output.dir", where
     assert not (tmp_path / "nowhere").exists()

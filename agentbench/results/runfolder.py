@@ -10,12 +10,13 @@ import errno
 import json
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentbench.errors import InputError
+from agentbench.errors import InputError, ResultsWriteError
 from agentbench.results import jsonfile
 from agentbench.results import schema as R
 
@@ -127,9 +128,12 @@ def recover_if_cut_short(d: Path, force: bool = False,
         with _recovering(d):
             kept = _set_aside(d, run, damaged.message) if damaged is not None else None
             made = recover(d, force=force)
-    except OSError as e:
-        raise InputError(f"cannot finish the cut-short run's files ({e.strerror})",
-                         source=str(d)) from None
+    except OSError as e:  # a full disk: no bad input (exit 1), and nothing lost
+        errno_ = e.errno if isinstance(e.errno, int) and e.errno else None
+        err = ResultsWriteError(str(d), os.strerror(errno_) if errno_ else str(e))
+        err.hint = (f"the cut-short run's rows are still in its spools: free space, then "
+                    f"`agentbench recover {shlex.quote(str(d))}`")
+        raise err from None
     if damaged is not None and on_damaged is not None and kept is not None:
         status = read_run_json(d).get("status")
         on_damaged(f"{damaged.one_line()}; kept as {kept.name}, and a new run.json written "

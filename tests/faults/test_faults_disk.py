@@ -218,3 +218,31 @@ def test_a_disk_full_before_the_run_starts_is_one_line_naming_its_folder(
         assert "cannot write results there (No space left on device)" in \
             one_line_error(r.stderr)
         assert list(disk.iterdir()) == []
+
+
+@pytest.mark.timeout(120)
+def test_recover_on_a_disk_still_full_is_one_line_exit_1_and_loses_nothing(
+        tmp_path: Path) -> None:
+    """``recover`` of a run a full disk stopped, the disk still full: exit 2 (bad input)
+    with pyarrow's text; now exit 1, as every write the disk refuses, saying the rows are
+    still in the spools, and a recover once there is room finishes the run."""
+    import os
+
+    sc = str(Path(__file__).resolve().parents[2] / "scenarios" / "quickstart.yaml")
+    with tmpfs(tmp_path / "disk", "1m") as disk:
+        r = run_cli("run", sc, "-o", str(disk), "--run-id", "r", timeout=100)
+        assert r.returncode == 1, r.stderr
+        st = os.statvfs(disk)
+        (disk / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize))
+        spools = sorted(p.name for p in (disk / "r").iterdir())
+        r = run_cli("recover", str(disk / "r"), timeout=100)
+        assert r.returncode == 1, r.stderr
+        assert one_line_error(r.stderr) == (
+            f"error: {disk / 'r'}: cannot write results (No space left on device); the "
+            f"cut-short run's rows are still in its spools: free space, then `agentbench "
+            f"recover {disk / 'r'}`")
+        assert sorted(p.name for p in (disk / "r").iterdir()) == spools
+        (disk / "filler").unlink()
+        r = run_cli("recover", str(disk / "r"), timeout=100)
+        assert r.returncode == 0 and "recovered requests.parquet" in r.stdout, r.stderr
+        assert run_json(disk / "r")["status"] == "results_write_failed"

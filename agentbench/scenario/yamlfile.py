@@ -85,6 +85,7 @@ def read_small_text(path: str | Path, what: str, max_bytes: int) -> str:
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 class _ScenarioLoader(yaml.SafeLoader):
@@ -137,9 +138,13 @@ class _ScenarioLoader(yaml.SafeLoader):
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode,
                     deep: bool = False) -> Any:
     """A mapping that rejects a key given twice (YAML keeps the last one silently, so a
-    duplicated section would quietly replace the first)."""
+    duplicated section would quietly replace the first). Merge keys (``<<: *base``) are
+    taken as YAML has them: the mapping's own keys over the merged ones (they were refused
+    as "could not determine a constructor for the tag ...merge")."""
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
             dup = key in seen

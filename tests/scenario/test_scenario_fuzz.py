@@ -174,6 +174,22 @@ def test_a_variant_may_set_a_key_inside_an_optional_section_left_out() -> None:
     assert tier.endpoints[0].shared_tier.capacity_blocks == 1000  # not silently dropped
 
 
+def test_a_merge_key_reads_as_yaml_has_it() -> None:
+    """``<<: *base`` (a second endpoint as the first with a few keys changed) was refused
+    as "could not determine a constructor for the tag 'tag:yaml.org,2002:merge'"; it now
+    merges, the mapping's own keys over the merged ones; a key given twice among the
+    mapping's own is still refused."""
+    text = ("name: fuzz\nendpoints:\n  - &b {kind: simulated, name: a, instances: 2}\n"
+            "  - <<: *b\n    name: b\n    instances: 3\n"
+            "trace: {kind: synth, profile: codex, sessions: 1}\n"
+            "load: {kind: lanes, concurrency: 1}\nlimits: {max_requests: 2}\n")
+    sc = parse_scenario(text, "merge.yaml")
+    assert [(e.name, e.kind, e.instances) for e in sc.endpoints] == [
+        ("a", "simulated", 2), ("b", "simulated", 3)]
+    with pytest.raises(ScenarioError, match="key 'name' is given twice"):
+        parse_scenario(text.replace("    name: b\n", "    name: b\n    name: c\n"), "m.yaml")
+
+
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_broken_corpus_file_is_one_clear_line(name: str) -> None:
     path, fragment = EXPECT[name]

@@ -80,6 +80,17 @@ def run_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return labels
 
 
+def shared_name(summaries: Sequence[dict[str, Any]]) -> str:
+    """The part of the runs' names that ``run_labels`` dropped ('pd-ratio-codex' for
+    'pd-ratio-codex-agg' and 'pd-ratio-codex-p2d6'), without its trailing separator;
+    '' when the labels are the full names or run ids."""
+    names = [str(s.get("run", {}).get("name") or "") for s in summaries]
+    labels = run_labels(summaries)
+    if labels == names or not all(names):
+        return ""
+    return _common_prefix(names).rstrip("-_ ")
+
+
 def _times(r: float) -> str:
     return f"{r:.0f}x" if r >= 10 else f"{r:.1f}x"
 

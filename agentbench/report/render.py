@@ -23,6 +23,7 @@ from agentbench.report.compare import (
     headline,
     metric,
     run_labels,
+    shared_name,
     verdict,
 )
 from agentbench.report.comparison import few_requests
@@ -295,8 +296,11 @@ def render(run_dirs: Sequence[str | Path | Run], out_dir: str | Path | None = No
         raise InputError(f"cannot make the report's folder ({e.strerror or e})",
                          source=str(e.filename or out), field="--output") from None
     labels = run_labels([r.summary for r in runs])
+    # a comparison's labels drop the name part every run shares; the title says it, or
+    # two comparisons of one scenario (pd-ratio's codex and agentx runs) read the same
+    shared = shared_name([r.summary for r in runs]) if len(runs) > 1 else ""
     title = f"agentbench: {labels[0]}" if len(runs) == 1 else \
-        f"agentbench: {' vs '.join(labels)}"
+        f"agentbench: {shared + ': ' if shared else ''}{' vs '.join(labels)}"
     sections = sections_for(runs)
     for sec in sections:
         for fname, _, png in sec.figures:

@@ -181,3 +181,17 @@ def test_broken_image_is_detected(tmp_path: Path) -> None:
                                        TIMEOUT_S * 2))
     assert _errors(res["events"])
     assert [w for _, w, _, _ in res["images"]] == [0, 0]
+
+
+def test_a_comparison_s_title_names_what_its_labels_dropped(tmp_path: Path) -> None:
+    """pd-ratio prints two comparisons, its codex runs and its agentx runs; the labels
+    drop the name part the runs share ('pd-ratio-codex-'), so both pages were titled
+    'agentbench: agg vs p2d6' and nothing at the top said which workload a page was. The
+    title now names the shared part; the labels stay short."""
+    runs = [write_demo_run(tmp_path / n, trees=2, turns=3, seed=i, name=f"pd-ratio-codex-{n}")
+            for i, n in enumerate(("agg", "p2d6"))]
+    html_path, md_path = render(runs, tmp_path / "out")
+    html, md = html_path.read_text(), md_path.read_text()
+    assert "<h1>agentbench: pd-ratio-codex: agg vs p2d6</h1>" in html
+    assert md.startswith("# agentbench: pd-ratio-codex: agg vs p2d6\n")
+    assert "<th>agg</th><th>p2d6</th>" in html

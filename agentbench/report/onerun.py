@@ -23,6 +23,16 @@ STAGE_METRICS = ("throughput_per_gpu", "input_throughput_per_gpu",
                  "interactivity_p50", "hit_rate", "goodput", "error_rate")
 
 
+# the headline table's rows, grouped: throughput, latency, cache, agents, cost, errors
+HEADLINE_ORDER = ("throughput", "throughput_per_gpu", "input_throughput_per_gpu",
+                  "output_throughput_per_gpu", "interactivity_p50", "ttft_p50", "ttft_p90",
+                  "ttft_p99", "tpot_p50", "itl_p50", "e2e_p50", "e2e_p99",
+                  "schedule_lag_p99", "hit_rate_potential", "hit_rate",
+                  "achieved_over_potential", "hit_rate_server", "goodput", "agent_goodput",
+                  "makespan_p50", "llm_wait_p50", "cost_per_agent", "cost_per_mtok",
+                  "error_rate")
+
+
 def row_label(name: str, blocks: Sequence[dict[str, Any]]) -> str:
     """A row's label; goodput's reads "(no SLOs)" when no block set one: it is then the
     share that succeeded, and 100% says nothing of latency."""
@@ -96,6 +106,10 @@ def requests_sections(run: Run, label: str, key: str) -> list[Section]:
             "schedule_lag_p99"]
     if len(stages) > 1:  # and every row the stage table it replaces had
         rows += [n for n in STAGE_METRICS if n not in rows]
+    # grouped as the comparison's rows are (P99 TTFT beside P50 TTFT, not after the
+    # error rate); a row the grouping does not name keeps its place after them
+    rows.sort(key=lambda n: HEADLINE_ORDER.index(n) if n in HEADLINE_ORDER
+              else len(HEADLINE_ORDER))
     head.tables.append(_table_rows(blocks, rows))
     head.text.extend(validity_lines(s))
     head.text.extend(_gpus_lines(s))

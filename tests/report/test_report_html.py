@@ -195,3 +195,20 @@ def test_a_comparison_s_title_names_what_its_labels_dropped(tmp_path: Path) -> N
     assert "<h1>agentbench: pd-ratio-codex: agg vs p2d6</h1>" in html
     assert md.startswith("# agentbench: pd-ratio-codex: agg vs p2d6\n")
     assert "<th>agg</th><th>p2d6</th>" in html
+
+
+def test_one_run_s_headline_rows_are_grouped(tmp_path: Path) -> None:
+    """The headline table listed the catalog's headline rows, then extras: P99 TTFT and
+    P99 E2E sat after the error rate, a dozen rows from P50 TTFT, and the potential hit
+    rate after P50 ITL. Rows are now grouped as the comparison's are: throughput,
+    latency, cache, agents, cost, errors."""
+    run = write_demo_run(tmp_path / "one", trees=2, turns=3, concurrency=(2, 4))
+    _, md_path = render([run], tmp_path / "out")
+    md = md_path.read_text()
+    table = md.split("## Headline", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ", 1)[0].removeprefix("| ") for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| metric")]
+    at = {r: i for i, r in enumerate(rows)}
+    assert at["P90 TTFT"] == at["P50 TTFT"] + 1 and at["P99 TTFT"] == at["P90 TTFT"] + 1
+    assert at["throughput"] < at["P50 TTFT"] < at["potential hit rate"] < at["hit rate"]
+    assert at["hit rate"] < at["$/agent"] < at["error rate"] == len(rows) - 1

@@ -10,6 +10,15 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def os_reason(e: BaseException) -> str:
+    """An OSError's reason as the system words it (``No space left on device``), also for
+    pyarrow's, whose text is ``[Errno 28] Error writing bytes to file. Detail: ...``."""
+    import os
+
+    errno = getattr(e, "errno", None)
+    return os.strerror(errno) if isinstance(errno, int) and errno else str(e)
+
+
 class InputError(Exception):
     """Bad user input (trace file, scenario, argument): printed as one line, exit code 2.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentbench.errors import ResultsWriteError
+from agentbench.errors import ResultsWriteError, os_reason
 from agentbench.proxy import store
 from agentbench.proxy.calls import Analyzer, Call
 from agentbench.proxy.upstream import Upstream
@@ -101,7 +101,7 @@ class Recorder:
         journal.append(call)
         if failed is None and journal.failed is not None:  # said once: the relay goes on
             print(f"agentbench record: cannot write the journal {journal.path} "
-                  f"({store.why(journal.failed)}): calls are still relayed and kept for the "
+                  f"({os_reason(journal.failed)}): calls are still relayed and kept for the "
                   f"trace, but a crash now loses them past the first {journal.calls}",
                   file=sys.stderr)
         self._changed()
@@ -132,7 +132,7 @@ class Recorder:
         if exc is not None:
             if self.write_error is None:  # once, not at every try while the disk is full
                 print(f"agentbench record: could not write {self.cfg.out} "
-                      f"({store.why(exc)}); trying again as calls come", file=sys.stderr)
+                      f"({os_reason(exc)}); trying again as calls come", file=sys.stderr)
             self.write_error = exc
         elif not fut.cancelled():
             self.write_error = None
@@ -159,7 +159,7 @@ class Recorder:
             store.write(list(self.calls), self.cfg.out, self.meta)
         except OSError as e:  # a full disk: one line, with what is left to rebuild from
             n = len(self.calls)
-            err = ResultsWriteError(str(self.cfg.out), store.why(e))
+            err = ResultsWriteError(str(self.cfg.out), os_reason(e))
             held = f"{journal.calls} of the {n} calls" if journal.failed else f"all {n} calls"
             err.hint = (f"its journal {journal.path} holds {held}: free space, then "
                         f"`agentbench record -o {shlex.quote(str(self.cfg.out))} --rebuild`")

@@ -91,13 +91,6 @@ class Journal:
             self.failed = self.failed or e
 
 
-def why(e: BaseException) -> str:
-    """An OSError's reason without its errno prefix (pyarrow's: ``[Errno 28] Error writing
-    bytes to file. Detail: ...``): ``No space left on device``."""
-    errno = getattr(e, "errno", None)
-    return os.strerror(errno) if isinstance(errno, int) and errno else str(e)
-
-
 #: the text fields of a call, which go into the trace's string columns
 _TEXTS = ("path", "model", "session_key", "parent_key", "error", "request_text",
           "response_text", "stream_error")

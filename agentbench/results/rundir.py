@@ -57,13 +57,20 @@ def _not_a_folder(base: Path) -> str:
         there = there.parent
     what = "" if there == base else f"{there}: "
     if there.is_symlink() and not there.exists():
-        try:
-            there.stat()
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                return f"{what}a loop of symbolic links, not a folder"
+        if link_loop(there):
+            return f"{what}a loop of symbolic links, not a folder"
         return f"{what}a link to nothing ({os.readlink(there)}), not a folder"
     return f"{what}is a file, not a folder"
+
+
+def link_loop(path: Path) -> bool:
+    """Whether ``path`` is a loop of symbolic links (``exists`` and ``is_dir`` answer one
+    False, as for a path that is not there)."""
+    try:
+        path.stat()
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 #: made in a run folder, exclusively, by the run that takes it; removed once its run.json

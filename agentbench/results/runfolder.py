@@ -6,7 +6,6 @@ folder's lock. :mod:`agentbench.results.reader` reads the tables after this."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -16,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from agentbench.errors import InputError, ResultsWriteError
+from agentbench.errors import InputError, ResultsWriteError, os_reason
 from agentbench.results import jsonfile
 from agentbench.results import schema as R
 
@@ -129,8 +128,7 @@ def recover_if_cut_short(d: Path, force: bool = False,
             kept = _set_aside(d, run, damaged.message) if damaged is not None else None
             made = recover(d, force=force)
     except OSError as e:  # a full disk: no bad input (exit 1), and nothing lost
-        errno_ = e.errno if isinstance(e.errno, int) and e.errno else None
-        err = ResultsWriteError(str(d), os.strerror(errno_) if errno_ else str(e))
+        err = ResultsWriteError(str(d), os_reason(e))
         err.hint = (f"the cut-short run's rows are still in its spools: free space, then "
                     f"`agentbench recover {shlex.quote(str(d))}`")
         raise err from None
@@ -241,11 +239,10 @@ def run_folder(run_dir: str | Path) -> Path:
     except OSError as e:
         raise InputError(f"cannot read it ({e.strerror})", source=str(d)) from None
     if not there and d.is_symlink():
-        try:
-            d.stat()  # is_dir answers a loop of links (ELOOP) as False, as a missing folder
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise InputError("a loop of symbolic links", source=str(d)) from None
+        from agentbench.results.rundir import link_loop
+
+        if link_loop(d):
+            raise InputError("a loop of symbolic links", source=str(d))
     if not there:
         raise InputError("a file, not a results folder" if d.is_file()
                          else "results folder not found", source=str(d))

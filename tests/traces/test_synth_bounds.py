@@ -98,15 +98,22 @@ CODEX = (Path(__file__).parents[2] / "agentbench/traces/synth/profiles/codex.yam
 def test_a_profile_whose_numbers_no_trace_can_have_is_one_line(
         old: str, new: str, tmp_path: Path) -> None:
     assert old in CODEX
+    assert "p.yaml" in _synth_refused(CODEX.replace(old, new, 1), tmp_path)
+
+
+def _synth_refused(profile: str, tmp_path: Path) -> str:
+    """``traces synth`` of the profile text ``profile``: one error line, exit 2, and no
+    trace written (there were tracebacks, or a trace written anyway); the line."""
     prof = tmp_path / "p.yaml"
-    prof.write_text(CODEX.replace(old, new, 1))
+    prof.write_text(profile)
     out = tmp_path / "t.parquet"
     res = CliRunner().invoke(app, ["traces", "synth", "-p", str(prof), "-n", "3",
                                    "-o", str(out)])
-    lines = res.output.strip().splitlines()  # tracebacks, or a trace written anyway
+    lines = res.output.strip().splitlines()
     assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), \
         res.output
-    assert "p.yaml" in lines[0] and not out.exists()
+    assert not out.exists()
+    return lines[0]
 
 
 AGENTX = (Path(__file__).parents[2] / "agentbench/traces/synth/profiles/agentx.yaml").read_text()
@@ -126,12 +133,5 @@ def test_a_profile_scalar_that_is_no_number_in_range_is_one_line(
     """The subagent shares and compaction sizes are ``value:`` scalars of any YAML type:
     a string, null or list reached ``float()`` as a traceback."""
     assert old in AGENTX
-    prof = tmp_path / "p.yaml"
-    prof.write_text(AGENTX.replace(old, new, 1))
-    out = tmp_path / "t.parquet"
-    res = CliRunner().invoke(app, ["traces", "synth", "-p", str(prof), "-n", "3",
-                                   "-o", str(out)])
-    lines = res.output.strip().splitlines()
-    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), \
-        res.output
-    assert "p.yaml" in lines[0] and "must be a number" in lines[0] and not out.exists()
+    line = _synth_refused(AGENTX.replace(old, new, 1), tmp_path)
+    assert "p.yaml" in line and "must be a number" in line
